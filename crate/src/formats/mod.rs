@@ -1,0 +1,1 @@
+//! Readers and writers: Loom JSON, ENTITY v1, safetensors, training checkpoints, format detection.

@@ -1,0 +1,15 @@
+//! loom-wasm: Loom v0.80 checkpoints (JSON, `.entity`, safetensors) in Rust, natively and in WebAssembly.
+//!
+//! Modules by concern: [`dtype`] holds the 21 Loom dtype codecs, [`network`] the grid and layer model,
+//! [`formats`] the readers and writers.
+
+pub mod dtype;
+pub mod error;
+pub mod formats;
+pub mod network;
+
+#[cfg(not(target_arch = "wasm32"))]
+pub mod cli;
+
+pub use dtype::DType;
+pub use error::{LoomError, Result};
