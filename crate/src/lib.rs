@@ -10,6 +10,8 @@ pub mod network;
 
 #[cfg(not(target_arch = "wasm32"))]
 pub mod cli;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod conformance;
 
 pub use dtype::DType;
 pub use error::{LoomError, Result};

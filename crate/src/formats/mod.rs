@@ -1,1 +1,5 @@
 //! Readers and writers: Loom JSON, ENTITY v1, safetensors, training checkpoints, format detection.
+
+pub mod entity;
+pub mod gojson;
+pub mod loom_json;

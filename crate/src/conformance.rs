@@ -1,0 +1,340 @@
+//! `loom conformance`: runs a Loom-written corpus (`manifest.json` + `cases/`) and compares every
+//! re-serialisation we produce with the bytes Loom wrote.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::dtype::{q4_0, DType};
+use crate::error::{json_err, LoomError, Result};
+use crate::formats::{entity, loom_json};
+use crate::network::Network;
+
+/// Which checks to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckKind {
+    Formats,
+    Forward,
+    All,
+}
+
+/// The outcome of one case.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    Passed,
+    Failed(String),
+    Skipped(String),
+}
+
+/// Outcomes of a corpus run, one per case in manifest order.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    pub cases: Vec<(String, Outcome)>,
+}
+
+impl Report {
+    pub fn count(&self, f: impl Fn(&Outcome) -> bool) -> usize {
+        self.cases.iter().filter(|(_, o)| f(o)).count()
+    }
+
+    pub fn passed(&self) -> usize {
+        self.count(|o| *o == Outcome::Passed)
+    }
+
+    pub fn failed(&self) -> usize {
+        self.count(|o| matches!(o, Outcome::Failed(_)))
+    }
+
+    pub fn skipped(&self) -> usize {
+        self.count(|o| matches!(o, Outcome::Skipped(_)))
+    }
+
+    /// The closing line: `N passed, M failed` (`, K skipped` when any were).
+    pub fn summary(&self) -> String {
+        let mut s = format!("{} passed, {} failed", self.passed(), self.failed());
+        if self.skipped() > 0 {
+            s.push_str(&format!(", {} skipped", self.skipped()));
+        }
+        s
+    }
+}
+
+/// Runs every case of the corpus in `dir`.
+pub fn run(dir: &Path, kind: CheckKind) -> Result<Report> {
+    let manifest = loom_json::parse_json(&read(&dir.join("manifest.json"))?, "manifest.json")?;
+    let cases = manifest
+        .get("cases")
+        .and_then(Value::as_array)
+        .ok_or_else(|| json_err("manifest.json", "no \"cases\" array"))?;
+    let mut report = Report::default();
+    for case in cases {
+        let id = case.get("id").and_then(Value::as_str).unwrap_or("?").to_string();
+        let outcome = match kind {
+            CheckKind::Forward => Outcome::Skipped("forward checks come with the CPU forward pass".into()),
+            CheckKind::Formats | CheckKind::All => check_formats(dir, case),
+        };
+        report.cases.push((id, outcome));
+    }
+    Ok(report)
+}
+
+fn read(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| LoomError::Io(format!("{}: {e}", path.display())))
+}
+
+/// A case's files, by their manifest name.
+struct Files<'a> {
+    dir: &'a Path,
+    map: Option<&'a serde_json::Map<String, Value>>,
+}
+
+impl Files<'_> {
+    fn path(&self, name: &str) -> Option<PathBuf> {
+        let rel = self.map?.get(name)?.as_str()?;
+        Some(self.dir.join(rel))
+    }
+
+    fn get(&self, name: &str) -> std::result::Result<Option<Vec<u8>>, String> {
+        match self.path(name) {
+            None => Ok(None),
+            Some(p) => read(&p).map(Some).map_err(|e| e.to_string()),
+        }
+    }
+
+    fn need(&self, name: &str) -> std::result::Result<Vec<u8>, String> {
+        self.get(name)?.ok_or_else(|| format!("case lists no {name}"))
+    }
+}
+
+type Check = std::result::Result<(), String>;
+
+fn same(what: &str, ours: &[u8], loom: &[u8]) -> Check {
+    if ours == loom {
+        return Ok(());
+    }
+    let at = ours.iter().zip(loom).position(|(a, b)| a != b).unwrap_or(ours.len().min(loom.len()));
+    let context = |b: &[u8]| String::from_utf8_lossy(&b[at.saturating_sub(40).min(b.len())..(at + 40).min(b.len())]).into_owned();
+    Err(format!(
+        "{what}: {} bytes vs Loom's {}, first difference at byte {at}: ours …{:?}… Loom …{:?}…",
+        ours.len(),
+        loom.len(),
+        context(ours),
+        context(loom)
+    ))
+}
+
+fn flag(case: &Value, name: &str) -> bool {
+    case.pointer(&format!("/roundtrip/{name}")).and_then(Value::as_bool).unwrap_or(false)
+}
+
+fn err(e: LoomError) -> String {
+    e.to_string()
+}
+
+fn check_formats(dir: &Path, case: &Value) -> Outcome {
+    let files = Files {
+        dir,
+        map: case.get("files").and_then(Value::as_object),
+    };
+    let result = match case.get("load_mode").and_then(Value::as_str).unwrap_or("") {
+        "persist" => check_persisted(case, &files),
+        "build" => check_build(case, &files),
+        "q4pack" => check_q4_vectors(dir, case),
+        "q4entity" => check_q4_entity(&files),
+        "st_read" | "st_write" => return Outcome::Skipped("safetensors checks not wired yet".into()),
+        other => Err(format!("unknown load_mode {other:?}")),
+    };
+    match result {
+        Ok(()) => Outcome::Passed,
+        Err(reason) => Outcome::Failed(reason),
+    }
+}
+
+/// The morphs an `apimorph_*` case applies after loading its float32 spec (named in the case id).
+fn api_morphs(case: &Value) -> std::result::Result<Vec<DType>, String> {
+    let id = case.get("id").and_then(Value::as_str).unwrap_or("");
+    let rest = id.strip_prefix("apimorph_").unwrap_or("");
+    let names: Vec<&str> = match rest.strip_prefix("chain_") {
+        Some(chain) => chain.split('_').collect(),
+        None => rest.rsplit('_').take(1).collect(),
+    };
+    names.iter().map(|n| DType::parse(n).map_err(err)).collect()
+}
+
+fn check_persisted(case: &Value, files: &Files) -> Check {
+    let spec = files.need("spec.json")?;
+    let loom_json_bytes = files.need("loom.json")?;
+    let loom_entity = files.need("loom.entity")?;
+    let rt_json = files.get("rt.json")?;
+    let rt_entity = files.get("rt.entity")?;
+    let rt_from_entity = files.get("rt_from_entity.json")?;
+    let api = case.get("category").and_then(Value::as_str) == Some("api_morph");
+
+    // spec.json (legacy float32 masters) → Loom's first JSON and ENTITY saves.
+    let from_spec = || -> std::result::Result<Network, String> {
+        let mut net = loom_json::read(&spec).map_err(err)?;
+        if api {
+            for dt in api_morphs(case)? {
+                net.layers[0].dtype = dt;
+                if let Some(ws) = net.layers[0].weights.as_mut() {
+                    ws.morph(dt);
+                }
+            }
+        }
+        Ok(net)
+    };
+    same("spec.json → JSON", &loom_json::write(&mut from_spec()?).map_err(err)?, &loom_json_bytes)?;
+    same("spec.json → entity", &entity::write(&mut from_spec()?).map_err(err)?, &loom_entity)?;
+
+    // Reload Loom's JSON: JSON and ENTITY re-saves.
+    let json_reload = || loom_json::read(&loom_json_bytes).map_err(err);
+    if let Some(expected) = rt_json.as_deref().or(flag(case, "json_reserialize_identical").then_some(&loom_json_bytes[..])) {
+        same("loom.json → JSON", &loom_json::write(&mut json_reload()?).map_err(err)?, expected)?;
+    }
+    if flag(case, "entity_from_reloaded_json_identical") {
+        same("loom.json → entity", &entity::write(&mut json_reload()?).map_err(err)?, &loom_entity)?;
+    }
+
+    // Reload Loom's ENTITY: ENTITY and JSON re-saves.
+    let entity_reload = || entity::read(&loom_entity).map_err(err);
+    if let Some(expected) = rt_entity.as_deref().or(flag(case, "entity_reserialize_identical").then_some(&loom_entity[..])) {
+        same("loom.entity → entity", &entity::write(&mut entity_reload()?).map_err(err)?, expected)?;
+    }
+    if let Some(expected) = rt_from_entity
+        .as_deref()
+        .or(flag(case, "json_from_reloaded_entity_identical").then_some(&loom_json_bytes[..]))
+    {
+        same("loom.entity → JSON", &loom_json::write(&mut entity_reload()?).map_err(err)?, expected)?;
+    }
+
+    check_entity_header(case, &loom_entity)?;
+    if let Some(p) = case.get("layer_persistence_from_entity_0") {
+        let (bytes, scale, native) = entity::layer_blob(&loom_entity, 0)
+            .map_err(err)?
+            .ok_or("no layers.0 blob")?;
+        let sha: String = Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect();
+        if Some(sha.as_str()) != p.get("weights_sha256").and_then(Value::as_str)
+            || Some(scale) != p.get("scale").and_then(Value::as_f64).map(|s| s as f32)
+            || Some(native) != p.get("native").and_then(Value::as_bool)
+        {
+            return Err(format!("layers.0 blob: sha256 {sha}, scale {scale}, native {native} differ from {p}"));
+        }
+    }
+    Ok(())
+}
+
+/// Header-only parse of Loom's `.entity`: the blob table and sizes equal the manifest's.
+fn check_entity_header(case: &Value, loom_entity: &[u8]) -> Check {
+    let n = entity::header_len(loom_entity).map_err(err)? as usize;
+    let header = entity::read_header(&loom_entity[..entity::PREAMBLE_LEN + n]).map_err(err)?;
+    if let Some(size) = case.pointer("/sizes/entity_header_json").and_then(Value::as_u64) {
+        if size != header.header_len {
+            return Err(format!("header length {} vs manifest {size}", header.header_len));
+        }
+    }
+    let expected = case.get("blobs").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
+    if expected.len() != header.blobs.len() {
+        return Err(format!("{} blobs vs manifest {}", header.blobs.len(), expected.len()));
+    }
+    for (b, e) in header.blobs.iter().zip(expected) {
+        let ok = Some(b.path.as_str()) == e.get("path").and_then(Value::as_str)
+            && Some(b.offset) == e.get("offset").and_then(Value::as_u64)
+            && Some(b.length) == e.get("length").and_then(Value::as_u64)
+            && Some(b.dtype.as_str()) == e.get("dtype").and_then(Value::as_str)
+            && b.scale == e.get("scale").and_then(Value::as_f64).unwrap_or(0.0) as f32
+            && Some(b.native) == e.get("native").and_then(Value::as_bool);
+        if !ok {
+            return Err(format!("blob entry {b:?} differs from manifest {e}"));
+        }
+    }
+    Ok(())
+}
+
+/// Replaces every `"weights": "…"` value with `"<random>"`, as the corpus does for Loom's random init.
+fn blank_weights(json: &[u8]) -> Vec<u8> {
+    let text = String::from_utf8_lossy(json);
+    let mut out = String::with_capacity(text.len());
+    let mut rest: &str = &text;
+    const KEY: &str = "\"weights\": \"";
+    while let Some(i) = rest.find(KEY) {
+        out.push_str(&rest[..i + KEY.len()]);
+        out.push_str("<random>");
+        rest = &rest[i + KEY.len()..];
+        rest = &rest[rest.find('"').unwrap_or(rest.len())..];
+    }
+    out.push_str(rest);
+    out.into_bytes()
+}
+
+fn check_build(case: &Value, files: &Files) -> Check {
+    let spec = files.need("spec.json")?;
+    let mut net = loom_json::build(&spec).map_err(err)?;
+    let first = loom_json::write(&mut net).map_err(err)?;
+    same("build → JSON (weights blanked)", &blank_weights(&first), &files.need("loom.blanked.json")?)?;
+    let second = loom_json::write(&mut net).map_err(err)?;
+    let first_equals_second = case.get("first_write_equals_second").and_then(Value::as_bool);
+    if first_equals_second.is_some() && Some(first == second) != first_equals_second {
+        return Err(format!("first save == second save is {}, Loom: {first_equals_second:?}", first == second));
+    }
+    if case.get("weights_equal_between_writes").and_then(Value::as_bool) == Some(true)
+        && blank_weights(&first).len() != first.len()
+        && blank_weights(&second) == blank_weights(&first)
+    {
+        // Only the scale may differ between the two writes: the weights themselves must not.
+        let weights = |j: &[u8]| -> Vec<String> {
+            let text = String::from_utf8_lossy(j).into_owned();
+            text.lines().filter(|l| l.contains("\"weights\"")).map(str::to_string).collect()
+        };
+        if weights(&first) != weights(&second) {
+            return Err("weights changed between the first and second save".into());
+        }
+    }
+    if let Some(expected) = files.get("loom.entity.header")? {
+        let ours = entity::write(&mut net).map_err(err)?;
+        let n = entity::header_len(&ours).map_err(err)? as usize;
+        same("build → entity header", &ours[..entity::PREAMBLE_LEN + n], &expected)?;
+    }
+    Ok(())
+}
+
+fn hex_f32s(hex: &str) -> std::result::Result<Vec<f32>, String> {
+    let bytes = (0..hex.len() / 2)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16))
+        .collect::<std::result::Result<Vec<u8>, _>>()
+        .map_err(|e| e.to_string())?;
+    Ok(bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect())
+}
+
+fn check_q4_vectors(dir: &Path, case: &Value) -> Check {
+    let vectors = case.get("vectors").and_then(Value::as_object).ok_or("no vectors")?;
+    for (name, v) in vectors {
+        let input = hex_f32s(v.get("input_f32_hex").and_then(Value::as_str).ok_or("no input")?)?;
+        let file = v.get("file").and_then(Value::as_str).ok_or("no file")?;
+        let expected = read(&dir.join(file)).map_err(err)?;
+        same(&format!("Q4_0 pack {name}"), &q4_0::pack(&input), &expected)?;
+        let blocks = q4_0::Q4Blocks::parse(&expected).map_err(err)?;
+        same(&format!("Q4_0 re-encode {name}"), &blocks.to_bytes(), &expected)?;
+    }
+    Ok(())
+}
+
+/// Loom cannot write transformer entities (the corpus file is emulated from the spec), and its loader gives the
+/// MHA layer `seq_length: 1`, so a re-save differs in that header field. What must hold: every blob comes back
+/// byte for byte with the same table, and the second generation is stable.
+fn check_q4_entity(files: &Files) -> Check {
+    let bytes = files.need("emulated_q4.entity")?;
+    let saved = entity::write(&mut entity::read(&bytes).map_err(err)?).map_err(err)?;
+    let header = |b: &[u8]| -> std::result::Result<entity::EntityHeader, String> { entity::read_header(b).map_err(err) };
+    let (before, after) = (header(&bytes)?, header(&saved)?);
+    if before.blobs != after.blobs || before.network.transformer != after.network.transformer {
+        return Err("blob table or transformer section changed on re-save".into());
+    }
+    same(
+        "Q4 transformer entity payload",
+        &saved[after.payload_offset() as usize..],
+        &bytes[before.payload_offset() as usize..],
+    )?;
+    let again = entity::write(&mut entity::read(&saved).map_err(err)?).map_err(err)?;
+    same("Q4 transformer entity, second generation", &again, &saved)
+}
