@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# All of loom-wasm's checks, in order: format, lints, native tests, browser tests (headless Chromium),
+# Loom conformance corpus. Run `bash scripts/setup.sh` once first on a new machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PWD/node_modules/.bin:$PATH"
+export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"                   # silences Mesa's "XDG_RUNTIME_DIR is invalid"
+export VK_ICD_FILENAMES=/usr/share/vulkan/icd.d/lvp_icd.x86_64.json  # native wgpu: Mesa lavapipe only
+export WGPU_BACKEND=vulkan
+export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner
+export CHROMEDRIVER=/usr/bin/chromedriver
+export WASM_BINDGEN_TEST_WEBDRIVER_JSON="$PWD/webdriver.json"      # Chromium flags (WebGPU, no network noise)
+export WASM_BINDGEN_TEST_TIMEOUT=300                               # default is 20 s per test binary
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+
+t0=$SECONDS
+step() { echo "=== $* (t=$((SECONDS - t0))s)"; }
+
+step "cargo fmt --check"
+cargo fmt --all --check
+
+step "cargo clippy -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings
+
+step "native tests"
+cargo test --workspace
+
+step "browser tests (wasm-bindgen-test in headless Chromium)"
+# No debug info: the test .wasm is several times smaller and the runner loads it faster.
+CARGO_PROFILE_DEV_DEBUG=0 cargo test -p loom-wasm-browser-tests --target wasm32-unknown-unknown
+
+step "conformance corpus (loom conformance testdata/conformance)"
+cargo run -q --bin loom -- conformance testdata/conformance
+
+step "all checks passed"

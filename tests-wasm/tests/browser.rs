@@ -1,0 +1,141 @@
+//! Browser tests: the library compiled to wasm32 and run in headless Chromium by wasm-bindgen-test-runner
+//! (`bash scripts/test.sh`, or `cargo test -p loom-wasm-browser-tests --target wasm32-unknown-unknown`).
+//!
+//! The expected values are Loom's own output from the conformance corpus in `testdata/conformance`, embedded at
+//! compile time because the browser has no file system. `crate/tests/codecs_corpus.rs` runs the full native set.
+#![cfg(target_arch = "wasm32")]
+
+use base64::{engine::general_purpose::STANDARD as BASE64, Engine};
+use loom_wasm::dtype::q4_0::{self, Q4Blocks};
+use loom_wasm::dtype::{auto_scale, dequantize, quantize, DType};
+use serde_json::Value;
+use wasm_bindgen_test::{wasm_bindgen_test, wasm_bindgen_test_configure};
+
+wasm_bindgen_test_configure!(run_in_browser);
+
+/// Embeds a corpus file, path relative to `testdata/conformance/`.
+macro_rules! corpus_str {
+    ($path:expr) => {
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/conformance/", $path))
+    };
+}
+macro_rules! corpus_bytes {
+    ($path:expr) => {
+        include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/conformance/", $path))
+    };
+}
+
+/// `(dtype name, spec.json, loom.json)` of a `layer_Dense_<dtype>` case.
+macro_rules! dense_case {
+    ($dtype:literal) => {
+        (
+            $dtype,
+            corpus_str!(concat!("cases/layer_Dense_", $dtype, "/spec.json")),
+            corpus_str!(concat!("cases/layer_Dense_", $dtype, "/loom.json")),
+        )
+    };
+}
+
+/// One dtype of each codec family: wide float, half float, fp8, wrapping int, unsigned, sub-byte int, fp4,
+/// 2-bit, binary (mean-abs scale).
+const DENSE_CASES: [(&str, &str, &str); 10] = [
+    dense_case!("float64"),
+    dense_case!("float32"),
+    dense_case!("bfloat16"),
+    dense_case!("fp8e4m3"),
+    dense_case!("int8"),
+    dense_case!("uint16"),
+    dense_case!("int4"),
+    dense_case!("fp4"),
+    dense_case!("ternary"),
+    dense_case!("binary"),
+];
+
+/// `(name, payload)` of Loom's Q4_0 vectors; their inputs are in the manifest.
+const Q4_0_FILES: [(&str, &[u8]); 3] = [
+    ("n70", corpus_bytes!("cases/q4_0_pack_vectors/n70.q4_0.bin")),
+    (
+        "n64_with_zero_block",
+        corpus_bytes!("cases/q4_0_pack_vectors/n64_with_zero_block.q4_0.bin"),
+    ),
+    ("n2240", corpus_bytes!("cases/q4_0_pack_vectors/n2240.q4_0.bin")),
+];
+
+fn first_layer_weights(doc: &Value) -> Vec<u8> {
+    let b64 = doc["layers"][0]["weights"].as_str().expect("layers[0].weights");
+    BASE64.decode(b64).expect("base64 weights")
+}
+
+fn f32_le(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+fn from_hex(hex: &str) -> Vec<u8> {
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex digit"))
+        .collect()
+}
+
+#[wasm_bindgen_test]
+fn dense_quantize_matches_loom() {
+    for (name, spec_text, loom_text) in DENSE_CASES {
+        let dt = DType::parse(name).unwrap();
+        let spec: Value = serde_json::from_str(spec_text).unwrap();
+        let loom: Value = serde_json::from_str(loom_text).unwrap();
+        let master = f32_le(&first_layer_weights(&spec));
+        // Loom writes the scale as the shortest decimal of an f32, so f64 → f32 recovers it exactly.
+        let expected_scale = loom["layers"][0]["scale"].as_f64().unwrap() as f32;
+
+        let scale = auto_scale(dt, &master);
+        assert_eq!(
+            scale.to_bits(),
+            expected_scale.to_bits(),
+            "{name}: scale {scale:e} vs Loom {expected_scale:e}"
+        );
+        let bytes = quantize(dt, &master, scale);
+        assert_eq!(bytes, first_layer_weights(&loom), "{name}: packed bytes");
+        // Decoding gives one value per weight (padding dropped) and never NaN for these inputs.
+        let values = dequantize(dt, &bytes, scale, master.len());
+        assert_eq!(values.len(), master.len(), "{name}: dequantized length");
+        assert!(
+            values.iter().all(|v| v.is_finite()),
+            "{name}: dequantized values finite"
+        );
+    }
+}
+
+#[wasm_bindgen_test]
+fn q4_0_pack_matches_loom_vectors() {
+    let manifest: Value = serde_json::from_str(corpus_str!("manifest.json")).unwrap();
+    let case = manifest["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "q4_0_pack_vectors")
+        .unwrap();
+    for (name, expected) in Q4_0_FILES {
+        let vector = &case["vectors"][name];
+        let input = f32_le(&from_hex(vector["input_f32_hex"].as_str().expect("input_f32_hex")));
+        assert!(
+            q4_0::pack(&input) == expected,
+            "{name}: q4_0::pack differs from Loom's payload"
+        );
+        let blocks = Q4Blocks::parse(expected).expect("Loom's payload parses");
+        assert_eq!(
+            blocks.scales.len() as u64,
+            vector["n_scales"].as_u64().unwrap(),
+            "{name}: n_scales"
+        );
+        assert_eq!(blocks.to_bytes(), expected, "{name}: parse → to_bytes");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// TODO(entity round-trip): when `loom_wasm::formats::entity::{read, write}` exists, add a test here that reads an
+// embedded `cases/layer_Dense_<dtype>/loom.entity` with `entity::read`, writes it back with `entity::write`, and
+// asserts the bytes are identical to the file (the manifest's `roundtrip.entity_reserialize_identical` is true).
+// ---------------------------------------------------------------------------------------------------------------
