@@ -113,8 +113,13 @@ fn same(what: &str, ours: &[u8], loom: &[u8]) -> Check {
     if ours == loom {
         return Ok(());
     }
-    let at = ours.iter().zip(loom).position(|(a, b)| a != b).unwrap_or(ours.len().min(loom.len()));
-    let context = |b: &[u8]| String::from_utf8_lossy(&b[at.saturating_sub(40).min(b.len())..(at + 40).min(b.len())]).into_owned();
+    let at = ours
+        .iter()
+        .zip(loom)
+        .position(|(a, b)| a != b)
+        .unwrap_or(ours.len().min(loom.len()));
+    let context =
+        |b: &[u8]| String::from_utf8_lossy(&b[at.saturating_sub(40).min(b.len())..(at + 40).min(b.len())]).into_owned();
     Err(format!(
         "{what}: {} bytes vs Loom's {}, first difference at byte {at}: ours …{:?}… Loom …{:?}…",
         ours.len(),
@@ -125,7 +130,9 @@ fn same(what: &str, ours: &[u8], loom: &[u8]) -> Check {
 }
 
 fn flag(case: &Value, name: &str) -> bool {
-    case.pointer(&format!("/roundtrip/{name}")).and_then(Value::as_bool).unwrap_or(false)
+    case.pointer(&format!("/roundtrip/{name}"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
 }
 
 fn err(e: LoomError) -> String {
@@ -184,28 +191,58 @@ fn check_persisted(case: &Value, files: &Files) -> Check {
         }
         Ok(net)
     };
-    same("spec.json → JSON", &loom_json::write(&mut from_spec()?).map_err(err)?, &loom_json_bytes)?;
-    same("spec.json → entity", &entity::write(&mut from_spec()?).map_err(err)?, &loom_entity)?;
+    same(
+        "spec.json → JSON",
+        &loom_json::write(&mut from_spec()?).map_err(err)?,
+        &loom_json_bytes,
+    )?;
+    same(
+        "spec.json → entity",
+        &entity::write(&mut from_spec()?).map_err(err)?,
+        &loom_entity,
+    )?;
 
     // Reload Loom's JSON: JSON and ENTITY re-saves.
     let json_reload = || loom_json::read(&loom_json_bytes).map_err(err);
-    if let Some(expected) = rt_json.as_deref().or(flag(case, "json_reserialize_identical").then_some(&loom_json_bytes[..])) {
-        same("loom.json → JSON", &loom_json::write(&mut json_reload()?).map_err(err)?, expected)?;
+    if let Some(expected) = rt_json
+        .as_deref()
+        .or(flag(case, "json_reserialize_identical").then_some(&loom_json_bytes[..]))
+    {
+        same(
+            "loom.json → JSON",
+            &loom_json::write(&mut json_reload()?).map_err(err)?,
+            expected,
+        )?;
     }
     if flag(case, "entity_from_reloaded_json_identical") {
-        same("loom.json → entity", &entity::write(&mut json_reload()?).map_err(err)?, &loom_entity)?;
+        same(
+            "loom.json → entity",
+            &entity::write(&mut json_reload()?).map_err(err)?,
+            &loom_entity,
+        )?;
     }
 
     // Reload Loom's ENTITY: ENTITY and JSON re-saves.
     let entity_reload = || entity::read(&loom_entity).map_err(err);
-    if let Some(expected) = rt_entity.as_deref().or(flag(case, "entity_reserialize_identical").then_some(&loom_entity[..])) {
-        same("loom.entity → entity", &entity::write(&mut entity_reload()?).map_err(err)?, expected)?;
+    if let Some(expected) = rt_entity
+        .as_deref()
+        .or(flag(case, "entity_reserialize_identical").then_some(&loom_entity[..]))
+    {
+        same(
+            "loom.entity → entity",
+            &entity::write(&mut entity_reload()?).map_err(err)?,
+            expected,
+        )?;
     }
     if let Some(expected) = rt_from_entity
         .as_deref()
         .or(flag(case, "json_from_reloaded_entity_identical").then_some(&loom_json_bytes[..]))
     {
-        same("loom.entity → JSON", &loom_json::write(&mut entity_reload()?).map_err(err)?, expected)?;
+        same(
+            "loom.entity → JSON",
+            &loom_json::write(&mut entity_reload()?).map_err(err)?,
+            expected,
+        )?;
     }
 
     check_entity_header(case, &loom_entity)?;
@@ -218,7 +255,9 @@ fn check_persisted(case: &Value, files: &Files) -> Check {
             || Some(scale) != p.get("scale").and_then(Value::as_f64).map(|s| s as f32)
             || Some(native) != p.get("native").and_then(Value::as_bool)
         {
-            return Err(format!("layers.0 blob: sha256 {sha}, scale {scale}, native {native} differ from {p}"));
+            return Err(format!(
+                "layers.0 blob: sha256 {sha}, scale {scale}, native {native} differ from {p}"
+            ));
         }
     }
     Ok(())
@@ -233,7 +272,11 @@ fn check_entity_header(case: &Value, loom_entity: &[u8]) -> Check {
             return Err(format!("header length {} vs manifest {size}", header.header_len));
         }
     }
-    let expected = case.get("blobs").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
+    let expected = case
+        .get("blobs")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
     if expected.len() != header.blobs.len() {
         return Err(format!("{} blobs vs manifest {}", header.blobs.len(), expected.len()));
     }
@@ -271,11 +314,18 @@ fn check_build(case: &Value, files: &Files) -> Check {
     let spec = files.need("spec.json")?;
     let mut net = loom_json::build(&spec).map_err(err)?;
     let first = loom_json::write(&mut net).map_err(err)?;
-    same("build → JSON (weights blanked)", &blank_weights(&first), &files.need("loom.blanked.json")?)?;
+    same(
+        "build → JSON (weights blanked)",
+        &blank_weights(&first),
+        &files.need("loom.blanked.json")?,
+    )?;
     let second = loom_json::write(&mut net).map_err(err)?;
     let first_equals_second = case.get("first_write_equals_second").and_then(Value::as_bool);
     if first_equals_second.is_some() && Some(first == second) != first_equals_second {
-        return Err(format!("first save == second save is {}, Loom: {first_equals_second:?}", first == second));
+        return Err(format!(
+            "first save == second save is {}, Loom: {first_equals_second:?}",
+            first == second
+        ));
     }
     if case.get("weights_equal_between_writes").and_then(Value::as_bool) == Some(true)
         && blank_weights(&first).len() != first.len()
@@ -284,7 +334,10 @@ fn check_build(case: &Value, files: &Files) -> Check {
         // Only the scale may differ between the two writes: the weights themselves must not.
         let weights = |j: &[u8]| -> Vec<String> {
             let text = String::from_utf8_lossy(j).into_owned();
-            text.lines().filter(|l| l.contains("\"weights\"")).map(str::to_string).collect()
+            text.lines()
+                .filter(|l| l.contains("\"weights\""))
+                .map(str::to_string)
+                .collect()
         };
         if weights(&first) != weights(&second) {
             return Err("weights changed between the first and second save".into());
@@ -303,7 +356,10 @@ fn hex_f32s(hex: &str) -> std::result::Result<Vec<f32>, String> {
         .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16))
         .collect::<std::result::Result<Vec<u8>, _>>()
         .map_err(|e| e.to_string())?;
-    Ok(bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect())
+    Ok(bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect())
 }
 
 fn check_q4_vectors(dir: &Path, case: &Value) -> Check {
@@ -325,7 +381,8 @@ fn check_q4_vectors(dir: &Path, case: &Value) -> Check {
 fn check_q4_entity(files: &Files) -> Check {
     let bytes = files.need("emulated_q4.entity")?;
     let saved = entity::write(&mut entity::read(&bytes).map_err(err)?).map_err(err)?;
-    let header = |b: &[u8]| -> std::result::Result<entity::EntityHeader, String> { entity::read_header(b).map_err(err) };
+    let header =
+        |b: &[u8]| -> std::result::Result<entity::EntityHeader, String> { entity::read_header(b).map_err(err) };
     let (before, after) = (header(&bytes)?, header(&saved)?);
     if before.blobs != after.blobs || before.network.transformer != after.network.transformer {
         return Err("blob table or transformer section changed on re-save".into());

@@ -6,11 +6,7 @@ pub enum LoomError {
     #[error("i/o error: {0}")]
     Io(String),
     #[error("truncated input: {what} needs {needed} bytes, only {available} available")]
-    Truncated {
-        what: String,
-        needed: u64,
-        available: u64,
-    },
+    Truncated { what: String, needed: u64, available: u64 },
     #[error("not a {format} file: bad magic bytes")]
     BadMagic { format: &'static str },
     #[error("unsupported {format} version {version}")]

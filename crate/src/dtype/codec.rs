@@ -21,9 +21,7 @@ pub fn auto_scale(dt: DType, master: &[f32]) -> f32 {
         }
         _ => {
             // NaN never compares greater, as in Loom's loop.
-            let max_abs = master
-                .iter()
-                .fold(0f32, |m, w| if w.abs() > m { w.abs() } else { m });
+            let max_abs = master.iter().fold(0f32, |m, w| if w.abs() > m { w.abs() } else { m });
             let d = dt.scale_divisor().unwrap_or(1.0);
             if max_abs == 0.0 {
                 1.0
@@ -34,9 +32,12 @@ pub fn auto_scale(dt: DType, master: &[f32]) -> f32 {
     }
 }
 
+/// 2^63 as f64.
+const TWO_POW_63: f64 = 9_223_372_036_854_775_808.0;
+
 /// Go's float64→int64 conversion on amd64 (CVTTSD2SQ): NaN and out-of-range values become i64::MIN.
 fn go_i64(x: f64) -> i64 {
-    if x.is_nan() || x >= 9.223_372_036_854_775_808e18 || x < -9.223_372_036_854_775_808e18 {
+    if !(-TWO_POW_63..TWO_POW_63).contains(&x) {
         i64::MIN
     } else {
         x as i64
@@ -45,7 +46,7 @@ fn go_i64(x: f64) -> i64 {
 
 /// Go's float64→int32 conversion on amd64 (CVTTSD2SL); narrower ints truncate this value.
 fn go_i32(x: f64) -> i32 {
-    if x.is_nan() || x >= 2_147_483_648.0 || x < -2_147_483_648.0 {
+    if !(-2_147_483_648.0..2_147_483_648.0).contains(&x) {
         i32::MIN
     } else {
         x as i32
@@ -54,10 +55,10 @@ fn go_i32(x: f64) -> i32 {
 
 /// Go's float64→uint64 conversion on amd64.
 fn go_u64(x: f64) -> u64 {
-    if x < 9.223_372_036_854_775_808e18 {
+    if x < TWO_POW_63 {
         go_i64(x) as u64
     } else {
-        (go_i64(x - 9.223_372_036_854_775_808e18) as u64) ^ (1 << 63)
+        (go_i64(x - TWO_POW_63) as u64) ^ (1 << 63)
     }
 }
 
@@ -123,12 +124,12 @@ pub fn quantize(dt: DType, w: &[f32], scale: f32) -> Vec<u8> {
         DType::Uint64 => w
             .iter()
             .for_each(|x| out.extend_from_slice(&go_u64(rq(*x, scale).abs()).to_le_bytes())),
-        DType::Uint32 => w.iter().for_each(|x| {
-            out.extend_from_slice(&(go_i64(rq(*x, scale).abs()) as u32).to_le_bytes())
-        }),
-        DType::Uint16 => w.iter().for_each(|x| {
-            out.extend_from_slice(&(go_i32(rq(*x, scale).abs()) as u16).to_le_bytes())
-        }),
+        DType::Uint32 => w
+            .iter()
+            .for_each(|x| out.extend_from_slice(&(go_i64(rq(*x, scale).abs()) as u32).to_le_bytes())),
+        DType::Uint16 => w
+            .iter()
+            .for_each(|x| out.extend_from_slice(&(go_i32(rq(*x, scale).abs()) as u16).to_le_bytes())),
         DType::Uint8 => out.extend(w.iter().map(|x| clamp_code(rq(*x, scale), 0.0, 255.0))),
         DType::Int4 => pack_into(dt, w.iter().map(|x| clamp_code(rq(*x, scale), -8.0, 7.0)), &mut out),
         DType::Uint4 => pack_into(dt, w.iter().map(|x| clamp_code(rq(*x, scale), 0.0, 15.0)), &mut out),
@@ -216,11 +217,7 @@ fn le<const N: usize>(bytes: &[u8]) -> impl Iterator<Item = [u8; N]> + '_ {
 
 /// Decodes native bytes into float32 values: at most `n` of them (padding elements are dropped).
 fn decode(dt: DType, bytes: &[u8], scale: f32, zero_scale_is_one: bool, n: usize) -> Vec<f32> {
-    let s = if zero_scale_is_one && scale == 0.0 {
-        1.0
-    } else {
-        scale
-    };
+    let s = if zero_scale_is_one && scale == 0.0 { 1.0 } else { scale };
     let mut out = Vec::with_capacity(n.min(dt.unpacked_len(bytes.len())));
     match dt {
         DType::Float64 => out.extend(le::<8>(bytes).take(n).map(|b| f64::from_le_bytes(b) as f32)),
@@ -251,12 +248,9 @@ fn decode(dt: DType, bytes: &[u8], scale: f32, zero_scale_is_one: bool, n: usize
                 .take(n)
                 .map(|c| FP4_TABLE[c as usize] * s),
         ),
-        DType::Uint4 | DType::Uint2 => out.extend(
-            unpack_codes(dt, bytes)
-                .into_iter()
-                .take(n)
-                .map(|c| f32::from(c) * s),
-        ),
+        DType::Uint4 | DType::Uint2 => {
+            out.extend(unpack_codes(dt, bytes).into_iter().take(n).map(|c| f32::from(c) * s))
+        }
         DType::Int4 | DType::Int2 | DType::Ternary | DType::Binary => out.extend(
             unpack_codes(dt, bytes)
                 .into_iter()
@@ -309,7 +303,10 @@ mod tests {
     #[test]
     fn sub_byte_packing_is_msb_first() {
         assert_eq!(pack_codes(DType::Int4, &[1, 2, 3]), vec![0x12, 0x30]);
-        assert_eq!(pack_codes(DType::Ternary, &[255, 0, 1, 1, 255]), vec![0b1100_0101, 0b1100_0000]);
+        assert_eq!(
+            pack_codes(DType::Ternary, &[255, 0, 1, 1, 255]),
+            vec![0b1100_0101, 0b1100_0000]
+        );
         assert_eq!(pack_codes(DType::Binary, &[1, 255, 1]), vec![0b1010_0000]);
         // Padding bits of binary decode to -1 and re-encode to 0.
         let codes = unpack_codes(DType::Binary, &[0b1010_0000]);

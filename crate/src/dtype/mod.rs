@@ -152,7 +152,7 @@ impl DType {
             n.checked_mul(bits / 8)
         } else {
             let per_byte = 8 / bits;
-            Some(n / per_byte + usize::from(n % per_byte != 0))
+            Some(n / per_byte + usize::from(!n.is_multiple_of(per_byte)))
         }
     }
 

@@ -74,8 +74,14 @@ impl Q4Blocks {
         let f = |c: &[u8]| <[u8; 4]>::try_from(c).unwrap();
         let split = 8 + 4 * n_scales as usize;
         Ok(Q4Blocks {
-            scales: bytes[8..split].chunks_exact(4).map(|c| f32::from_le_bytes(f(c))).collect(),
-            words: bytes[split..].chunks_exact(4).map(|c| u32::from_le_bytes(f(c))).collect(),
+            scales: bytes[8..split]
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes(f(c)))
+                .collect(),
+            words: bytes[split..]
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes(f(c)))
+                .collect(),
         })
     }
 

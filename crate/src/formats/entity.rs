@@ -8,8 +8,8 @@ use serde_json::Value;
 
 use super::gojson::GoJson;
 use super::loom_json::{
-    bool_field, f32_field, f64_field, int_field, members, network_from_value, parse_json,
-    str_field, write_network, Dialect, Target,
+    bool_field, f32_field, f64_field, int_field, members, network_from_value, parse_json, str_field, write_network,
+    Dialect, Target,
 };
 use crate::dtype::{q4_0::Q4Blocks, DType};
 use crate::error::{json_err, LoomError, Result};
@@ -338,9 +338,7 @@ impl<'a> BlobPath<'a> {
 
 fn apply_blob(net: &mut Network, path: &BlobPath, b: &BlobEntry, data: &[u8]) -> Result<()> {
     if let Some(name) = path.global {
-        let t = net
-            .transformer
-            .get_or_insert_with(Transformer::default);
+        let t = net.transformer.get_or_insert_with(Transformer::default);
         check_f32_bytes(&b.path, data)?;
         let slot = match name {
             "embeddings" => &mut t.embeddings,
@@ -385,7 +383,7 @@ fn apply_blob(net: &mut Network, path: &BlobPath, b: &BlobEntry, data: &[u8]) ->
 }
 
 fn check_f32_bytes(path: &str, data: &[u8]) -> Result<()> {
-    if data.len() % 4 != 0 {
+    if !data.len().is_multiple_of(4) {
         return Err(LoomError::BlobLength {
             path: path.to_string(),
             dtype: "float32".into(),
@@ -516,11 +514,12 @@ fn collect_blobs<'a>(layer: &'a Layer, path: String, out: &mut Vec<OutBlob<'a>>)
     if let Some(ws) = &layer.weights {
         let (dtype, bytes) = if layer.layer_type == LayerType::RMSNorm {
             let master = ws.master_values();
-            (DType::Float32, Cow::Owned(master.iter().flat_map(|w| w.to_le_bytes()).collect()))
+            (
+                DType::Float32,
+                Cow::Owned(master.iter().flat_map(|w| w.to_le_bytes()).collect()),
+            )
         } else {
-            let bytes = ws
-                .native_bytes(layer.dtype)
-                .expect("morph_all made every version");
+            let bytes = ws.native_bytes(layer.dtype).expect("morph_all made every version");
             (layer.dtype, bytes)
         };
         out.push(OutBlob {

@@ -13,7 +13,7 @@ pub fn format_float(x: f64, bits32: bool) -> Option<String> {
     let exponent_form = abs != 0.0
         && if bits32 {
             let a = abs as f32;
-            a < 1e-6 || a >= 1e21
+            !(1e-6..1e21).contains(&a)
         } else {
             !(1e-6..1e21).contains(&abs)
         };

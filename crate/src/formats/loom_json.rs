@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 use super::gojson::GoJson;
 use crate::dtype::DType;
 use crate::error::{json_err, LoomError, Result};
-use crate::network::{Activation, LayerType, Layer, MetaRule, Network, SoftmaxType, WeightStore};
+use crate::network::{Activation, Layer, LayerType, MetaRule, Network, SoftmaxType, WeightStore};
 
 /// Seed of the reproducible weights [`build`] gives a network (Loom uses the clock).
 pub const BUILD_SEED: u64 = 0x4C4F_4F4D;
@@ -59,8 +59,7 @@ pub(crate) fn parse_json(bytes: &[u8], context: &str) -> Result<Value> {
 }
 
 fn as_object<'a>(v: &'a Value, what: &str) -> Result<&'a Map<String, Value>> {
-    v.as_object()
-        .ok_or_else(|| json_err(what, "expected a JSON object"))
+    v.as_object().ok_or_else(|| json_err(what, "expected a JSON object"))
 }
 
 fn type_err(key: &str, expected: &str) -> LoomError {
@@ -136,11 +135,7 @@ pub(crate) fn network_from_value(value: &Value, dialect: Dialect) -> Result<Netw
             "rows" => rows = usize_field(v, &k)?,
             "cols" => cols = usize_field(v, &k)?,
             "layers_per_cell" => lpc = usize_field(v, &k)?,
-            "layers" => {
-                layer_values = v
-                    .as_array()
-                    .ok_or_else(|| type_err("layers", "an array"))?
-            }
+            "layers" => layer_values = v.as_array().ok_or_else(|| type_err("layers", "an array"))?,
             _ => {}
         }
     }
@@ -211,9 +206,7 @@ pub(crate) fn parse_layer(value: &Value, dialect: Dialect, top_level: bool) -> R
             "gumbel_noise" => layer.gumbel_noise = bool_field(v, key)?,
             "is_disabled" => layer.is_disabled = bool_field(v, key)?,
             "meta_rules" => layer.meta_rules = parse_meta_rules(v)?,
-            "meta_observed_layer" => {
-                layer.meta_observed_layer = Some(Box::new(parse_layer(v, dialect, false)?))
-            }
+            "meta_observed_layer" => layer.meta_observed_layer = Some(Box::new(parse_layer(v, dialect, false)?)),
             "weights" | "native" | "scale" => {}
             _ => {}
         }
@@ -386,14 +379,12 @@ pub(crate) fn write_layer(w: &mut GoJson, layer: &mut Layer, target: Target) -> 
     w.string(layer.activation.name());
     w.key("dtype");
     w.string(layer.dtype.name());
-    let seq_length = if target == Target::EntityHeader
-        && layer.seq_length == 1
-        && !layer.layer_type.keeps_unit_seq_length()
-    {
-        0
-    } else {
-        layer.seq_length
-    };
+    let seq_length =
+        if target == Target::EntityHeader && layer.seq_length == 1 && !layer.layer_type.keeps_unit_seq_length() {
+            0
+        } else {
+            layer.seq_length
+        };
     let ints_a = [
         ("input_height", layer.input_height),
         ("input_width", layer.input_width),
@@ -434,7 +425,10 @@ pub(crate) fn write_layer(w: &mut GoJson, layer: &mut Layer, target: Target) -> 
     write_nonzero_f64(w, "temperature", layer.temperature)?;
     write_nonzero_ints(
         w,
-        &[("softmax_rows", layer.softmax_rows), ("softmax_cols", layer.softmax_cols)],
+        &[
+            ("softmax_rows", layer.softmax_rows),
+            ("softmax_cols", layer.softmax_cols),
+        ],
     );
     write_nonzero_f64(w, "entmax_alpha", layer.entmax_alpha)?;
     if layer.gumbel_noise {

@@ -80,10 +80,7 @@ impl LayerType {
 
     /// The entity writer keeps `seq_length: 1` only for these types (spec §8).
     pub fn keeps_unit_seq_length(self) -> bool {
-        matches!(
-            self,
-            LayerType::MultiHeadAttention | LayerType::RNN | LayerType::LSTM
-        )
+        matches!(self, LayerType::MultiHeadAttention | LayerType::RNN | LayerType::LSTM)
     }
 }
 

@@ -147,9 +147,8 @@ fn product(what: &str, dims: &[i64]) -> Result<usize> {
         shape: dims.iter().map(|d| *d as u64).collect(),
     };
     dims.iter().try_fold(1usize, |acc, d| {
-        let d = usize::try_from(*d).map_err(|_| {
-            LoomError::InvalidNetwork(format!("{what}: negative dimension {d} in {dims:?}"))
-        })?;
+        let d = usize::try_from(*d)
+            .map_err(|_| LoomError::InvalidNetwork(format!("{what}: negative dimension {d} in {dims:?}")))?;
         acc.checked_mul(d).ok_or_else(overflow)
     })
 }
@@ -208,13 +207,20 @@ impl Layer {
                 sum(what, &parts)
             }
             LayerType::SwiGLU => {
-                let parts = [product(what, &[3, i, o])?, product(what, &[2, o])?, product(what, &[i])?];
+                let parts = [
+                    product(what, &[3, i, o])?,
+                    product(what, &[2, o])?,
+                    product(what, &[i])?,
+                ];
                 sum(what, &parts)
             }
             LayerType::RMSNorm => product(what, &[i]),
             LayerType::LayerNorm => product(what, &[2, i]),
             LayerType::RNN | LayerType::LSTM => {
-                let one = sum(what, &[product(what, &[o, i])?, product(what, &[o, o])?, product(what, &[o])?])?;
+                let one = sum(
+                    what,
+                    &[product(what, &[o, i])?, product(what, &[o, o])?, product(what, &[o])?],
+                )?;
                 let gates = if self.layer_type == LayerType::LSTM { 4 } else { 1 };
                 one.checked_mul(gates).ok_or_else(|| LoomError::ShapeOverflow {
                     what: what.to_string(),

@@ -72,8 +72,7 @@ impl Network {
     /// Flat index of cell `(z, y, x, l)`, or an error naming the coordinates when they lie outside the grid.
     pub fn flat_index(&self, z: i64, y: i64, x: i64, l: i64) -> Result<usize> {
         let inside = |v: i64, n: usize| v >= 0 && (v as u64) < n as u64;
-        if !(inside(z, self.depth) && inside(y, self.rows) && inside(x, self.cols) && inside(l, self.layers_per_cell))
-        {
+        if !(inside(z, self.depth) && inside(y, self.rows) && inside(x, self.cols) && inside(l, self.layers_per_cell)) {
             return Err(LoomError::InvalidNetwork(format!(
                 "layer at (z={z}, y={y}, x={x}, l={l}) lies outside the {}×{}×{}×{} grid",
                 self.depth, self.rows, self.cols, self.layers_per_cell

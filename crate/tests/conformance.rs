@@ -1,0 +1,22 @@
+//! Loom's own conformance corpus: every format check must pass byte for byte.
+
+use std::path::Path;
+
+use loom_wasm::conformance::{run, CheckKind, Outcome};
+
+#[test]
+fn every_format_check_of_the_loom_corpus_passes() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/conformance");
+    let report = run(&dir, CheckKind::Formats).unwrap();
+    let failures: Vec<_> = report
+        .cases
+        .iter()
+        .filter_map(|(id, o)| match o {
+            Outcome::Failed(reason) => Some(format!("{id}: {reason}")),
+            _ => None,
+        })
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert_eq!(report.cases.len(), 422);
+    assert!(report.passed() >= 420, "{}", report.summary());
+}
