@@ -1,1 +1,4 @@
 //! Readers and writers: Loom JSON, ENTITY v1, safetensors, training checkpoints, format detection.
+
+pub mod detect;
+pub mod safetensors;
