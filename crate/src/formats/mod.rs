@@ -5,3 +5,4 @@ pub mod entity;
 pub mod gojson;
 pub mod loom_json;
 pub mod safetensors;
+pub mod tensors;
