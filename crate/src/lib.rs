@@ -6,6 +6,7 @@
 pub mod dtype;
 pub mod error;
 pub mod formats;
+pub mod inspect;
 pub mod network;
 
 #[cfg(not(target_arch = "wasm32"))]
