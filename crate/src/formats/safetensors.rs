@@ -14,6 +14,7 @@ use serde::de::{self, Deserialize, Deserializer, IntoDeserializer, MapAccess, Vi
 use crate::dtype::FP4_TABLE;
 use crate::error::{LoomError, Result};
 
+/// A safetensors element type (the `safetensors` crate's; `Display` gives the header string, e.g. `F8_E4M3`).
 pub use ::safetensors::Dtype;
 
 /// Largest accepted JSON header, in bytes (the `safetensors` crate's limit).
@@ -643,7 +644,8 @@ pub fn write_loom(tensors: &[TensorData<'_>]) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-/// Appends `s` as Go's `encoding/json` quotes it (HTML-safe: `<`, `>`, `&`, U+2028 and U+2029 escaped).
+/// Appends `s` as Go's `encoding/json` quotes it (HTML-safe: `<`, `>`, `&`, U+2028 and U+2029 escaped; `\b` and
+/// `\f` as Go 1.22+ writes them). Names of real Loom tensors (`layer_<n>.weights`) need none of this.
 fn go_json_string(out: &mut String, s: &str) {
     use fmt::Write;
     out.push('"');
