@@ -14,6 +14,10 @@ use crate::network::{Layer, Network};
 pub trait ByteSource {
     /// Total length in bytes.
     fn len(&self) -> u64;
+    /// True for an empty source.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// Reads exactly `buf.len()` bytes at `offset`.
     fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<()>;
 }
@@ -164,10 +168,11 @@ pub struct Inspection {
 pub fn inspect(source: &mut dyn ByteSource) -> Result<Inspection> {
     let file_bytes = source.len();
     let mut src = Counting { inner: source, read: 0 };
-    let first = src.read(0, file_bytes.min(detect::DETECT_LEN as u64))?;
-    let mut out = match detect::detect(&first) {
-        Format::Entity => inspect_entity(&mut src, file_bytes)?,
-        Format::Safetensors => inspect_safetensors(&mut src, file_bytes)?,
+    // One read covers format detection and both formats' fixed preambles.
+    let head = src.read(0, file_bytes.min(entity::PREAMBLE_LEN as u64))?;
+    let mut out = match detect::detect(&head) {
+        Format::Entity => inspect_entity(&mut src, head, file_bytes)?,
+        Format::Safetensors => inspect_safetensors(&mut src, head, file_bytes)?,
         Format::LoomJson => {
             let all = src.read(0, file_bytes)?;
             let net = loom_json::read(&all)?;
@@ -190,10 +195,9 @@ pub fn inspect_bytes(bytes: &[u8]) -> Result<Inspection> {
     inspect(&mut src)
 }
 
-fn inspect_entity(src: &mut Counting, file_bytes: u64) -> Result<Inspection> {
-    let pre = src.read(0, entity::PREAMBLE_LEN as u64)?;
-    let n = entity::header_len(&pre)?;
-    let mut prefix = pre;
+fn inspect_entity(src: &mut Counting, head: Vec<u8>, file_bytes: u64) -> Result<Inspection> {
+    let n = entity::header_len(&head)?;
+    let mut prefix = head;
     prefix.extend(src.read(entity::PREAMBLE_LEN as u64, n)?);
     let header = entity::read_header(&prefix)?;
     let payload = file_bytes - header.payload_offset();
@@ -205,21 +209,23 @@ fn inspect_entity(src: &mut Counting, file_bytes: u64) -> Result<Inspection> {
             payload,
         });
     }
-    // Blob bytes and scale per layer path; extra blobs (Q4_0, biases, norms) count towards their layer.
+    // Blob bytes, scale and dtype per layer path; extra blobs (Q4_0, biases, norms) count towards their layer,
+    // whose dtype shows as Q4_0 when its weights are Q4_0 blocks.
     let mut by_path: BTreeMap<&str, (u64, Option<f32>, Option<&str>)> = BTreeMap::new();
     for b in &header.blobs {
-        let (layer_path, own) = match b.path.find(".q4_0.").or_else(|| {
+        let cut = b.path.find(".q4_0.").or_else(|| {
             [".biases", ".q_norm", ".k_norm"]
                 .iter()
                 .find_map(|s| b.path.strip_suffix(s).map(str::len))
-        }) {
-            Some(cut) => (&b.path[..cut], false),
-            None => (b.path.as_str(), true),
-        };
-        let entry = by_path.entry(layer_path).or_insert((0, None, None));
+        });
+        let entry = by_path
+            .entry(&b.path[..cut.unwrap_or(b.path.len())])
+            .or_insert((0, None, None));
         entry.0 += b.length;
-        if own {
+        if cut.is_none() {
             entry.1 = Some(b.scale);
+        }
+        if cut.is_none() || b.dtype == "Q4_0" {
             entry.2 = Some(&b.dtype);
         }
     }
@@ -228,9 +234,12 @@ fn inspect_entity(src: &mut Counting, file_bytes: u64) -> Result<Inspection> {
             .get(path)
             .map(|(bytes, scale, dtype)| (*bytes, *scale, dtype.map(str::to_string)))
     });
+    out.bytes_by_dtype.clear();
+    for b in &header.blobs {
+        *out.bytes_by_dtype.entry(b.dtype.clone()).or_default() += b.length;
+    }
     for g in header.blobs.iter().filter(|b| b.path.starts_with("transformer.")) {
         out.weight_bytes += g.length;
-        *out.bytes_by_dtype.entry(g.dtype.clone()).or_default() += g.length;
         out.total_params += g.length / 4;
         out.tensors.push(TensorRow {
             name: g.path.clone(),
@@ -243,6 +252,9 @@ fn inspect_entity(src: &mut Counting, file_bytes: u64) -> Result<Inspection> {
     Ok(out)
 }
 
+/// Bytes, scale and dtype a file stores for one layer.
+type FileInfo = Option<(u64, Option<f32>, Option<String>)>;
+
 /// Rows for a network; `file_info(path)` gives the bytes, scale and dtype a file stores for a layer, when the
 /// network itself does not hold the weights (header-only inspection).
 fn network_inspection(
@@ -250,7 +262,7 @@ fn network_inspection(
     net: &Network,
     file_bytes: u64,
     header_bytes: u64,
-    file_info: impl Fn(&str) -> Option<(u64, Option<f32>, Option<String>)>,
+    file_info: impl Fn(&str) -> FileInfo,
 ) -> Inspection {
     let mut out = Inspection {
         format,
@@ -270,13 +282,7 @@ fn network_inspection(
         bytes_by_dtype: BTreeMap::new(),
         metadata: BTreeMap::new(),
     };
-    fn visit(
-        layer: &Layer,
-        path: String,
-        nesting: usize,
-        out: &mut Inspection,
-        file_info: &dyn Fn(&str) -> Option<(u64, Option<f32>, Option<String>)>,
-    ) {
+    fn visit(layer: &Layer, path: String, nesting: usize, out: &mut Inspection, file_info: &dyn Fn(&str) -> FileInfo) {
         let params = layer.weight_count().unwrap_or(0) as u64;
         let (bytes, scale, dtype) = match &layer.weights {
             Some(ws) => {
@@ -318,9 +324,13 @@ fn network_inspection(
     out
 }
 
-fn inspect_safetensors(src: &mut Counting, file_bytes: u64) -> Result<Inspection> {
-    let needed = safetensors::header_size(&src.read(0, 8.min(file_bytes))?)?;
-    let header = safetensors::inspect(&src.read(0, needed)?)?;
+fn inspect_safetensors(src: &mut Counting, mut head: Vec<u8>, file_bytes: u64) -> Result<Inspection> {
+    let needed = safetensors::header_size(&head)?;
+    let have = head.len() as u64;
+    if needed > have {
+        head.extend(src.read(have, needed - have)?);
+    }
+    let header = safetensors::inspect(&head)?;
     if header.file_len() > file_bytes {
         return Err(LoomError::Truncated {
             what: "safetensors data".into(),
@@ -353,4 +363,38 @@ fn inspect_safetensors(src: &mut Counting, file_bytes: u64) -> Result<Inspection
         });
     }
     Ok(out)
+}
+
+/// Inspects a training checkpoint: its weight tensors (the Adam moments are counted in `metadata`).
+pub fn inspect_checkpoint(ckpt: &crate::formats::checkpoint::Checkpoint) -> Inspection {
+    let mut out = Inspection {
+        format: "checkpoint",
+        file_bytes: 0,
+        header_bytes: 0,
+        weight_bytes: 0,
+        bytes_read: 0,
+        total_params: 0,
+        grid: None,
+        layers: Vec::new(),
+        tensors: Vec::new(),
+        bytes_by_dtype: BTreeMap::new(),
+        metadata: ckpt.weights_metadata().clone(),
+    };
+    let mut moments = 0;
+    for t in ckpt.tensors() {
+        let info = t.weight.info();
+        out.total_params += info.elements;
+        out.weight_bytes += info.byte_len();
+        *out.bytes_by_dtype.entry(info.dtype.to_string()).or_default() += info.byte_len();
+        moments += usize::from(t.adam_m.is_some()) + usize::from(t.adam_v.is_some());
+        out.tensors.push(TensorRow {
+            name: info.name.clone(),
+            dtype: info.dtype.to_string(),
+            shape: info.shape.clone(),
+            bytes: info.byte_len(),
+            offset: info.absolute.0,
+        });
+    }
+    out.metadata.insert("adam_moment_tensors".into(), moments.to_string());
+    out
 }
