@@ -8,7 +8,7 @@ use sha2::{Digest, Sha256};
 
 use crate::dtype::{q4_0, DType};
 use crate::error::{json_err, LoomError, Result};
-use crate::formats::{entity, loom_json};
+use crate::formats::{entity, loom_json, safetensors, tensors};
 use crate::network::Network;
 
 /// Which checks to run.
@@ -149,7 +149,8 @@ fn check_formats(dir: &Path, case: &Value) -> Outcome {
         "build" => check_build(case, &files),
         "q4pack" => check_q4_vectors(dir, case),
         "q4entity" => check_q4_entity(&files),
-        "st_read" | "st_write" => return Outcome::Skipped("safetensors checks not wired yet".into()),
+        "st_read" => check_safetensors_read(case, &files),
+        "st_write" => check_safetensors_write(&files),
         other => Err(format!("unknown load_mode {other:?}")),
     };
     match result {
@@ -394,4 +395,41 @@ fn check_q4_entity(files: &Files) -> Check {
     )?;
     let again = entity::write(&mut entity::read(&saved).map_err(err)?).map_err(err)?;
     same("Q4 transformer entity, second generation", &again, &saved)
+}
+
+/// Loom's `LoadSafetensorsFromBytes` decoding of every tensor equals the manifest's `loom_decoded`.
+fn check_safetensors_read(case: &Value, files: &Files) -> Check {
+    let file = safetensors::SafetensorsFile::from_bytes(files.need("input.safetensors")?).map_err(err)?;
+    let expected = case
+        .get("loom_decoded")
+        .and_then(Value::as_object)
+        .ok_or("no loom_decoded")?;
+    for (name, values) in expected {
+        let ours = file
+            .tensor(name)
+            .map_err(err)?
+            .to_f32(safetensors::Semantics::Loom)
+            .map_err(err)?;
+        let loom: Vec<f32> = values
+            .as_array()
+            .ok_or("loom_decoded entry is not an array")?
+            .iter()
+            .map(|v| v.as_f64().map(|x| x as f32).ok_or("not a number"))
+            .collect::<std::result::Result<_, _>>()?;
+        // Compared as numbers: Loom's output passes through JSON, where Go's `-0` reads back as 0.
+        if ours != loom {
+            return Err(format!("tensor {name}: ours {ours:?}, Loom {loom:?}"));
+        }
+    }
+    Ok(())
+}
+
+/// spec.json → Loom's `SaveSafetensorsToBytes` bytes.
+fn check_safetensors_write(files: &Files) -> Check {
+    let net = loom_json::read(&files.need("spec.json")?).map_err(err)?;
+    same(
+        "spec.json → safetensors",
+        &tensors::write_loom_safetensors(&net).map_err(err)?,
+        &files.need("loom.safetensors")?,
+    )
 }

@@ -1,11 +1,14 @@
 //! loom-wasm: Loom v0.80 checkpoints (JSON, `.entity`, safetensors) in Rust, natively and in WebAssembly.
 //!
 //! Modules by concern: [`dtype`] holds the 21 Loom dtype codecs, [`network`] the grid and layer model,
-//! [`formats`] the readers and writers.
+//! [`formats`] the readers and writers, [`inspect`] header-only inspection, [`convert`] conversions with a
+//! loss report. [`cli`] and [`conformance`] are native-only.
 
+pub mod convert;
 pub mod dtype;
 pub mod error;
 pub mod formats;
+pub mod inspect;
 pub mod network;
 
 #[cfg(not(target_arch = "wasm32"))]

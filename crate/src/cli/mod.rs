@@ -1,11 +1,17 @@
-//! The `loom` command-line tool (native only).
+//! The `loom` command-line tool (native only): inspect, convert, export, conformance.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::conformance::{self, CheckKind, Outcome};
+use crate::convert::{self, OutputFormat};
+use crate::dtype::DType;
+use crate::error::{LoomError, Result};
+use crate::formats::checkpoint::{self, Checkpoint};
+use crate::formats::safetensors::Dtype;
+use crate::inspect::{self, FileSource, Inspection};
 
 #[derive(Parser)]
 #[command(name = "loom", about = "Inspect, convert and check Loom checkpoints", version)]
@@ -16,6 +22,42 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Show a checkpoint's format, grid, layers and sizes (reads only the header of .entity / .safetensors).
+    Inspect {
+        /// A .entity, Loom .json or .safetensors file, or a training-checkpoint directory.
+        path: PathBuf,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Convert between Loom JSON, .entity and safetensors (chosen by OUT's extension or --format).
+    Convert {
+        input: PathBuf,
+        output: PathBuf,
+        /// Re-quantize every layer with weights to this Loom dtype (for safetensors: float32, float16, bfloat16).
+        #[arg(long)]
+        dtype: Option<String>,
+        /// Output format, when OUT's extension does not say.
+        #[arg(long, value_enum)]
+        format: Option<Format>,
+        /// Write even if some weights change; the changes are reported.
+        #[arg(long)]
+        allow_lossy: bool,
+        /// Replace OUT if it exists.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Write an inference-only copy of a training checkpoint (meta.json + weights.safetensors, no optimizer state).
+    Export {
+        checkpoint_dir: PathBuf,
+        out_dir: PathBuf,
+        /// Store weights as F16.
+        #[arg(long)]
+        half: bool,
+        /// Replace files in a non-empty OUT_DIR.
+        #[arg(long)]
+        force: bool,
+    },
     /// Run a Loom-written conformance corpus (manifest.json + cases/) and compare our output with Loom's.
     Conformance {
         dir: PathBuf,
@@ -31,35 +73,254 @@ enum Check {
     All,
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+enum Format {
+    Entity,
+    Json,
+    Safetensors,
+}
+
 /// Entry point of the `loom` binary.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match cli.command {
-        Command::Conformance { dir, check } => {
-            let kind = match check {
-                Check::Formats => CheckKind::Formats,
-                Check::Forward => CheckKind::Forward,
-                Check::All => CheckKind::All,
+    let result = match Cli::parse().command {
+        Command::Inspect { path, json } => run_inspect(&path, json),
+        Command::Convert {
+            input,
+            output,
+            dtype,
+            format,
+            allow_lossy,
+            force,
+        } => run_convert(&input, &output, dtype.as_deref(), format, allow_lossy, force),
+        Command::Export {
+            checkpoint_dir,
+            out_dir,
+            half,
+            force,
+        } => Checkpoint::open(&checkpoint_dir)
+            .and_then(|c| checkpoint::export(&c, &out_dir, half, force))
+            .map(|()| {
+                println!("wrote {}", out_dir.display());
+                ExitCode::SUCCESS
+            }),
+        Command::Conformance { dir, check } => run_conformance(&dir, check),
+    };
+    result.unwrap_or_else(|e| {
+        eprintln!("loom: {e}");
+        ExitCode::from(2)
+    })
+}
+
+fn run_inspect(path: &Path, json: bool) -> Result<ExitCode> {
+    let report = if path.is_dir() {
+        inspect::inspect_checkpoint(&Checkpoint::open(path)?)
+    } else {
+        inspect::inspect(&mut FileSource::open(path)?)?
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).map_err(|e| LoomError::Io(e.to_string()))?
+        );
+    } else {
+        print!("{}", render_table(path, &report));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// The human-readable table `loom inspect` prints.
+fn render_table(path: &Path, r: &Inspection) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(s, "{}  ({})", path.display(), r.format);
+    if r.file_bytes > 0 {
+        let _ = writeln!(
+            s,
+            "file {}  header {}  weights {}  (read {} of it)",
+            human_bytes(r.file_bytes),
+            human_bytes(r.header_bytes),
+            human_bytes(r.weight_bytes),
+            human_bytes(r.bytes_read)
+        );
+    }
+    if let Some(g) = &r.grid {
+        let _ = writeln!(
+            s,
+            "grid depth {} × rows {} × cols {} × {} layers per cell",
+            g.depth, g.rows, g.cols, g.layers_per_cell
+        );
+    }
+    let _ = writeln!(s, "parameters {}", r.total_params);
+    let by_dtype: Vec<String> = r
+        .bytes_by_dtype
+        .iter()
+        .map(|(d, b)| format!("{d} {}", human_bytes(*b)))
+        .collect();
+    if !by_dtype.is_empty() {
+        let _ = writeln!(s, "bytes by dtype: {}", by_dtype.join(", "));
+    }
+    if !r.layers.is_empty() {
+        let w = r
+            .layers
+            .iter()
+            .map(|l| 2 * l.nesting + l.path.len())
+            .max()
+            .unwrap_or(0)
+            .max(8);
+        let _ = writeln!(
+            s,
+            "\n{:<w$} {:>12} {:<18} {:<10} {:<9} {:>13} {:>12} {:>10}",
+            "layer", "(z,y,x,l)", "type", "activation", "dtype", "scale", "params", "bytes"
+        );
+        for l in &r.layers {
+            let name = format!("{}{}", "  ".repeat(l.nesting), l.path);
+            let cell = if l.nesting == 0 {
+                format!("({},{},{},{})", l.z, l.y, l.x, l.l)
+            } else {
+                String::new()
             };
-            match conformance::run(&dir, kind) {
-                Ok(report) => {
-                    for (id, outcome) in &report.cases {
-                        if let Outcome::Failed(reason) = outcome {
-                            println!("FAIL {id}: {reason}");
-                        }
-                    }
-                    println!("{}", report.summary());
-                    if report.failed() > 0 {
-                        ExitCode::from(1)
-                    } else {
-                        ExitCode::SUCCESS
-                    }
-                }
-                Err(e) => {
-                    eprintln!("loom conformance: {e}");
-                    ExitCode::from(2)
-                }
-            }
+            let scale = l.scale.map_or(String::new(), |s| format!("{s}"));
+            let ty = if l.disabled {
+                format!("{} (off)", l.layer_type)
+            } else {
+                l.layer_type.clone()
+            };
+            let _ = writeln!(
+                s,
+                "{name:<w$} {cell:>12} {ty:<18} {:<10} {:<9} {scale:>13} {:>12} {:>10}",
+                l.activation, l.dtype, l.params, l.bytes
+            );
         }
     }
+    if !r.tensors.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n{:<48} {:<8} {:<20} {:>12} {:>12}",
+            "tensor", "dtype", "shape", "bytes", "offset"
+        );
+        for t in &r.tensors {
+            let _ = writeln!(
+                s,
+                "{:<48} {:<8} {:<20} {:>12} {:>12}",
+                t.name,
+                t.dtype,
+                format!("{:?}", t.shape),
+                t.bytes,
+                t.offset
+            );
+        }
+    }
+    for (k, v) in &r.metadata {
+        let v = if v.chars().count() > 100 {
+            format!("{}…", v.chars().take(100).collect::<String>())
+        } else {
+            v.clone()
+        };
+        let _ = writeln!(s, "metadata {k}: {v}");
+    }
+    s
+}
+
+fn run_convert(
+    input: &Path,
+    output: &Path,
+    dtype: Option<&str>,
+    format: Option<Format>,
+    allow_lossy: bool,
+    force: bool,
+) -> Result<ExitCode> {
+    let mut out_format = match format {
+        Some(Format::Entity) => OutputFormat::Entity,
+        Some(Format::Json) => OutputFormat::Json,
+        Some(Format::Safetensors) => OutputFormat::Safetensors(Dtype::F32),
+        None => OutputFormat::from_extension(&output.to_string_lossy()).ok_or_else(|| {
+            LoomError::InvalidInput(format!(
+                "cannot tell the output format of {}: use .entity, .json or .safetensors, or --format",
+                output.display()
+            ))
+        })?,
+    };
+    let mut loom_dtype = dtype.map(DType::parse).transpose()?;
+    // For safetensors, --dtype picks the tensor type.
+    if let OutputFormat::Safetensors(_) = out_format {
+        if let Some(dt) = loom_dtype.take() {
+            out_format = OutputFormat::Safetensors(match dt {
+                DType::Float32 => Dtype::F32,
+                DType::Float16 => Dtype::F16,
+                DType::BFloat16 => Dtype::BF16,
+                other => {
+                    return Err(LoomError::InvalidInput(format!(
+                        "safetensors output is float32, float16 or bfloat16, not {other}"
+                    )))
+                }
+            });
+        }
+    }
+    if output.exists() && !force {
+        return Err(LoomError::InvalidInput(format!(
+            "{} exists; pass --force to replace it",
+            output.display()
+        )));
+    }
+    let bytes = std::fs::read(input).map_err(|e| LoomError::Io(format!("{}: {e}", input.display())))?;
+    let mut net = convert::read_network(&bytes)?;
+    let (out, report) = convert::convert(&mut net, out_format, loom_dtype)?;
+    if !report.is_lossless() && !allow_lossy {
+        eprintln!(
+            "loom convert: refused, this conversion would change weights:\n{}",
+            report.describe()
+        );
+        eprintln!("pass --allow-lossy to write it anyway");
+        return Ok(ExitCode::from(1));
+    }
+    // Write beside the target, then rename: an interrupted write never leaves a half file under OUT's name.
+    let tmp = output.with_extension("loom-tmp");
+    std::fs::write(&tmp, &out).map_err(|e| LoomError::Io(format!("{}: {e}", tmp.display())))?;
+    std::fs::rename(&tmp, output).map_err(|e| LoomError::Io(format!("{}: {e}", output.display())))?;
+    if report.is_lossless() {
+        println!("wrote {} ({} bytes), lossless", output.display(), out.len());
+    } else {
+        println!(
+            "wrote {} ({} bytes); lost precision:\n{}",
+            output.display(),
+            out.len(),
+            report.describe()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_conformance(dir: &Path, check: Check) -> Result<ExitCode> {
+    let kind = match check {
+        Check::Formats => CheckKind::Formats,
+        Check::Forward => CheckKind::Forward,
+        Check::All => CheckKind::All,
+    };
+    let report = conformance::run(dir, kind)?;
+    for (id, outcome) in &report.cases {
+        if let Outcome::Failed(reason) = outcome {
+            println!("FAIL {id}: {reason}");
+        }
+    }
+    println!("{}", report.summary());
+    Ok(if report.failed() > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }

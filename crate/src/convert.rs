@@ -1,0 +1,240 @@
+//! Conversion between Loom JSON, `.entity` and safetensors, with an exact report of what a conversion loses.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::dtype::DType;
+use crate::error::{LoomError, Result};
+use crate::formats::detect::{self, Format};
+use crate::formats::gojson::GoJson;
+use crate::formats::loom_json::{self, Dialect, Target};
+use crate::formats::safetensors::{self as st, Dtype, TensorData};
+use crate::formats::{entity, tensors};
+use crate::network::{Layer, Network, WeightStore};
+
+/// `__metadata__` key under which a safetensors file written by us carries the Loom topology.
+pub const TOPOLOGY_KEY: &str = "loom_network";
+
+/// An output format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputFormat {
+    Entity,
+    Json,
+    /// safetensors with F32, F16 or BF16 tensors.
+    Safetensors(Dtype),
+}
+
+impl OutputFormat {
+    /// The format for a file name's extension (`.entity`, `.json`, `.safetensors` as F32).
+    pub fn from_extension(name: &str) -> Option<OutputFormat> {
+        let ext = name.rsplit_once('.')?.1.to_ascii_lowercase();
+        match ext.as_str() {
+            "entity" => Some(OutputFormat::Entity),
+            "json" => Some(OutputFormat::Json),
+            "safetensors" => Some(OutputFormat::Safetensors(Dtype::F32)),
+            _ => None,
+        }
+    }
+}
+
+/// What changed in one layer's weights.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LayerLoss {
+    pub path: String,
+    pub from: String,
+    pub to: String,
+    /// Weights whose value changed.
+    pub changed: usize,
+    pub total: usize,
+    pub max_abs_error: f32,
+}
+
+/// Every layer whose weights a conversion changes; empty when it is lossless.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct LossReport {
+    pub layers: Vec<LayerLoss>,
+}
+
+impl LossReport {
+    pub fn is_lossless(&self) -> bool {
+        self.layers.is_empty()
+    }
+
+    /// One line per changed layer.
+    pub fn describe(&self) -> String {
+        self.layers
+            .iter()
+            .map(|l| {
+                format!(
+                    "{} ({} → {}): {} of {} weights change, max abs error {:e}",
+                    l.path, l.from, l.to, l.changed, l.total, l.max_abs_error
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// Reads a network from any supported file. safetensors must carry the topology we write (`loom_network`);
+/// its layers come back as float32 masters.
+pub fn read_network(bytes: &[u8]) -> Result<Network> {
+    match detect::detect(bytes) {
+        Format::Entity => entity::read(bytes),
+        Format::LoomJson => loom_json::read(bytes),
+        Format::Safetensors => network_from_safetensors(bytes),
+        Format::Gguf => Err(LoomError::Unsupported("converting GGUF files".into())),
+        Format::Unknown => Err(LoomError::UnknownFormat(
+            "not a Loom .entity or JSON file, nor safetensors".into(),
+        )),
+    }
+}
+
+fn network_from_safetensors(bytes: &[u8]) -> Result<Network> {
+    let file = st::SafetensorsFile::from_bytes(bytes)?;
+    let topology = file.header().metadata().get(TOPOLOGY_KEY).ok_or_else(|| {
+        LoomError::Unsupported(format!(
+            "this safetensors file has no Loom topology (__metadata__.{TOPOLOGY_KEY}); only its tensors can be inspected"
+        ))
+    })?;
+    let value = loom_json::parse_json(topology.as_bytes(), "safetensors loom_network metadata")?;
+    let mut net = loom_json::network_from_value(&value, Dialect::Persisted)?;
+    let mut missing = None;
+    for_each_layer_mut(&mut net, &mut |path, layer| {
+        if !layer.is_weighted() || missing.is_some() {
+            return;
+        }
+        let name = tensors::tensor_name(path);
+        match file.tensor(&name).and_then(|t| t.to_f32(st::Semantics::Standard)) {
+            Ok(values) => match layer.weight_count() {
+                Ok(n) if n == values.len() => {
+                    layer.dtype = DType::Float32;
+                    layer.weights = Some(WeightStore::from_master(values));
+                }
+                Ok(n) => {
+                    missing = Some(LoomError::InvalidNetwork(format!(
+                        "{name}: {} values for {n} weights",
+                        values.len()
+                    )))
+                }
+                Err(e) => missing = Some(e),
+            },
+            Err(_) if layer.weight_count().unwrap_or(0) == 0 => {}
+            Err(e) => missing = Some(e),
+        }
+    });
+    missing.map_or(Ok(net), Err)
+}
+
+/// Calls `f(path, layer)` on every layer, nested ones included, in Loom's blob order.
+pub fn for_each_layer_mut(net: &mut Network, f: &mut dyn FnMut(&str, &mut Layer)) {
+    fn visit(layer: &mut Layer, path: String, f: &mut dyn FnMut(&str, &mut Layer)) {
+        f(&path, layer);
+        let segs: Vec<String> = layer.children().into_iter().map(|(s, _)| s).collect();
+        let mut i = 0;
+        layer.for_each_child(|c| {
+            visit(c, format!("{path}.{}", segs[i]), f);
+            i += 1;
+        });
+    }
+    for (i, layer) in net.layers.iter_mut().enumerate() {
+        visit(layer, format!("layers.{i}"), f);
+    }
+}
+
+/// The weights forward reads, per layer path.
+fn active_values(net: &Network) -> BTreeMap<String, (DType, Vec<f32>)> {
+    let mut out = BTreeMap::new();
+    let mut net = net.clone();
+    for_each_layer_mut(&mut net, &mut |path, layer| {
+        if let Some(ws) = &layer.weights {
+            out.insert(path.to_string(), (layer.dtype, ws.active(layer.dtype)));
+        }
+    });
+    out
+}
+
+/// Converts `net` to `format`, first re-quantizing every layer with weights to `dtype` when given (from its
+/// current values, with a fresh auto-scale). Returns the file bytes and what the conversion changes.
+pub fn convert(net: &mut Network, format: OutputFormat, dtype: Option<DType>) -> Result<(Vec<u8>, LossReport)> {
+    let before = active_values(net);
+    if let Some(dt) = dtype {
+        if let OutputFormat::Safetensors(_) = format {
+            return Err(LoomError::InvalidInput(format!(
+                "safetensors output holds float tensors; choose F32, F16 or BF16 instead of {dt}"
+            )));
+        }
+        for_each_layer_mut(net, &mut |_, layer| {
+            if let Some(ws) = layer.weights.as_mut() {
+                if layer.dtype != dt {
+                    let mut fresh = WeightStore::from_master(ws.active(layer.dtype));
+                    fresh.morph(dt);
+                    *ws = fresh;
+                    layer.dtype = dt;
+                }
+            }
+        });
+    }
+    let (bytes, after) = match format {
+        OutputFormat::Entity => (entity::write(net)?, active_values(net)),
+        OutputFormat::Json => (loom_json::write(net)?, active_values(net)),
+        OutputFormat::Safetensors(st_dtype) => {
+            let after: BTreeMap<String, (DType, Vec<f32>)> = before
+                .iter()
+                .map(|(path, (dt, values))| {
+                    let rounded = match st_dtype {
+                        Dtype::F16 => values.iter().map(|v| half::f16::from_f32(*v).to_f32()).collect(),
+                        Dtype::BF16 => values.iter().map(|v| half::bf16::from_f32(*v).to_f32()).collect(),
+                        _ => values.clone(),
+                    };
+                    (path.clone(), (*dt, rounded))
+                })
+                .collect();
+            (write_safetensors(net, &before, st_dtype)?, after)
+        }
+    };
+    let target_name = |dt: DType| match format {
+        OutputFormat::Safetensors(d) => d.to_string(),
+        _ => dt.name().to_string(),
+    };
+    let mut report = LossReport::default();
+    for (path, (from, old)) in &before {
+        let Some((to, new)) = after.get(path) else { continue };
+        let mut changed = 0;
+        let mut max_abs_error = 0f32;
+        for (a, b) in old.iter().zip(new) {
+            if a.to_bits() != b.to_bits() && !(a.is_nan() && b.is_nan()) {
+                changed += 1;
+                max_abs_error = max_abs_error.max((a - b).abs());
+            }
+        }
+        if changed > 0 {
+            report.layers.push(LayerLoss {
+                path: path.clone(),
+                from: from.name().to_string(),
+                to: target_name(*to),
+                changed,
+                total: old.len(),
+                max_abs_error,
+            });
+        }
+    }
+    Ok((bytes, report))
+}
+
+/// Every layer's current values as 1-D tensors named as Loom names them, plus the topology in `__metadata__`.
+fn write_safetensors(net: &mut Network, values: &BTreeMap<String, (DType, Vec<f32>)>, dtype: Dtype) -> Result<Vec<u8>> {
+    let mut w = GoJson::new(false);
+    loom_json::write_network(&mut w, net, Target::EntityHeader)?;
+    let metadata = BTreeMap::from([(TOPOLOGY_KEY.to_string(), w.finish())]);
+    let names: Vec<(String, [u64; 1])> = values
+        .iter()
+        .map(|(path, (_, v))| (tensors::tensor_name(path), [v.len() as u64]))
+        .collect();
+    let items: Vec<TensorData> = names
+        .iter()
+        .zip(values.values())
+        .map(|((name, shape), (_, v))| TensorData { name, shape, values: v })
+        .collect();
+    st::write(&items, dtype, &metadata)
+}

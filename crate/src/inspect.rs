@@ -1,0 +1,400 @@
+//! Header-only inspection of any supported file: format, grid, layers and tensors, sizes. For `.entity` and
+//! safetensors only the header is read, so a multi-GB file is inspected without touching its weights.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::error::{LoomError, Result};
+use crate::formats::detect::{self, Format};
+use crate::formats::{entity, loom_json, safetensors};
+use crate::network::{Layer, Network};
+
+/// Random-access bytes: a file, a `Blob`, a buffer.
+pub trait ByteSource {
+    /// Total length in bytes.
+    fn len(&self) -> u64;
+    /// True for an empty source.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Reads exactly `buf.len()` bytes at `offset`.
+    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<()>;
+}
+
+impl ByteSource for &[u8] {
+    fn len(&self) -> u64 {
+        <[u8]>::len(self) as u64
+    }
+
+    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        let src = start
+            .checked_add(buf.len())
+            .and_then(|end| self.get(start..end))
+            .ok_or_else(|| LoomError::Truncated {
+                what: "input".into(),
+                needed: offset.saturating_add(buf.len() as u64),
+                available: <[u8]>::len(self) as u64,
+            })?;
+        buf.copy_from_slice(src);
+        Ok(())
+    }
+}
+
+/// A native file read with positioned reads.
+#[cfg(not(target_arch = "wasm32"))]
+pub struct FileSource {
+    file: std::fs::File,
+    len: u64,
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl FileSource {
+    pub fn open(path: &std::path::Path) -> Result<FileSource> {
+        let file = std::fs::File::open(path).map_err(|e| LoomError::Io(format!("{}: {e}", path.display())))?;
+        let len = file.metadata()?.len();
+        Ok(FileSource { file, len })
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl ByteSource for FileSource {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        use std::io::{Read, Seek, SeekFrom};
+        if offset.saturating_add(buf.len() as u64) > self.len {
+            return Err(LoomError::Truncated {
+                what: "file".into(),
+                needed: offset.saturating_add(buf.len() as u64),
+                available: self.len,
+            });
+        }
+        self.file.seek(SeekFrom::Start(offset))?;
+        self.file.read_exact(buf)?;
+        Ok(())
+    }
+}
+
+/// Counts the bytes a source hands out.
+struct Counting<'a> {
+    inner: &'a mut dyn ByteSource,
+    read: u64,
+}
+
+impl Counting<'_> {
+    fn read(&mut self, offset: u64, len: u64) -> Result<Vec<u8>> {
+        let available = self.inner.len();
+        let end = offset.saturating_add(len);
+        if end > available {
+            return Err(LoomError::Truncated {
+                what: "file".into(),
+                needed: end,
+                available,
+            });
+        }
+        let mut buf = vec![0; len as usize];
+        self.inner.read_at(offset, &mut buf)?;
+        self.read += len;
+        Ok(buf)
+    }
+}
+
+/// The grid of a Loom network.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Grid {
+    pub depth: usize,
+    pub rows: usize,
+    pub cols: usize,
+    pub layers_per_cell: usize,
+}
+
+/// One layer, nested ones included (`nesting` > 0).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LayerRow {
+    /// Blob path, e.g. `layers.1.sequential_layers.0`.
+    pub path: String,
+    pub nesting: usize,
+    pub z: i64,
+    pub y: i64,
+    pub x: i64,
+    pub l: i64,
+    #[serde(rename = "type")]
+    pub layer_type: String,
+    pub activation: String,
+    pub dtype: String,
+    /// The weight scale, for layers with weights.
+    pub scale: Option<f32>,
+    pub params: u64,
+    /// Bytes of this layer's weights in the file.
+    pub bytes: u64,
+    pub disabled: bool,
+}
+
+/// One tensor of a safetensors file.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TensorRow {
+    pub name: String,
+    pub dtype: String,
+    pub shape: Vec<u64>,
+    pub bytes: u64,
+    /// Byte offset of its data in the file.
+    pub offset: u64,
+}
+
+/// What [`inspect`] finds.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Inspection {
+    /// `entity`, `json` or `safetensors`.
+    pub format: &'static str,
+    pub file_bytes: u64,
+    pub header_bytes: u64,
+    pub weight_bytes: u64,
+    /// Bytes read from the source to produce this.
+    pub bytes_read: u64,
+    pub total_params: u64,
+    pub grid: Option<Grid>,
+    pub layers: Vec<LayerRow>,
+    pub tensors: Vec<TensorRow>,
+    /// Weight bytes per dtype.
+    pub bytes_by_dtype: BTreeMap<String, u64>,
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// Inspects a source, reading only headers where the format allows it.
+pub fn inspect(source: &mut dyn ByteSource) -> Result<Inspection> {
+    let file_bytes = source.len();
+    let mut src = Counting { inner: source, read: 0 };
+    // One read covers format detection and both formats' fixed preambles.
+    let head = src.read(0, file_bytes.min(entity::PREAMBLE_LEN as u64))?;
+    let mut out = match detect::detect(&head) {
+        Format::Entity => inspect_entity(&mut src, head, file_bytes)?,
+        Format::Safetensors => inspect_safetensors(&mut src, head, file_bytes)?,
+        Format::LoomJson => {
+            let all = src.read(0, file_bytes)?;
+            let net = loom_json::read(&all)?;
+            network_inspection("json", &net, file_bytes, file_bytes, |_| None)
+        }
+        Format::Gguf => return Err(LoomError::Unsupported("GGUF files (the LLM runtime reads them)".into())),
+        Format::Unknown => {
+            return Err(LoomError::UnknownFormat(
+                "not a Loom .entity or JSON file, nor safetensors".into(),
+            ))
+        }
+    };
+    out.bytes_read = src.read;
+    Ok(out)
+}
+
+/// Inspects bytes already in memory.
+pub fn inspect_bytes(bytes: &[u8]) -> Result<Inspection> {
+    let mut src = bytes;
+    inspect(&mut src)
+}
+
+fn inspect_entity(src: &mut Counting, head: Vec<u8>, file_bytes: u64) -> Result<Inspection> {
+    let n = entity::header_len(&head)?;
+    let mut prefix = head;
+    prefix.extend(src.read(entity::PREAMBLE_LEN as u64, n)?);
+    let header = entity::read_header(&prefix)?;
+    let payload = file_bytes - header.payload_offset();
+    if let Some(b) = header.blobs.iter().find(|b| b.offset + b.length > payload) {
+        return Err(LoomError::BlobOutOfRange {
+            path: b.path.clone(),
+            offset: b.offset,
+            end: b.offset + b.length,
+            payload,
+        });
+    }
+    // Blob bytes, scale and dtype per layer path; extra blobs (Q4_0, biases, norms) count towards their layer,
+    // whose dtype shows as Q4_0 when its weights are Q4_0 blocks.
+    let mut by_path: BTreeMap<&str, (u64, Option<f32>, Option<&str>)> = BTreeMap::new();
+    for b in &header.blobs {
+        let cut = b.path.find(".q4_0.").or_else(|| {
+            [".biases", ".q_norm", ".k_norm"]
+                .iter()
+                .find_map(|s| b.path.strip_suffix(s).map(str::len))
+        });
+        let entry = by_path
+            .entry(&b.path[..cut.unwrap_or(b.path.len())])
+            .or_insert((0, None, None));
+        entry.0 += b.length;
+        if cut.is_none() {
+            entry.1 = Some(b.scale);
+        }
+        if cut.is_none() || b.dtype == "Q4_0" {
+            entry.2 = Some(&b.dtype);
+        }
+    }
+    let mut out = network_inspection("entity", &header.network, file_bytes, header.payload_offset(), |path| {
+        by_path
+            .get(path)
+            .map(|(bytes, scale, dtype)| (*bytes, *scale, dtype.map(str::to_string)))
+    });
+    out.bytes_by_dtype.clear();
+    for b in &header.blobs {
+        *out.bytes_by_dtype.entry(b.dtype.clone()).or_default() += b.length;
+    }
+    for g in header.blobs.iter().filter(|b| b.path.starts_with("transformer.")) {
+        out.weight_bytes += g.length;
+        out.total_params += g.length / 4;
+        out.tensors.push(TensorRow {
+            name: g.path.clone(),
+            dtype: g.dtype.clone(),
+            shape: vec![g.length / 4],
+            bytes: g.length,
+            offset: header.payload_offset() + g.offset,
+        });
+    }
+    Ok(out)
+}
+
+/// Bytes, scale and dtype a file stores for one layer.
+type FileInfo = Option<(u64, Option<f32>, Option<String>)>;
+
+/// Rows for a network; `file_info(path)` gives the bytes, scale and dtype a file stores for a layer, when the
+/// network itself does not hold the weights (header-only inspection).
+fn network_inspection(
+    format: &'static str,
+    net: &Network,
+    file_bytes: u64,
+    header_bytes: u64,
+    file_info: impl Fn(&str) -> FileInfo,
+) -> Inspection {
+    let mut out = Inspection {
+        format,
+        file_bytes,
+        header_bytes,
+        weight_bytes: 0,
+        bytes_read: 0,
+        total_params: 0,
+        grid: Some(Grid {
+            depth: net.depth,
+            rows: net.rows,
+            cols: net.cols,
+            layers_per_cell: net.layers_per_cell,
+        }),
+        layers: Vec::new(),
+        tensors: Vec::new(),
+        bytes_by_dtype: BTreeMap::new(),
+        metadata: BTreeMap::new(),
+    };
+    fn visit(layer: &Layer, path: String, nesting: usize, out: &mut Inspection, file_info: &dyn Fn(&str) -> FileInfo) {
+        let params = layer.weight_count().unwrap_or(0) as u64;
+        let (bytes, scale, dtype) = match &layer.weights {
+            Some(ws) => {
+                let bytes = ws.version(layer.dtype).map_or(4 * ws.len(), <[u8]>::len) as u64;
+                (bytes, Some(ws.scale()), layer.dtype.name().to_string())
+            }
+            None => match file_info(&path) {
+                Some((bytes, scale, dtype)) => (bytes, scale, dtype.unwrap_or_else(|| layer.dtype.name().into())),
+                None => (0, None, layer.dtype.name().to_string()),
+            },
+        };
+        out.total_params += if bytes > 0 { params } else { 0 };
+        out.weight_bytes += bytes;
+        if bytes > 0 {
+            *out.bytes_by_dtype.entry(dtype.clone()).or_default() += bytes;
+        }
+        out.layers.push(LayerRow {
+            path: path.clone(),
+            nesting,
+            z: layer.z,
+            y: layer.y,
+            x: layer.x,
+            l: layer.l,
+            layer_type: layer.layer_type.name().to_string(),
+            activation: layer.activation.name().to_string(),
+            dtype,
+            scale,
+            params,
+            bytes,
+            disabled: layer.is_disabled,
+        });
+        for (seg, child) in layer.children() {
+            visit(child, format!("{path}.{seg}"), nesting + 1, out, file_info);
+        }
+    }
+    for (i, layer) in net.layers.iter().enumerate() {
+        visit(layer, format!("layers.{i}"), 0, &mut out, &file_info);
+    }
+    out
+}
+
+fn inspect_safetensors(src: &mut Counting, mut head: Vec<u8>, file_bytes: u64) -> Result<Inspection> {
+    let needed = safetensors::header_size(&head)?;
+    let have = head.len() as u64;
+    if needed > have {
+        head.extend(src.read(have, needed - have)?);
+    }
+    let header = safetensors::inspect(&head)?;
+    if header.file_len() > file_bytes {
+        return Err(LoomError::Truncated {
+            what: "safetensors data".into(),
+            needed: header.file_len(),
+            available: file_bytes,
+        });
+    }
+    let mut out = Inspection {
+        format: "safetensors",
+        file_bytes,
+        header_bytes: header.data_start(),
+        weight_bytes: header.data_len(),
+        bytes_read: 0,
+        total_params: 0,
+        grid: None,
+        layers: Vec::new(),
+        tensors: Vec::new(),
+        bytes_by_dtype: BTreeMap::new(),
+        metadata: header.metadata().clone(),
+    };
+    for t in header.tensors() {
+        out.total_params += t.elements;
+        *out.bytes_by_dtype.entry(t.dtype.to_string()).or_default() += t.byte_len();
+        out.tensors.push(TensorRow {
+            name: t.name.clone(),
+            dtype: t.dtype.to_string(),
+            shape: t.shape.clone(),
+            bytes: t.byte_len(),
+            offset: t.absolute.0,
+        });
+    }
+    Ok(out)
+}
+
+/// Inspects a training checkpoint: its weight tensors (the Adam moments are counted in `metadata`).
+pub fn inspect_checkpoint(ckpt: &crate::formats::checkpoint::Checkpoint) -> Inspection {
+    let mut out = Inspection {
+        format: "checkpoint",
+        file_bytes: 0,
+        header_bytes: 0,
+        weight_bytes: 0,
+        bytes_read: 0,
+        total_params: 0,
+        grid: None,
+        layers: Vec::new(),
+        tensors: Vec::new(),
+        bytes_by_dtype: BTreeMap::new(),
+        metadata: ckpt.weights_metadata().clone(),
+    };
+    let mut moments = 0;
+    for t in ckpt.tensors() {
+        let info = t.weight.info();
+        out.total_params += info.elements;
+        out.weight_bytes += info.byte_len();
+        *out.bytes_by_dtype.entry(info.dtype.to_string()).or_default() += info.byte_len();
+        moments += usize::from(t.adam_m.is_some()) + usize::from(t.adam_v.is_some());
+        out.tensors.push(TensorRow {
+            name: info.name.clone(),
+            dtype: info.dtype.to_string(),
+            shape: info.shape.clone(),
+            bytes: info.byte_len(),
+            offset: info.absolute.0,
+        });
+    }
+    out.metadata.insert("adam_moment_tensors".into(), moments.to_string());
+    out
+}

@@ -1,0 +1,231 @@
+//! The `loom` binary against Loom's corpus: inspect reads only headers and agrees with the manifest; convert
+//! reproduces Loom's bytes, refuses lossy conversions and never overwrites silently.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn corpus() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/conformance")
+}
+
+fn loom(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_loom")).args(args).output().unwrap()
+}
+
+fn manifest_case(id: &str) -> Value {
+    let m: Value = serde_json::from_slice(&std::fs::read(corpus().join("manifest.json")).unwrap()).unwrap();
+    m["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == id)
+        .unwrap()
+        .clone()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("loom-cli-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn inspect_json_matches_the_manifest_and_reads_only_the_header() {
+    for id in [
+        "nested_int4",
+        "grid_2x1x2x2",
+        "transformer_int8",
+        "layer_LSTM_fp4",
+        "layer_MultiHeadAttention_int2",
+    ] {
+        let case = manifest_case(id);
+        let file = corpus().join(case["files"]["loom.entity"].as_str().unwrap());
+        let out = loom(&["inspect", "--json", file.to_str().unwrap()]);
+        assert!(out.status.success(), "{id}: {}", String::from_utf8_lossy(&out.stderr));
+        let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let header_json = case["sizes"]["entity_header_json"].as_u64().unwrap();
+        assert_eq!(r["format"], "entity");
+        assert_eq!(r["header_bytes"].as_u64().unwrap(), 20 + header_json, "{id}");
+        assert_eq!(
+            r["bytes_read"].as_u64().unwrap(),
+            20 + header_json,
+            "{id}: read beyond the header"
+        );
+        assert_eq!(r["weight_bytes"], case["sizes"]["entity_payload"], "{id}");
+        // Every blob of the manifest is a layer row with its length, dtype and scale.
+        for blob in case["blobs"].as_array().unwrap() {
+            let row = r["layers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|l| l["path"] == blob["path"])
+                .unwrap();
+            assert_eq!(row["bytes"], blob["length"], "{id} {}", blob["path"]);
+            assert_eq!(row["dtype"], blob["dtype"], "{id} {}", blob["path"]);
+            assert_eq!(
+                row["scale"].as_f64().map(|s| s as f32),
+                blob["scale"].as_f64().map(|s| s as f32)
+            );
+        }
+    }
+}
+
+#[test]
+fn inspect_refuses_a_truncated_file_with_a_message() {
+    let dir = scratch("truncated");
+    let bytes = std::fs::read(corpus().join("cases/nested_int8/loom.entity")).unwrap();
+    let cut = dir.join("cut.entity");
+    std::fs::write(&cut, &bytes[..bytes.len() - 10]).unwrap();
+    let out = loom(&["inspect", cut.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("outside the payload"));
+}
+
+#[test]
+fn convert_reproduces_loom_bytes_both_ways() {
+    let dir = scratch("convert");
+    for id in [
+        "layer_Dense_int4",
+        "grid_2x1x2x2",
+        "transformer_fp4",
+        "layer_SwiGLU_binary",
+    ] {
+        let case = corpus().join("cases").join(id);
+        let json = dir.join(format!("{id}.json"));
+        let ent = dir.join(format!("{id}.entity"));
+        assert!(loom(&[
+            "convert",
+            case.join("loom.entity").to_str().unwrap(),
+            json.to_str().unwrap()
+        ])
+        .status
+        .success());
+        assert!(loom(&[
+            "convert",
+            case.join("loom.json").to_str().unwrap(),
+            ent.to_str().unwrap()
+        ])
+        .status
+        .success());
+        assert_eq!(
+            std::fs::read(&json).unwrap(),
+            std::fs::read(case.join("loom.json")).unwrap(),
+            "{id}"
+        );
+        assert_eq!(
+            std::fs::read(&ent).unwrap(),
+            std::fs::read(case.join("loom.entity")).unwrap(),
+            "{id}"
+        );
+    }
+}
+
+#[test]
+fn lossy_conversions_are_refused_unless_allowed_and_outputs_are_not_overwritten() {
+    let dir = scratch("lossy");
+    let input = corpus().join("cases/layer_Dense_float32/loom.entity");
+    let out_path = dir.join("q.entity");
+    let (inp, out) = (input.to_str().unwrap(), out_path.to_str().unwrap());
+    let refused = loom(&["convert", inp, out, "--dtype", "int4"]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("float32 → int4"));
+    assert!(!out_path.exists());
+    assert!(loom(&["convert", inp, out, "--dtype", "int4", "--allow-lossy"])
+        .status
+        .success());
+    // The written int4 layer is what Loom's own int4 quantization of the same weights gives.
+    assert_eq!(
+        std::fs::read(&out_path).unwrap(),
+        std::fs::read(corpus().join("cases/layer_Dense_int4/loom.entity")).unwrap()
+    );
+    let before = std::fs::read(&out_path).unwrap();
+    assert_eq!(
+        loom(&["convert", inp, out, "--dtype", "int8", "--allow-lossy"])
+            .status
+            .code(),
+        Some(2)
+    );
+    assert_eq!(
+        std::fs::read(&out_path).unwrap(),
+        before,
+        "an existing output was overwritten"
+    );
+    assert!(
+        loom(&["convert", inp, out, "--dtype", "int8", "--allow-lossy", "--force"])
+            .status
+            .success()
+    );
+}
+
+#[test]
+fn safetensors_round_trip_keeps_the_topology_and_values() {
+    use loom_wasm::formats::{entity, loom_json};
+    let dir = scratch("st");
+    let case = corpus().join("cases/nested_fp4");
+    let st = dir.join("n.safetensors");
+    let back = dir.join("n.json");
+    assert!(loom(&[
+        "convert",
+        case.join("loom.entity").to_str().unwrap(),
+        st.to_str().unwrap()
+    ])
+    .status
+    .success());
+    assert!(loom(&["convert", st.to_str().unwrap(), back.to_str().unwrap()])
+        .status
+        .success());
+    // Back as float32 layers holding exactly the values Loom's fp4 layers compute with.
+    let mut original = entity::read(&std::fs::read(case.join("loom.entity")).unwrap()).unwrap();
+    let mut restored = loom_json::read(&std::fs::read(&back).unwrap()).unwrap();
+    let mut values = Vec::new();
+    loom_wasm::convert::for_each_layer_mut(&mut original, &mut |path, l| {
+        if let Some(ws) = &l.weights {
+            values.push((path.to_string(), ws.active(l.dtype)));
+        }
+    });
+    let mut seen = 0;
+    loom_wasm::convert::for_each_layer_mut(&mut restored, &mut |path, l| {
+        if let Some(ws) = &l.weights {
+            let (p, v) = &values[seen];
+            assert_eq!((p.as_str(), l.dtype.name()), (path, "float32"));
+            assert_eq!(&ws.master_values(), v, "{path}");
+            seen += 1;
+        }
+    });
+    assert_eq!(seen, values.len());
+}
+
+#[test]
+fn export_writes_an_inference_copy_of_a_training_checkpoint() {
+    let dir = scratch("export");
+    let ckpt = dir.join("ckpt");
+    std::fs::create_dir(&ckpt).unwrap();
+    std::fs::write(
+        ckpt.join("weights.json"),
+        r#"{"fc.weight": [[1.5, -2.0], [0.25, 3.0]]}"#,
+    )
+    .unwrap();
+    std::fs::write(ckpt.join("meta.json"), r#"{"model": "tiny"}"#).unwrap();
+    let out_dir = dir.join("out");
+    let out = loom(&["export", ckpt.to_str().unwrap(), out_dir.to_str().unwrap(), "--half"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: Value = serde_json::from_slice(
+        &loom(&[
+            "inspect",
+            "--json",
+            out_dir.join("weights.safetensors").to_str().unwrap(),
+        ])
+        .stdout,
+    )
+    .unwrap();
+    assert_eq!(r["tensors"][0]["name"], "fc.weight");
+    assert_eq!(r["tensors"][0]["dtype"], "F16");
+    assert_eq!(r["tensors"][0]["shape"], serde_json::json!([2, 2]));
+    assert_eq!(
+        std::fs::read(out_dir.join("meta.json")).unwrap(),
+        br#"{"model": "tiny"}"#
+    );
+}
