@@ -2,6 +2,7 @@
 """Loom's side of scripts/bench-entity.sh, through welvet (Loom v0.80's Python binding).
 
     bench_loom.py loom   [--runs N] [--dtypes float32,int8,...] OUT_DIR   > loom.json
+    bench_loom.py cli    [--runs N] LOOM_BIN FILE...                       > cli.json
     bench_loom.py report LOOM_JSON OURS_JSON [INSPECT_JSON [CLI_JSON]]       (markdown tables)
 
 `loom` builds a ~50 M-weight network (12 Dense 2048x2048 in a 1x1x12 grid), morphs every layer to the dtype,
@@ -12,7 +13,10 @@ writes Loom's `.entity` to OUT_DIR/dense50m_<dtype>.entity, then times on those 
 - save, C call only: the bare `LoomSerializeEntity` C call plus copying its result out of C (no JSON parse and no
   base64 decode in Python; Go still base64-encodes inside the call, which cannot be separated from here).
 
-It checks that Loom's own re-save of the loaded network equals the file. Each timing is a median of N runs after
+`cli` times `LOOM_BIN inspect FILE` with hyperfine and counts its reads with `strace -f -y` (bytes returned by
+read/pread64 on the inspected file, and on every file descriptor).
+
+`loom` checks that Loom's own re-save of the loaded network equals the file. Each timing is a median of N runs after
 one warm-up. Everything goes to stdout as JSON.
 """
 
@@ -140,6 +144,46 @@ def bench_loom(out_dir, dtypes, runs):
             "results": results}
 
 
+def bench_cli(loom_bin, files, runs):
+    import re
+    import subprocess
+    import tempfile
+
+    results = []
+    for path in files:
+        path = os.path.realpath(path)
+        with tempfile.TemporaryDirectory() as tmp:
+            hf = os.path.join(tmp, "hf.json")
+            subprocess.run(["hyperfine", "--warmup", "3", "--runs", str(runs), "--style", "none", "-N",
+                            "--export-json", hf, f"{loom_bin} inspect {path}"],
+                           check=True, stdout=subprocess.DEVNULL)
+            with open(hf) as f:
+                h = json.load(f)["results"][0]
+            trace = os.path.join(tmp, "strace.txt")
+            subprocess.run(["strace", "-f", "-y", "-e", "trace=read,pread64", "-o", trace, loom_bin, "inspect", path],
+                           check=True, stdout=subprocess.DEVNULL)
+            file_read = all_read = 0
+            call = re.compile(r"^(?:\d+\s+)?(?:read|pread64)\(\d+<([^>]*)>.*\)\s+=\s+(\d+)")
+            with open(trace) as f:
+                for line in f:
+                    m = call.match(line)
+                    if m:
+                        all_read += int(m.group(2))
+                        if m.group(1) == path:
+                            file_read += int(m.group(2))
+        results.append({
+            "file": path,
+            "file_bytes": os.path.getsize(path),
+            "runs": runs,
+            "mean_ms": h["mean"] * 1e3,
+            "median_ms": h["median"] * 1e3,
+            "stddev_ms": h["stddev"] * 1e3,
+            "file_bytes_read": file_read,
+            "all_bytes_read": all_read,
+        })
+    return {"loom_bin": loom_bin, "loadavg_end": loadavg(), "results": results}
+
+
 def fmt_ms(v):
     return f"{v:.1f}" if v >= 10 else f"{v:.2f}" if v >= 1 else f"{v:.3f}"
 
@@ -171,22 +215,26 @@ def report(loom_path, ours_path, inspect_path=None, cli_path=None):
         with open(inspect_path) as f:
             ins = json.load(f)["results"]
         print()
-        print("| file | size | header | entries | warm ms | cold ms | bytes read (counted / rchar) "
-              "| read beyond header |")
-        print("|---|---:|---:|---:|---:|---:|---:|---:|")
+        print("| file | method | size | header | entries | warm ms | cold ms | bytes read (counted / rchar) "
+              "| read beyond header | page cache after cold |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         for r in ins:
-            print(f"| {os.path.basename(r['file'])} | {fmt_bytes(r['file_bytes'])} | {r['header_bytes']} B "
-                  f"| {r['entries']} | {fmt_ms(r['warm_ms_median'])} | {fmt_ms(r['cold_ms_median'])} "
-                  f"| {r['bytes_read_counted']} / {r['bytes_read_rchar']} B | {r['bytes_read_beyond_header']} B |")
+            cached = r.get("page_cache_bytes_after_cold")
+            cached = fmt_bytes(cached) if cached is not None else "n/a"
+            print(f"| {os.path.basename(r['file'])} | {r['method']} | {fmt_bytes(r['file_bytes'])} "
+                  f"| {r['header_bytes']} B | {r['entries']} | {fmt_ms(r['warm_ms_median'])} "
+                  f"| {fmt_ms(r['cold_ms_median'])} | {r['bytes_read_counted']} / {r['bytes_read_rchar']} B "
+                  f"| {r['bytes_read_beyond_header']} B | {cached} |")
     if cli_path and os.path.exists(cli_path):
         with open(cli_path) as f:
             cli = json.load(f)
         print()
-        print("| `loom inspect` on | mean ms (hyperfine) | median ms | rchar | read from the file (strace) |")
+        print("| `loom inspect FILE` | mean ± σ ms (hyperfine, whole process) | median ms "
+              "| read from FILE (strace) | all reads of the process (strace) |")
         print("|---|---:|---:|---:|---:|")
         for r in cli["results"]:
-            print(f"| {os.path.basename(r['file'])} | {fmt_ms(r['mean_ms'])} | {fmt_ms(r['median_ms'])} "
-                  f"| {r['rchar']} B | {r['file_bytes_read']} B |")
+            print(f"| {os.path.basename(r['file'])} | {fmt_ms(r['mean_ms'])} ± {fmt_ms(r['stddev_ms'])} "
+                  f"| {fmt_ms(r['median_ms'])} | {r['file_bytes_read']} B | {r['all_bytes_read']} B |")
 
 
 def main():
@@ -196,11 +244,18 @@ def main():
     lp.add_argument("out_dir")
     lp.add_argument("--runs", type=int, default=7)
     lp.add_argument("--dtypes", default=",".join(DTYPES))
+    cp = sub.add_parser("cli")
+    cp.add_argument("loom_bin")
+    cp.add_argument("files", nargs="+")
+    cp.add_argument("--runs", type=int, default=30)
     rp = sub.add_parser("report")
     rp.add_argument("files", nargs="+")
     a = p.parse_args()
     if a.cmd == "loom":
         json.dump(bench_loom(a.out_dir, a.dtypes.split(","), max(a.runs, 1)), sys.stdout, indent=1)
+        print()
+    elif a.cmd == "cli":
+        json.dump(bench_cli(a.loom_bin, a.files, max(a.runs, 2)), sys.stdout, indent=1)
         print()
     else:
         report(*a.files)

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use loom_wasm::formats::{entity, loom_json};
+use loom_wasm::formats::{entity, loom_json, safetensors};
 use serde_json::{json, Value};
 
 const USAGE: &str =
@@ -198,24 +198,34 @@ fn inspect_safetensors(path: &Path) -> BoxResult<Inspection> {
         inner: File::open(path)?,
         read: 0,
     };
-    let mut len = [0u8; 8];
-    f.read_exact(&mut len)?;
-    let n = u64::from_le_bytes(len);
-    if n > 100 << 20 {
-        return Err(format!("safetensors header of {n} bytes").into());
-    }
-    let mut header = vec![0u8; n as usize];
-    f.read_exact(&mut header)?;
-    let value: Value = serde_json::from_slice(&header)?;
-    let map = value.as_object().ok_or("safetensors header is not an object")?;
-    let tensors = map.keys().filter(|k| *k != "__metadata__").count();
+    let mut buf = vec![0u8; 8];
+    f.read_exact(&mut buf)?;
+    let n = safetensors::header_size(&buf)? as usize;
+    buf.resize(n, 0);
+    f.read_exact(&mut buf[8..])?;
+    let header = safetensors::inspect(&buf)?;
+    let tensors = header.tensors().len();
     let ms = ms_since(t);
     Ok(Inspection {
         ms,
         counted: f.read,
-        header_bytes: 8 + n,
+        header_bytes: n as u64,
         entries: tensors,
         blobs: tensors,
+    })
+}
+
+/// The library's format-agnostic inspection, what `loom inspect` runs (bytes counted by the library).
+fn inspect_library(path: &Path) -> BoxResult<Inspection> {
+    let t = Instant::now();
+    let i = loom_wasm::inspect::inspect(&mut loom_wasm::inspect::FileSource::open(path)?)?;
+    let ms = ms_since(t);
+    Ok(Inspection {
+        ms,
+        counted: i.bytes_read,
+        header_bytes: i.header_bytes,
+        entries: i.layers.len().max(i.tensors.len()),
+        blobs: i.layers.len().max(i.tensors.len()),
     })
 }
 
@@ -258,7 +268,7 @@ fn generate_entity(path: &Path) -> BoxResult<()> {
 }
 
 fn generate_safetensors(path: &Path) -> BoxResult<()> {
-    use safetensors::tensor::{serialize_to_file, Dtype, TensorView};
+    use ::safetensors::tensor::{serialize_to_file, Dtype, TensorView};
     let data: Vec<u8> = (0..INSPECT_DIM * INSPECT_DIM)
         .flat_map(|i| ((i % 2001) as f32 / 1e4 - 0.1).to_le_bytes())
         .collect();
@@ -267,7 +277,7 @@ fn generate_safetensors(path: &Path) -> BoxResult<()> {
             let view = TensorView::new(Dtype::F32, vec![INSPECT_DIM, INSPECT_DIM], &data)?;
             Ok((format!("layers.{i}.weight"), view))
         })
-        .collect::<std::result::Result<Vec<_>, safetensors::SafeTensorError>>()?;
+        .collect::<std::result::Result<Vec<_>, ::safetensors::SafeTensorError>>()?;
     write_atomically(path, |tmp| Ok(serialize_to_file(tensors, None, tmp)?))
 }
 
@@ -297,9 +307,31 @@ fn bench_inspect(dir: &Path, runs: usize) -> BoxResult<Value> {
     };
     let mut results = Vec::new();
     type Inspect = fn(&Path) -> BoxResult<Inspection>;
-    for (format, path, inspect) in [
-        ("entity", &ent, inspect_entity as Inspect),
-        ("safetensors", &st, inspect_safetensors as Inspect),
+    for (format, method, path, inspect) in [
+        (
+            "entity",
+            "entity::header_len + read_header",
+            &ent,
+            inspect_entity as Inspect,
+        ),
+        (
+            "safetensors",
+            "safetensors::header_size + inspect",
+            &st,
+            inspect_safetensors as Inspect,
+        ),
+        (
+            "entity",
+            "inspect::inspect (as `loom inspect`)",
+            &ent,
+            inspect_library as Inspect,
+        ),
+        (
+            "safetensors",
+            "inspect::inspect (as `loom inspect`)",
+            &st,
+            inspect_library as Inspect,
+        ),
     ] {
         inspect(path)?; // warm-up
         let mut warm = Vec::with_capacity(runs);
@@ -324,6 +356,7 @@ fn bench_inspect(dir: &Path, runs: usize) -> BoxResult<Value> {
         let i = last.expect("runs >= 1");
         results.push(json!({
             "format": format,
+            "method": method,
             "file": path,
             "file_bytes": std::fs::metadata(path)?.len(),
             "header_bytes": i.header_bytes,
