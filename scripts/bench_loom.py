@@ -211,6 +211,14 @@ def report(loom_path, ours_path, inspect_path=None, cli_path=None):
         same = "yes" if o["resave_identical"] and l["resave_identical"] else "NO"
         print(f"| {name} | {fmt_bytes(l['file_bytes'])} | {fmt_ms(lr)} | {fmt_ms(orr)} | {lr / orr:.1f}× "
               f"| {fmt_ms(ls)} ({fmt_ms(lc)}) | {fmt_ms(ow)} | {ls / ow:.1f}× ({lc / ow:.1f}×) | {same} |")
+    print()
+    print("| dtype | ours load ms | ours first load in process ms | ours first save ms | one copy of the file ms "
+          "| Loom save: Python-side JSON + base64 decode ms |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, l in loom.items():
+        o = ours[name]
+        print(f"| {name} | {fmt_ms(o['read_ms_median'])} | {fmt_ms(o['first_read_ms'])} "
+              f"| {fmt_ms(o['first_write_ms'])} | {fmt_ms(o['copy_ms_median'])} | {fmt_ms(l['python_decode_ms'])} |")
     if inspect_path:
         with open(inspect_path) as f:
             ins = json.load(f)["results"]
