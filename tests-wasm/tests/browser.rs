@@ -134,8 +134,64 @@ fn q4_0_pack_matches_loom_vectors() {
     }
 }
 
-// ---------------------------------------------------------------------------------------------------------------
-// TODO(entity round-trip): when `loom_wasm::formats::entity::{read, write}` exists, add a test here that reads an
-// embedded `cases/layer_Dense_<dtype>/loom.entity` with `entity::read`, writes it back with `entity::write`, and
-// asserts the bytes are identical to the file (the manifest's `roundtrip.entity_reserialize_identical` is true).
-// ---------------------------------------------------------------------------------------------------------------
+/// Loom-written files of cases covering grids, nesting, every codec family and a transformer-like stack.
+const ROUND_TRIP_CASES: &[(&str, &[u8], &[u8])] = &[
+    (
+        "grid_2x1x2x2",
+        include_bytes!("../../testdata/conformance/cases/grid_2x1x2x2/loom.entity"),
+        include_bytes!("../../testdata/conformance/cases/grid_2x1x2x2/loom.json"),
+    ),
+    (
+        "transformer_int4",
+        include_bytes!("../../testdata/conformance/cases/transformer_int4/loom.entity"),
+        include_bytes!("../../testdata/conformance/cases/transformer_int4/loom.json"),
+    ),
+    (
+        "layer_LSTM_fp8e5m2",
+        include_bytes!("../../testdata/conformance/cases/layer_LSTM_fp8e5m2/loom.entity"),
+        include_bytes!("../../testdata/conformance/cases/layer_LSTM_fp8e5m2/loom.json"),
+    ),
+    (
+        "layer_MultiHeadAttention_binary",
+        include_bytes!("../../testdata/conformance/cases/layer_MultiHeadAttention_binary/loom.entity"),
+        include_bytes!("../../testdata/conformance/cases/layer_MultiHeadAttention_binary/loom.json"),
+    ),
+    (
+        "layer_CNN2_uint16",
+        include_bytes!("../../testdata/conformance/cases/layer_CNN2_uint16/loom.entity"),
+        include_bytes!("../../testdata/conformance/cases/layer_CNN2_uint16/loom.json"),
+    ),
+];
+
+#[wasm_bindgen_test]
+fn entity_and_json_round_trip_byte_identical_to_loom() {
+    use loom_wasm::formats::{entity, loom_json};
+    for (id, loom_entity, loom_json_bytes) in ROUND_TRIP_CASES {
+        let mut net = entity::read(loom_entity).unwrap_or_else(|e| panic!("{id}: {e}"));
+        assert!(
+            entity::write(&mut net).unwrap() == *loom_entity,
+            "{id}: entity → entity"
+        );
+        assert!(
+            loom_json::write(&mut net).unwrap() == *loom_json_bytes,
+            "{id}: entity → JSON"
+        );
+        let mut from_json = loom_json::read(loom_json_bytes).unwrap();
+        assert!(
+            entity::write(&mut from_json).unwrap() == *loom_entity,
+            "{id}: JSON → entity"
+        );
+    }
+}
+
+#[wasm_bindgen_test]
+fn header_only_inspection_in_the_browser() {
+    let (_, loom_entity, _) = ROUND_TRIP_CASES[1];
+    let n = loom_wasm::formats::entity::header_len(loom_entity).unwrap() as usize;
+    let header_only = &loom_entity[..20 + n];
+    let header = loom_wasm::formats::entity::read_header(header_only).unwrap();
+    assert_eq!(header.payload_offset() + header.payload_len(), loom_entity.len() as u64);
+    let report = loom_wasm::inspect::inspect_bytes(loom_entity).unwrap();
+    assert_eq!(report.bytes_read, 20 + n as u64);
+    assert_eq!(report.weight_bytes, header.payload_len());
+}
