@@ -189,6 +189,88 @@ def cases():
     return out
 
 
+MORPH_CHAINS = [("fp4", "int8"), ("int4", "fp8e4m3"), ("uint16", "ternary"), ("float16", "binary"),
+                ("int2", "float64"), ("binary", "uint4"), ("fp8e5m2", "int16"), ("bfloat16", "uint2")]
+
+BUILDS = [
+    ("Dense_int4", {"type": "dense", "activation": "gelu", "dtype": "INT4", "input_height": 6, "output_height": 5}),
+    ("Dense_tiled", {"type": "Dense", "activation": "relu", "dtype": "f32", "input_height": 6, "output_height": 5,
+                     "use_tiling": True, "tile_size": 4}),
+    ("CNN2_wide", {"type": "cnn2", "activation": "relu", "dtype": "fp32", "input_channels": 2, "input_height": 5,
+                   "input_width": 7, "filters": 3, "output_height": 3, "output_width": 5, "kernel_size": 3,
+                   "stride": 1}),
+    ("MHA_gqa", {"type": "attention", "activation": "linear", "dtype": "fp32", "d_model": 8, "num_heads": 4,
+                 "num_kv_heads": 2, "seq_length": 5}),
+    ("Softmax_temperature", {"type": "softmax", "activation": "linear", "dtype": "fp32", "softmax_type": 3,
+                             "temperature": 0.5}),
+    ("Parallel_add", {"type": "parallel", "activation": "linear", "dtype": "fp32", "combine_mode": "add",
+                      "parallel_branches": [{"type": "dense", "activation": "tanh", "dtype": "fp32",
+                                             "input_height": 3, "output_height": 2},
+                                            {"type": "rmsnorm", "activation": "linear", "dtype": "fp32",
+                                             "input_height": 2}]}),
+]
+
+
+def blank(json_text):
+    """Replaces every base64 weights value with <random>, as the shared corpus does for Loom's random init."""
+    import re
+    return re.sub(r'"weights": "[^"]*"', '"weights": "<random>"', json_text)
+
+
+def extra_api_and_build_cases(manifest):
+    rng = random.Random(7)
+    layer = {"type": "Dense", "activation": "Tanh", "dtype": "float32", "input_height": 6, "output_height": 7}
+    for a, b in MORPH_CHAINS:
+        cid = f"apimorph_chain_{a}_{b}"
+        spec = net([with_weights(cell(dict(layer)), rng)])
+        n = welvet.Network.deserialize(json.dumps(spec))
+        n.morph(0, DTYPES.index(a))
+        n.morph(0, DTYPES.index(b))
+        files = {"spec.json": json.dumps(spec, indent=1).encode(), "loom.json": n.serialize().encode(),
+                 "loom.entity": n.serialize_entity()}
+        write_case(manifest, cid, "api_morph", files)
+    for name, l in BUILDS:
+        cid = f"build_{name}"
+        spec = net([cell(l)])
+        n = welvet.Network(json.dumps(spec))
+        first = n.serialize()
+        second = n.serialize()
+        files = {"spec.json": json.dumps(spec, indent=1).encode(), "loom.blanked.json": blank(first).encode()}
+        if "float32" in first and not any(d in first for d in DTYPES if d != "float32"):
+            ent = n.serialize_entity()
+            files["loom.entity.header"] = ent[:20 + struct.unpack("<Q", ent[12:20])[0]]
+        d = os.path.join(OUT, "cases", cid)
+        os.makedirs(d)
+        for fname, data in files.items():
+            with open(os.path.join(d, fname), "wb") as f:
+                f.write(data)
+        manifest["cases"].append({"id": cid, "category": "build", "load_mode": "build",
+                                  "first_write_equals_second": first == second,
+                                  "files": {fname: f"cases/{cid}/{fname}" for fname in files}})
+
+
+def write_case(manifest, cid, category, files):
+    d = os.path.join(OUT, "cases", cid)
+    os.makedirs(d)
+    loom_json, loom_entity = files["loom.json"], files["loom.entity"]
+    roundtrip = {
+        "json_reserialize_identical": welvet.Network.deserialize(loom_json.decode()).serialize().encode() == loom_json,
+        "entity_from_reloaded_json_identical":
+            welvet.Network.deserialize(loom_json.decode()).serialize_entity() == loom_entity,
+        "entity_reserialize_identical":
+            welvet.Network.deserialize_entity(loom_entity).serialize_entity() == loom_entity,
+        "json_from_reloaded_entity_identical":
+            welvet.Network.deserialize_entity(loom_entity).serialize().encode() == loom_json,
+    }
+    for name, data in files.items():
+        with open(os.path.join(d, name), "wb") as f:
+            f.write(data)
+    hlen, header = header_of(loom_entity)
+    manifest["cases"].append({"id": cid, "category": category, "load_mode": "persist", "blobs": header["blobs"],
+                              "sizes": {"entity_header_json": hlen}, "roundtrip": roundtrip,
+                              "files": {name: f"cases/{cid}/{name}" for name in files}})
+
+
 def header_of(entity_bytes):
     n = struct.unpack("<Q", entity_bytes[12:20])[0]
     return n, json.loads(entity_bytes[20:20 + n])
@@ -244,6 +326,7 @@ def main():
             case["layer_persistence_from_entity_0"] = {"scale": first.get("scale", 0), "native": first["native"],
                                                        "weights_sha256": hashlib.sha256(blob).hexdigest()}
         manifest["cases"].append(case)
+    extra_api_and_build_cases(manifest)
     with open(os.path.join(OUT, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1)
     print(f"{len(manifest['cases'])} cases written to {os.path.normpath(OUT)}")
