@@ -5,7 +5,12 @@ use std::path::Path;
 use loom_wasm::formats::entity;
 
 fn corpus_file(rel: &str) -> Vec<u8> {
-    std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/conformance/cases").join(rel)).unwrap()
+    std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../testdata/conformance/cases")
+            .join(rel),
+    )
+    .unwrap()
 }
 
 #[test]
@@ -15,7 +20,10 @@ fn selective_load_applies_only_the_requested_layers() {
     let only = entity::read_layers(&bytes, &[2, 4]).unwrap();
     for (i, (a, b)) in full.layers.iter().zip(&only.layers).enumerate() {
         // Topology is always complete.
-        assert_eq!((a.layer_type, a.dtype, a.input_height), (b.layer_type, b.dtype, b.input_height));
+        assert_eq!(
+            (a.layer_type, a.dtype, a.input_height),
+            (b.layer_type, b.dtype, b.input_height)
+        );
         if i == 2 || i == 4 {
             assert_eq!(a.weights, b.weights, "layer {i}");
             assert!(b.weights.is_some());

@@ -1,0 +1,56 @@
+//! Dense: `y = act(W·x)`, no bias (spec §7).
+
+use super::{activate, dim, weights, State, Tensor};
+use crate::error::{LoomError, Result};
+use crate::network::Layer;
+
+/// Loom's tile width: `tile_size`, else 8.
+pub(crate) fn tile(layer: &Layer) -> usize {
+    if layer.tile_size > 0 {
+        layer.tile_size as usize
+    } else {
+        8
+    }
+}
+
+/// `Σ x·w` over one row, summed in f64 and rounded to f32 every `t` terms (Loom's tiles); the running value
+/// starts from `init`. Bit-exactness forces this exact order of summation.
+pub(crate) fn tiled_dot(init: f32, x: &[f32], w: &[f32], t: usize) -> f32 {
+    let mut y = init;
+    for (xs, ws) in x.chunks(t).zip(w.chunks(t)) {
+        let mut acc = f64::from(y);
+        for (a, b) in xs.iter().zip(ws) {
+            acc += f64::from(*a) * f64::from(*b);
+        }
+        y = acc as f32;
+    }
+    y
+}
+
+pub(crate) fn dense(layer: &Layer, path: &str, x: &Tensor, state: &mut State) -> Result<Tensor> {
+    let n_in = dim(layer.input_height, "input_height", path)?;
+    let n_out = dim(layer.output_height, "output_height", path)?;
+    if x.shape.len() < 2 {
+        return Err(LoomError::InvalidInput(format!(
+            "{path}: Dense needs a [batch, {n_in}] input, got shape {:?} (Loom would crash)",
+            x.shape
+        )));
+    }
+    let batch = x.batch();
+    if batch * n_in != x.data.len() {
+        return Err(LoomError::InvalidInput(format!(
+            "{path}: Dense expects {batch}×{n_in} values, got {}",
+            x.data.len()
+        )));
+    }
+    let w = weights(layer, path, state)?;
+    let t = tile(layer);
+    let mut out = Vec::with_capacity(batch * n_out);
+    for row in x.data.chunks(n_in) {
+        for o in 0..n_out {
+            let y = tiled_dot(0.0, row, &w[o * n_in..(o + 1) * n_in], t);
+            out.push(activate(layer.activation, y));
+        }
+    }
+    Tensor::new(out, vec![batch, n_out])
+}
