@@ -54,3 +54,42 @@ pub(crate) fn dense(layer: &Layer, path: &str, x: &Tensor, state: &mut State) ->
     }
     Tensor::new(out, vec![batch, n_out])
 }
+
+/// SwiGLU: `down(silu(gate·x + bg) ⊙ (up·x + bu)) + bd` per row of `input_height` values. Gate and up sum fully
+/// in f64 from their biases; the SiLU product is rounded once; down is tiled like Dense from `bd` (spec §7).
+/// Always SiLU: the layer's activation is ignored, as in Loom.
+pub(crate) fn swiglu(layer: &Layer, path: &str, x: &Tensor, state: &mut State) -> Result<Tensor> {
+    let h = dim(layer.input_height, "input_height", path)?;
+    let i = dim(layer.output_height, "output_height", path)?;
+    if h == 0 || !x.data.len().is_multiple_of(h) {
+        return Err(LoomError::InvalidInput(format!(
+            "{path}: SwiGLU needs rows of {h} values, got {}",
+            x.data.len()
+        )));
+    }
+    let w = weights(layer, path, state)?;
+    let (wg, rest) = w.split_at(i * h);
+    let (wu, rest) = rest.split_at(i * h);
+    let (wd, rest) = rest.split_at(h * i);
+    let (bg, rest) = rest.split_at(i);
+    let (bu, bd) = rest.split_at(i);
+    let t = tile(layer);
+    let mut out = Vec::with_capacity(x.data.len());
+    let mut inter = vec![0f32; i];
+    for row in x.data.chunks(h) {
+        for (j, v) in inter.iter_mut().enumerate() {
+            let dot = |wm: &[f32], b: f32| {
+                row.iter()
+                    .zip(&wm[j * h..(j + 1) * h])
+                    .fold(f64::from(b), |acc, (a, w)| acc + f64::from(*a) * f64::from(*w))
+            };
+            let g = dot(wg, bg[j]);
+            let u = dot(wu, bu[j]);
+            *v = (g * (1.0 / (1.0 + (-g).exp())) * u) as f32;
+        }
+        for (o, b) in bd.iter().enumerate() {
+            out.push(tiled_dot(*b, &inter, &wd[o * i..(o + 1) * i], t));
+        }
+    }
+    Tensor::new(out, x.shape.clone())
+}

@@ -7,7 +7,10 @@ mod activation;
 mod attention;
 mod conv;
 mod dense;
+mod embedding;
+mod norm;
 mod recurrent;
+mod softmax;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -118,7 +121,19 @@ pub(crate) fn forward_layer(
         LayerType::ConvTransposed1D | LayerType::ConvTransposed2D | LayerType::ConvTransposed3D => {
             conv::conv_transposed(layer, path, &x, state)
         }
+        LayerType::SwiGLU => dense::swiglu(layer, path, &x, state),
+        LayerType::RMSNorm => norm::rms_norm(layer, path, &x, state),
+        LayerType::LayerNorm => norm::layer_norm(layer, path, &x, state),
+        LayerType::Embedding => embedding::embedding(layer, path, &x, state),
+        LayerType::KMeans => embedding::kmeans(layer, path, &x, state),
+        LayerType::Softmax => softmax::softmax(layer, path, &x),
         LayerType::Residual => Ok(residual(x, skip)),
+        LayerType::Parallel => parallel(layer, path, x, state),
+        LayerType::Metacognition => match layer.meta_observed_layer.as_deref() {
+            // Without rules Metacognition is its observed layer; Loom's rules act on training, not on forward.
+            Some(observed) => forward_layer(observed, &format!("{path}.meta_observed_layer"), x, skip, state),
+            None => Ok(x),
+        },
         LayerType::Sequential => {
             let mut prev_input: Option<Tensor> = None;
             let mut x = x;
@@ -135,7 +150,62 @@ pub(crate) fn forward_layer(
             }
             Ok(x)
         }
-        other => Err(LoomError::Unsupported(format!("CPU forward of {other} layers"))),
+    }
+}
+
+/// Parallel: every branch sees the same input; `concat` (or empty) joins the branches per batch row, `add`
+/// sums them in f32, `avg` sums then multiplies by `1/n`.
+fn parallel(layer: &Layer, path: &str, x: Tensor, state: &mut State) -> Result<Tensor> {
+    let batch = x.batch().max(1);
+    let mut outs = Vec::with_capacity(layer.parallel_branches.len());
+    for (j, b) in layer.parallel_branches.iter().enumerate() {
+        outs.push(forward_layer(
+            b,
+            &format!("{path}.parallel_branches.{j}"),
+            x.clone(),
+            None,
+            state,
+        )?);
+    }
+    let Some(first) = outs.first() else {
+        return Ok(x);
+    };
+    match layer.combine_mode.as_str() {
+        "" | "concat" => {
+            if outs.iter().any(|o| !o.data.len().is_multiple_of(batch)) {
+                return Err(LoomError::InvalidInput(format!(
+                    "{path}: branch outputs do not split into {batch} rows"
+                )));
+            }
+            let mut data = Vec::with_capacity(outs.iter().map(|o| o.data.len()).sum());
+            for b in 0..batch {
+                for o in &outs {
+                    let n = o.data.len() / batch;
+                    data.extend_from_slice(&o.data[b * n..(b + 1) * n]);
+                }
+            }
+            let n = data.len() / batch;
+            Tensor::new(data, vec![batch, n])
+        }
+        mode @ ("add" | "avg") => {
+            if outs.iter().any(|o| o.data.len() != first.data.len()) {
+                return Err(LoomError::InvalidInput(format!(
+                    "{path}: branch outputs differ in size, cannot {mode}"
+                )));
+            }
+            let mut sum = first.clone();
+            for o in &outs[1..] {
+                sum.data.iter_mut().zip(&o.data).for_each(|(a, b)| *a += b);
+            }
+            if mode == "avg" {
+                let inv = 1.0 / outs.len() as f32;
+                sum.data.iter_mut().for_each(|v| *v *= inv);
+            }
+            Ok(sum)
+        }
+        other => Err(LoomError::Unsupported(format!(
+            "{path}: combine mode {other:?} (Loom does not persist the filter gate)"
+        ))),
     }
 }
 
