@@ -195,3 +195,53 @@ fn header_only_inspection_in_the_browser() {
     assert_eq!(report.bytes_read, 20 + n as u64);
     assert_eq!(report.weight_bytes, header.payload_len());
 }
+
+/// `(case id, loom.json)` of the forward cases run in the browser: one per layer type, several dtypes.
+macro_rules! forward_case {
+    ($id:literal) => {
+        ($id, corpus_bytes!(concat!("cases/", $id, "/loom.json")))
+    };
+}
+
+const FORWARD_CASES: &[(&str, &[u8])] = &[
+    forward_case!("layer_Dense_int4"),
+    forward_case!("layer_Dense_fp8e5m2"),
+    forward_case!("dense_tile_size_3"),
+    forward_case!("layer_SwiGLU_bfloat16"),
+    forward_case!("layer_RMSNorm_uint8"),
+    forward_case!("layer_LayerNorm_float16"),
+    forward_case!("layer_Embedding_ternary"),
+    forward_case!("layer_KMeans_fp4"),
+    forward_case!("softmax_Entmax"),
+    forward_case!("softmax_Grid"),
+    forward_case!("nested_int2"),
+    forward_case!("grid_2x1x2x2"),
+];
+
+#[wasm_bindgen_test]
+fn forward_is_bit_identical_to_loom_in_the_browser() {
+    use loom_wasm::cpu::CpuModel;
+    use loom_wasm::formats::loom_json;
+    let manifest: Value = serde_json::from_str(corpus_str!("manifest.json")).unwrap();
+    for (id, json) in FORWARD_CASES {
+        let case = manifest["cases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == *id)
+            .unwrap();
+        let input = f32_le(&from_hex(case["input_f32_hex"].as_str().unwrap()));
+        let expected = f32_le(&from_hex(case["expected_output_f32_hex"].as_str().unwrap()));
+        let shape: Vec<usize> = case["input_shape"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_u64().unwrap() as usize)
+            .collect();
+        let out = CpuModel::new(loom_json::read(json).unwrap())
+            .forward(&input, &shape)
+            .unwrap();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&out.data), bits(&expected), "{id}");
+    }
+}
