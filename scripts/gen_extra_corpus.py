@@ -271,6 +271,73 @@ def write_case(manifest, cid, category, files):
                               "files": {name: f"cases/{cid}/{name}" for name in files}})
 
 
+FORWARD_CHILD = r"""
+import json, struct, sys, welvet
+spec, loom_json, loom_entity, values, shape = json.load(sys.stdin)
+def run(n):
+    return welvet.Network.deserialize(n) if isinstance(n, str) else welvet.Network.deserialize_entity(bytes(n))
+outs = [run(x).forward_polymorphic(values, shape) for x in (spec, loom_json, loom_entity)]
+print(json.dumps(outs))
+"""
+
+
+def input_shape(spec):
+    """An input shape for the first enabled layer of a case (batch 2 where Loom allows it)."""
+    first = next(l for l in spec["layers"] if not l.get("is_disabled"))
+    t = first["type"]
+    ih, iw, idp, c = (first.get(k, 0) for k in ("input_height", "input_width", "input_depth", "input_channels"))
+    return {
+        "Dense": [2, ih], "SwiGLU": [2, ih], "RMSNorm": [2, ih], "LayerNorm": [2, ih], "KMeans": [1, ih],
+        "MultiHeadAttention": [3, first.get("d_model", 0)], "RNN": [2, first.get("seq_length", 1), ih],
+        "LSTM": [2, first.get("seq_length", 1), ih], "CNN1": [2, c, ih], "CNN2": [1, c, ih, iw],
+        "CNN3": [1, c, idp, ih, iw], "ConvTransposed1D": [2, c, iw], "ConvTransposed2D": [1, c, ih, iw],
+        "ConvTransposed3D": [1, c, idp, ih, iw], "Embedding": [6], "Softmax": [1, 6],
+    }.get(t)
+
+
+def add_forward(manifest):
+    """Records Loom's forward output (in a child process: Loom can panic) for every case with a known input."""
+    import subprocess
+    rng = random.Random(99)
+    for case in manifest["cases"]:
+        if case["load_mode"] != "persist":
+            continue
+        d = os.path.join(OUT, "cases", case["id"])
+        spec_text = open(os.path.join(d, "spec.json")).read()
+        spec = json.loads(spec_text)
+        shape = input_shape(spec)
+        if not shape or 0 in shape:
+            continue
+        n = 1
+        for x in shape:
+            n *= x
+        if spec["layers"][0]["type"] == "Embedding":
+            values = [0.0, 3.7, 10.0, 11.0, -0.5, 2.0]
+        else:
+            values = [struct.unpack("<f", struct.pack("<f", rng.uniform(-1, 1)))[0] for _ in range(n)]
+        loom_json = open(os.path.join(d, "loom.json")).read()
+        loom_entity = list(open(os.path.join(d, "loom.entity"), "rb").read())
+        if case["category"] == "apimorph":
+            continue
+        try:
+            r = subprocess.run([sys.executable, "-c", FORWARD_CHILD], capture_output=True, timeout=60,
+                               input=json.dumps([spec_text, loom_json, loom_entity, values, shape]).encode())
+        except subprocess.TimeoutExpired:
+            continue
+        if r.returncode != 0:
+            print(f"no forward for {case['id']}: Loom failed", file=sys.stderr)
+            continue
+        from_spec, from_json, from_entity = json.loads(r.stdout)
+        if not from_spec:  # Loom returns [] when the output has a NaN
+            continue
+        f32hex = lambda v: struct.pack(f"<{len(v)}f", *v).hex()
+        case["input_shape"] = shape
+        case["input_f32_hex"] = f32hex(values)
+        case["expected_output_f32_hex"] = f32hex(from_spec)
+        case["roundtrip"]["forward_after_json_reload_identical"] = f32hex(from_json) == f32hex(from_spec)
+        case["roundtrip"]["forward_after_entity_reload_identical"] = f32hex(from_entity) == f32hex(from_spec)
+
+
 def header_of(entity_bytes):
     n = struct.unpack("<Q", entity_bytes[12:20])[0]
     return n, json.loads(entity_bytes[20:20 + n])
@@ -327,6 +394,7 @@ def main():
                                                        "weights_sha256": hashlib.sha256(blob).hexdigest()}
         manifest["cases"].append(case)
     extra_api_and_build_cases(manifest)
+    add_forward(manifest)
     with open(os.path.join(OUT, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1)
     print(f"{len(manifest['cases'])} cases written to {os.path.normpath(OUT)}")

@@ -25,7 +25,8 @@ pub fn activate(act: Activation, x: f32) -> f32 {
         Activation::Sigmoid => (1.0 / (1.0 + (-f64::from(x)).exp())) as f32,
         Activation::LeakyReLU => {
             if x < 0.0 {
-                x * 0.01
+                // 0.01 is a float64 constant in Loom: the product is rounded once, from f64.
+                (f64::from(x) * 0.01) as f32
             } else {
                 x
             }

@@ -33,10 +33,11 @@ pub(crate) fn rms_norm(layer: &Layer, path: &str, x: &Tensor, state: &mut State)
     for row in x.data.chunks(n) {
         let ss: f64 = row.iter().map(|v| f64::from(*v) * f64::from(*v)).sum();
         let rms = (ss / n as f64 + RMS_EPS).sqrt();
+        // Loom accumulates into a zeroed output, so a −0 product (zero γ) comes out as +0.
         out.extend(
             row.iter()
                 .zip(gamma.iter())
-                .map(|(v, g)| (f64::from(*v) / rms * f64::from(*g)) as f32),
+                .map(|(v, g)| (0.0 + f64::from(*v) / rms * f64::from(*g)) as f32),
         );
     }
     Tensor::new(out, x.shape.clone())
