@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use crate::cpu::CpuModel;
 use crate::dtype::{q4_0, DType};
 use crate::error::{json_err, LoomError, Result};
 use crate::formats::{entity, loom_json, safetensors, tensors};
@@ -71,8 +72,16 @@ pub fn run(dir: &Path, kind: CheckKind) -> Result<Report> {
     for case in cases {
         let id = case.get("id").and_then(Value::as_str).unwrap_or("?").to_string();
         let outcome = match kind {
-            CheckKind::Forward => Outcome::Skipped("forward checks come with the CPU forward pass".into()),
-            CheckKind::Formats | CheckKind::All => check_formats(dir, case),
+            CheckKind::Formats => check_formats(dir, case),
+            CheckKind::Forward => check_forward(dir, case),
+            CheckKind::All => match check_formats(dir, case) {
+                Outcome::Failed(reason) => Outcome::Failed(reason),
+                formats => match (formats, check_forward(dir, case)) {
+                    (_, Outcome::Failed(reason)) => Outcome::Failed(reason),
+                    (Outcome::Passed, _) | (_, Outcome::Passed) => Outcome::Passed,
+                    (skipped, _) => skipped,
+                },
+            },
         };
         report.cases.push((id, outcome));
     }
@@ -432,4 +441,68 @@ fn check_safetensors_write(files: &Files) -> Check {
         &tensors::write_loom_safetensors(&net).map_err(err)?,
         &files.need("loom.safetensors")?,
     )
+}
+
+/// Loom's forward output for the case input, bit for bit: from the reloaded JSON (or the spec when Loom's JSON
+/// reload changes the output), and from the reloaded `.entity` when Loom's own reload keeps the output.
+fn check_forward(dir: &Path, case: &Value) -> Outcome {
+    let (Some(input), Some(expected)) = (
+        case.get("input_f32_hex").and_then(Value::as_str),
+        case.get("expected_output_f32_hex").and_then(Value::as_str),
+    ) else {
+        return Outcome::Skipped("no forward data".into());
+    };
+    let files = Files {
+        dir,
+        map: case.get("files").and_then(Value::as_object),
+    };
+    let result = (|| -> Check {
+        let input = hex_f32s(input)?;
+        let expected = hex_f32s(expected)?;
+        let shape: Vec<usize> = case
+            .get("input_shape")
+            .and_then(Value::as_array)
+            .ok_or("no input_shape")?
+            .iter()
+            .map(|d| d.as_u64().map(|d| d as usize).ok_or("bad input_shape"))
+            .collect::<std::result::Result<_, _>>()?;
+        let json_source = if flag(case, "forward_after_json_reload_identical") {
+            "loom.json"
+        } else {
+            "spec.json"
+        };
+        let mut sources = vec![(json_source, loom_json::read(&files.need(json_source)?).map_err(err)?)];
+        if flag(case, "forward_after_entity_reload_identical") {
+            sources.push(("loom.entity", entity::read(&files.need("loom.entity")?).map_err(err)?));
+        }
+        for (name, net) in sources {
+            let out = CpuModel::new(net)
+                .forward(&input, &shape)
+                .map_err(|e| format!("forward from {name}: {e}"))?;
+            if out
+                .data
+                .iter()
+                .map(|x| x.to_bits())
+                .ne(expected.iter().map(|x| x.to_bits()))
+            {
+                let diffs = out
+                    .data
+                    .iter()
+                    .zip(&expected)
+                    .filter(|(a, b)| a.to_bits() != b.to_bits())
+                    .count();
+                return Err(format!(
+                    "forward from {name}: {diffs} of {} values differ from Loom's (ours {:?}…, Loom {:?}…)",
+                    expected.len(),
+                    &out.data[..out.data.len().min(4)],
+                    &expected[..expected.len().min(4)]
+                ));
+            }
+        }
+        Ok(())
+    })();
+    match result {
+        Ok(()) => Outcome::Passed,
+        Err(reason) => Outcome::Failed(reason),
+    }
 }

@@ -5,6 +5,7 @@
 //! loss report. [`cli`] and [`conformance`] are native-only.
 
 pub mod convert;
+pub mod cpu;
 pub mod dtype;
 pub mod error;
 pub mod formats;

@@ -229,3 +229,45 @@ fn export_writes_an_inference_copy_of_a_training_checkpoint() {
         br#"{"model": "tiny"}"#
     );
 }
+
+#[test]
+fn run_prints_loom_forward_output_and_refuses_bad_shapes() {
+    for id in ["nested_fp4", "grid_2x1x2x2", "softmax_Entmax", "layer_SwiGLU_int4"] {
+        let case = manifest_case(id);
+        // loom.json: an .entity reload of a quantized RMSNorm changes its output (Loom's own quirk).
+        let file = corpus().join(case["files"]["loom.json"].as_str().unwrap());
+        let input = serde_json::to_string(&case["input"]).unwrap();
+        let shape: Vec<String> = case["input_shape"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d.to_string())
+            .collect();
+        let out = loom(&[
+            "run",
+            file.to_str().unwrap(),
+            "--input",
+            &input,
+            "--shape",
+            &shape.join(","),
+            "--json",
+        ]);
+        assert!(out.status.success(), "{id}: {}", String::from_utf8_lossy(&out.stderr));
+        let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let ours: Vec<u32> = r["output"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| (v.as_f64().unwrap() as f32).to_bits())
+            .collect();
+        let hex = case["expected_output_f32_hex"].as_str().unwrap();
+        let loom_out: Vec<u32> = (0..hex.len() / 8)
+            .map(|i| u32::from_le_bytes(u32::from_str_radix(&hex[8 * i..8 * i + 8], 16).unwrap().to_be_bytes()))
+            .collect();
+        assert_eq!(ours, loom_out, "{id}");
+    }
+    let file = corpus().join("cases/layer_Dense_int8/loom.entity");
+    let bad = loom(&["run", file.to_str().unwrap(), "--input", "[1, 2, 3]", "--shape", "3"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("Dense needs a [batch, 5] input"));
+}

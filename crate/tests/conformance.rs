@@ -20,3 +20,23 @@ fn every_format_check_of_the_loom_corpus_passes() {
     assert_eq!(report.cases.len(), 422);
     assert_eq!(report.passed(), 422, "{}", report.summary());
 }
+
+/// More Loom-written cases (scripts/gen_extra_corpus.py, welvet 0.80.0) with shapes and fields the shared corpus
+/// lacks: odd packed sizes, query_dim, rope bases, temperatures, paddings, disabled cells, meta rules, tiny and
+/// huge scales, explicit scales.
+#[test]
+fn every_case_of_the_extra_loom_corpus_passes() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/loom-extra");
+    let report = run(&dir, CheckKind::Formats).unwrap();
+    let failures: Vec<_> = report
+        .cases
+        .iter()
+        .filter_map(|(id, o)| match o {
+            Outcome::Failed(reason) => Some(format!("{id}: {reason}")),
+            _ => None,
+        })
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(report.cases.len() >= 350, "{}", report.summary());
+    assert_eq!(report.passed(), report.cases.len());
+}

@@ -134,8 +134,114 @@ fn q4_0_pack_matches_loom_vectors() {
     }
 }
 
-// ---------------------------------------------------------------------------------------------------------------
-// TODO(entity round-trip): when `loom_wasm::formats::entity::{read, write}` exists, add a test here that reads an
-// embedded `cases/layer_Dense_<dtype>/loom.entity` with `entity::read`, writes it back with `entity::write`, and
-// asserts the bytes are identical to the file (the manifest's `roundtrip.entity_reserialize_identical` is true).
-// ---------------------------------------------------------------------------------------------------------------
+/// Loom-written files of cases covering grids, nesting, every codec family and a transformer-like stack.
+const ROUND_TRIP_CASES: &[(&str, &[u8], &[u8])] = &[
+    (
+        "grid_2x1x2x2",
+        include_bytes!("../../testdata/conformance/cases/grid_2x1x2x2/loom.entity"),
+        include_bytes!("../../testdata/conformance/cases/grid_2x1x2x2/loom.json"),
+    ),
+    (
+        "transformer_int4",
+        include_bytes!("../../testdata/conformance/cases/transformer_int4/loom.entity"),
+        include_bytes!("../../testdata/conformance/cases/transformer_int4/loom.json"),
+    ),
+    (
+        "layer_LSTM_fp8e5m2",
+        include_bytes!("../../testdata/conformance/cases/layer_LSTM_fp8e5m2/loom.entity"),
+        include_bytes!("../../testdata/conformance/cases/layer_LSTM_fp8e5m2/loom.json"),
+    ),
+    (
+        "layer_MultiHeadAttention_binary",
+        include_bytes!("../../testdata/conformance/cases/layer_MultiHeadAttention_binary/loom.entity"),
+        include_bytes!("../../testdata/conformance/cases/layer_MultiHeadAttention_binary/loom.json"),
+    ),
+    (
+        "layer_CNN2_uint16",
+        include_bytes!("../../testdata/conformance/cases/layer_CNN2_uint16/loom.entity"),
+        include_bytes!("../../testdata/conformance/cases/layer_CNN2_uint16/loom.json"),
+    ),
+];
+
+#[wasm_bindgen_test]
+fn entity_and_json_round_trip_byte_identical_to_loom() {
+    use loom_wasm::formats::{entity, loom_json};
+    for (id, loom_entity, loom_json_bytes) in ROUND_TRIP_CASES {
+        let mut net = entity::read(loom_entity).unwrap_or_else(|e| panic!("{id}: {e}"));
+        assert!(
+            entity::write(&mut net).unwrap() == *loom_entity,
+            "{id}: entity → entity"
+        );
+        assert!(
+            loom_json::write(&mut net).unwrap() == *loom_json_bytes,
+            "{id}: entity → JSON"
+        );
+        let mut from_json = loom_json::read(loom_json_bytes).unwrap();
+        assert!(
+            entity::write(&mut from_json).unwrap() == *loom_entity,
+            "{id}: JSON → entity"
+        );
+    }
+}
+
+#[wasm_bindgen_test]
+fn header_only_inspection_in_the_browser() {
+    let (_, loom_entity, _) = ROUND_TRIP_CASES[1];
+    let n = loom_wasm::formats::entity::header_len(loom_entity).unwrap() as usize;
+    let header_only = &loom_entity[..20 + n];
+    let header = loom_wasm::formats::entity::read_header(header_only).unwrap();
+    assert_eq!(header.payload_offset() + header.payload_len(), loom_entity.len() as u64);
+    let report = loom_wasm::inspect::inspect_bytes(loom_entity).unwrap();
+    assert_eq!(report.bytes_read, 20 + n as u64);
+    assert_eq!(report.weight_bytes, header.payload_len());
+}
+
+/// `(case id, loom.json)` of the forward cases run in the browser: one per layer type, several dtypes.
+macro_rules! forward_case {
+    ($id:literal) => {
+        ($id, corpus_bytes!(concat!("cases/", $id, "/loom.json")))
+    };
+}
+
+const FORWARD_CASES: &[(&str, &[u8])] = &[
+    forward_case!("layer_Dense_int4"),
+    forward_case!("layer_Dense_fp8e5m2"),
+    forward_case!("dense_tile_size_3"),
+    forward_case!("layer_SwiGLU_bfloat16"),
+    forward_case!("layer_RMSNorm_uint8"),
+    forward_case!("layer_LayerNorm_float16"),
+    forward_case!("layer_Embedding_ternary"),
+    forward_case!("layer_KMeans_fp4"),
+    forward_case!("softmax_Entmax"),
+    forward_case!("softmax_Grid"),
+    forward_case!("nested_int2"),
+    forward_case!("grid_2x1x2x2"),
+];
+
+#[wasm_bindgen_test]
+fn forward_is_bit_identical_to_loom_in_the_browser() {
+    use loom_wasm::cpu::CpuModel;
+    use loom_wasm::formats::loom_json;
+    let manifest: Value = serde_json::from_str(corpus_str!("manifest.json")).unwrap();
+    for (id, json) in FORWARD_CASES {
+        let case = manifest["cases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == *id)
+            .unwrap();
+        let input = f32_le(&from_hex(case["input_f32_hex"].as_str().unwrap()));
+        let expected = f32_le(&from_hex(case["expected_output_f32_hex"].as_str().unwrap()));
+        let shape: Vec<usize> = case["input_shape"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_u64().unwrap() as usize)
+            .collect();
+        let out = CpuModel::new(loom_json::read(json).unwrap())
+            .forward(&input, &shape)
+            .unwrap();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&out.data), bits(&expected), "{id}");
+    }
+}

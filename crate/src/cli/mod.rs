@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::conformance::{self, CheckKind, Outcome};
 use crate::convert::{self, OutputFormat};
+use crate::cpu::CpuModel;
 use crate::dtype::DType;
 use crate::error::{LoomError, Result};
 use crate::formats::checkpoint::{self, Checkpoint};
@@ -58,6 +59,22 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Run a network on the CPU: `loom run FILE --input '[0.1, 0.2]' --shape 1,2`.
+    Run {
+        path: PathBuf,
+        /// Input values as a JSON array.
+        #[arg(long, conflicts_with = "input_file")]
+        input: Option<String>,
+        /// A file holding the input as a JSON array, or raw little-endian f32 when it ends in .bin / .f32.
+        #[arg(long)]
+        input_file: Option<PathBuf>,
+        /// Input shape, comma separated (the first dimension is the batch).
+        #[arg(long, value_delimiter = ',', required = true)]
+        shape: Vec<usize>,
+        /// Print JSON (`{"shape": [...], "output": [...]}`) instead of plain text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run a Loom-written conformance corpus (manifest.json + cases/) and compare our output with Loom's.
     Conformance {
         dir: PathBuf,
@@ -103,6 +120,13 @@ pub fn main() -> ExitCode {
                 println!("wrote {}", out_dir.display());
                 ExitCode::SUCCESS
             }),
+        Command::Run {
+            path,
+            input,
+            input_file,
+            shape,
+            json,
+        } => run_forward(&path, input.as_deref(), input_file.as_deref(), &shape, json),
         Command::Conformance { dir, check } => run_conformance(&dir, check),
     };
     result.unwrap_or_else(|e| {
@@ -303,6 +327,53 @@ fn run_convert(
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn run_forward(
+    path: &Path,
+    input: Option<&str>,
+    input_file: Option<&Path>,
+    shape: &[usize],
+    json: bool,
+) -> Result<ExitCode> {
+    let values: Vec<f32> = match (input, input_file) {
+        (Some(text), _) => parse_values(text)?,
+        (None, Some(file)) => {
+            let bytes = std::fs::read(file).map_err(|e| LoomError::Io(format!("{}: {e}", file.display())))?;
+            let name = file.to_string_lossy();
+            if name.ends_with(".bin") || name.ends_with(".f32") {
+                if !bytes.len().is_multiple_of(4) {
+                    return Err(LoomError::InvalidInput(format!(
+                        "{name}: not a whole number of f32 values"
+                    )));
+                }
+                bytes
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                    .collect()
+            } else {
+                parse_values(&String::from_utf8_lossy(&bytes))?
+            }
+        }
+        (None, None) => return Err(LoomError::InvalidInput("give --input '[...]' or --input-file".into())),
+    };
+    let bytes = std::fs::read(path).map_err(|e| LoomError::Io(format!("{}: {e}", path.display())))?;
+    let mut model = CpuModel::new(convert::read_network(&bytes)?);
+    let out = model.forward(&values, shape)?;
+    if json {
+        let v = serde_json::json!({"shape": out.shape, "output": out.data});
+        println!("{v}");
+    } else {
+        println!("shape {:?}", out.shape);
+        println!("{:?}", out.data);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn parse_values(text: &str) -> Result<Vec<f32>> {
+    let v: Vec<f64> = serde_json::from_str(text)
+        .map_err(|e| LoomError::InvalidInput(format!("input must be a JSON array of numbers: {e}")))?;
+    Ok(v.into_iter().map(|x| x as f32).collect())
 }
 
 fn run_conformance(dir: &Path, check: Check) -> Result<ExitCode> {
