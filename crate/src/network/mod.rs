@@ -14,6 +14,22 @@ use crate::error::{LoomError, Result};
 /// Grids larger than this many cells are refused: a hostile header cannot make us allocate millions of layers.
 pub const MAX_CELLS: usize = 1 << 20;
 
+/// Grid cells a parsed file may declare whatever its size. Beyond that a file must be large enough to describe
+/// its cells, one per [`BYTES_PER_CELL`] bytes (Loom writes every cell, each well over 64 bytes), so that a
+/// few header bytes cannot allocate a grid of default layers hundreds of times their size.
+pub const FREE_CELLS: usize = 4096;
+/// See [`FREE_CELLS`].
+pub const BYTES_PER_CELL: usize = 64;
+
+/// The most grid cells a file of `input_len` bytes may declare.
+pub fn cell_budget(input_len: usize) -> usize {
+    (input_len / BYTES_PER_CELL).clamp(FREE_CELLS, MAX_CELLS)
+}
+
+/// The most weights [`Network::init_random_weights`] creates in total (1 GiB of float32), so that a short
+/// architecture JSON cannot ask for an allocation that aborts the process.
+pub const MAX_INIT_WEIGHTS: usize = 1 << 28;
+
 /// A Loom network.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Network {
@@ -30,14 +46,26 @@ pub struct Network {
 impl Network {
     /// A grid of default (weightless Dense) cells.
     pub fn new(depth: usize, rows: usize, cols: usize, layers_per_cell: usize) -> Result<Network> {
+        Network::new_bounded(depth, rows, cols, layers_per_cell, MAX_CELLS)
+    }
+
+    /// [`Network::new`] refusing grids of more than `max_cells` cells.
+    pub fn new_bounded(
+        depth: usize,
+        rows: usize,
+        cols: usize,
+        layers_per_cell: usize,
+        max_cells: usize,
+    ) -> Result<Network> {
+        let max_cells = max_cells.min(MAX_CELLS);
         let cells = depth
             .checked_mul(rows)
             .and_then(|n| n.checked_mul(cols))
             .and_then(|n| n.checked_mul(layers_per_cell))
-            .filter(|n| *n <= MAX_CELLS)
+            .filter(|n| *n <= max_cells)
             .ok_or_else(|| {
                 LoomError::InvalidNetwork(format!(
-                    "grid {depth}×{rows}×{cols}×{layers_per_cell} exceeds {MAX_CELLS} layers"
+                    "grid {depth}×{rows}×{cols}×{layers_per_cell} exceeds {max_cells} layers"
                 ))
             })?;
         let mut layers = Vec::with_capacity(cells);
@@ -89,11 +117,18 @@ impl Network {
 
     /// Fills every weighted layer that has no weights with deterministic uniform values in [-0.1, 0.1].
     /// Loom seeds this from the clock; we seed from `seed` so that builds are reproducible.
+    /// At most [`MAX_INIT_WEIGHTS`] weights are created in all; more is a [`LoomError::TooLarge`].
     pub fn init_random_weights(&mut self, seed: u64) -> Result<()> {
         let mut rng = SplitMix64(seed);
-        fn visit(layer: &mut Layer, rng: &mut SplitMix64) -> Result<()> {
+        let mut budget = MAX_INIT_WEIGHTS;
+        fn visit(layer: &mut Layer, rng: &mut SplitMix64, budget: &mut usize) -> Result<()> {
             if layer.is_weighted() && layer.weights.is_none() {
                 let n = layer.weight_count()?;
+                *budget = budget.checked_sub(n).ok_or_else(|| LoomError::TooLarge {
+                    what: "network weights (float32)".into(),
+                    len: (n as u64).saturating_mul(4),
+                    max: MAX_INIT_WEIGHTS as u64 * 4,
+                })?;
                 if n > 0 {
                     let master = (0..n).map(|_| rng.uniform() * 0.2 - 0.1).collect();
                     layer.weights = Some(WeightStore::from_master(master));
@@ -102,12 +137,12 @@ impl Network {
             let mut result = Ok(());
             layer.for_each_child(|c| {
                 if result.is_ok() {
-                    result = visit(c, rng);
+                    result = visit(c, rng, budget);
                 }
             });
             result
         }
-        self.layers.iter_mut().try_for_each(|l| visit(l, &mut rng))
+        self.layers.iter_mut().try_for_each(|l| visit(l, &mut rng, &mut budget))
     }
 }
 
