@@ -15,11 +15,11 @@ use crate::error::{LoomError, Result};
 pub const MAX_CELLS: usize = 1 << 20;
 
 /// Grid cells a parsed file may declare whatever its size. Beyond that a file must be large enough to describe
-/// its cells, one per [`BYTES_PER_CELL`] bytes (Loom writes every cell, each well over 64 bytes), so that a
-/// few header bytes cannot allocate a grid of default layers hundreds of times their size.
+/// its cells, one per [`BYTES_PER_CELL`] bytes (Loom writes every cell, each over 80 bytes), so that a few
+/// header bytes cannot allocate a grid of default layers (about 512 bytes each) thousands of times their size.
 pub const FREE_CELLS: usize = 4096;
 /// See [`FREE_CELLS`].
-pub const BYTES_PER_CELL: usize = 64;
+pub const BYTES_PER_CELL: usize = 16;
 
 /// The most grid cells a file of `input_len` bytes may declare.
 pub fn cell_budget(input_len: usize) -> usize {
@@ -119,16 +119,26 @@ impl Network {
     /// Loom seeds this from the clock; we seed from `seed` so that builds are reproducible.
     /// At most [`MAX_INIT_WEIGHTS`] weights are created in all; more is a [`LoomError::TooLarge`].
     pub fn init_random_weights(&mut self, seed: u64) -> Result<()> {
+        // Count first, so that nothing is allocated for a network that is refused.
+        fn needed(layer: &Layer, total: &mut usize) -> Result<()> {
+            if layer.is_weighted() && layer.weights.is_none() {
+                *total = total.saturating_add(layer.weight_count()?);
+            }
+            layer.children().iter().try_for_each(|(_, c)| needed(c, total))
+        }
+        let mut total = 0;
+        self.layers.iter().try_for_each(|l| needed(l, &mut total))?;
+        if total > MAX_INIT_WEIGHTS {
+            return Err(LoomError::TooLarge {
+                what: "network weights (float32)".into(),
+                len: (total as u64).saturating_mul(4),
+                max: MAX_INIT_WEIGHTS as u64 * 4,
+            });
+        }
         let mut rng = SplitMix64(seed);
-        let mut budget = MAX_INIT_WEIGHTS;
-        fn visit(layer: &mut Layer, rng: &mut SplitMix64, budget: &mut usize) -> Result<()> {
+        fn visit(layer: &mut Layer, rng: &mut SplitMix64) -> Result<()> {
             if layer.is_weighted() && layer.weights.is_none() {
                 let n = layer.weight_count()?;
-                *budget = budget.checked_sub(n).ok_or_else(|| LoomError::TooLarge {
-                    what: "network weights (float32)".into(),
-                    len: (n as u64).saturating_mul(4),
-                    max: MAX_INIT_WEIGHTS as u64 * 4,
-                })?;
                 if n > 0 {
                     let master = (0..n).map(|_| rng.uniform() * 0.2 - 0.1).collect();
                     layer.weights = Some(WeightStore::from_master(master));
@@ -137,12 +147,12 @@ impl Network {
             let mut result = Ok(());
             layer.for_each_child(|c| {
                 if result.is_ok() {
-                    result = visit(c, rng, budget);
+                    result = visit(c, rng);
                 }
             });
             result
         }
-        self.layers.iter_mut().try_for_each(|l| visit(l, &mut rng, &mut budget))
+        self.layers.iter_mut().try_for_each(|l| visit(l, &mut rng))
     }
 }
 
