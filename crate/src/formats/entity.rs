@@ -8,8 +8,8 @@ use serde_json::Value;
 
 use super::gojson::GoJson;
 use super::loom_json::{
-    bool_field, f32_field, f64_field, int_field, members, network_from_value, parse_json, str_field, write_network,
-    Dialect, Target,
+    bool_field, f64_field, int_field, members, network_from_value, parse_json, scale_field, str_field, u64_field,
+    write_network, Dialect, Target,
 };
 use crate::dtype::{q4_0::Q4Blocks, DType};
 use crate::error::{json_err, LoomError, Result};
@@ -99,7 +99,8 @@ pub fn read_header(prefix: &[u8]) -> Result<EntityHeader> {
             available: prefix.len() as u64,
         });
     }
-    let value = parse_json(&prefix[PREAMBLE_LEN..end as usize], "ENTITY header")?;
+    let text = &prefix[PREAMBLE_LEN..end as usize];
+    let value = parse_json(text, "ENTITY header")?;
     let map = value
         .as_object()
         .ok_or_else(|| json_err("ENTITY header", "expected a JSON object"))?;
@@ -108,7 +109,7 @@ pub fn read_header(prefix: &[u8]) -> Result<EntityHeader> {
     let mut blobs = Vec::new();
     for (k, v) in members(map) {
         match k.as_str() {
-            "network" => network = Some(network_from_value(v, Dialect::Persisted)?),
+            "network" => network = Some(network_from_value(v, Dialect::Persisted, text.len())?),
             "transformer" => transformer = Some(parse_transformer(v)?),
             "blobs" => {
                 blobs = v
@@ -143,19 +144,20 @@ fn parse_blob_entry(v: &Value) -> Result<BlobEntry> {
         scale: 0.0,
         native: false,
     };
-    let u64_field = |v: &Value, k: &str| -> Result<u64> {
-        u64::try_from(int_field(v, k)?).map_err(|_| json_err(&format!("blob field \"{k}\""), "negative"))
-    };
+    let mut scale = None;
     for (k, v) in members(map) {
         match k.as_str() {
             "path" => b.path = str_field(v, &k)?.to_string(),
             "offset" => b.offset = u64_field(v, &k)?,
             "length" => b.length = u64_field(v, &k)?,
             "dtype" => b.dtype = str_field(v, &k)?.to_string(),
-            "scale" => b.scale = f32_field(v, &k)?,
+            "scale" => scale = Some(v),
             "native" => b.native = bool_field(v, &k)?,
             _ => {}
         }
+    }
+    if let Some(v) = scale {
+        b.scale = scale_field(v, "scale", &b.path)?;
     }
     if b.offset.checked_add(b.length).is_none() {
         return Err(LoomError::BlobOutOfRange {
@@ -300,6 +302,10 @@ impl<'a> BlobPath<'a> {
                 "q4_0" => {
                     let key = parts.next().ok_or_else(bad)?;
                     index(Some(key))?;
+                    // The key must be the last segment before the suffix is sliced off the path's end.
+                    if parts.next().is_some() {
+                        return Err(bad());
+                    }
                     suffix = Some(&path[path.len() - key.len() - 5..]);
                     break;
                 }
@@ -350,6 +356,10 @@ fn apply_blob(net: &mut Network, path: &BlobPath, b: &BlobEntry, data: &[u8]) ->
     }
     let layer = path.resolve(net, &b.path)?;
     if let Some(suffix) = path.suffix {
+        if b.dtype != "Q4_0" {
+            // Kept as a string, but a typo must not survive a load-save cycle.
+            DType::parse(&b.dtype)?;
+        }
         if b.dtype == "Q4_0" || suffix.starts_with("q4_0.") {
             Q4Blocks::parse(data)?;
         } else {
@@ -405,15 +415,16 @@ pub fn layer_blob(bytes: &[u8], i: usize) -> Result<Option<(&[u8], f32, bool)>> 
     };
     let payload = &bytes[header.payload_offset() as usize..];
     let end = b.offset + b.length;
-    let data = payload
-        .get(b.offset as usize..end as usize)
-        .ok_or_else(|| LoomError::BlobOutOfRange {
+    // Compared as u64 before any cast: on wasm32 `as usize` would truncate a hostile offset.
+    if end > payload.len() as u64 {
+        return Err(LoomError::BlobOutOfRange {
             path: b.path.clone(),
             offset: b.offset,
             end,
             payload: payload.len() as u64,
-        })?;
-    Ok(Some((data, b.scale, b.native)))
+        });
+    }
+    Ok(Some((&payload[b.offset as usize..end as usize], b.scale, b.native)))
 }
 
 /// One blob to write.

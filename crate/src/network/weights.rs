@@ -55,6 +55,13 @@ impl WeightStore {
         let mut ws = WeightStore::from_master(master);
         ws.scale = scale;
         ws.morph(dtype);
+        // Auto-scaling a master that holds ±Inf (or a sum beyond float32) gives a scale no file can hold.
+        if !ws.scale.is_finite() {
+            return Err(LoomError::InvalidScale {
+                path: path.to_string(),
+                scale: ws.scale,
+            });
+        }
         Ok(ws)
     }
 
@@ -127,7 +134,8 @@ impl WeightStore {
         if dt != DType::Float32 {
             return None;
         }
-        let master = self.master.as_ref()?;
+        // A store loaded as another dtype has no master yet: encode the values it unpacks to.
+        let master = self.master_values();
         Some(std::borrow::Cow::Owned(
             master.iter().flat_map(|w| w.to_le_bytes()).collect(),
         ))
