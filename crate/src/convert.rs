@@ -98,7 +98,7 @@ fn network_from_safetensors(bytes: &[u8]) -> Result<Network> {
         ))
     })?;
     let value = loom_json::parse_json(topology.as_bytes(), "safetensors loom_network metadata")?;
-    let mut net = loom_json::network_from_value(&value, Dialect::Persisted)?;
+    let mut net = loom_json::network_from_value(&value, Dialect::Persisted, topology.len())?;
     let mut missing = None;
     for_each_layer_mut(&mut net, &mut |path, layer| {
         if !layer.is_weighted() || missing.is_some() {
