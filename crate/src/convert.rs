@@ -78,9 +78,11 @@ impl LossReport {
 
 /// Reads a network from any supported file. safetensors must carry the topology we write (`loom_network`);
 /// its layers come back as float32 masters.
-pub fn read_network(bytes: &[u8]) -> Result<Network> {
+/// `file` is kept, not copied: `.entity` weights stay slices of it.
+pub fn read_network(file: bytes::Bytes) -> Result<Network> {
+    let bytes = &file[..];
     match detect::detect(bytes) {
-        Format::Entity => entity::read(bytes),
+        Format::Entity => entity::read_bytes(file.clone()),
         Format::LoomJson => loom_json::read(bytes),
         Format::Safetensors => network_from_safetensors(bytes),
         Format::Gguf => Err(LoomError::Unsupported("converting GGUF files".into())),

@@ -26,7 +26,7 @@ pub struct ExtraBlob {
     pub dtype: String,
     pub scale: f32,
     pub native: bool,
-    pub bytes: Vec<u8>,
+    pub bytes: bytes::Bytes,
 }
 
 /// A Loom layer. Integer fields are Go `int`s; zero means "unset" and is omitted on save.

@@ -7,7 +7,7 @@ mod weights;
 
 pub use kinds::{Activation, LayerType, SoftmaxType};
 pub use layer::{ExtraBlob, Layer, MetaRule};
-pub use weights::WeightStore;
+pub use weights::{f32_bytes, WeightStore};
 
 use crate::error::{LoomError, Result};
 
@@ -181,9 +181,9 @@ pub struct Transformer {
     pub weight_dtype: String,
     pub dims: TransformerDims,
     /// float32 little-endian bytes of `transformer.embeddings`, `.lm_head`, `.final_norm` as read.
-    pub embeddings: Option<Vec<u8>>,
-    pub lm_head: Option<Vec<u8>>,
-    pub final_norm: Option<Vec<u8>>,
+    pub embeddings: Option<bytes::Bytes>,
+    pub lm_head: Option<bytes::Bytes>,
+    pub final_norm: Option<bytes::Bytes>,
 }
 
 /// `dims` of the transformer section.
