@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """Writes testdata/forward/{attention,recurrent,conv}.json: forward outputs computed by Loom itself.
 
+A case holds Loom's JSON `network` (or, with `entity_hex`, the `.entity` file Loom loaded) and the calls made on it
+in order: `shape`, `input_f32_hex`, and Loom's output `expected_f32_hex` (little-endian float32 bytes).
+
 Loom (welvet 0.80.0, `pip install welvet==0.80.0`, linux/amd64) loads each network spec and runs
 `forward_polymorphic` on each call in order on the same network, so MHA calls see the KV cache the earlier calls
 left. The cases cover what the shared corpus does not: query_dim, GQA (also uneven), odd head_dim, RoPE bases
@@ -41,10 +44,24 @@ def network(layer):
             "layers": [dict({"z": 0, "y": 0, "x": 0, "l": 0}, **layer)]}
 
 
-def run(case_id, what, layer, calls, rng):
-    """calls: list of input shapes; each gets fresh random input values."""
+def run(case_id, what, layer, calls, rng, norms=None):
+    """calls: list of input shapes; each gets fresh random input values. norms: MHA `q_norm`/`k_norm` values, added
+    as float32 blobs to the `.entity` Loom writes for the network (the case then carries that file)."""
     text = json.dumps(network(layer))
     net = welvet.Network.deserialize(text)
+    entity = None
+    if norms:
+        wire = net.serialize_entity()
+        n = struct.unpack("<Q", wire[12:20])[0]
+        header, payload = json.loads(wire[20:20 + n]), wire[20 + n:]
+        for name, vals in norms.items():
+            raw = struct.pack(f"<{len(vals)}f", *vals)
+            header["blobs"].append({"path": f"layers.0.{name}", "offset": len(payload), "length": len(raw),
+                                    "dtype": "float32", "native": False})
+            payload += raw
+        h = json.dumps(header, separators=(",", ":")).encode()
+        entity = wire[:12] + struct.pack("<Q", len(h)) + h + payload
+        net = welvet.Network.deserialize_entity(entity)
     out_calls = []
     for shape in calls:
         n = 1
@@ -53,7 +70,10 @@ def run(case_id, what, layer, calls, rng):
         vals = [struct.unpack("<f", struct.pack("<f", rng.gauss(0, 1)))[0] for _ in range(n)]
         y = net.forward_polymorphic(vals, shape)
         out_calls.append({"shape": shape, "input_f32_hex": f32_hex(vals), "expected_f32_hex": f32_hex(y)})
-    return {"id": case_id, "what": what, "network": text, "calls": out_calls}
+    case = {"id": case_id, "what": what, "network": text, "calls": out_calls}
+    if entity:
+        case["entity_hex"] = entity.hex()
+    return case
 
 
 # ---------------------------------------------------------------- MultiHeadAttention
@@ -112,6 +132,11 @@ def attention_cases(rng):
     ]
     for cid, what, kw, calls in spec:
         c.append(run(cid, what, mha_layer(rng, **kw), calls, rng))
+    c.append(run("mha_qk_norm", "q_norm per head dim and k_norm per element, from .entity blobs (the first token "
+                 "attends only to itself, so the norms show from the second on)",
+                 mha_layer(rng, d=8, heads=2, hd=4, kv=2), [[3, 8], [1, 8]], rng,
+                 norms={"q_norm": [rng.uniform(0.5, 1.5) for _ in range(4)],
+                        "k_norm": [rng.uniform(0.5, 1.5) for _ in range(8)]}))
     for dt in ["float64", "float16", "int8", "uint8", "int4", "fp4", "ternary", "binary"]:
         c.append(run(f"mha_gqa_{dt}", f"{dt}: 4 heads over 2 kv heads, query_dim 8, batch 2, then one token",
                      mha_layer(rng, d=6, heads=4, hd=2, kv=2, q=8, dtype=dt), [[2, 3, 6], [1, 6]], rng))

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use loom_wasm::conformance::{run, CheckKind, Outcome};
 use loom_wasm::cpu::CpuModel;
-use loom_wasm::formats::loom_json;
+use loom_wasm::formats::{entity, loom_json};
 use loom_wasm::LoomError;
 use serde_json::Value;
 
@@ -13,6 +13,12 @@ fn data(file: &str) -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../testdata/forward")
         .join(file)
+}
+
+fn bytes(hex: &str) -> Vec<u8> {
+    (0..hex.len() / 2)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+        .collect()
 }
 
 fn f32s(hex: &str) -> Vec<f32> {
@@ -33,7 +39,10 @@ pub fn check(file: &str) -> usize {
     let mut calls = 0;
     for case in doc["cases"].as_array().unwrap() {
         let id = case["id"].as_str().unwrap();
-        let net = loom_json::read(case["network"].as_str().unwrap().as_bytes()).unwrap();
+        let net = match case["entity_hex"].as_str() {
+            Some(hex) => entity::read(&bytes(hex)).unwrap(),
+            None => loom_json::read(case["network"].as_str().unwrap().as_bytes()).unwrap(),
+        };
         let mut model = CpuModel::new(net);
         for (n, call) in case["calls"].as_array().unwrap().iter().enumerate() {
             calls += 1;
