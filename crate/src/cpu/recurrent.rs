@@ -33,7 +33,11 @@ impl Dims {
                 x.shape
             )));
         }
-        let block = product(&[hidden, input + hidden + 1], "weight count", path)?;
+        let row = input
+            .checked_add(hidden)
+            .and_then(|n| n.checked_add(1))
+            .unwrap_or(usize::MAX);
+        let block = product(&[hidden, row], "weight count", path)?;
         let needed = product(&[gates, block], "weight count", path)?;
         if weight_count < needed {
             return Err(LoomError::InvalidNetwork(format!(
