@@ -1,13 +1,13 @@
-//! Loom's own conformance corpus: every format check must pass byte for byte.
+//! Loom's own conformance corpora: every format check byte for byte, every forward output bit for bit.
 
 use std::path::Path;
 
 use loom_wasm::conformance::{run, CheckKind, Outcome};
 
 #[test]
-fn every_format_check_of_the_loom_corpus_passes() {
+fn every_format_and_forward_check_of_the_loom_corpus_passes() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/conformance");
-    let report = run(&dir, CheckKind::Formats).unwrap();
+    let report = run(&dir, CheckKind::All).unwrap();
     let failures: Vec<_> = report
         .cases
         .iter()
@@ -27,7 +27,7 @@ fn every_format_check_of_the_loom_corpus_passes() {
 #[test]
 fn every_case_of_the_extra_loom_corpus_passes() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/loom-extra");
-    let report = run(&dir, CheckKind::Formats).unwrap();
+    let report = run(&dir, CheckKind::All).unwrap();
     let failures: Vec<_> = report
         .cases
         .iter()
