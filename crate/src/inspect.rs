@@ -200,14 +200,9 @@ fn inspect_entity(src: &mut Counting, head: Vec<u8>, file_bytes: u64) -> Result<
     let mut prefix = head;
     prefix.extend(src.read(entity::PREAMBLE_LEN as u64, n)?);
     let header = entity::read_header(&prefix)?;
-    let payload = file_bytes - header.payload_offset();
-    if let Some(b) = header.blobs.iter().find(|b| b.offset + b.length > payload) {
-        return Err(LoomError::BlobOutOfRange {
-            path: b.path.clone(),
-            offset: b.offset,
-            end: b.offset + b.length,
-            payload,
-        });
+    let payload = file_bytes.saturating_sub(header.payload_offset());
+    for b in &header.blobs {
+        b.range(payload)?;
     }
     // Blob bytes, scale and dtype per layer path; extra blobs (Q4_0, biases, norms) count towards their layer,
     // whose dtype shows as Q4_0 when its weights are Q4_0 blocks.
