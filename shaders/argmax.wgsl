@@ -1,0 +1,56 @@
+// Argmax over rows (greedy decoding), one 64-lane workgroup per row: out[row] = the first index of the row's largest
+// value. Comparisons are strict from −∞, so NaN never wins and a row of −∞/NaN gives 0; ties keep the lower index.
+// Rows over a 2-D grid as in norm.wgsl.
+
+struct Params {
+    rows: u32,
+    n: u32,
+    _p0: u32,
+    _p1: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> out: array<u32>;
+
+var<workgroup> best_v: array<f32, 64>;
+var<workgroup> best_i: array<u32, 64>;
+
+@compute @workgroup_size(64)
+fn argmax(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lane: u32,
+) {
+    let row = wg.y * nwg.x + wg.x;
+    if row >= p.rows {
+        return;
+    }
+    let base = row * p.n;
+    var v = bitcast<f32>(0xff800000u);
+    var idx = 0u;
+    for (var i = lane; i < p.n; i += 64u) {
+        let xi = x[base + i];
+        if xi > v {
+            v = xi;
+            idx = i;
+        }
+    }
+    best_v[lane] = v;
+    best_i[lane] = idx;
+    workgroupBarrier();
+    for (var s = 32u; s > 0u; s >>= 1u) {
+        if lane < s {
+            let ov = best_v[lane + s];
+            let oi = best_i[lane + s];
+            if ov > best_v[lane] || (ov == best_v[lane] && oi < best_i[lane]) {
+                best_v[lane] = ov;
+                best_i[lane] = oi;
+            }
+        }
+        workgroupBarrier();
+    }
+    if lane == 0u {
+        out[row] = best_i[0];
+    }
+}
