@@ -188,6 +188,7 @@ impl Attention {
     /// One-shot: writes the `k`, `v` rows of `tokens = q.len() / (heads·head_dim)` tokens into `cache` at positions
     /// `pos0..`, then attends each query to the positions up to its own. `pos0 = 0` is a prefill; a later call with
     /// one token is a decode step. Returns `[tokens][heads·head_dim]`.
+    #[allow(clippy::too_many_arguments)]
     pub async fn run(
         &self,
         gpu: &Gpu,

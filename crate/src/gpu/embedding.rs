@@ -23,7 +23,10 @@ pub struct EmbeddingTable {
 impl EmbeddingTable {
     /// Uploads `vocab × dim` f32 values, in as few shards as the device's binding limit allows.
     pub async fn upload(gpu: &Gpu, table: &[f32], vocab: usize, dim: usize) -> Result<EmbeddingTable> {
-        let max = u64::from(gpu.limits.max_storage_buffer_binding_size).min(gpu.limits.max_buffer_size);
+        let max = gpu
+            .limits
+            .max_storage_buffer_binding_size
+            .min(gpu.limits.max_buffer_size);
         let rows = (max / (4 * dim.max(1) as u64)).max(1);
         Self::upload_sharded(gpu, table, vocab, dim, rows.min(usize::MAX as u64) as usize).await
     }
@@ -96,6 +99,7 @@ impl Embedding {
 
     /// Records `y[t] = act(table[int(ids[t])])` for `tokens` ids (f32 values, as Loom's input), one dispatch per
     /// shard.
+    #[allow(clippy::too_many_arguments)]
     pub fn encode(
         &self,
         gpu: &Gpu,

@@ -9,10 +9,15 @@
 use super::Gpu;
 use crate::error::{LoomError, Result};
 
-/// A uniform parameter block: 32-bit words (f32 values as their bits), padded to a whole 16 bytes.
+/// Words every parameter block is padded to: at least the largest `Params` struct of the kernels (48 bytes), so
+/// that trailing padding fields may be left out.
+const MIN_PARAM_WORDS: usize = 16;
+
+/// A uniform parameter block: 32-bit words (f32 values as their bits), zero-padded to a whole 16 bytes and to at
+/// least [`MIN_PARAM_WORDS`].
 pub(crate) fn params(words: &[u32]) -> Vec<u8> {
     let mut w = words.to_vec();
-    w.resize(words.len().next_multiple_of(4).max(4), 0);
+    w.resize(words.len().next_multiple_of(4).max(MIN_PARAM_WORDS), 0);
     bytemuck::cast_slice(&w).to_vec()
 }
 
@@ -40,7 +45,10 @@ pub(crate) fn grid_for(gpu: &Gpu, elements: u64, lanes: u32, what: &str) -> Resu
 /// Refuses a buffer the kernels could not bind whole: over `max_storage_buffer_binding_size` (128 MiB on lavapipe,
 /// 1 GiB in Chromium) or over the largest buffer.
 pub(crate) fn check_binding(gpu: &Gpu, what: &str, bytes: u64) -> Result<()> {
-    let max = u64::from(gpu.limits.max_storage_buffer_binding_size).min(gpu.limits.max_buffer_size);
+    let max = gpu
+        .limits
+        .max_storage_buffer_binding_size
+        .min(gpu.limits.max_buffer_size);
     if bytes > max {
         return Err(LoomError::GpuOutOfMemory(format!(
             "{what}: {bytes} bytes exceed the device's largest storage binding ({max} bytes)"

@@ -386,7 +386,7 @@ impl Mha {
         // its own kv head, all rows go at once (no query reads a row written after it on the CPU); otherwise row by
         // row, as the CPU does.
         let scale = (1.0 / (c.hd as f64).sqrt()) as f32;
-        let together = start + tokens <= self.max_seq && (c.kv_heads == 0 || c.heads % c.kv_heads == 0);
+        let together = start + tokens <= self.max_seq && c.heads.is_multiple_of(c.kv_heads);
         let (groups, per) = if together { (1, tokens) } else { (batch, seq) };
         for b in 0..groups {
             let first = u32_dim(b * per, "token")?;
