@@ -1,6 +1,7 @@
 // Argmax over rows (greedy decoding), one 64-lane workgroup per row: out[row] = the first index of the row's largest
-// value. Comparisons are strict from −∞, so NaN never wins and a row of −∞/NaN gives 0; ties keep the lower index.
-// Rows over a 2-D grid as in norm.wgsl.
+// value, as a strict `>` scan from −∞ finds it: NaN and −∞ never win, a row of them gives 0, ties keep the lower
+// index. WGSL has no constant −∞ (Tint refuses one), so "nothing found yet" is a flag and the first candidate is any
+// value ≥ the lowest finite f32 (exactly the values > −∞). Rows over a 2-D grid as in norm.wgsl.
 
 struct Params {
     rows: u32,
@@ -15,6 +16,9 @@ struct Params {
 
 var<workgroup> best_v: array<f32, 64>;
 var<workgroup> best_i: array<u32, 64>;
+var<workgroup> best_ok: array<u32, 64>;
+
+const LOWEST: f32 = bitcast<f32>(0xff7fffffu); // −3.40282347e38; Tint refuses that decimal (a hair past f32)
 
 @compute @workgroup_size(64)
 fn argmax(
@@ -27,25 +31,30 @@ fn argmax(
         return;
     }
     let base = row * p.n;
-    var v = bitcast<f32>(0xff800000u);
+    var v = LOWEST;
     var idx = 0u;
+    var found = false;
     for (var i = lane; i < p.n; i += 64u) {
         let xi = x[base + i];
-        if xi > v {
+        if (found && xi > v) || (!found && xi >= LOWEST) {
             v = xi;
             idx = i;
+            found = true;
         }
     }
     best_v[lane] = v;
     best_i[lane] = idx;
+    best_ok[lane] = u32(found);
     workgroupBarrier();
     for (var s = 32u; s > 0u; s >>= 1u) {
-        if lane < s {
+        if lane < s && best_ok[lane + s] != 0u {
             let ov = best_v[lane + s];
             let oi = best_i[lane + s];
-            if ov > best_v[lane] || (ov == best_v[lane] && oi < best_i[lane]) {
+            let mine = best_ok[lane] != 0u;
+            if !mine || ov > best_v[lane] || (ov == best_v[lane] && oi < best_i[lane]) {
                 best_v[lane] = ov;
                 best_i[lane] = oi;
+                best_ok[lane] = 1u;
             }
         }
         workgroupBarrier();

@@ -53,7 +53,8 @@ fn softmax(
         return;
     }
     let base = row * p.n;
-    var m = bitcast<f32>(0xff800000u);
+    // The lowest finite f32, not −∞: a constant −∞ is a shader-creation error in WGSL (Chromium's Tint refuses it).
+    var m = bitcast<f32>(0xff7fffffu);
     for (var i = lane; i < p.n; i += 64u) {
         m = max(m, x[base + i] / p.temperature);
     }
