@@ -18,7 +18,8 @@ var<workgroup> best_v: array<f32, 64>;
 var<workgroup> best_i: array<u32, 64>;
 var<workgroup> best_ok: array<u32, 64>;
 
-const LOWEST: f32 = bitcast<f32>(0xff7fffffu); // −3.40282347e38; Tint refuses that decimal (a hair past f32)
+// The lowest finite f32 (−3.40282347e38, which Tint refuses as a decimal: a hair past f32), as a hex literal.
+const LOWEST: f32 = -0x1.fffffep+127f;
 
 @compute @workgroup_size(64)
 fn argmax(

@@ -54,7 +54,7 @@ fn softmax(
     }
     let base = row * p.n;
     // The lowest finite f32, not −∞: a constant −∞ is a shader-creation error in WGSL (Chromium's Tint refuses it).
-    var m = bitcast<f32>(0xff7fffffu);
+    var m = -0x1.fffffep+127f;
     for (var i = lane; i < p.n; i += 64u) {
         m = max(m, x[base + i] / p.temperature);
     }
