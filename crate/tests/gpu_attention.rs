@@ -17,6 +17,7 @@ use loom_wasm::cpu::CpuModel;
 use loom_wasm::formats::{entity, loom_json};
 use loom_wasm::gpu::{Attention, Gpu, KvCache, Mha, Rope};
 use loom_wasm::network::{Network, WeightStore};
+use loom_wasm::LoomError;
 use serde_json::Value;
 
 const ABS: f32 = 1e-5;
@@ -349,4 +350,37 @@ fn larger_random_layers_prefill_then_decode() {
         let e = compare_calls(&gpu, &what, &net, &calls);
         eprintln!("  worst |err| {:.3e}, rel {:.3e}", e.abs, e.rel);
     }
+}
+
+#[test]
+fn layers_the_gpu_cannot_run_are_typed_errors() {
+    let gpu = gpu();
+    let mha = |edit: &dyn Fn(&mut loom_wasm::network::Layer)| {
+        let mut net = one_layer(r#""type":"MultiHeadAttention","d_model":8,"num_heads":2,"num_kv_heads":1"#);
+        edit(&mut net.layers[0]);
+        pollster::block_on(Mha::new(&gpu, &net.layers[0])).map(|_| ())
+    };
+    // A head wider than the kernel's shared query row.
+    let err = mha(&|l| {
+        l.head_dim = 300;
+        l.query_dim = 600;
+    })
+    .unwrap_err();
+    assert!(matches!(err, LoomError::Unsupported(_)), "{err:?}");
+    // What Loom would panic on, refused as the CPU refuses it: query_dim below d_model, more kv heads than heads.
+    let err = mha(&|l| l.query_dim = 4).unwrap_err();
+    assert!(matches!(err, LoomError::InvalidNetwork(_)), "{err:?}");
+    let err = mha(&|l| l.num_kv_heads = 3).unwrap_err();
+    assert!(matches!(err, LoomError::InvalidNetwork(_)), "{err:?}");
+    // A scalar input has no last dimension to replace.
+    let net = one_layer(r#""type":"MultiHeadAttention","d_model":8,"num_heads":2"#);
+    let mut m = pollster::block_on(Mha::new(&gpu, &net.layers[0])).unwrap();
+    let err = pollster::block_on(m.forward(&gpu, &[0.5], &[])).unwrap_err();
+    assert!(matches!(err, LoomError::InvalidInput(_)), "{err:?}");
+    // Encoding without room reserved is an error, not a GPU fault.
+    let x = pollster::block_on(gpu.output("x", 4 * 8)).unwrap();
+    let mut enc = gpu.device.create_command_encoder(&Default::default());
+    let mut fresh = pollster::block_on(Mha::new(&gpu, &net.layers[0])).unwrap();
+    let err = fresh.encode(&gpu, &mut enc, &x, &x, 1, 1).unwrap_err();
+    assert!(matches!(err, LoomError::InvalidInput(_)), "{err:?}");
 }

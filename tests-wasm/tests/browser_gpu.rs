@@ -1,6 +1,6 @@
 //! GPU kernels in the browser: wgpu on WebGPU in headless Chromium (SwiftShader: no shader-f16, subgroups of 4),
 //! each against its CPU twin on the same data, as `crate/tests/gpu_*.rs` do natively on lavapipe. The f32 matvec,
-//! RMSNorm, softmax, argmax, and a whole MultiHeadAttention layer (matvec projections, bias adds, RoPE, KV update,
+//! RMSNorm, softmax, argmax, the embedding gather, and a whole MultiHeadAttention layer (matvec projections, bias adds, RoPE, KV update,
 //! causal GQA attention) over a prefill and decode steps that continue the KV cache; and every op kernel compiles
 //! under Chromium's WGSL compiler.
 //!
@@ -121,6 +121,37 @@ async fn rms_norm_softmax_and_argmax_match_their_cpu_twins() {
     let got = Argmax::new(&gpu).unwrap().run(&gpu, &x, 32003).await.unwrap();
     assert_eq!(got, want);
     console_log!("argmax 2×32003: identical ({got:?})");
+}
+
+#[wasm_bindgen_test]
+async fn embedding_gather_is_bit_identical() {
+    // Ids truncated toward zero; negative, past-the-end, NaN and infinite ids give the zero row, as on the CPU.
+    let gpu = gpu().await;
+    let net = one_layer(r#""type":"Embedding","activation":"Linear","vocab_size":300,"embedding_dim":65"#);
+    let mut ids = data(5, 40, -3.0, 303.0);
+    ids.extend([
+        0.0,
+        -0.5,
+        299.9,
+        300.0,
+        -1.0,
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+    ]);
+    let shape = vec![1, ids.len()];
+    let want = CpuModel::new(net.clone()).forward(&ids, &shape).unwrap();
+    let got = Embedding::new(&gpu)
+        .unwrap()
+        .forward(&gpu, &net.layers[0], &Tensor::new(ids, shape).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(got.shape, want.shape);
+    assert!(
+        got.data.iter().zip(&want.data).all(|(a, b)| a.to_bits() == b.to_bits()),
+        "embedding gather differs from the CPU"
+    );
+    console_log!("embedding gather 48 ids × 65: bit-identical");
 }
 
 #[wasm_bindgen_test]

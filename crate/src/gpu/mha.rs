@@ -131,10 +131,9 @@ impl Dims {
     }
 }
 
-/// Per-call activations, grown to the largest call seen.
+/// Per-call intermediates, grown to the largest call seen.
 struct Scratch {
     tokens: usize,
-    x: wgpu::Buffer,
     q: wgpu::Buffer,
     k: wgpu::Buffer,
     v: wgpu::Buffer,
@@ -143,6 +142,12 @@ struct Scratch {
     kn: Option<wgpu::Buffer>,
     /// `[token][q]`: attention rows; the columns past `heads·hd` stay zero, as the CPU's.
     att: wgpu::Buffer,
+}
+
+/// [`Mha::forward`]'s own input and output buffers, `[tokens][d_model]` each.
+struct Io {
+    tokens: usize,
+    x: wgpu::Buffer,
     y: wgpu::Buffer,
 }
 
@@ -170,6 +175,7 @@ pub struct Mha {
     /// The next timeline position; 0 means a cold cache.
     offset: usize,
     scratch: Option<Scratch>,
+    io: Option<Io>,
     matvec: MatVec,
     elementwise: Elementwise,
     norm: Norm,
@@ -234,6 +240,7 @@ impl Mha {
             cache: KvCache::new(gpu, c.kv_heads, c.hd, MHA_MAX_SEQ).await?,
             offset: 0,
             scratch: None,
+            io: None,
             matvec: MatVec::f32(gpu)?,
             elementwise: Elementwise::new(gpu)?,
             norm: Norm::new(gpu)?,
@@ -273,7 +280,6 @@ impl Mha {
         };
         self.scratch = Some(Scratch {
             tokens,
-            x: buf(c.d, "mha x").await?,
             q: buf(hw, "mha q").await?,
             k: buf(c.kv, "mha k").await?,
             v: buf(c.kv, "mha v").await?,
@@ -286,19 +292,37 @@ impl Mha {
                 None => None,
             },
             att: buf(c.q, "mha attention").await?,
-            y: buf(c.d, "mha y").await?,
         });
         Ok(())
     }
 
-    /// Records the layer on `batch × seq` tokens of `d_model` values read from the scratch input (see
-    /// [`Mha::input`]) into the scratch output ([`Mha::output`]), and advances the timeline. Submit the encoder
-    /// before the next call of this layer is recorded.
-    pub fn encode(&mut self, gpu: &Gpu, encoder: &mut wgpu::CommandEncoder, batch: usize, seq: usize) -> Result<()> {
+    /// Records the layer on `batch × seq` tokens: `x` holds `[tokens][d_model]` inputs and receives nothing, `y`
+    /// receives `[tokens][d_model]` outputs (a caller's buffers, e.g. the previous and next layer's activations).
+    /// Advances the timeline. [`Mha::reserve`] room for `tokens` first, and submit the encoder before the next call
+    /// of this layer is recorded (each call binds its own RoPE table and parameters, but the cache is shared).
+    pub fn encode(
+        &mut self,
+        gpu: &Gpu,
+        encoder: &mut wgpu::CommandEncoder,
+        x: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        batch: usize,
+        seq: usize,
+    ) -> Result<()> {
         let c = self.dims;
         let tokens = batch
             .checked_mul(seq)
             .ok_or_else(|| LoomError::InvalidInput("batch × seq overflows".into()))?;
+        let io_bytes = 4 * (tokens as u64).saturating_mul(c.d as u64);
+        if x.size() < io_bytes || y.size() < io_bytes {
+            return Err(LoomError::InvalidInput(format!(
+                "MultiHeadAttention on {tokens} tokens of {} needs {io_bytes}-byte input and output buffers, got {} \
+                 and {}",
+                c.d,
+                x.size(),
+                y.size()
+            )));
+        }
         let warm = batch == 1 && seq == 1 && self.offset > 0;
         let start = if warm { self.offset } else { 0 };
         if !warm {
@@ -342,14 +366,11 @@ impl Mha {
 
         // Projections, bias added after the matvec.
         let ew = &self.elementwise;
-        self.matvec
-            .encode(gpu, encoder, &s.x, &self.wq, &s.q, d, hw32, t32, lin)?;
+        self.matvec.encode(gpu, encoder, x, &self.wq, &s.q, d, hw32, t32, lin)?;
         ew.encode_add_inplace(gpu, encoder, &s.q, &self.bq, n(hw32)?, hw32.max(1))?;
-        self.matvec
-            .encode(gpu, encoder, &s.x, &self.wk, &s.k, d, kv, t32, lin)?;
+        self.matvec.encode(gpu, encoder, x, &self.wk, &s.k, d, kv, t32, lin)?;
         ew.encode_add_inplace(gpu, encoder, &s.k, &self.bk, n(kv)?, kv.max(1))?;
-        self.matvec
-            .encode(gpu, encoder, &s.x, &self.wv, &s.v, d, kv, t32, lin)?;
+        self.matvec.encode(gpu, encoder, x, &self.wv, &s.v, d, kv, t32, lin)?;
         ew.encode_add_inplace(gpu, encoder, &s.v, &self.bv, n(kv)?, kv.max(1))?;
 
         // Per-head RMSNorm of Q and K (HF imports), then RoPE on both.
@@ -408,21 +429,10 @@ impl Mha {
         }
 
         // Output projection and bias.
-        self.matvec
-            .encode(gpu, encoder, &s.att, &self.wo, &s.y, q, d, t32, lin)?;
-        ew.encode_add_inplace(gpu, encoder, &s.y, &self.bo, n(d)?, d)?;
+        self.matvec.encode(gpu, encoder, &s.att, &self.wo, y, q, d, t32, lin)?;
+        ew.encode_add_inplace(gpu, encoder, y, &self.bo, n(d)?, d)?;
         self.offset = start + tokens;
         Ok(())
-    }
-
-    /// The scratch input buffer (`[tokens][d_model]`), once reserved.
-    pub fn input(&self) -> Option<&wgpu::Buffer> {
-        self.scratch.as_ref().map(|s| &s.x)
-    }
-
-    /// The scratch output buffer (`[tokens][d_model]`), once reserved.
-    pub fn output(&self) -> Option<&wgpu::Buffer> {
-        self.scratch.as_ref().map(|s| &s.y)
     }
 
     /// Forward of `x` with shape `shape`, as `CpuModel` runs this layer: the output has the input's shape with the
@@ -448,14 +458,27 @@ impl Mha {
         }
         let tokens = batch * seq;
         self.reserve(gpu, tokens).await?;
-        let input = self.input().expect("reserved");
-        gpu.queue.write_buffer(input, 0, bytemuck::cast_slice(&x[..used]));
+        let io = match self.io.take() {
+            Some(io) if io.tokens >= tokens => io,
+            _ => {
+                let bytes = 4 * (tokens.max(1) as u64) * (c.d as u64);
+                check_binding(gpu, "mha x", bytes)?;
+                Io {
+                    tokens,
+                    x: gpu.output("mha x", bytes).await?,
+                    y: gpu.output("mha y", bytes).await?,
+                }
+            }
+        };
+        gpu.queue.write_buffer(&io.x, 0, bytemuck::cast_slice(&x[..used]));
         let mut encoder = gpu.device.create_command_encoder(&Default::default());
-        self.encode(gpu, &mut encoder, batch, seq)?;
+        let recorded = self.encode(gpu, &mut encoder, &io.x, &io.y, batch, seq);
+        let io = self.io.insert(io);
+        recorded?;
         gpu.queue.submit([encoder.finish()]);
         let mut out = vec![0f32; out_len];
         if used > 0 {
-            let y = gpu.read_f32(self.output().expect("reserved")).await?;
+            let y = gpu.read_f32(&io.y).await?;
             out[..used].copy_from_slice(&y[..used]);
         }
         Tensor::new(out, out_shape)
