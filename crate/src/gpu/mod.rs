@@ -2,13 +2,30 @@
 //! (`shaders/`, one file per op family) runs on both; each family's Rust host sits beside its CPU twin in
 //! `crate::cpu`, and tests run both on the same data.
 
+mod argmax;
+mod attention;
+mod elementwise;
+mod embedding;
+mod kernel;
 mod matvec;
+mod mha;
+mod norm;
+mod rope;
+mod softmax;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+pub use argmax::{first_argmax, Argmax};
+pub use attention::{AttendArgs, Attention, KvCache, MAX_HEAD_DIM};
+pub use elementwise::Elementwise;
+pub use embedding::{Embedding, EmbeddingTable};
 pub use matvec::MatVec;
+pub use mha::{Mha, MHA_MAX_SEQ};
+pub use norm::{Norm, LAYER_NORM_EPS, RMS_NORM_EPS};
+pub use rope::{rope_table, Rope};
+pub use softmax::Softmax;
 
 use crate::error::{LoomError, Result};
 use crate::network::Activation;

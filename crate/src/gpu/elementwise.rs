@@ -1,0 +1,180 @@
+//! Host for `shaders/elementwise.wgsl`: residual and bias adds, activations, SwiGLU's `silu(gate)·up` product.
+//! CPU twins: Residual (`x + skip` in f32, so the add is exact), `crate::cpu::activate`, and the SwiGLU layer's inner
+//! product `f32(g·σ(g)·u)` (f64 there, f32 here).
+
+use std::sync::Arc;
+
+use super::kernel::{dispatch, grid_for, storage_f32, u32_dim};
+use super::{activation_id, Gpu, ACTIVATION_WGSL};
+use crate::error::{LoomError, Result};
+use crate::network::Activation;
+
+const ELEMENTWISE_WGSL: &str = include_str!("../../../shaders/elementwise.wgsl");
+const LANES: u32 = 256;
+
+/// The elementwise kernels.
+pub struct Elementwise {
+    add: Arc<wgpu::ComputePipeline>,
+    add_inplace: Arc<wgpu::ComputePipeline>,
+    act: Arc<wgpu::ComputePipeline>,
+    swiglu: Arc<wgpu::ComputePipeline>,
+}
+
+impl Elementwise {
+    pub fn new(gpu: &Gpu) -> Result<Elementwise> {
+        let source = format!("{ACTIVATION_WGSL}\n{ELEMENTWISE_WGSL}");
+        Ok(Elementwise {
+            add: gpu.pipeline("elementwise_add", &source, "add")?,
+            add_inplace: gpu.pipeline("elementwise_add_inplace", &source, "add_inplace")?,
+            act: gpu.pipeline("elementwise_act", &source, "act")?,
+            swiglu: gpu.pipeline("elementwise_swiglu", &source, "swiglu")?,
+        })
+    }
+
+    /// Records `y[i] = a[i] + b[i % nb]` for `n` values: a residual add (`nb = n`) or a broadcast bias row.
+    #[allow(clippy::too_many_arguments)]
+    pub fn encode_add(
+        &self,
+        gpu: &Gpu,
+        encoder: &mut wgpu::CommandEncoder,
+        a: &wgpu::Buffer,
+        b: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        n: u32,
+        nb: u32,
+    ) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        check_nb(nb)?;
+        let g = grid_for(gpu, u64::from(n), LANES, "add")?;
+        dispatch(gpu, encoder, &self.add, &[n, nb], &[(1, a), (2, b), (3, y)], g);
+        Ok(())
+    }
+
+    /// Records `y[i] += b[i % nb]` for `n` values (a bias row after a matvec).
+    pub fn encode_add_inplace(
+        &self,
+        gpu: &Gpu,
+        encoder: &mut wgpu::CommandEncoder,
+        y: &wgpu::Buffer,
+        b: &wgpu::Buffer,
+        n: u32,
+        nb: u32,
+    ) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        check_nb(nb)?;
+        let g = grid_for(gpu, u64::from(n), LANES, "add")?;
+        dispatch(gpu, encoder, &self.add_inplace, &[n, nb], &[(2, b), (3, y)], g);
+        Ok(())
+    }
+
+    /// Records `y[i] = act(x[i])` for `n` values.
+    pub fn encode_act(
+        &self,
+        gpu: &Gpu,
+        encoder: &mut wgpu::CommandEncoder,
+        x: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        n: u32,
+        act: Activation,
+    ) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        let g = grid_for(gpu, u64::from(n), LANES, "activation")?;
+        dispatch(
+            gpu,
+            encoder,
+            &self.act,
+            &[n, 1, activation_id(act)],
+            &[(1, x), (3, y)],
+            g,
+        );
+        Ok(())
+    }
+
+    /// Records `y[i] = silu(gate[i]) · up[i]` for `n` values.
+    pub fn encode_swiglu(
+        &self,
+        gpu: &Gpu,
+        encoder: &mut wgpu::CommandEncoder,
+        gate: &wgpu::Buffer,
+        up: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        n: u32,
+    ) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        let g = grid_for(gpu, u64::from(n), LANES, "SwiGLU product")?;
+        dispatch(gpu, encoder, &self.swiglu, &[n, 1], &[(1, gate), (2, up), (3, y)], g);
+        Ok(())
+    }
+
+    /// One-shot `a + b`, `b` broadcast over rows of `b.len()` values (equal lengths: a residual add).
+    pub async fn add(&self, gpu: &Gpu, a: &[f32], b: &[f32]) -> Result<Vec<f32>> {
+        if b.is_empty() || !a.len().is_multiple_of(b.len()) {
+            return Err(LoomError::InvalidInput(format!(
+                "add: {} values do not split into rows of {}",
+                a.len(),
+                b.len()
+            )));
+        }
+        let (n, nb) = (u32_dim(a.len(), "add length")?, u32_dim(b.len(), "add row")?);
+        self.one_shot(gpu, a, b, |enc, ab, bb, yb| {
+            self.encode_add(gpu, enc, ab, bb, yb, n, nb)
+        })
+        .await
+    }
+
+    /// One-shot `act(x)`.
+    pub async fn activate(&self, gpu: &Gpu, x: &[f32], act: Activation) -> Result<Vec<f32>> {
+        let n = u32_dim(x.len(), "activation length")?;
+        self.one_shot(gpu, x, &[], |enc, xb, _, yb| self.encode_act(gpu, enc, xb, yb, n, act))
+            .await
+    }
+
+    /// One-shot `silu(gate) · up`.
+    pub async fn swiglu(&self, gpu: &Gpu, gate: &[f32], up: &[f32]) -> Result<Vec<f32>> {
+        if gate.len() != up.len() {
+            return Err(LoomError::InvalidInput(format!(
+                "SwiGLU product: {} gate values, {} up values",
+                gate.len(),
+                up.len()
+            )));
+        }
+        let n = u32_dim(gate.len(), "SwiGLU length")?;
+        self.one_shot(gpu, gate, up, |enc, gb, ub, yb| {
+            self.encode_swiglu(gpu, enc, gb, ub, yb, n)
+        })
+        .await
+    }
+
+    async fn one_shot(
+        &self,
+        gpu: &Gpu,
+        a: &[f32],
+        b: &[f32],
+        record: impl FnOnce(&mut wgpu::CommandEncoder, &wgpu::Buffer, &wgpu::Buffer, &wgpu::Buffer) -> Result<()>,
+    ) -> Result<Vec<f32>> {
+        let ab = storage_f32(gpu, "a", a, a.len()).await?;
+        let bb = storage_f32(gpu, "b", b, b.len()).await?;
+        let yb = gpu.output("y", 4 * a.len() as u64).await?;
+        let mut encoder = gpu.device.create_command_encoder(&Default::default());
+        record(&mut encoder, &ab, &bb, &yb)?;
+        gpu.queue.submit([encoder.finish()]);
+        let mut out = gpu.read_f32(&yb).await?;
+        out.truncate(a.len());
+        Ok(out)
+    }
+}
+
+fn check_nb(nb: u32) -> Result<()> {
+    if nb == 0 {
+        return Err(LoomError::InvalidInput("add: an empty b row".into()));
+    }
+    Ok(())
+}

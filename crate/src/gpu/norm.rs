@@ -1,0 +1,178 @@
+//! Host for `shaders/norm.wgsl`: RMSNorm and LayerNorm over rows. CPU twin: `crate::cpu` norm.rs, whose statistics
+//! are f64; the GPU's are f32 tree sums, so results agree within a tolerance (see `crate/tests/gpu_norm.rs`).
+
+use std::sync::Arc;
+
+use super::kernel::{check_binding, dispatch, grid, storage_f32, u32_dim};
+use super::Gpu;
+use crate::cpu::Tensor;
+use crate::error::{LoomError, Result};
+use crate::network::{Layer, LayerType};
+
+const NORM_WGSL: &str = include_str!("../../../shaders/norm.wgsl");
+
+/// Loom's RMSNorm epsilon (`rms_norm_eps` is not persisted; MHA's Q/K norms use it too).
+pub const RMS_NORM_EPS: f32 = 1e-6;
+/// Loom's LayerNorm epsilon.
+pub const LAYER_NORM_EPS: f32 = 1e-5;
+
+/// The RMSNorm and LayerNorm kernels.
+pub struct Norm {
+    rms: Arc<wgpu::ComputePipeline>,
+    layer: Arc<wgpu::ComputePipeline>,
+}
+
+impl Norm {
+    pub fn new(gpu: &Gpu) -> Result<Norm> {
+        Ok(Norm {
+            rms: gpu.pipeline("norm_rms", NORM_WGSL, "rms_norm")?,
+            layer: gpu.pipeline("norm_layer", NORM_WGSL, "layer_norm")?,
+        })
+    }
+
+    /// Records `y = x · 1/√(mean(x²) + eps) · γ` for `rows` rows of `n` values. `gamma` holds `gamma_rows` rows of
+    /// `n` used in turn (1: the same γ for every row; per-head norms pass the head count).
+    #[allow(clippy::too_many_arguments)]
+    pub fn encode_rms(
+        &self,
+        gpu: &Gpu,
+        encoder: &mut wgpu::CommandEncoder,
+        x: &wgpu::Buffer,
+        gamma: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        rows: u32,
+        n: u32,
+        gamma_rows: u32,
+        eps: f32,
+    ) -> Result<()> {
+        if rows == 0 || n == 0 {
+            return Ok(());
+        }
+        if gamma_rows == 0 {
+            return Err(LoomError::InvalidInput("RMSNorm with no γ rows".into()));
+        }
+        let g = grid(gpu, u64::from(rows), "RMSNorm rows")?;
+        let words = [rows, n, gamma_rows, 0, eps.to_bits()];
+        dispatch(gpu, encoder, &self.rms, &words, &[(1, x), (2, gamma), (3, y)], g);
+        Ok(())
+    }
+
+    /// Records LayerNorm of `rows` rows of `n` values: `w` holds γ at 0 and β at `beta_offset`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn encode_layer(
+        &self,
+        gpu: &Gpu,
+        encoder: &mut wgpu::CommandEncoder,
+        x: &wgpu::Buffer,
+        w: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        rows: u32,
+        n: u32,
+        beta_offset: u32,
+        eps: f32,
+    ) -> Result<()> {
+        if rows == 0 || n == 0 {
+            return Ok(());
+        }
+        let g = grid(gpu, u64::from(rows), "LayerNorm rows")?;
+        let words = [rows, n, 1, beta_offset, eps.to_bits()];
+        dispatch(gpu, encoder, &self.layer, &words, &[(1, x), (2, w), (3, y)], g);
+        Ok(())
+    }
+
+    /// One-shot RMSNorm of `x` in rows of `gamma.len()` values.
+    pub async fn run_rms(&self, gpu: &Gpu, x: &[f32], gamma: &[f32], eps: f32) -> Result<Vec<f32>> {
+        let n = gamma.len();
+        let rows = rows_of(x.len(), n)?;
+        self.run(gpu, x, gamma, n, rows, 0, eps, true).await
+    }
+
+    /// One-shot LayerNorm of `x` in rows of `gamma.len()` values.
+    pub async fn run_layer(&self, gpu: &Gpu, x: &[f32], gamma: &[f32], beta: &[f32], eps: f32) -> Result<Vec<f32>> {
+        let n = gamma.len();
+        if beta.len() != n {
+            return Err(LoomError::InvalidInput(format!(
+                "LayerNorm: {} β values for {n} γ values",
+                beta.len()
+            )));
+        }
+        let rows = rows_of(x.len(), n)?;
+        let w = [gamma, beta].concat();
+        self.run(gpu, x, &w, n, rows, n, eps, false).await
+    }
+
+    /// A Loom RMSNorm or LayerNorm layer on `x`, with the CPU's row rule (rows of `output_height`, else the input
+    /// split into `shape[0]` rows) and its epsilons.
+    pub async fn forward(&self, gpu: &Gpu, layer: &Layer, x: &Tensor) -> Result<Tensor> {
+        let rms = match layer.layer_type {
+            LayerType::RMSNorm => true,
+            LayerType::LayerNorm => false,
+            other => return Err(LoomError::InvalidInput(format!("{other} is not a norm layer"))),
+        };
+        let w = layer
+            .weights
+            .as_ref()
+            .ok_or_else(|| LoomError::InvalidNetwork(format!("the {} layer has no weights", layer.layer_type)))?
+            .active(layer.dtype);
+        let params = if rms { w.len() } else { w.len() / 2 };
+        let n = if layer.output_height > 0 {
+            usize::try_from(layer.output_height).unwrap_or(usize::MAX)
+        } else {
+            x.data.len() / x.batch().max(1)
+        };
+        if n == 0 || !x.data.len().is_multiple_of(n) || n > params {
+            return Err(LoomError::InvalidInput(format!(
+                "{} cannot normalise {} values in rows of {n} with {params} parameters",
+                layer.layer_type,
+                x.data.len()
+            )));
+        }
+        let rows = x.data.len() / n;
+        let (beta_offset, eps) = if rms {
+            (0, RMS_NORM_EPS)
+        } else {
+            (params, LAYER_NORM_EPS)
+        };
+        let data = self.run(gpu, &x.data, &w, n, rows, beta_offset, eps, rms).await?;
+        Tensor::new(data, x.shape.clone())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn run(
+        &self,
+        gpu: &Gpu,
+        x: &[f32],
+        w: &[f32],
+        n: usize,
+        rows: usize,
+        beta_offset: usize,
+        eps: f32,
+        rms: bool,
+    ) -> Result<Vec<f32>> {
+        check_binding(gpu, "norm input", 4 * x.len() as u64)?;
+        let xb = storage_f32(gpu, "norm x", x, x.len()).await?;
+        let wb = storage_f32(gpu, "norm weights", w, w.len()).await?;
+        let yb = gpu.output("norm y", 4 * x.len() as u64).await?;
+        let (rows, n) = (u32_dim(rows, "norm rows")?, u32_dim(n, "norm row length")?);
+        let mut encoder = gpu.device.create_command_encoder(&Default::default());
+        if rms {
+            self.encode_rms(gpu, &mut encoder, &xb, &wb, &yb, rows, n, 1, eps)?;
+        } else {
+            let beta_offset = u32_dim(beta_offset, "LayerNorm β offset")?;
+            self.encode_layer(gpu, &mut encoder, &xb, &wb, &yb, rows, n, beta_offset, eps)?;
+        }
+        gpu.queue.submit([encoder.finish()]);
+        let mut out = gpu.read_f32(&yb).await?;
+        out.truncate(x.len());
+        Ok(out)
+    }
+}
+
+fn rows_of(len: usize, n: usize) -> Result<usize> {
+    if n == 0 || !len.is_multiple_of(n) {
+        return Err(LoomError::InvalidInput(format!(
+            "{len} values do not split into rows of {n}"
+        )));
+    }
+    Ok(len / n)
+}

@@ -1,0 +1,173 @@
+//! `shaders/elementwise.wgsl` against its CPU twins, natively through wgpu → Vulkan (Mesa lavapipe):
+//! - residual add: bit-identical to the CPU Residual (`Dense(x) + x` of a `[Dense, Residual]` Sequential), both f32;
+//! - broadcast bias add: bit-identical to the f32 sum;
+//! - activations: `crate::cpu::activate` (Go's f64 exp/tanh, rounded) within |gpu − cpu| ≤ 1e-6 + 1e-5·|cpu|
+//!   (GELU/Tanh: the shared activation.wgsl computes tanh in f32);
+//! - the SwiGLU product `silu(g)·u`: Loom's `f32((g·σ(g))·u)` in f64 within 1e-6 + 1e-5·|cpu|, and a whole SwiGLU
+//!   layer composed from matvecs, bias adds and the product against `CpuModel` within 1e-5 + 1e-4·|cpu|.
+#![cfg(not(target_arch = "wasm32"))]
+
+mod gpu_util;
+
+use gpu_util::{close, cpu, data, exact, gpu, one_layer};
+use loom_wasm::cpu::activate;
+use loom_wasm::formats::loom_json;
+use loom_wasm::gpu::{Elementwise, Gpu, MatVec};
+use loom_wasm::network::Activation;
+
+#[test]
+fn residual_add_is_bit_identical_to_the_cpu_residual() {
+    let gpu = gpu();
+    let ew = Elementwise::new(&gpu).unwrap();
+    for (n, batch) in [(1, 1), (37, 3), (256, 2), (1000, 5)] {
+        let dense = format!(r#""type":"Dense","activation":"Tanh","input_height":{n},"output_height":{n}"#);
+        let seq = format!(
+            r#""type":"Sequential","sequential_layers":[{{{dense}}},{{"type":"Residual","activation":"Linear"}}]"#
+        );
+        let x = data(n as u64, batch * n, -3.0, 3.0);
+        let d = cpu(&one_layer(&dense), &x, &[batch, n]);
+        let want = cpu(&one_layer(&seq), &x, &[batch, n]);
+        let got = pollster::block_on(ew.add(&gpu, &d.data, &x)).unwrap();
+        exact(&format!("residual {batch}×{n}"), &got, &want.data);
+    }
+}
+
+#[test]
+fn bias_add_broadcasts_rows_exactly() {
+    let gpu = gpu();
+    let ew = Elementwise::new(&gpu).unwrap();
+    for (rows, width) in [(1, 1), (3, 37), (17, 257), (7, 10001)] {
+        let a = data(1, rows * width, -1.0, 1.0);
+        let b = data(2, width, -1.0, 1.0);
+        let want: Vec<f32> = a.iter().enumerate().map(|(i, v)| v + b[i % width]).collect();
+        let got = pollster::block_on(ew.add(&gpu, &a, &b)).unwrap();
+        exact(&format!("bias add {rows}×{width}"), &got, &want);
+        // The in-place form used after matvecs.
+        let yb = pollster::block_on(gpu.upload("y", bytemuck::cast_slice(&a))).unwrap();
+        let bb = pollster::block_on(gpu.upload("b", bytemuck::cast_slice(&b))).unwrap();
+        let mut enc = gpu.device.create_command_encoder(&Default::default());
+        ew.encode_add_inplace(&gpu, &mut enc, &yb, &bb, a.len() as u32, width as u32)
+            .unwrap();
+        gpu.queue.submit([enc.finish()]);
+        let got = pollster::block_on(gpu.read_f32(&yb)).unwrap();
+        exact(&format!("bias add in place {rows}×{width}"), &got, &want);
+    }
+}
+
+#[test]
+fn grid_splits_past_the_workgroup_limit() {
+    // 65535 × 256 lanes is the most one grid row holds; 17M values need a second row of workgroups.
+    let gpu = gpu();
+    let ew = Elementwise::new(&gpu).unwrap();
+    let n = 65535 * 256 + 1001;
+    let a: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let b = [0.5f32, -0.25, 2.0];
+    let got = pollster::block_on(ew.add(&gpu, &a[..n / 3 * 3], &b)).unwrap();
+    let want: Vec<f32> = a[..n / 3 * 3].iter().enumerate().map(|(i, v)| v + b[i % 3]).collect();
+    assert!(got == want, "bias add over a 2-D grid");
+    eprintln!("bias add over {} values (2-D grid): bit-identical", want.len());
+}
+
+#[test]
+fn activations_match_cpu_activate() {
+    let gpu = gpu();
+    let ew = Elementwise::new(&gpu).unwrap();
+    let mut x = data(9, 4099, -8.0, 8.0);
+    x.extend([0.0, -0.0, 1e-8, -1e-8, 20.0, -20.0, 1.0, -1.0]);
+    for act in [
+        Activation::ReLU,
+        Activation::Silu,
+        Activation::GELU,
+        Activation::Tanh,
+        Activation::Sigmoid,
+        Activation::LeakyReLU,
+        Activation::ReLU2,
+        Activation::Linear,
+    ] {
+        let want: Vec<f32> = x.iter().map(|v| activate(act, *v)).collect();
+        let got = pollster::block_on(ew.activate(&gpu, &x, act)).unwrap();
+        close(&format!("activation {act:?}"), &got, &want, 1e-6, 1e-5);
+    }
+}
+
+#[test]
+fn swiglu_product_matches_loom_rounding() {
+    let gpu = gpu();
+    let ew = Elementwise::new(&gpu).unwrap();
+    for n in [1, 63, 300, 5003] {
+        let g = data(n as u64, n, -6.0, 6.0);
+        let u = data(3 + n as u64, n, -2.0, 2.0);
+        let want: Vec<f32> = g
+            .iter()
+            .zip(&u)
+            .map(|(g, u)| {
+                let g = f64::from(*g);
+                (g * (1.0 / (1.0 + (-g).exp())) * f64::from(*u)) as f32
+            })
+            .collect();
+        let got = pollster::block_on(ew.swiglu(&gpu, &g, &u)).unwrap();
+        close(&format!("SwiGLU product ×{n}"), &got, &want, 1e-6, 1e-5);
+    }
+}
+
+/// A SwiGLU layer on the GPU: gate and up matvecs with their biases, `silu(g)·u`, the down matvec and its bias.
+fn swiglu_layer(gpu: &Gpu, w: &[f32], h: usize, i: usize, x: &[f32]) -> Vec<f32> {
+    let mv = MatVec::f32(gpu).unwrap();
+    let ew = Elementwise::new(gpu).unwrap();
+    let rows = x.len() / h;
+    let up = |v: &[f32]| pollster::block_on(gpu.upload("w", bytemuck::cast_slice(v))).unwrap();
+    let out = |n: usize| pollster::block_on(gpu.output("o", 4 * n as u64)).unwrap();
+    let (wg, rest) = w.split_at(i * h);
+    let (wu, rest) = rest.split_at(i * h);
+    let (wd, rest) = rest.split_at(h * i);
+    let (bg, rest) = rest.split_at(i);
+    let (bu, bd) = rest.split_at(i);
+    let (xb, wgb, wub, wdb, bgb, bub, bdb) = (up(x), up(wg), up(wu), up(wd), up(bg), up(bu), up(bd));
+    let (gb, ub, pb, yb) = (out(rows * i), out(rows * i), out(rows * i), out(rows * h));
+    let (h32, i32_, r32) = (h as u32, i as u32, rows as u32);
+    let lin = Activation::Linear;
+    let mut enc = gpu.device.create_command_encoder(&Default::default());
+    mv.encode(gpu, &mut enc, &xb, &wgb, &gb, h32, i32_, r32, lin).unwrap();
+    ew.encode_add_inplace(gpu, &mut enc, &gb, &bgb, r32 * i32_, i32_)
+        .unwrap();
+    mv.encode(gpu, &mut enc, &xb, &wub, &ub, h32, i32_, r32, lin).unwrap();
+    ew.encode_add_inplace(gpu, &mut enc, &ub, &bub, r32 * i32_, i32_)
+        .unwrap();
+    ew.encode_swiglu(gpu, &mut enc, &gb, &ub, &pb, r32 * i32_).unwrap();
+    mv.encode(gpu, &mut enc, &pb, &wdb, &yb, i32_, h32, r32, lin).unwrap();
+    ew.encode_add_inplace(gpu, &mut enc, &yb, &bdb, r32 * h32, h32).unwrap();
+    gpu.queue.submit([enc.finish()]);
+    let mut y = pollster::block_on(gpu.read_f32(&yb)).unwrap();
+    y.truncate(rows * h);
+    y
+}
+
+#[test]
+fn a_swiglu_layer_composed_on_the_gpu_matches_the_cpu_layer() {
+    let gpu = gpu();
+    for (h, i, rows) in [(8, 12, 1), (33, 70, 3), (64, 172, 4)] {
+        let net = one_layer(&format!(
+            r#""type":"SwiGLU","activation":"Linear","input_height":{h},"output_height":{i}"#
+        ));
+        let w = net.layers[0].weights.as_ref().unwrap().master_values();
+        let x = data(h as u64, rows * h, -2.0, 2.0);
+        let want = cpu(&net, &x, &[rows, h]);
+        let got = swiglu_layer(&gpu, &w, h, i, &x);
+        close(
+            &format!("SwiGLU layer {h}→{i}→{h} ×{rows}"),
+            &got,
+            &want.data,
+            1e-5,
+            1e-4,
+        );
+    }
+    // A Loom-written SwiGLU layer.
+    let text = gpu_util::testdata("conformance/cases/layer_SwiGLU_float32/loom.json");
+    let net = loom_json::read(text.as_bytes()).unwrap();
+    let l = &net.layers[0];
+    let (h, i) = (l.input_height as usize, l.output_height as usize);
+    let x = data(5, 2 * h, -1.0, 1.0);
+    let want = cpu(&net, &x, &[2, h]);
+    let got = swiglu_layer(&gpu, &l.weights.as_ref().unwrap().master_values(), h, i, &x);
+    close("Loom SwiGLU layer ×2", &got, &want.data, 1e-5, 1e-4);
+}

@@ -1,0 +1,136 @@
+//! `shaders/norm.wgsl` (RMSNorm, LayerNorm) against its CPU twin, `CpuModel` forward of one norm layer, natively
+//! through wgpu → Vulkan (Mesa lavapipe). The CPU's statistics are f64 and the GPU's f32 tree sums, so results agree
+//! within |gpu − cpu| ≤ 1e-5 + 1e-4·|cpu| (measured errors are printed; they are near 1e-6 relative).
+#![cfg(not(target_arch = "wasm32"))]
+
+mod gpu_util;
+
+use gpu_util::{close, cpu, data, gpu, one_layer, testdata, with_weights};
+use loom_wasm::cpu::Tensor;
+use loom_wasm::formats::loom_json;
+use loom_wasm::gpu::Norm;
+
+const ABS: f32 = 1e-5;
+const REL: f32 = 1e-4;
+
+#[test]
+fn rms_and_layer_norm_match_the_cpu_layers() {
+    let gpu = gpu();
+    let norm = Norm::new(&gpu).unwrap();
+    // Row lengths below, at and past the 64-lane workgroup, odd ones, and a long row; several rows each.
+    for (n, rows) in [(1, 3), (5, 1), (7, 4), (64, 2), (65, 3), (300, 5), (4096, 2)] {
+        for ty in ["RMSNorm", "LayerNorm"] {
+            let params = if ty == "RMSNorm" { n } else { 2 * n };
+            let net = one_layer(&format!(r#""type":"{ty}","activation":"Linear","input_height":{n}"#));
+            // γ around 1, β small, inputs with an offset so that LayerNorm's mean matters.
+            let mut w = data(n as u64, params, 0.5, 1.5);
+            if ty == "LayerNorm" {
+                w[n..].copy_from_slice(&data(7 + n as u64, n, -0.2, 0.2));
+            }
+            let net = with_weights(net, w);
+            let x = data(100 + n as u64, rows * n, -2.0, 3.0);
+            let shape = [rows, n];
+            let want = cpu(&net, &x, &shape);
+            let got = pollster::block_on(norm.forward(&gpu, &net.layers[0], &Tensor::new(x, shape.to_vec()).unwrap()))
+                .unwrap();
+            assert_eq!(got.shape, want.shape);
+            close(&format!("{ty} {rows}×{n}"), &got.data, &want.data, ABS, REL);
+        }
+    }
+}
+
+#[test]
+fn loom_written_norm_layers_match() {
+    let gpu = gpu();
+    let norm = Norm::new(&gpu).unwrap();
+    // Loom-written layers, float32 and quantized (the GPU gets the dequantized γ, as the CPU forward does).
+    for case in [
+        "layer_RMSNorm_float32",
+        "layer_RMSNorm_int8",
+        "layer_RMSNorm_fp4",
+        "layer_LayerNorm_float32",
+        "layer_LayerNorm_int8",
+        "layer_LayerNorm_bfloat16",
+    ] {
+        let net = loom_json::read(testdata(&format!("conformance/cases/{case}/loom.json")).as_bytes()).unwrap();
+        for shape in [vec![1, 5], vec![3, 5]] {
+            let x = data(3, shape.iter().product(), -1.0, 1.0);
+            let want = cpu(&net, &x, &shape);
+            let got = pollster::block_on(norm.forward(&gpu, &net.layers[0], &Tensor::new(x, shape.clone()).unwrap()))
+                .unwrap();
+            close(&format!("{case} {shape:?}"), &got.data, &want.data, ABS, REL);
+        }
+    }
+}
+
+#[test]
+fn per_head_gamma_rows_and_one_shot_helpers() {
+    let gpu = gpu();
+    let norm = Norm::new(&gpu).unwrap();
+    // run_rms / run_layer against an f64 reference of the CPU formulas.
+    let (n, rows) = (33, 7);
+    let x = data(1, n * rows, -4.0, 4.0);
+    let g = data(2, n, 0.5, 2.0);
+    let b = data(3, n, -1.0, 1.0);
+    let rms_ref: Vec<f32> = x
+        .chunks(n)
+        .flat_map(|r| {
+            let ss: f64 = r.iter().map(|v| f64::from(*v) * f64::from(*v)).sum();
+            let rms = (ss / n as f64 + 1e-6).sqrt();
+            r.iter()
+                .zip(&g)
+                .map(move |(v, g)| (f64::from(*v) / rms * f64::from(*g)) as f32)
+        })
+        .collect();
+    let got = pollster::block_on(norm.run_rms(&gpu, &x, &g, 1e-6)).unwrap();
+    close("run_rms 7×33", &got, &rms_ref, ABS, REL);
+    let ln_ref: Vec<f32> = x
+        .chunks(n)
+        .flat_map(|r| {
+            let mean = r.iter().map(|v| f64::from(*v)).sum::<f64>() / n as f64;
+            let var = r.iter().map(|v| (f64::from(*v) - mean).powi(2)).sum::<f64>() / n as f64;
+            let inv = (var + 1e-5).sqrt();
+            r.iter()
+                .zip(g.iter().zip(&b))
+                .map(move |(v, (g, b))| ((f64::from(*v) - mean) / inv * f64::from(*g) + f64::from(*b)) as f32)
+        })
+        .collect();
+    let got = pollster::block_on(norm.run_layer(&gpu, &x, &g, &b, 1e-5)).unwrap();
+    close("run_layer 7×33", &got, &ln_ref, ABS, REL);
+
+    // gamma_rows > 1 (MHA's per-head Q/K norms): row r uses γ row r % gamma_rows.
+    let (heads, hd, tokens) = (3usize, 8usize, 5usize);
+    let x = data(4, tokens * heads * hd, -1.0, 1.0);
+    let gamma = data(5, heads * hd, 0.5, 1.5);
+    let want: Vec<f32> = x
+        .chunks(hd)
+        .enumerate()
+        .flat_map(|(r, row)| {
+            let ss: f64 = row.iter().map(|v| f64::from(*v) * f64::from(*v)).sum();
+            let inv = 1.0 / (ss / hd as f64 + 1e-6).sqrt();
+            let g = &gamma[(r % heads) * hd..(r % heads + 1) * hd];
+            row.iter()
+                .zip(g)
+                .map(move |(v, g)| (f64::from(*v) * inv * f64::from(*g)) as f32)
+        })
+        .collect();
+    let xb = pollster::block_on(gpu.upload("x", bytemuck::cast_slice(&x))).unwrap();
+    let gb = pollster::block_on(gpu.upload("g", bytemuck::cast_slice(&gamma))).unwrap();
+    let yb = pollster::block_on(gpu.output("y", 4 * x.len() as u64)).unwrap();
+    let mut enc = gpu.device.create_command_encoder(&Default::default());
+    norm.encode_rms(
+        &gpu,
+        &mut enc,
+        &xb,
+        &gb,
+        &yb,
+        (tokens * heads) as u32,
+        hd as u32,
+        heads as u32,
+        1e-6,
+    )
+    .unwrap();
+    gpu.queue.submit([enc.finish()]);
+    let got = pollster::block_on(gpu.read_f32(&yb)).unwrap();
+    close("per-head RMSNorm 5×3×8", &got, &want, ABS, REL);
+}

@@ -1,0 +1,166 @@
+// Causal multi-head attention against a KV cache (CPU twin: crate::cpu attention.rs).
+//
+// The cache holds `max_seq` rows per KV head, laid out [kv_head][max_seq][head_dim]; timeline position `pos` lives in
+// row pos % max_seq (Loom's 512-row cache wraps the same way).
+//
+// kv_update: copies `tokens` new K and V rows ([token][kv_heads·head_dim], from token `first` of k and v) into the
+//   cache at positions pos0.. . When a dispatch wraps the cache, only the last token to reach a row writes it, as the
+//   CPU's sequential writes leave it.
+// attend: one 64-lane workgroup per (head, token): the query of token `first + t` at position pos0 + t attends to the
+//   positions 0..=pos0 + t (causal; prefill and one-token decode are the same kernel). GQA: head h reads KV head
+//   h / (heads / kv_heads). Scores q·k · scale; softmax from an initial max of −1e9 as Loom's, computed online over
+//   chunks of 256 positions (rescaling the running sum and output when the max grows); out = Σ e·v / Σ e.
+//   head_dim ≤ 256. A head past the last KV head (heads not a multiple of kv_heads) reads the cache as Loom's flat
+//   [pos][kv_heads·head_dim] layout would, i.e. into the next position's row.
+
+struct Params {
+    tokens: u32,
+    first: u32,
+    pos0: u32,
+    max_seq: u32,
+    heads: u32,
+    kv_heads: u32,
+    head_dim: u32,
+    q_stride: u32,
+    out_stride: u32,
+    scale: f32,
+    _p0: u32,
+    _p1: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+// kv_update
+@group(0) @binding(1) var<storage, read> k_new: array<f32>;
+@group(0) @binding(2) var<storage, read> v_new: array<f32>;
+@group(0) @binding(3) var<storage, read_write> k_cache_w: array<f32>;
+@group(0) @binding(4) var<storage, read_write> v_cache_w: array<f32>;
+// attend
+@group(0) @binding(5) var<storage, read> q: array<f32>;
+@group(0) @binding(6) var<storage, read> k_cache: array<f32>;
+@group(0) @binding(7) var<storage, read> v_cache: array<f32>;
+@group(0) @binding(8) var<storage, read_write> out: array<f32>;
+
+const CHUNK: u32 = 256u;
+const MAX_HEAD_DIM: u32 = 256u;
+
+@compute @workgroup_size(64)
+fn kv_update(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let kv_w = p.kv_heads * p.head_dim;
+    let id = gid.y * nwg.x * 64u + gid.x;
+    if id >= p.tokens * kv_w {
+        return;
+    }
+    let t = id / kv_w;
+    let e = id % kv_w;
+    if t + p.max_seq < p.tokens {
+        return; // a later token of this dispatch writes the same row
+    }
+    let row = (p.pos0 + t) % p.max_seq;
+    let dst = ((e / p.head_dim) * p.max_seq + row) * p.head_dim + e % p.head_dim;
+    let src = (p.first + t) * kv_w + e;
+    k_cache_w[dst] = k_new[src];
+    v_cache_w[dst] = v_new[src];
+}
+
+var<workgroup> qs: array<f32, MAX_HEAD_DIM>;
+var<workgroup> sc: array<f32, CHUNK>;
+var<workgroup> red: array<f32, 64>;
+
+fn max64(v: f32, lane: u32) -> f32 {
+    red[lane] = v;
+    workgroupBarrier();
+    for (var s = 32u; s > 0u; s >>= 1u) {
+        if lane < s {
+            red[lane] = max(red[lane], red[lane + s]);
+        }
+        workgroupBarrier();
+    }
+    let total = red[0];
+    workgroupBarrier();
+    return total;
+}
+
+fn sum64(v: f32, lane: u32) -> f32 {
+    red[lane] = v;
+    workgroupBarrier();
+    for (var s = 32u; s > 0u; s >>= 1u) {
+        if lane < s {
+            red[lane] += red[lane + s];
+        }
+        workgroupBarrier();
+    }
+    let total = red[0];
+    workgroupBarrier();
+    return total;
+}
+
+// Index of element i of KV head `kvh` at timeline position `pos`.
+fn kv_at(pos: u32, kvh: u32, i: u32) -> u32 {
+    let row = pos % p.max_seq;
+    if kvh < p.kv_heads {
+        return (kvh * p.max_seq + row) * p.head_dim + i;
+    }
+    let kv_w = p.kv_heads * p.head_dim;
+    let f = row * kv_w + kvh * p.head_dim + i;
+    let e = f % kv_w;
+    return ((e / p.head_dim) * p.max_seq + f / kv_w) * p.head_dim + e % p.head_dim;
+}
+
+@compute @workgroup_size(64)
+fn attend(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lane: u32) {
+    let h = wg.x;
+    let t = wg.y;
+    let hd = p.head_dim;
+    let n = p.pos0 + t + 1u;
+    let kvh = h / (p.heads / p.kv_heads);
+    let qb = (p.first + t) * p.q_stride + h * hd;
+    for (var i = lane; i < hd; i += 64u) {
+        qs[i] = q[qb + i];
+    }
+    workgroupBarrier();
+
+    var m = -1e9;
+    var l = 0.0;
+    var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
+    for (var c0 = 0u; c0 < n; c0 += CHUNK) {
+        let cn = min(CHUNK, n - c0);
+        var local_max = -1e9;
+        for (var j = lane; j < cn; j += 64u) {
+            var dot = 0.0;
+            for (var i = 0u; i < hd; i++) {
+                dot += qs[i] * k_cache[kv_at(c0 + j, kvh, i)];
+            }
+            let s = dot * p.scale;
+            sc[j] = s;
+            local_max = max(local_max, s);
+        }
+        let m_new = max(m, max64(local_max, lane));
+        let alpha = exp(m - m_new);
+        var local_sum = 0.0;
+        for (var j = lane; j < cn; j += 64u) {
+            let e = exp(sc[j] - m_new);
+            sc[j] = e;
+            local_sum += e;
+        }
+        l = l * alpha + sum64(local_sum, lane);
+        for (var k = 0u; k < 4u; k++) {
+            let d = lane + 64u * k;
+            if d < hd {
+                var a = acc[k] * alpha;
+                for (var j = 0u; j < cn; j++) {
+                    a += sc[j] * v_cache[kv_at(c0 + j, kvh, d)];
+                }
+                acc[k] = a;
+            }
+        }
+        m = m_new;
+        workgroupBarrier();
+    }
+    let ob = (p.first + t) * p.out_stride + h * hd;
+    for (var k = 0u; k < 4u; k++) {
+        let d = lane + 64u * k;
+        if d < hd {
+            out[ob + d] = acc[k] / l;
+        }
+    }
+}

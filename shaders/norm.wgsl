@@ -1,0 +1,89 @@
+// RMSNorm and LayerNorm over rows, one 64-lane workgroup per row (CPU twin: crate::cpu norm.rs, which sums in f64;
+// here the lanes stride the row and sum in f32 in a shared-memory tree).
+//   RMSNorm:   y = x · 1/√(Σx²/n + eps) · γ[(row % gamma_rows)·n + i]   (gamma_rows 1: one γ for every row;
+//              MHA's per-head Q/K norms use one γ row per head)
+//   LayerNorm: two passes (mean, then Σ(x−mean)²) for f32 accuracy; y = (x − mean)/√(var + eps) · γ[i] + β[i], with
+//              β at w[beta_offset..].
+// Rows are numbered across a 2-D grid (wg.y · num_workgroups.x + wg.x) so that more than 65535 fit.
+
+struct Params {
+    rows: u32,
+    n: u32,
+    gamma_rows: u32,
+    beta_offset: u32,
+    eps: f32,
+    _p0: u32,
+    _p1: u32,
+    _p2: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> w: array<f32>;
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+
+var<workgroup> red: array<f32, 64>;
+
+fn sum64(v: f32, lane: u32) -> f32 {
+    red[lane] = v;
+    workgroupBarrier();
+    for (var s = 32u; s > 0u; s >>= 1u) {
+        if lane < s {
+            red[lane] += red[lane + s];
+        }
+        workgroupBarrier();
+    }
+    let total = red[0];
+    workgroupBarrier();
+    return total;
+}
+
+@compute @workgroup_size(64)
+fn rms_norm(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lane: u32,
+) {
+    let row = wg.y * nwg.x + wg.x;
+    if row >= p.rows {
+        return;
+    }
+    let base = row * p.n;
+    var ss = 0.0;
+    for (var i = lane; i < p.n; i += 64u) {
+        let v = x[base + i];
+        ss += v * v;
+    }
+    let inv = 1.0 / sqrt(sum64(ss, lane) / f32(p.n) + p.eps);
+    let g = (row % p.gamma_rows) * p.n;
+    for (var i = lane; i < p.n; i += 64u) {
+        y[base + i] = x[base + i] * inv * w[g + i];
+    }
+}
+
+@compute @workgroup_size(64)
+fn layer_norm(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lane: u32,
+) {
+    let row = wg.y * nwg.x + wg.x;
+    if row >= p.rows {
+        return;
+    }
+    let base = row * p.n;
+    var s = 0.0;
+    for (var i = lane; i < p.n; i += 64u) {
+        s += x[base + i];
+    }
+    let mean = sum64(s, lane) / f32(p.n);
+    var sq = 0.0;
+    for (var i = lane; i < p.n; i += 64u) {
+        let d = x[base + i] - mean;
+        sq += d * d;
+    }
+    let inv = 1.0 / sqrt(sum64(sq, lane) / f32(p.n) + p.eps);
+    for (var i = lane; i < p.n; i += 64u) {
+        y[base + i] = (x[base + i] - mean) * inv * w[i] + w[p.beta_offset + i];
+    }
+}

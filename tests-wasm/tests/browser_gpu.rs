@@ -1,0 +1,207 @@
+//! GPU kernels in the browser: wgpu on WebGPU in headless Chromium (SwiftShader: no shader-f16, subgroups of 4),
+//! each against its CPU twin on the same data, as `crate/tests/gpu_*.rs` do natively on lavapipe. The f32 matvec,
+//! RMSNorm, softmax, argmax, the embedding gather, and a whole MultiHeadAttention layer (matvec projections, bias adds, RoPE, KV update,
+//! causal GQA attention) over a prefill and decode steps that continue the KV cache; and every op kernel compiles
+//! under Chromium's WGSL compiler.
+//!
+//! Run with `bash scripts/test.sh` (its browser step), or
+//! `cargo test -p loom-wasm-browser-tests --target wasm32-unknown-unknown` with the runner variables it sets.
+//! Every GPU call is awaited (the JS event loop drives WebGPU), never polled.
+#![cfg(target_arch = "wasm32")]
+
+use loom_wasm::cpu::{CpuModel, Tensor};
+use loom_wasm::formats::loom_json;
+use loom_wasm::gpu::{first_argmax, Argmax, Attention, Elementwise, Embedding, Gpu, MatVec, Mha, Norm, Rope, Softmax};
+use loom_wasm::network::{f32_bytes, Activation, Network, WeightStore};
+use wasm_bindgen_test::{console_log, wasm_bindgen_test, wasm_bindgen_test_configure};
+
+wasm_bindgen_test_configure!(run_in_browser);
+
+async fn gpu() -> Gpu {
+    let gpu = Gpu::new()
+        .await
+        .expect("no WebGPU adapter: does webdriver.json pass --enable-unsafe-webgpu?");
+    console_log!(
+        "adapter {:?} ({:?}, {:?}), f16 {}, subgroups {}",
+        gpu.info.name,
+        gpu.info.backend,
+        gpu.info.device_type,
+        gpu.has_f16,
+        gpu.has_subgroups
+    );
+    gpu
+}
+
+fn data(seed: u64, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD1B5_4A32_D192_ED03;
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = s;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^= z >> 31;
+            lo + (hi - lo) * ((z >> 40) as f32 / (1u64 << 24) as f32)
+        })
+        .collect()
+}
+
+fn one_layer(layer_json: &str) -> Network {
+    let arch = format!(
+        r#"{{"depth":1,"rows":1,"cols":1,"layers_per_cell":1,"layers":[{{"z":0,"y":0,"x":0,"l":0,{layer_json}}}]}}"#
+    );
+    loom_json::build(arch.as_bytes()).unwrap()
+}
+
+/// Asserts |gpu − cpu| ≤ abs + rel·|cpu| and logs the largest error.
+fn close(what: &str, gpu: &[f32], cpu: &[f32], abs: f32, rel: f32) {
+    assert_eq!(gpu.len(), cpu.len(), "{what}: lengths");
+    let mut max = 0f32;
+    for (i, (g, c)) in gpu.iter().zip(cpu).enumerate() {
+        let err = (g - c).abs();
+        max = max.max(err);
+        assert!(err <= abs + rel * c.abs(), "{what}[{i}]: gpu {g} cpu {c}");
+    }
+    console_log!(
+        "{what}: {} values, max |err| {max:.3e} (tolerance {abs:e} + {rel:e}·|cpu|)",
+        gpu.len()
+    );
+}
+
+#[wasm_bindgen_test]
+async fn f32_matvec_matches_the_cpu_dense_layer() {
+    let gpu = gpu().await;
+    let kernel = MatVec::f32(&gpu).unwrap();
+    for (n_in, n_out, batch, act) in [(37, 5, 3, "Tanh"), (300, 129, 2, "Silu")] {
+        let net = one_layer(&format!(
+            r#""type":"Dense","activation":"{act}","input_height":{n_in},"output_height":{n_out}"#
+        ));
+        let w = net.layers[0].weights.as_ref().unwrap().master_values();
+        let x = data(n_in as u64, batch * n_in, -1.0, 1.0);
+        let cpu = CpuModel::new(net).forward(&x, &[batch, n_in]).unwrap();
+        let act = Activation::parse(act).unwrap();
+        let out = kernel.run(&gpu, &x, &f32_bytes(&w), n_in, n_out, act).await.unwrap();
+        close(&format!("matvec {n_in}→{n_out} ×{batch}"), &out, &cpu.data, 1e-5, 1e-4);
+    }
+}
+
+#[wasm_bindgen_test]
+async fn rms_norm_softmax_and_argmax_match_their_cpu_twins() {
+    let gpu = gpu().await;
+    // RMSNorm: odd row length past the 64-lane workgroup, 3 rows.
+    let n = 129;
+    let net = one_layer(&format!(r#""type":"RMSNorm","activation":"Linear","input_height":{n}"#));
+    let mut net = net;
+    net.layers[0].weights = Some(WeightStore::from_master(data(1, n, 0.5, 1.5)));
+    let x = data(2, 3 * n, -2.0, 3.0);
+    let want = CpuModel::new(net.clone()).forward(&x, &[3, n]).unwrap();
+    let norm = Norm::new(&gpu).unwrap();
+    let got = norm
+        .forward(&gpu, &net.layers[0], &Tensor::new(x, vec![3, n]).unwrap())
+        .await
+        .unwrap();
+    close("RMSNorm 3×129", &got.data, &want.data, 1e-5, 1e-4);
+
+    // Softmax by rows (Grid, 5 rows of 77).
+    let net = one_layer(r#""type":"Softmax","softmax_type":"Grid","softmax_rows":5,"softmax_cols":77"#);
+    let x = data(3, 5 * 77, -10.0, 10.0);
+    let want = CpuModel::new(net.clone()).forward(&x, &[5, 77]).unwrap();
+    let sm = Softmax::new(&gpu).unwrap();
+    let got = sm
+        .forward(&gpu, &net.layers[0], &Tensor::new(x, vec![5, 77]).unwrap())
+        .await
+        .unwrap();
+    close("softmax Grid 5×77", &got.data, &want.data, 1e-7, 1e-5);
+
+    // Argmax (exact), a vocabulary-sized row and a tie.
+    let mut x = data(4, 2 * 32003, -5.0, 5.0);
+    x[32003 + 100] = 9.0;
+    x[32003 + 200] = 9.0;
+    let want: Vec<u32> = x.chunks(32003).map(first_argmax).collect();
+    let got = Argmax::new(&gpu).unwrap().run(&gpu, &x, 32003).await.unwrap();
+    assert_eq!(got, want);
+    console_log!("argmax 2×32003: identical ({got:?})");
+}
+
+#[wasm_bindgen_test]
+async fn embedding_gather_is_bit_identical() {
+    // Ids truncated toward zero; negative, past-the-end, NaN and infinite ids give the zero row, as on the CPU.
+    let gpu = gpu().await;
+    let net = one_layer(r#""type":"Embedding","activation":"Linear","vocab_size":300,"embedding_dim":65"#);
+    let mut ids = data(5, 40, -3.0, 303.0);
+    ids.extend([
+        0.0,
+        -0.5,
+        299.9,
+        300.0,
+        -1.0,
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+    ]);
+    let shape = vec![1, ids.len()];
+    let want = CpuModel::new(net.clone()).forward(&ids, &shape).unwrap();
+    let got = Embedding::new(&gpu)
+        .unwrap()
+        .forward(&gpu, &net.layers[0], &Tensor::new(ids, shape).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(got.shape, want.shape);
+    assert!(
+        got.data.iter().zip(&want.data).all(|(a, b)| a.to_bits() == b.to_bits()),
+        "embedding gather differs from the CPU"
+    );
+    console_log!("embedding gather 48 ids × 65: bit-identical");
+}
+
+#[wasm_bindgen_test]
+async fn mha_layer_prefill_and_decode_match_the_cpu() {
+    let gpu = gpu().await;
+    // Loom's own float32 MHA layer (2 heads over 1 kv head, d_model 4), then a random d_model 64, 4 heads over
+    // 2 kv heads.
+    let loom = loom_json::read(
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../testdata/conformance/cases/layer_MultiHeadAttention_float32/loom.json"
+        ))
+        .as_bytes(),
+    )
+    .unwrap();
+    let random =
+        one_layer(r#""type":"MultiHeadAttention","activation":"Linear","d_model":64,"num_heads":4,"num_kv_heads":2"#);
+    for (name, net) in [("Loom MHA d 4", loom), ("MHA d 64, 4/2 heads", random)] {
+        let d = net.layers[0].d_model as usize;
+        let mut cpu = CpuModel::new(net.clone());
+        let mut mha = Mha::new(&gpu, &net.layers[0]).await.unwrap();
+        let mut calls = vec![(data(1, 16 * d, -1.0, 1.0), vec![16, d])];
+        calls.extend((0..3).map(|s| (data(10 + s, d, -1.0, 1.0), vec![1, d])));
+        calls.push((data(20, 2 * 4 * d, -1.0, 1.0), vec![2, 4, d]));
+        for (k, (x, shape)) in calls.iter().enumerate() {
+            let want = cpu.forward(x, shape).unwrap();
+            let got = mha.forward(&gpu, x, shape).await.unwrap();
+            assert_eq!(got.shape, want.shape);
+            close(&format!("{name} call {k} {shape:?}"), &got.data, &want.data, 1e-5, 1e-4);
+        }
+    }
+}
+
+#[wasm_bindgen_test]
+async fn every_op_shader_compiles_in_chromium() {
+    // Chromium's WGSL compiler (Tint) is stricter than naga natively: it refused a constant −∞ and a decimal a hair
+    // past f32::MAX that naga took. A refused shader is no Rust error in the browser (the dispatch does nothing), so
+    // compile every kernel under a validation error scope.
+    let gpu = gpu().await;
+    let scope = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
+    MatVec::f32(&gpu).unwrap();
+    Norm::new(&gpu).unwrap();
+    Elementwise::new(&gpu).unwrap();
+    Softmax::new(&gpu).unwrap();
+    Embedding::new(&gpu).unwrap();
+    Argmax::new(&gpu).unwrap();
+    Rope::new(&gpu).unwrap();
+    Attention::new(&gpu).unwrap();
+    if let Some(e) = scope.pop().await {
+        panic!("a kernel does not compile in Chromium: {e}");
+    }
+    console_log!("matvec, norm, elementwise, softmax, embedding, argmax, rope, attention: all compile");
+}
