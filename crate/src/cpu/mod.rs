@@ -185,7 +185,6 @@ pub(crate) fn forward_layer(
 /// Parallel: every branch sees the same input; `concat` (or empty) joins the branches per batch row, `add`
 /// sums them in f32, `avg` sums then multiplies by `1/n`, `filter` gives zeros (see below).
 fn parallel(layer: &Layer, path: &str, x: Tensor, state: &mut State) -> Result<Tensor> {
-    let batch = x.batch().max(1);
     let mut outs = Vec::with_capacity(layer.parallel_branches.len());
     for (j, b) in layer.parallel_branches.iter().enumerate() {
         outs.push(forward_layer(
@@ -196,6 +195,13 @@ fn parallel(layer: &Layer, path: &str, x: Tensor, state: &mut State) -> Result<T
             state,
         )?);
     }
+    combine(layer, path, x, outs)
+}
+
+/// Joins a Parallel layer's branch outputs as its `combine_mode` says (shared by the CPU and GPU paths: exact
+/// f32 host arithmetic either way). `x` is the layer input, returned as is when there are no branches.
+pub(crate) fn combine(layer: &Layer, path: &str, x: Tensor, outs: Vec<Tensor>) -> Result<Tensor> {
+    let batch = x.batch().max(1);
     let Some(first) = outs.first() else {
         return Ok(x);
     };
@@ -247,7 +253,7 @@ fn parallel(layer: &Layer, path: &str, x: Tensor, state: &mut State) -> Result<T
 }
 
 /// Residual: `x + skip` in float32 when a skip of equal length exists, else the identity.
-fn residual(mut x: Tensor, skip: Option<&Tensor>) -> Tensor {
+pub(crate) fn residual(mut x: Tensor, skip: Option<&Tensor>) -> Tensor {
     if let Some(s) = skip.filter(|s| s.data.len() == x.data.len()) {
         x.data.iter_mut().zip(&s.data).for_each(|(a, b)| *a += b);
     }
