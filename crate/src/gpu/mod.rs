@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-pub use matvec::MatVec;
+pub use matvec::{dense_weights, packed_values, MatVec, PackedWeights, Packing, MAX_WEIGHT_BINDINGS};
 
 use crate::error::{LoomError, Result};
 use crate::network::Activation;
