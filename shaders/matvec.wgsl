@@ -1,32 +1,517 @@
-// Matrix-vector products y[b][o] = act(Σ_i x[b][i] · W[o][i]) with W row-major [n_out][n_in].
-// One workgroup per (output row, batch row); 64 lanes stride over the row and reduce in shared memory.
-// Weights are bound as raw u32 words; `weight(o, i)` decodes one element (f32 here: a bitcast).
+// The matvec family: y[b][o] = act(scale · Σ_i x[b][i] · W[o][i]) with W row-major [n_out][n_in], read packed.
+//
+// The weights stay in their stored bytes (Loom's native packing, Loom's Q4_0 payload, or llama.cpp blocks), bound
+// as raw u32 words, possibly split across several bindings (`word(i)` hides the split). They are decoded in the
+// kernel. The host (`crate/src/gpu/matvec.rs`) assembles one module from the `// @@ name` sections below:
+//
+//   activation.wgsl · common · word(i) + its bindings (generated) · constants (generated) · helpers (half,
+//   ints, field_*) · the encoding's decode function (`code`, `code64`) · its unit reader (packed, wide64, a block
+//   format) · body
+//
+// or, for float16 on the `shader-f16` path: enable f16; · activation.wgsl · common · word(i) over vec2<f16>
+// bindings · float16_native · body.
+//
+// A "unit" is the smallest run of elements whose bytes are self-contained: one u32 word of 1–32 elements for
+// Loom's dtypes up to 32 bits, two words for the 64-bit ones, a block of 32 for Q4_0 / Q4_1 / Q8_0. Each reader
+// defines `EPU` (elements per unit), `unit_dot(u, xb)` (Σ_k x[xb+k]·value(u, k) over a whole unit) and
+// `unit_value(u, k)` (one element, for the partial units where a row starts or ends inside a unit).
+//
+// Loom's `GetActive` multiplies every element by the layer scale; here the scale multiplies each row's sum once
+// (`p.scale`, 1 for float32/16/64, bfloat16 and the block formats, whose scales are inside the blocks).
+// One workgroup per (output row, batch row); 64 lanes stride over the row's units and reduce in shared memory.
 
+// @@ common
 struct Params {
     n_in: u32,
     n_out: u32,
     act: u32,
+    // Workgroups along x: row o = wg.x + wg.z · groups_x (more rows than one dispatch dimension allows).
+    groups_x: u32,
+    scale: f32,
+    // Words per weight binding when the weights are split (all but the last binding hold exactly this many).
+    words_per_part: u32,
+    // Loom Q4_0: the number of scales (the packed words follow them).
+    aux: u32,
     _pad: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read> w: array<u32>;
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
 
 var<workgroup> partial: array<f32, 64>;
 
-fn weight(o: u32, i: u32) -> f32 {
-    return bitcast<f32>(w[o * p.n_in + i]);
+// @@ half
+// IEEE half (low 16 bits of h) → f32 in integer ops: no shader-f16 needed (Chromium's SwiftShader has none).
+// (Naga cannot bitcast a u32 to vec2<f16>, so the shader-f16 path binds float16 weights as vec2<f16> instead: see
+// `float16_native`; the block formats' one scale per 32 elements always comes through here.)
+fn half(h: u32) -> f32 {
+    let sign = (h & 0x8000u) << 16u;
+    let e = (h >> 10u) & 0x1Fu;
+    let m = h & 0x3FFu;
+    if e == 0u {
+        // Zero or subnormal: m · 2^-24, exact in f32.
+        return bitcast<f32>(sign | bitcast<u32>(f32(m) * 5.9604644775390625e-8));
+    }
+    if e == 31u {
+        return bitcast<f32>(sign | 0x7F800000u | (m << 13u));
+    }
+    return bitcast<f32>(sign | ((e + 112u) << 23u) | (m << 13u));
 }
 
+// @@ ints
+// Integer → f32 with round-to-nearest-even, as Rust's `as f32` (and Go's float32()) converts, in 32-bit integer
+// ops: WGSL has no 64-bit integers, and leaves the rounding of a wide int → f32 conversion to the implementation.
+
+// (hi:lo) >> s rounded to nearest, ties to even; 1 ≤ s ≤ 63 and the result must fit in a u32.
+fn shr_rne(lo: u32, hi: u32, s: u32) -> u32 {
+    var q: u32;
+    var rlo: u32;
+    var rhi = 0u;
+    var hlo = 0u;
+    var hhi = 0u;
+    if s < 32u {
+        q = (lo >> s) | (hi << (32u - s));
+        rlo = lo & ((1u << s) - 1u);
+        hlo = 1u << (s - 1u);
+    } else {
+        let t = s - 32u;
+        q = hi >> t;
+        rlo = lo;
+        rhi = hi & ((1u << t) - 1u);
+        if t == 0u {
+            hlo = 0x80000000u;
+        } else {
+            hhi = 1u << (t - 1u);
+        }
+    }
+    let above = rhi > hhi || (rhi == hhi && rlo > hlo);
+    let tie = rhi == hhi && rlo == hlo;
+    return q + select(0u, 1u, above || (tie && (q & 1u) == 1u));
+}
+
+fn u64_to_f32(lo: u32, hi: u32) -> f32 {
+    if hi == 0u && lo < 0x1000000u {
+        return f32(lo);
+    }
+    // Bit length n ≥ 25: keep 24 bits, rounded; the carry of a round-up moves into the exponent.
+    let n = select(32u - countLeadingZeros(lo), 64u - countLeadingZeros(hi), hi != 0u);
+    let m = shr_rne(lo, hi, n - 24u);
+    return bitcast<f32>(((n + 126u) << 23u) + m - 0x800000u);
+}
+
+fn i64_to_f32(lo: u32, hi: u32) -> f32 {
+    if (hi & 0x80000000u) == 0u {
+        return u64_to_f32(lo, hi);
+    }
+    let nlo = ~lo + 1u;
+    let nhi = ~hi + select(0u, 1u, nlo == 0u);
+    return -u64_to_f32(nlo, nhi);
+}
+
+fn i32_to_f32(v: u32) -> f32 {
+    return i64_to_f32(v, select(0u, 0xFFFFFFFFu, (v & 0x80000000u) != 0u));
+}
+
+// IEEE double (hi:lo) → f32, round-to-nearest-even, f32 subnormals included; no f64 arithmetic.
+fn f64_to_f32(lo: u32, hi: u32) -> f32 {
+    let sign = hi & 0x80000000u;
+    let e11 = (hi >> 20u) & 0x7FFu;
+    let mhi = hi & 0xFFFFFu;
+    if e11 == 0x7FFu {
+        return bitcast<f32>(sign | 0x7F800000u | select(0u, 0x400000u, (mhi | lo) != 0u));
+    }
+    if e11 == 0u {
+        // Zero, or an f64 subnormal: far below half of f32's smallest subnormal.
+        return bitcast<f32>(sign);
+    }
+    let e = i32(e11) - 896; // the f32 biased exponent: e11 − 1023 + 127
+    if e >= 255 {
+        return bitcast<f32>(sign | 0x7F800000u);
+    }
+    let shi = mhi | 0x100000u; // the 53-bit significand is shi:lo
+    if e >= 1 {
+        return bitcast<f32>(sign | ((u32(e) << 23u) + shr_rne(lo, shi, 29u) - 0x800000u));
+    }
+    // An f32 subnormal (or zero): significand · 2^(e − 30) in units of 2^-149.
+    let s = u32(30 - e);
+    if s > 63u {
+        return bitcast<f32>(sign);
+    }
+    return bitcast<f32>(sign | shr_rne(lo, shi, s));
+}
+
+// @@ code_float32
+fn code(c: u32) -> f32 {
+    return bitcast<f32>(c);
+}
+
+// @@ code_float16
+fn code(c: u32) -> f32 {
+    return half(c);
+}
+
+// @@ code_bfloat16
+fn code(c: u32) -> f32 {
+    return bitcast<f32>(c << 16u);
+}
+
+// @@ code_fp8e4m3
+// Loom's E4M3: exponent 15 is an ordinary exponent (no NaN, max 480); exponent 0 reads 2^-7·(1 + m/8)·0.125.
+fn code(c: u32) -> f32 {
+    let sign = (c & 0x80u) << 24u;
+    let e = (c >> 3u) & 0xFu;
+    let m = c & 7u;
+    let v = bitcast<f32>(sign | ((e + 120u) << 23u) | (m << 20u));
+    if e == 0u {
+        return select(v * 0.125, bitcast<f32>(sign), m == 0u);
+    }
+    return v;
+}
+
+// @@ code_fp8e5m2
+// Loom's E5M2: exponent 31 is Inf/NaN; exponent 0 with a mantissa reads as a normal number.
+fn code(c: u32) -> f32 {
+    let sign = (c & 0x80u) << 24u;
+    let e = (c >> 2u) & 0x1Fu;
+    let m = c & 3u;
+    if e == 31u {
+        return bitcast<f32>(sign | 0x7F800000u | (m << 21u));
+    }
+    if e == 0u && m == 0u {
+        return bitcast<f32>(sign);
+    }
+    return bitcast<f32>(sign | ((e + 112u) << 23u) | (m << 21u));
+}
+
+// @@ code_int32
+fn code(c: u32) -> f32 {
+    return i32_to_f32(c);
+}
+
+// @@ code_uint32
+fn code(c: u32) -> f32 {
+    return u64_to_f32(c, 0u);
+}
+
+// @@ code_int16
+fn code(c: u32) -> f32 {
+    return f32(i32(c << 16u) >> 16u);
+}
+
+// @@ code_uint16
+fn code(c: u32) -> f32 {
+    return f32(c);
+}
+
+// @@ code_int8
+fn code(c: u32) -> f32 {
+    return f32(i32(c << 24u) >> 24u);
+}
+
+// @@ code_uint8
+fn code(c: u32) -> f32 {
+    return f32(c);
+}
+
+// @@ code_int4
+fn code(c: u32) -> f32 {
+    return f32(i32(c << 28u) >> 28u);
+}
+
+// @@ code_uint4
+fn code(c: u32) -> f32 {
+    return f32(c);
+}
+
+// @@ code_fp4
+// Loom's FP4 table (not OCP E2M1): 0, 0.75, 1, 1.5, 2, 3, +Inf, NaN, then the same negated.
+fn code(c: u32) -> f32 {
+    let lo = vec4<u32>(0x0000u, 0x3F40u, 0x3F80u, 0x3FC0u);
+    let hi = vec4<u32>(0x4000u, 0x4040u, 0x7F80u, 0x7FC0u);
+    let t = select(lo[c & 3u], hi[c & 3u], (c & 4u) != 0u);
+    return bitcast<f32>((t << 16u) | ((c & 8u) << 28u));
+}
+
+// @@ code_int2
+fn code(c: u32) -> f32 {
+    return f32(i32(c << 30u) >> 30u);
+}
+
+// @@ code_uint2
+fn code(c: u32) -> f32 {
+    return f32(c);
+}
+
+// @@ code_ternary
+// Two's-complement 2-bit codes, as int2 (code 2 would read −2; Loom never writes it).
+fn code(c: u32) -> f32 {
+    return f32(i32(c << 30u) >> 30u);
+}
+
+// @@ code_binary
+// Bit 1 → +1, bit 0 → −1.
+fn code(c: u32) -> f32 {
+    return f32(c) * 2.0 - 1.0;
+}
+
+// @@ code64_int64
+fn code64(lo: u32, hi: u32) -> f32 {
+    return i64_to_f32(lo, hi);
+}
+
+// @@ code64_uint64
+fn code64(lo: u32, hi: u32) -> f32 {
+    return u64_to_f32(lo, hi);
+}
+
+// @@ code64_float64
+fn code64(lo: u32, hi: u32) -> f32 {
+    return f64_to_f32(lo, hi);
+}
+
+// @@ field_le
+// Loom's native packing from 8 bits up: element k of a word is little-endian at bit BITS·k.
+fn field(v: u32, k: u32) -> u32 {
+    return (v >> (BITS * k)) & MASK;
+}
+
+// @@ field_msb
+// Loom's native packing below 8 bits fills each byte MSB-first: element 2k of int4 in the high nibble of byte k,
+// 2-bit pairs from bit 7 down, binary bit 7 − j. Bytes are little-endian in the word.
+fn field(v: u32, k: u32) -> u32 {
+    return (v >> (8u * (k / PER_BYTE) + 8u - BITS * (k % PER_BYTE + 1u))) & MASK;
+}
+
+// @@ packed
+// Loom's dtypes up to 32 bits: one word = EPU elements of BITS bits, split by `field`, decoded by `code`.
+fn unit_value(u: u32, k: u32) -> f32 {
+    return code(field(word(u), k));
+}
+
+fn unit_dot(u: u32, xb: u32) -> f32 {
+    let v = word(u);
+    var s = 0.0;
+    for (var k = 0u; k < EPU; k++) {
+        s += x[xb + k] * code(field(v, k));
+    }
+    return s;
+}
+
+// @@ float16_native
+// float16 through the hardware's f16 (`shader-f16`): the weight bindings are array<vec2<f16>>, so word(i) is a
+// pair of halves (element 2i in .x, the low half of the little-endian word).
+const EPU: u32 = 2u;
+
+fn unit_value(u: u32, k: u32) -> f32 {
+    return f32(word(u)[k]);
+}
+
+fn unit_dot(u: u32, xb: u32) -> f32 {
+    let h = vec2<f32>(word(u));
+    return x[xb] * h.x + x[xb + 1u] * h.y;
+}
+
+// @@ wide64
+// 64-bit elements: two little-endian words each.
+const EPU: u32 = 1u;
+
+fn unit_value(u: u32, k: u32) -> f32 {
+    return code64(word(2u * u), word(2u * u + 1u));
+}
+
+fn unit_dot(u: u32, xb: u32) -> f32 {
+    return x[xb] * code64(word(2u * u), word(2u * u + 1u));
+}
+
+// @@ loom_q4_0
+// Loom's Q4_0 payload (spec §8): u32 nScales | u32 nPacked | f32 scales[nScales] | u32 packed[nPacked]. Block u
+// (elements 32u..32u+31) has scale word 2 + u and words 2 + nScales + 4u + j; nibble m of a word (low first) is
+// element 8j + m, a signed 4-bit q; value q·s_u.
+const EPU: u32 = 32u;
+
+fn q4_nibble(v: u32, m: u32) -> f32 {
+    return f32(i32(v << (28u - 4u * m)) >> 28u);
+}
+
+fn unit_value(u: u32, k: u32) -> f32 {
+    return q4_nibble(word(2u + p.aux + 4u * u + (k >> 3u)), k & 7u) * bitcast<f32>(word(2u + u));
+}
+
+fn unit_dot(u: u32, xb: u32) -> f32 {
+    let base = 2u + p.aux + 4u * u;
+    var s = 0.0;
+    for (var j = 0u; j < 4u; j++) {
+        let v = word(base + j);
+        for (var m = 0u; m < 8u; m++) {
+            s += x[xb + 8u * j + m] * q4_nibble(v, m);
+        }
+    }
+    return s * bitcast<f32>(word(2u + u));
+}
+
+// @@ ggml_q4_0
+// llama.cpp Q4_0, 18-byte blocks: f16 d | 16 bytes; element j is the low nibble of byte j, element j+16 its high
+// nibble; value (q − 8)·d. Blocks are not word-aligned: block u starts at byte 18u, at a 0 or 2 byte offset.
+const EPU: u32 = 32u;
+
+struct Block4 {
+    d: f32,
+    m: f32,
+    q: vec4<u32>,
+}
+
+fn block(u: u32) -> Block4 {
+    let byte = 18u * u;
+    let i = byte >> 2u;
+    let w0 = word(i);
+    let w1 = word(i + 1u);
+    let w2 = word(i + 2u);
+    let w3 = word(i + 3u);
+    let w4 = word(i + 4u);
+    if (byte & 2u) == 0u {
+        let q = vec4<u32>((w0 >> 16u) | (w1 << 16u), (w1 >> 16u) | (w2 << 16u), (w2 >> 16u) | (w3 << 16u),
+                          (w3 >> 16u) | (w4 << 16u));
+        return Block4(half(w0 & 0xFFFFu), 0.0, q);
+    }
+    return Block4(half(w0 >> 16u), 0.0, vec4<u32>(w1, w2, w3, w4));
+}
+
+fn unit_value(u: u32, k: u32) -> f32 {
+    let b = block(u);
+    let j = k & 15u;
+    let byte = b.q[j >> 2u] >> (8u * (j & 3u));
+    return b.d * (f32(select(byte & 0xFu, (byte >> 4u) & 0xFu, k >= 16u)) - 8.0);
+}
+
+fn unit_dot(u: u32, xb: u32) -> f32 {
+    let b = block(u);
+    var s = 0.0;
+    for (var j = 0u; j < 4u; j++) {
+        let v = b.q[j];
+        for (var m = 0u; m < 4u; m++) {
+            let byte = v >> (8u * m);
+            s += x[xb + 4u * j + m] * (f32(byte & 0xFu) - 8.0) + x[xb + 16u + 4u * j + m] * (f32((byte >> 4u) & 0xFu) - 8.0);
+        }
+    }
+    return b.d * s;
+}
+
+// @@ ggml_q4_1
+// llama.cpp Q4_1, 20-byte (word-aligned) blocks: f16 d | f16 m | 16 bytes, nibbles as Q4_0; value q·d + m.
+const EPU: u32 = 32u;
+
+struct Block4 {
+    d: f32,
+    m: f32,
+    q: vec4<u32>,
+}
+
+fn block(u: u32) -> Block4 {
+    let i = 5u * u;
+    let dm = word(i);
+    return Block4(half(dm & 0xFFFFu), half(dm >> 16u), vec4<u32>(word(i + 1u), word(i + 2u), word(i + 3u), word(i + 4u)));
+}
+
+fn unit_value(u: u32, k: u32) -> f32 {
+    let b = block(u);
+    let j = k & 15u;
+    let byte = b.q[j >> 2u] >> (8u * (j & 3u));
+    return b.d * f32(select(byte & 0xFu, (byte >> 4u) & 0xFu, k >= 16u)) + b.m;
+}
+
+fn unit_dot(u: u32, xb: u32) -> f32 {
+    let b = block(u);
+    var s = 0.0;
+    var sx = 0.0;
+    for (var j = 0u; j < 4u; j++) {
+        let v = b.q[j];
+        for (var m = 0u; m < 4u; m++) {
+            let byte = v >> (8u * m);
+            let xl = x[xb + 4u * j + m];
+            let xh = x[xb + 16u + 4u * j + m];
+            s += xl * f32(byte & 0xFu) + xh * f32((byte >> 4u) & 0xFu);
+            sx += xl + xh;
+        }
+    }
+    return b.d * s + b.m * sx;
+}
+
+// @@ ggml_q8_0
+// llama.cpp Q8_0, 34-byte blocks: f16 d | 32 signed bytes; value q·d. Block u starts at byte 34u (offset 0 or 2).
+const EPU: u32 = 32u;
+
+struct Block8 {
+    d: f32,
+    lo: vec4<u32>,
+    hi: vec4<u32>,
+}
+
+fn block(u: u32) -> Block8 {
+    let byte = 34u * u;
+    let i = byte >> 2u;
+    var w: array<u32, 9>;
+    for (var j = 0u; j < 9u; j++) {
+        w[j] = word(i + j);
+    }
+    if (byte & 2u) == 0u {
+        var q: array<u32, 8>;
+        for (var j = 0u; j < 8u; j++) {
+            q[j] = (w[j] >> 16u) | (w[j + 1u] << 16u);
+        }
+        return Block8(half(w[0] & 0xFFFFu), vec4<u32>(q[0], q[1], q[2], q[3]), vec4<u32>(q[4], q[5], q[6], q[7]));
+    }
+    return Block8(half(w[0] >> 16u), vec4<u32>(w[1], w[2], w[3], w[4]), vec4<u32>(w[5], w[6], w[7], w[8]));
+}
+
+fn q8(v: u32, m: u32) -> f32 {
+    return f32(i32(v << (24u - 8u * m)) >> 24u);
+}
+
+fn unit_value(u: u32, k: u32) -> f32 {
+    let b = block(u);
+    let j = k & 15u;
+    let v = select(b.lo[j >> 2u], b.hi[j >> 2u], k >= 16u);
+    return q8(v, j & 3u) * b.d;
+}
+
+fn unit_dot(u: u32, xb: u32) -> f32 {
+    let b = block(u);
+    var s = 0.0;
+    for (var j = 0u; j < 4u; j++) {
+        for (var m = 0u; m < 4u; m++) {
+            s += x[xb + 4u * j + m] * q8(b.lo[j], m) + x[xb + 16u + 4u * j + m] * q8(b.hi[j], m);
+        }
+    }
+    return b.d * s;
+}
+
+// @@ body
 @compute @workgroup_size(64)
-fn matvec_f32(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
-    let o = wg.x;
+fn matvec(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let o = wg.x + wg.z * p.groups_x;
     let b = wg.y;
     var acc = 0.0;
-    for (var i = lid.x; i < p.n_in; i += 64u) {
-        acc += x[b * p.n_in + i] * weight(o, i);
+    if o < p.n_out {
+        // Row o is elements [start, end) of the flat tensor; x row b starts at xrow.
+        let start = o * p.n_in;
+        let end = start + p.n_in;
+        let xrow = b * p.n_in;
+        let ua = (start + EPU - 1u) / EPU; // first whole unit
+        let ub = end / EPU; // one past the last whole unit
+        for (var u = ua + lid.x; u < ub; u += 64u) {
+            acc += unit_dot(u, xrow + u * EPU - start);
+        }
+        // The partial units at both ends (fewer than EPU ≤ 32 elements each), one element per lane.
+        let head_end = min(end, ua * EPU);
+        let eh = start + lid.x;
+        if eh < head_end {
+            acc += x[xrow + lid.x] * unit_value(eh / EPU, eh % EPU);
+        }
+        let et = max(ub * EPU, head_end) + lid.x;
+        if et < end {
+            acc += x[xrow + et - start] * unit_value(et / EPU, et % EPU);
+        }
     }
     partial[lid.x] = acc;
     workgroupBarrier();
@@ -36,7 +521,7 @@ fn matvec_f32(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id
         }
         workgroupBarrier();
     }
-    if lid.x == 0u {
-        y[b * p.n_out + o] = activate(partial[0], p.act);
+    if lid.x == 0u && o < p.n_out {
+        y[b * p.n_out + o] = activate(partial[0] * p.scale, p.act);
     }
 }

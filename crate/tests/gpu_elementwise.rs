@@ -12,7 +12,7 @@ mod gpu_util;
 use gpu_util::{close, cpu, data, exact, gpu, one_layer};
 use loom_wasm::cpu::activate;
 use loom_wasm::formats::loom_json;
-use loom_wasm::gpu::{Elementwise, Gpu, MatVec};
+use loom_wasm::gpu::{Elementwise, Gpu, MatVec, PackedWeights, Packing};
 use loom_wasm::network::Activation;
 
 #[test]
@@ -122,19 +122,32 @@ fn swiglu_layer(gpu: &Gpu, w: &[f32], h: usize, i: usize, x: &[f32]) -> Vec<f32>
     let (wd, rest) = rest.split_at(h * i);
     let (bg, rest) = rest.split_at(i);
     let (bu, bd) = rest.split_at(i);
-    let (xb, wgb, wub, wdb, bgb, bub, bdb) = (up(x), up(wg), up(wu), up(wd), up(bg), up(bu), up(bd));
+    let weights = |v: &[f32], n_in: usize, n_out: usize| {
+        let f32_packing = Packing::Loom(loom_wasm::DType::Float32);
+        pollster::block_on(PackedWeights::upload(
+            gpu,
+            f32_packing,
+            bytemuck::cast_slice(v),
+            1.0,
+            n_in,
+            n_out,
+        ))
+        .unwrap()
+    };
+    let (wgb, wub, wdb) = (weights(wg, h, i), weights(wu, h, i), weights(wd, i, h));
+    let (xb, bgb, bub, bdb) = (up(x), up(bg), up(bu), up(bd));
     let (gb, ub, pb, yb) = (out(rows * i), out(rows * i), out(rows * i), out(rows * h));
     let (h32, i32_, r32) = (h as u32, i as u32, rows as u32);
     let lin = Activation::Linear;
     let mut enc = gpu.device.create_command_encoder(&Default::default());
-    mv.encode(gpu, &mut enc, &xb, &wgb, &gb, h32, i32_, r32, lin).unwrap();
+    mv.encode(gpu, &mut enc, &xb, &wgb, &gb, r32, lin).unwrap();
     ew.encode_add_inplace(gpu, &mut enc, &gb, &bgb, r32 * i32_, i32_)
         .unwrap();
-    mv.encode(gpu, &mut enc, &xb, &wub, &ub, h32, i32_, r32, lin).unwrap();
+    mv.encode(gpu, &mut enc, &xb, &wub, &ub, r32, lin).unwrap();
     ew.encode_add_inplace(gpu, &mut enc, &ub, &bub, r32 * i32_, i32_)
         .unwrap();
     ew.encode_swiglu(gpu, &mut enc, &gb, &ub, &pb, r32 * i32_).unwrap();
-    mv.encode(gpu, &mut enc, &pb, &wdb, &yb, i32_, h32, r32, lin).unwrap();
+    mv.encode(gpu, &mut enc, &pb, &wdb, &yb, r32, lin).unwrap();
     ew.encode_add_inplace(gpu, &mut enc, &yb, &bdb, r32 * h32, h32).unwrap();
     gpu.queue.submit([enc.finish()]);
     let mut y = pollster::block_on(gpu.read_f32(&yb)).unwrap();

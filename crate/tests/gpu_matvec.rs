@@ -4,8 +4,9 @@
 #![cfg(not(target_arch = "wasm32"))]
 
 use loom_wasm::cpu::CpuModel;
+use loom_wasm::dtype::DType;
 use loom_wasm::formats::loom_json;
-use loom_wasm::gpu::{Gpu, MatVec};
+use loom_wasm::gpu::{Gpu, MatVec, PackedWeights, Packing};
 use loom_wasm::network::f32_bytes;
 
 fn gpu() -> Gpu {
@@ -43,7 +44,16 @@ fn f32_matvec_matches_the_cpu_dense_forward() {
             .collect();
         let cpu = CpuModel::new(net).forward(&x, &[batch, n_in]).unwrap();
         let act = loom_wasm::network::Activation::parse(act).unwrap();
-        let out = pollster::block_on(kernel.run(&gpu, &x, &f32_bytes(&w), n_in, n_out, act)).unwrap();
+        let packed = pollster::block_on(PackedWeights::upload(
+            &gpu,
+            Packing::Loom(DType::Float32),
+            &f32_bytes(&w),
+            1.0,
+            n_in,
+            n_out,
+        ))
+        .unwrap();
+        let out = pollster::block_on(kernel.run(&gpu, &x, &packed, act)).unwrap();
         assert_close(&out, &cpu.data, &format!("Dense {n_in}→{n_out} ×{batch}"));
     }
 }

@@ -1,88 +1,405 @@
-//! Host for `shaders/matvec.wgsl`: `y = act(W·x)` per batch row. CPU twin: `crate::cpu` Dense.
+//! Host for `shaders/matvec.wgsl`: `y = act(W·x)` per batch row with the weights kept packed on the GPU in their
+//! stored bytes and decoded in the kernel. CPU twins: `crate::cpu` Dense (Loom's dtypes, bit-exact with Loom),
+//! [`crate::dtype::q4_0::Q4Blocks::dequantize`] (Loom's Q4_0) and [`crate::dtype::ggml::dequantize`] (llama.cpp).
+//!
+//! One kernel body serves every encoding: the WGSL is specialised by text, each encoding prepending its decode
+//! function (see the shader's header). A tensor larger than the device's storage-binding limit is split across up
+//! to [`MAX_WEIGHT_BINDINGS`] bindings.
 
+use std::borrow::Cow;
+use std::fmt::Write as _;
 use std::sync::Arc;
 
 use super::{activation_id, Gpu, ACTIVATION_WGSL};
+use crate::dtype::ggml::{self, GgmlType};
+use crate::dtype::{q4_0, DType};
 use crate::error::{LoomError, Result};
-use crate::network::Activation;
+use crate::network::{f32_bytes, Activation, Layer};
 
 const MATVEC_WGSL: &str = include_str!("../../../shaders/matvec.wgsl");
 
+/// The most weight bindings one kernel reads: larger tensors are refused.
+pub const MAX_WEIGHT_BINDINGS: usize = 4;
+
+/// A section of `shaders/matvec.wgsl` (between `// @@ name` and the next marker).
+fn section(name: &str) -> &'static str {
+    let marker = format!("// @@ {name}\n");
+    let start = MATVEC_WGSL
+        .find(&marker)
+        .unwrap_or_else(|| panic!("shaders/matvec.wgsl has no section {name}"))
+        + marker.len();
+    let end = MATVEC_WGSL[start..]
+        .find("// @@ ")
+        .map_or(MATVEC_WGSL.len(), |e| start + e);
+    &MATVEC_WGSL[start..end]
+}
+
+/// How a weight tensor is stored, i.e. which decoder the kernel gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Packing {
+    /// Loom's native bytes of a dtype (spec §4), dequantized as Loom's `GetActive` does (value × layer scale).
+    Loom(DType),
+    /// Loom's Q4_0 blob payload (spec §8), header included.
+    LoomQ4_0,
+    /// llama.cpp blocks, back to back.
+    Ggml(GgmlType),
+}
+
+impl Packing {
+    fn key(self) -> String {
+        match self {
+            Packing::Loom(dt) => dt.name().to_string(),
+            Packing::LoomQ4_0 => "loom_q4_0".into(),
+            Packing::Ggml(t) => format!("ggml_{}", t.name().to_ascii_lowercase()),
+        }
+    }
+
+    /// True when a `shader-f16` path exists: float16 weights. (The block formats' f16 scales, one per 32
+    /// elements, are always decoded in integer ops.)
+    pub fn has_halves(self) -> bool {
+        self == Packing::Loom(DType::Float16)
+    }
+
+    /// The factor the kernel multiplies each row sum by, from the layer's scale: `GetActive` ignores the scale of
+    /// float32/16/64 and bfloat16, and reads a zero scale as 1 for fp4 (and, through Loom's `Unpack`, for a
+    /// loaded int8 layer; a quantized int8 layer with scale 0 has only zero codes, so 1 is right for it too).
+    pub fn kernel_scale(self, scale: f32) -> f32 {
+        match self {
+            Packing::Loom(DType::Float32 | DType::Float16 | DType::BFloat16 | DType::Float64) => 1.0,
+            Packing::Loom(DType::Fp4 | DType::Int8) if scale == 0.0 => 1.0,
+            Packing::Loom(_) => scale,
+            Packing::LoomQ4_0 | Packing::Ggml(_) => 1.0,
+        }
+    }
+
+    /// Checks that `bytes` hold `n` elements; returns the kernel's `aux` parameter.
+    fn check(self, bytes: &[u8], n: usize) -> Result<u32> {
+        let short = |needed: Option<usize>| -> Result<u32> {
+            match needed {
+                Some(needed) if bytes.len() >= needed => Ok(0),
+                _ => Err(LoomError::InvalidInput(format!(
+                    "matvec {}: {} bytes do not hold {n} weights",
+                    self.key(),
+                    bytes.len()
+                ))),
+            }
+        };
+        match self {
+            Packing::Loom(dt) => short(dt.packed_len(n)),
+            Packing::Ggml(t) => short(t.bytes_for(n)),
+            Packing::LoomQ4_0 => {
+                let blocks = q4_0::Q4Blocks::parse(bytes)?;
+                if blocks.scales.len() * q4_0::BLOCK < n {
+                    return Err(LoomError::InvalidInput(format!(
+                        "matvec Loom Q4_0: {} blocks do not hold {n} weights",
+                        blocks.scales.len()
+                    )));
+                }
+                Ok(blocks.scales.len() as u32)
+            }
+        }
+    }
+
+    /// The module for this encoding with `parts` weight bindings.
+    fn source(self, shader_f16: bool, parts: usize) -> String {
+        let mut s = String::new();
+        if shader_f16 {
+            s.push_str("enable f16;\n\n");
+        }
+        s.push_str(ACTIVATION_WGSL);
+        s.push_str(section("common"));
+        // float16 on the shader-f16 path reads its words as pairs of halves.
+        let ty = if shader_f16 { "vec2<f16>" } else { "u32" };
+        for k in 0..parts {
+            let _ = writeln!(s, "@group(0) @binding({}) var<storage, read> w{k}: array<{ty}>;", 3 + k);
+        }
+        if parts == 1 {
+            let _ = writeln!(s, "fn word(i: u32) -> {ty} {{\n    return w0[i];\n}}");
+        } else {
+            let _ = writeln!(s, "fn word(i: u32) -> {ty} {{\n    let part = i / p.words_per_part;");
+            s.push_str("    let j = i - part * p.words_per_part;\n");
+            for k in 0..parts - 1 {
+                let _ = writeln!(s, "    if part == {k}u {{\n        return w{k}[j];\n    }}");
+            }
+            let _ = writeln!(s, "    return w{}[j];\n}}", parts - 1);
+        }
+        if shader_f16 {
+            s.push_str(section("float16_native"));
+            s.push_str(section("body"));
+            return s;
+        }
+        s.push_str(section("half"));
+        match self {
+            Packing::Loom(dt) if dt.bits() == 64 => {
+                s.push_str(section("ints"));
+                s.push_str(section(&format!("code64_{}", dt.name())));
+                s.push_str(section("wide64"));
+            }
+            Packing::Loom(dt) => {
+                let bits = dt.bits();
+                let mask = u32::MAX >> (32 - bits);
+                let _ = writeln!(
+                    s,
+                    "const BITS: u32 = {bits}u;\nconst EPU: u32 = {}u;\nconst MASK: u32 = {mask:#x}u;",
+                    32 / bits
+                );
+                if bits < 8 {
+                    let _ = writeln!(s, "const PER_BYTE: u32 = {}u;", 8 / bits);
+                    s.push_str(section("field_msb"));
+                } else {
+                    s.push_str(section("field_le"));
+                }
+                s.push_str(section("ints"));
+                s.push_str(section(&format!("code_{}", dt.name())));
+                s.push_str(section("packed"));
+            }
+            Packing::LoomQ4_0 => s.push_str(section("loom_q4_0")),
+            Packing::Ggml(_) => s.push_str(section(&self.key())),
+        }
+        s.push_str(section("body"));
+        s
+    }
+}
+
+/// The weights a Dense layer's forward reads (Loom's `GetActive`): the packing, its bytes and the layer scale.
+/// A layer whose dtype version does not exist yet forwards its float32 master, as Loom does.
+pub fn dense_weights(layer: &Layer) -> Result<(Packing, Cow<'_, [u8]>, f32)> {
+    let ws = layer
+        .weights
+        .as_ref()
+        .ok_or_else(|| LoomError::InvalidNetwork("the Dense layer has no weights".into()))?;
+    let dt = layer.dtype;
+    match ws.version(dt) {
+        Some(bytes) if dt != DType::Float32 => Ok((Packing::Loom(dt), Cow::Borrowed(bytes), ws.scale())),
+        _ => {
+            let bytes = match ws.native_bytes(DType::Float32) {
+                Some(b) => b,
+                None => Cow::Owned(f32_bytes(&ws.master_values())),
+            };
+            Ok((Packing::Loom(DType::Float32), bytes, 1.0))
+        }
+    }
+}
+
+/// A weight tensor `[n_out][n_in]` uploaded in its stored bytes, split across bindings when it is too large for one.
+pub struct PackedWeights {
+    pub packing: Packing,
+    pub n_in: usize,
+    pub n_out: usize,
+    scale: f32,
+    aux: u32,
+    words_per_part: u32,
+    parts: Vec<wgpu::Buffer>,
+    bytes: u64,
+}
+
+impl PackedWeights {
+    /// Uploads `bytes` (`scale` is Loom's layer scale; ignored by the encodings that have none), splitting them
+    /// across bindings of at most the device's `max_storage_buffer_binding_size`.
+    pub async fn upload(
+        gpu: &Gpu,
+        packing: Packing,
+        bytes: &[u8],
+        scale: f32,
+        n_in: usize,
+        n_out: usize,
+    ) -> Result<PackedWeights> {
+        let limit = gpu.limits.max_storage_buffer_binding_size;
+        PackedWeights::upload_split(gpu, packing, bytes, scale, n_in, n_out, limit).await
+    }
+
+    /// [`PackedWeights::upload`] with bindings of at most `max_binding_bytes` (rounded down to whole words; tests
+    /// force small splits with it). More than [`MAX_WEIGHT_BINDINGS`] bindings is an error.
+    pub async fn upload_split(
+        gpu: &Gpu,
+        packing: Packing,
+        bytes: &[u8],
+        scale: f32,
+        n_in: usize,
+        n_out: usize,
+        max_binding_bytes: u64,
+    ) -> Result<PackedWeights> {
+        let n = n_in
+            .checked_mul(n_out)
+            .filter(|n| *n <= (u32::MAX - 64) as usize)
+            .ok_or_else(|| {
+                LoomError::Unsupported(format!("matvec of {n_out}×{n_in} weights: more than 2^32 elements"))
+            })?;
+        let aux = packing.check(bytes, n)?;
+        let words = bytes.len().div_ceil(4) as u64;
+        if words > u64::from(u32::MAX) {
+            return Err(LoomError::Unsupported("matvec weights over 16 GiB".into()));
+        }
+        let words_per_part = (max_binding_bytes / 4).clamp(1, u64::from(u32::MAX));
+        let n_parts = words.div_ceil(words_per_part).max(1) as usize;
+        if n_parts > MAX_WEIGHT_BINDINGS {
+            return Err(LoomError::Unsupported(format!(
+                "matvec weights of {} bytes need {n_parts} bindings of {max_binding_bytes} bytes; at most \
+                 {MAX_WEIGHT_BINDINGS} are supported",
+                bytes.len()
+            )));
+        }
+        let mut parts = Vec::with_capacity(n_parts);
+        let chunk = (4 * words_per_part) as usize;
+        for (k, c) in bytes.chunks(chunk).enumerate() {
+            parts.push(gpu.upload(&format!("weights part {k}"), c).await?);
+        }
+        if parts.is_empty() {
+            parts.push(gpu.upload("weights", &[]).await?);
+        }
+        Ok(PackedWeights {
+            packing,
+            n_in,
+            n_out,
+            scale: packing.kernel_scale(scale),
+            aux,
+            words_per_part: words_per_part as u32,
+            parts,
+            bytes: bytes.len() as u64,
+        })
+    }
+
+    /// Number of weight bindings.
+    pub fn parts(&self) -> usize {
+        self.parts.len()
+    }
+
+    /// Size of the stored weights in bytes.
+    pub fn byte_len(&self) -> u64 {
+        self.bytes
+    }
+}
+
 /// A matrix-vector kernel for one weight encoding.
 pub struct MatVec {
-    pipeline: Arc<wgpu::ComputePipeline>,
+    packing: Packing,
+    shader_f16: bool,
 }
 
 impl MatVec {
     /// The float32 kernel.
     pub fn f32(gpu: &Gpu) -> Result<MatVec> {
-        let source = format!("{ACTIVATION_WGSL}\n{MATVEC_WGSL}");
-        Ok(MatVec {
-            pipeline: gpu.pipeline("matvec_f32", &source, "matvec_f32")?,
-        })
+        MatVec::new(gpu, Packing::Loom(DType::Float32), false)
     }
 
-    /// Records `y = act(W·x)` for `batch` rows into `encoder`. `w` holds `[n_out][n_in]` weights.
+    /// The kernel for `packing`. `shader_f16` decodes halves with the `shader-f16` feature (an error where the
+    /// device lacks it); without it halves are decoded in integer ops, which every WebGPU device runs.
+    pub fn new(gpu: &Gpu, packing: Packing, shader_f16: bool) -> Result<MatVec> {
+        if shader_f16 && !gpu.has_f16 {
+            return Err(LoomError::Unsupported(
+                "this GPU has no shader-f16; use the f32 path".into(),
+            ));
+        }
+        let kernel = MatVec {
+            packing,
+            shader_f16: shader_f16 && packing.has_halves(),
+        };
+        kernel.pipeline(gpu, 1)?;
+        Ok(kernel)
+    }
+
+    /// The kernel for `packing`, with `shader-f16` where the device has it.
+    pub fn auto(gpu: &Gpu, packing: Packing) -> Result<MatVec> {
+        MatVec::new(gpu, packing, gpu.has_f16 && packing.has_halves())
+    }
+
+    pub fn packing(&self) -> Packing {
+        self.packing
+    }
+
+    /// True when this kernel decodes halves through `shader-f16`.
+    pub fn uses_shader_f16(&self) -> bool {
+        self.shader_f16
+    }
+
+    fn pipeline(&self, gpu: &Gpu, parts: usize) -> Result<Arc<wgpu::ComputePipeline>> {
+        let key = format!(
+            "matvec/{}/{}/{parts}",
+            self.packing.key(),
+            if self.shader_f16 { "f16" } else { "f32" }
+        );
+        gpu.pipeline(&key, &self.packing.source(self.shader_f16, parts), "matvec")
+    }
+
+    /// Records `y = act(W·x)` for `batch` rows of `x` (`[batch][n_in]` f32) into `encoder`; `y` receives
+    /// `[batch][n_out]` f32.
     #[allow(clippy::too_many_arguments)]
     pub fn encode(
         &self,
         gpu: &Gpu,
         encoder: &mut wgpu::CommandEncoder,
         x: &wgpu::Buffer,
-        w: &wgpu::Buffer,
+        w: &PackedWeights,
         y: &wgpu::Buffer,
-        n_in: u32,
-        n_out: u32,
         batch: u32,
         act: Activation,
     ) -> Result<()> {
+        if w.packing != self.packing {
+            return Err(LoomError::InvalidInput(format!(
+                "a {} matvec kernel got {} weights",
+                self.packing.key(),
+                w.packing.key()
+            )));
+        }
         let max = gpu.limits.max_compute_workgroups_per_dimension;
-        if n_out > max || batch > max {
+        let n_out = w.n_out as u32;
+        let groups_x = n_out.clamp(1, max);
+        let groups_z = n_out.div_ceil(groups_x).max(1);
+        if groups_z > max || batch > max {
             return Err(LoomError::Unsupported(format!(
                 "matvec of {n_out} rows × batch {batch} exceeds {max} workgroups per dimension"
             )));
         }
-        let params = gpu.uniform(
-            "matvec params",
-            bytemuck::cast_slice(&[n_in, n_out, activation_id(act), 0u32]),
-        );
-        let bind = gpu.bind(&self.pipeline, &[&params, x, w, y]);
+        let pipeline = self.pipeline(gpu, w.parts.len())?;
+        let params: [u32; 8] = [
+            w.n_in as u32,
+            n_out,
+            activation_id(act),
+            groups_x,
+            w.scale.to_bits(),
+            w.words_per_part,
+            w.aux,
+            0,
+        ];
+        let params = gpu.uniform("matvec params", bytemuck::cast_slice(&params));
+        let mut buffers = vec![&params, x, y];
+        buffers.extend(w.parts.iter());
+        let bind = gpu.bind(&pipeline, &buffers);
         let mut pass = encoder.begin_compute_pass(&Default::default());
-        pass.set_pipeline(&self.pipeline);
+        pass.set_pipeline(&pipeline);
         pass.set_bind_group(0, &bind, &[]);
-        pass.dispatch_workgroups(n_out, batch, 1);
+        pass.dispatch_workgroups(groups_x, batch, groups_z);
         Ok(())
     }
 
-    /// One-shot `y = act(W·x)`: uploads, runs and reads back (tests and tools; a forward pass keeps its buffers).
-    pub async fn run(
-        &self,
-        gpu: &Gpu,
-        x: &[f32],
-        w_bytes: &[u8],
-        n_in: usize,
-        n_out: usize,
-        act: Activation,
-    ) -> Result<Vec<f32>> {
-        let batch = x.len() / n_in.max(1);
+    /// One-shot `y = act(W·x)`: uploads `x`, runs and reads back (tests and tools; a forward pass keeps its
+    /// buffers). The batch is `x.len() / n_in`.
+    pub async fn run(&self, gpu: &Gpu, x: &[f32], w: &PackedWeights, act: Activation) -> Result<Vec<f32>> {
+        if w.n_in == 0 || !x.len().is_multiple_of(w.n_in) {
+            return Err(LoomError::InvalidInput(format!(
+                "matvec: {} inputs are not rows of {}",
+                x.len(),
+                w.n_in
+            )));
+        }
+        let batch = x.len() / w.n_in;
         let xb = gpu.upload("x", bytemuck::cast_slice(x)).await?;
-        let wb = gpu.upload("w", w_bytes).await?;
-        let yb = gpu.output("y", (4 * batch * n_out) as u64).await?;
+        let yb = gpu.output("y", (4 * batch * w.n_out) as u64).await?;
         let mut encoder = gpu.device.create_command_encoder(&Default::default());
-        self.encode(
-            gpu,
-            &mut encoder,
-            &xb,
-            &wb,
-            &yb,
-            n_in as u32,
-            n_out as u32,
-            batch as u32,
-            act,
-        )?;
+        self.encode(gpu, &mut encoder, &xb, w, &yb, batch as u32, act)?;
         gpu.queue.submit([encoder.finish()]);
         let mut out = gpu.read_f32(&yb).await?;
-        out.truncate(batch * n_out);
+        out.truncate(batch * w.n_out);
         Ok(out)
     }
+}
+
+/// The dequantized values a packing holds (the CPU twin's weights): `n` float32 values.
+pub fn packed_values(packing: Packing, bytes: &[u8], scale: f32, n: usize) -> Result<Vec<f32>> {
+    packing.check(bytes, n)?;
+    Ok(match packing {
+        Packing::Loom(dt) => crate::dtype::dequantize(dt, bytes, scale, n),
+        Packing::LoomQ4_0 => q4_0::Q4Blocks::parse(bytes)?.dequantize(n),
+        Packing::Ggml(t) => ggml::dequantize(t, bytes, n)?,
+    })
 }

@@ -14,8 +14,9 @@ use super::elementwise::Elementwise;
 use super::kernel::{check_binding, storage_f32, u32_dim};
 use super::norm::{Norm, RMS_NORM_EPS};
 use super::rope::Rope;
-use super::{Gpu, MatVec};
+use super::{Gpu, MatVec, PackedWeights, Packing};
 use crate::cpu::Tensor;
+use crate::dtype::DType;
 use crate::error::{LoomError, Result};
 use crate::network::{Activation, Layer, LayerType};
 
@@ -161,10 +162,10 @@ struct HeadNorm {
 pub struct Mha {
     dims: Dims,
     max_seq: usize,
-    wq: wgpu::Buffer,
-    wk: wgpu::Buffer,
-    wv: wgpu::Buffer,
-    wo: wgpu::Buffer,
+    wq: PackedWeights,
+    wk: PackedWeights,
+    wv: PackedWeights,
+    wo: PackedWeights,
     bq: wgpu::Buffer,
     bk: wgpu::Buffer,
     bv: wgpu::Buffer,
@@ -212,16 +213,30 @@ impl Mha {
                 w.len()
             )));
         }
-        let mut parts = Vec::with_capacity(8);
+        let mut segments = Vec::with_capacity(8);
         let mut rest = &w[..];
         for n in sizes {
             let (head, tail) = rest.split_at(n);
-            parts.push(storage_f32(gpu, "mha weights", head, head.len()).await?);
+            segments.push(head);
             rest = tail;
         }
-        let mut parts = parts.into_iter();
-        let mut next = || parts.next().expect("eight parts");
-        let (wq, wk, wv, wo, bq, bk, bv, bo) = (next(), next(), next(), next(), next(), next(), next(), next());
+        // Projections as float32 matvec weights `[n_out][n_in]`; only the first heads·head_dim rows of Wq are used.
+        let hw = c.heads * c.hd;
+        let f32_weights = |values: &[f32], n_in: usize, n_out: usize| {
+            let bytes = crate::network::f32_bytes(&values[..n_in * n_out]);
+            async move { PackedWeights::upload(gpu, Packing::Loom(DType::Float32), &bytes, 1.0, n_in, n_out).await }
+        };
+        let wq = f32_weights(segments[0], c.d, hw).await?;
+        let wk = f32_weights(segments[1], c.d, c.kv).await?;
+        let wv = f32_weights(segments[2], c.d, c.kv).await?;
+        let wo = f32_weights(segments[3], c.q, c.d).await?;
+        let bias = |values: &'static str, i: usize| storage_f32(gpu, values, segments[i], segments[i].len());
+        let (bq, bk, bv, bo) = (
+            bias("bq", 4).await?,
+            bias("bk", 5).await?,
+            bias("bv", 6).await?,
+            bias("bo", 7).await?,
+        );
         let q_norm = head_norm(gpu, layer, "q_norm", c.heads, c.hd).await?;
         let k_norm = head_norm(gpu, layer, "k_norm", c.kv_heads, c.hd).await?;
         Ok(Mha {
@@ -366,11 +381,11 @@ impl Mha {
 
         // Projections, bias added after the matvec.
         let ew = &self.elementwise;
-        self.matvec.encode(gpu, encoder, x, &self.wq, &s.q, d, hw32, t32, lin)?;
+        self.matvec.encode(gpu, encoder, x, &self.wq, &s.q, t32, lin)?;
         ew.encode_add_inplace(gpu, encoder, &s.q, &self.bq, n(hw32)?, hw32.max(1))?;
-        self.matvec.encode(gpu, encoder, x, &self.wk, &s.k, d, kv, t32, lin)?;
+        self.matvec.encode(gpu, encoder, x, &self.wk, &s.k, t32, lin)?;
         ew.encode_add_inplace(gpu, encoder, &s.k, &self.bk, n(kv)?, kv.max(1))?;
-        self.matvec.encode(gpu, encoder, x, &self.wv, &s.v, d, kv, t32, lin)?;
+        self.matvec.encode(gpu, encoder, x, &self.wv, &s.v, t32, lin)?;
         ew.encode_add_inplace(gpu, encoder, &s.v, &self.bv, n(kv)?, kv.max(1))?;
 
         // Per-head RMSNorm of Q and K (HF imports), then RoPE on both.
@@ -429,7 +444,7 @@ impl Mha {
         }
 
         // Output projection and bias.
-        self.matvec.encode(gpu, encoder, &s.att, &self.wo, y, q, d, t32, lin)?;
+        self.matvec.encode(gpu, encoder, &s.att, &self.wo, y, t32, lin)?;
         ew.encode_add_inplace(gpu, encoder, y, &self.bo, n(d)?, d)?;
         self.offset = start + tokens;
         Ok(())

@@ -21,7 +21,7 @@ pub use argmax::{first_argmax, Argmax};
 pub use attention::{AttendArgs, Attention, KvCache, MAX_HEAD_DIM};
 pub use elementwise::Elementwise;
 pub use embedding::{Embedding, EmbeddingTable};
-pub use matvec::MatVec;
+pub use matvec::{dense_weights, packed_values, MatVec, PackedWeights, Packing, MAX_WEIGHT_BINDINGS};
 pub use mha::{Mha, MHA_MAX_SEQ};
 pub use norm::{Norm, LAYER_NORM_EPS, RMS_NORM_EPS};
 pub use rope::{rope_table, Rope};

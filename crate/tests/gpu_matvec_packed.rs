@@ -1,0 +1,666 @@
+//! The packed matvec kernels (`shaders/matvec.wgsl`) against their CPU twins, natively through wgpu → Vulkan (Mesa
+//! lavapipe in CI): every Loom dtype (Dense layers quantized by our Loom codecs, and layers Loom itself wrote)
+//! against `CpuModel` (bit-exact with Loom); Loom's Q4_0 blocks and llama.cpp's Q4_0 / Q4_1 / Q8_0 blocks against
+//! their CPU dequantizers; the `shader-f16` and f32-only half paths; weights split across bindings.
+//!
+//! Tolerance. The GPU sums in f32 in another order than Loom (f64 tiles of 8 rounded to f32), multiplies the layer
+//! scale once per row instead of once per weight, and has its own exp/tanh. With `S = Σ_i |x_i·w_i|` (w the CPU
+//! twin's dequantized weights) every output must satisfy `|gpu − cpu| ≤ 1e-6 + RTOL·S`, RTOL per family in
+//! [`rtol`]. The decoders themselves are exact: `decoders_are_exact` reads every code back through the kernel with
+//! one-hot inputs and compares bits with the CPU dequantizers.
+#![cfg(not(target_arch = "wasm32"))]
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use loom_wasm::cpu::CpuModel;
+use loom_wasm::dtype::ggml::{self, GgmlType};
+use loom_wasm::dtype::{q4_0, DType};
+use loom_wasm::formats::loom_json;
+use loom_wasm::gpu::{dense_weights, packed_values, Gpu, MatVec, PackedWeights, Packing, MAX_WEIGHT_BINDINGS};
+use loom_wasm::network::{Activation, Network, WeightStore};
+
+const ATOL: f32 = 1e-6;
+
+/// RTOL of the bound `|gpu − cpu| ≤ ATOL + RTOL·Σ|x·w|`, per family. f32 summation of up to a few thousand terms
+/// in a 64-lane tree stays below ~1e-6·Σ|x·w|; the block formats factor their scale (and Q4_1's `m·Σx`) out of
+/// the 32-element sums, which adds one rounding of the block sum.
+fn rtol(p: Packing) -> f32 {
+    match p {
+        Packing::Loom(_) => 4e-6,
+        Packing::LoomQ4_0 | Packing::Ggml(_) => 8e-6,
+    }
+}
+
+fn gpu() -> &'static Gpu {
+    static GPU: OnceLock<Gpu> = OnceLock::new();
+    GPU.get_or_init(|| {
+        let gpu = pollster::block_on(Gpu::new())
+            .expect("no wgpu adapter: is mesa-vulkan-drivers installed? (scripts/setup.sh)");
+        eprintln!("adapter: {:?}, shader-f16 {}", gpu.info.name, gpu.has_f16);
+        gpu
+    })
+}
+
+fn data(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata").join(rel)
+}
+
+/// A deterministic generator (SplitMix64).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [-1, 1).
+    fn f32(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+}
+
+fn inputs(n: usize, seed: u64) -> Vec<f32> {
+    let mut r = Rng(seed);
+    (0..n).map(|_| r.f32()).collect()
+}
+
+/// Σ_i |x_i·w_i| per output, the scale of the rounding error of a dot product.
+fn magnitudes(x: &[f32], w: &[f32], n_in: usize, n_out: usize) -> Vec<f32> {
+    let batch = x.len() / n_in;
+    let mut out = Vec::with_capacity(batch * n_out);
+    for b in 0..batch {
+        let xr = &x[b * n_in..(b + 1) * n_in];
+        for o in 0..n_out {
+            let wr = &w[o * n_in..(o + 1) * n_in];
+            out.push(
+                xr.iter()
+                    .zip(wr)
+                    .map(|(a, b)| (f64::from(*a) * f64::from(*b)).abs())
+                    .sum::<f64>() as f32,
+            );
+        }
+    }
+    out
+}
+
+/// Asserts the tolerance and prints max abs / rel / normalised errors; returns the normalised maximum.
+fn assert_close(gpu: &[f32], cpu: &[f32], mag: &[f32], rtol: f32, what: &str) -> f32 {
+    assert_eq!(gpu.len(), cpu.len(), "{what}");
+    let (mut max_abs, mut max_rel, mut max_norm) = (0f32, 0f32, 0f32);
+    for (i, ((g, c), s)) in gpu.iter().zip(cpu).zip(mag).enumerate() {
+        let err = (g - c).abs();
+        assert!(
+            err <= ATOL + rtol * s,
+            "{what}[{i}]: gpu {g} cpu {c}, |err| {err:e} > {ATOL:e} + {rtol:e}·{s}"
+        );
+        max_abs = max_abs.max(err);
+        if c.abs() > 1e-6 {
+            max_rel = max_rel.max(err / c.abs());
+        }
+        if *s > 0.0 {
+            max_norm = max_norm.max(err / s);
+        }
+    }
+    eprintln!("{what}: max abs {max_abs:.2e}, max rel {max_rel:.2e}, max abs/Σ|xw| {max_norm:.2e}");
+    max_norm
+}
+
+fn upload(p: Packing, bytes: &[u8], scale: f32, n_in: usize, n_out: usize) -> PackedWeights {
+    pollster::block_on(PackedWeights::upload(gpu(), p, bytes, scale, n_in, n_out)).unwrap()
+}
+
+fn run(kernel: &MatVec, x: &[f32], w: &PackedWeights, act: Activation) -> Vec<f32> {
+    pollster::block_on(kernel.run(gpu(), x, w, act)).unwrap()
+}
+
+/// The half paths to test for a packing: `shader-f16` (where the device has it) and the f32-only path.
+fn kernels(p: Packing) -> Vec<(MatVec, &'static str)> {
+    let mut out = vec![(MatVec::new(gpu(), p, false).unwrap(), "f32 path")];
+    if p.has_halves() && gpu().has_f16 {
+        out.push((MatVec::new(gpu(), p, true).unwrap(), "shader-f16"));
+    }
+    out
+}
+
+fn dense_arch(dt: DType, n_in: usize, n_out: usize, act: Activation) -> String {
+    format!(
+        r#"{{"depth":1,"rows":1,"cols":1,"layers_per_cell":1,"layers":[{{"z":0,"y":0,"x":0,"l":0,
+        "type":"Dense","activation":"{}","dtype":"{}","input_height":{n_in},"output_height":{n_out}}}]}}"#,
+        act.name(),
+        dt.name()
+    )
+}
+
+/// A float32 Dense layer holding `w`: the CPU twin of a block format's matvec.
+fn dense_f32(w: Vec<f32>, n_in: usize, n_out: usize, act: Activation) -> CpuModel {
+    let mut net = loom_json::build(dense_arch(DType::Float32, n_in, n_out, act).as_bytes()).unwrap();
+    net.layers[0].weights = Some(WeightStore::from_master(w));
+    CpuModel::new(net)
+}
+
+/// GPU matvec of a Dense layer (its dtype's packed version) against `CpuModel`, on every half path.
+fn check_dense(net: Network, x: &[f32], what: &str) -> f32 {
+    let layer = &net.layers[0];
+    let (n_in, n_out, act) = (
+        layer.input_height as usize,
+        layer.output_height as usize,
+        layer.activation,
+    );
+    let (packing, bytes, scale) = dense_weights(layer).unwrap();
+    assert_eq!(
+        packing,
+        Packing::Loom(layer.dtype),
+        "{what}: the layer has its dtype's version"
+    );
+    let w = layer.weights.as_ref().unwrap().active(layer.dtype);
+    let mag = magnitudes(x, &w, n_in, n_out);
+    let packed = upload(packing, &bytes, scale, n_in, n_out);
+    let cpu = CpuModel::new(net.clone()).forward(x, &[x.len() / n_in, n_in]).unwrap();
+    let mut worst = 0f32;
+    for (kernel, path) in kernels(packing) {
+        let out = run(&kernel, x, &packed, act);
+        worst = worst.max(assert_close(
+            &out,
+            &cpu.data,
+            &mag,
+            rtol(packing),
+            &format!("{what} ({path})"),
+        ));
+    }
+    worst
+}
+
+const SHAPES: [(usize, usize, usize, Activation); 5] = [
+    (576, 1536, 1, Activation::Silu),
+    (37, 5, 3, Activation::Tanh),
+    (100, 67, 2, Activation::GELU),
+    (13, 129, 4, Activation::Linear),
+    (1000, 31, 2, Activation::Sigmoid),
+];
+
+#[test]
+fn every_loom_dtype_matches_the_cpu_dense_forward() {
+    let mut summary = Vec::new();
+    for dt in DType::ALL {
+        let mut worst = 0f32;
+        for (k, (n_in, n_out, batch, act)) in SHAPES.into_iter().enumerate() {
+            let mut net = loom_json::build(dense_arch(dt, n_in, n_out, act).as_bytes()).unwrap();
+            net.layers[0].weights.as_mut().unwrap().morph(dt);
+            let x = inputs(n_in * batch, 7 + k as u64);
+            worst = worst.max(check_dense(net, &x, &format!("{dt} Dense {n_in}→{n_out} ×{batch}")));
+        }
+        summary.push(format!("{dt}: {worst:.2e}"));
+    }
+    eprintln!("max abs/Σ|xw| per dtype: {}", summary.join(", "));
+}
+
+#[test]
+fn loom_written_dense_layers_match_the_cpu_forward() {
+    for dt in DType::ALL {
+        let path = data(&format!("conformance/cases/layer_Dense_{dt}/loom.json"));
+        let net = loom_json::read(&std::fs::read(&path).unwrap()).unwrap();
+        let n_in = net.layers[0].input_height as usize;
+        let x = inputs(3 * n_in, 99);
+        check_dense(net, &x, &format!("Loom-written {dt} Dense"));
+    }
+}
+
+/// Checks a block packing on the GPU against the CPU twin (its dequantized values in a float32 Dense layer).
+fn check_blocks(p: Packing, bytes: &[u8], n_in: usize, n_out: usize, batch: usize, act: Activation, what: &str) {
+    let w = packed_values(p, bytes, 1.0, n_in * n_out).unwrap();
+    let x = inputs(n_in * batch, (n_in * 31 + n_out) as u64);
+    let mag = magnitudes(&x, &w, n_in, n_out);
+    let cpu = dense_f32(w, n_in, n_out, act).forward(&x, &[batch, n_in]).unwrap();
+    let packed = upload(p, bytes, 1.0, n_in, n_out);
+    for (kernel, path) in kernels(p) {
+        let out = run(&kernel, &x, &packed, act);
+        assert_close(
+            &out,
+            &cpu.data,
+            &mag,
+            rtol(p),
+            &format!("{what} {n_in}→{n_out} ×{batch} ({path})"),
+        );
+    }
+}
+
+#[test]
+fn loom_q4_0_blocks_match_their_cpu_twin() {
+    for (n_in, n_out, batch, act) in SHAPES {
+        let master = inputs(n_in * n_out, 3);
+        let payload = q4_0::pack(&master);
+        check_blocks(Packing::LoomQ4_0, &payload, n_in, n_out, batch, act, "Loom Q4_0");
+    }
+}
+
+fn ggml_vectors(t: GgmlType) -> (Vec<u8>, Vec<f32>, usize, usize) {
+    let name = t.name().to_ascii_lowercase();
+    let bytes = std::fs::read(data(&format!("ggml-blocks/{name}.bin"))).unwrap();
+    let values: Vec<f32> = std::fs::read(data(&format!("ggml-blocks/{name}.f32")))
+        .unwrap()
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(data("ggml-blocks/manifest.json")).unwrap()).unwrap();
+    let (rows, cols) = (manifest["rows"].as_u64().unwrap(), manifest["cols"].as_u64().unwrap());
+    (bytes, values, cols as usize, rows as usize)
+}
+
+#[test]
+fn ggml_dequantizer_equals_gguf_py_bit_for_bit() {
+    for t in GgmlType::ALL {
+        let (bytes, expected, cols, rows) = ggml_vectors(t);
+        assert_eq!(expected.len(), rows * cols);
+        let ours = ggml::dequantize(t, &bytes, rows * cols).unwrap();
+        let mismatches = ours
+            .iter()
+            .zip(&expected)
+            .filter(|(a, b)| a.to_bits() != b.to_bits())
+            .count();
+        assert_eq!(mismatches, 0, "{t}: {mismatches} values differ from gguf-py");
+        eprintln!("{t}: {} values bit-identical to gguf.quants.dequantize", ours.len());
+    }
+}
+
+/// Random ggml blocks: a plausible f16 scale (and Q4_1 minimum), random quants.
+fn random_blocks(t: GgmlType, blocks: usize, seed: u64) -> Vec<u8> {
+    let mut r = Rng(seed);
+    let mut out = Vec::with_capacity(blocks * t.block_bytes());
+    for _ in 0..blocks {
+        let d = half::f16::from_f32(r.f32() * 0.05).to_bits();
+        out.extend_from_slice(&d.to_le_bytes());
+        if t == GgmlType::Q4_1 {
+            let m = half::f16::from_f32(r.f32() * 0.4).to_bits();
+            out.extend_from_slice(&m.to_le_bytes());
+        }
+        out.extend(r.bytes(t.block_bytes() - out.len() % t.block_bytes()));
+    }
+    out
+}
+
+#[test]
+fn ggml_blocks_match_their_cpu_twin() {
+    for t in GgmlType::ALL {
+        let p = Packing::Ggml(t);
+        let (bytes, _, cols, rows) = ggml_vectors(t);
+        check_blocks(
+            p,
+            &bytes,
+            cols,
+            rows,
+            3,
+            Activation::Linear,
+            &format!("{t} (gguf-py vectors)"),
+        );
+        for (n_in, n_out, batch, act) in [
+            (576usize, 1536usize, 1usize, Activation::Silu),
+            (96, 33, 2, Activation::Tanh),
+            // Rows that start inside blocks (not a GGUF layout, but the kernel reads the flat tensor).
+            (80, 12, 3, Activation::Linear),
+            (1024, 7, 5, Activation::GELU),
+        ] {
+            let bytes = random_blocks(t, (n_in * n_out).div_ceil(32), (n_in + n_out) as u64);
+            check_blocks(p, &bytes, n_in, n_out, batch, act, &format!("{t}"));
+        }
+    }
+}
+
+/// One packing's test tensor for the split test: bytes, scale and shape.
+fn split_case(p: Packing) -> (Vec<u8>, f32, usize, usize) {
+    let (n_in, n_out) = match p {
+        Packing::Ggml(_) => (96, 45),
+        _ => (37, 41),
+    };
+    let master = inputs(n_in * n_out, 11);
+    match p {
+        Packing::Loom(dt) => {
+            let scale = loom_wasm::dtype::auto_scale(dt, &master);
+            (loom_wasm::dtype::quantize(dt, &master, scale), scale, n_in, n_out)
+        }
+        Packing::LoomQ4_0 => (q4_0::pack(&master), 1.0, n_in, n_out),
+        Packing::Ggml(t) => (random_blocks(t, n_in * n_out / 32, 5), 1.0, n_in, n_out),
+    }
+}
+
+#[test]
+fn weights_split_across_bindings_give_the_same_result() {
+    let packings = [
+        Packing::Loom(DType::Float32),
+        Packing::Loom(DType::Float64),
+        Packing::Loom(DType::Int64),
+        Packing::Loom(DType::Float16),
+        Packing::Loom(DType::Int8),
+        Packing::Loom(DType::Int4),
+        Packing::Loom(DType::Int2),
+        Packing::Loom(DType::Binary),
+        Packing::LoomQ4_0,
+        Packing::Ggml(GgmlType::Q4_0),
+        Packing::Ggml(GgmlType::Q4_1),
+        Packing::Ggml(GgmlType::Q8_0),
+    ];
+    let act = Activation::Tanh;
+    for p in packings {
+        let (bytes, scale, n_in, n_out) = split_case(p);
+        let x = inputs(2 * n_in, 17);
+        let w = packed_values(p, &bytes, scale, n_in * n_out).unwrap();
+        let mag = magnitudes(&x, &w, n_in, n_out);
+        let cpu = dense_f32(w, n_in, n_out, act).forward(&x, &[2, n_in]).unwrap();
+        let whole = upload(p, &bytes, scale, n_in, n_out);
+        assert_eq!(whole.parts(), 1);
+        for (kernel, path) in kernels(p) {
+            let reference = run(&kernel, &x, &whole, act);
+            let words = bytes.len().div_ceil(4) as u64;
+            for parts in 2..=MAX_WEIGHT_BINDINGS as u64 {
+                // An odd word count per binding puts split points inside units and blocks.
+                let limit = 4 * (words.div_ceil(parts) | 1);
+                let split =
+                    pollster::block_on(PackedWeights::upload_split(gpu(), p, &bytes, scale, n_in, n_out, limit))
+                        .unwrap();
+                assert!(
+                    split.parts() > 1 && split.parts() <= parts as usize,
+                    "{p:?}: {} parts",
+                    split.parts()
+                );
+                let out = run(&kernel, &x, &split, act);
+                assert_eq!(out, reference, "{p:?} ({path}) split in {} parts", split.parts());
+                assert_close(
+                    &out,
+                    &cpu.data,
+                    &mag,
+                    rtol(p),
+                    &format!("{p:?} split in {} ({path})", split.parts()),
+                );
+            }
+        }
+        let too_many = (bytes.len() as u64).div_ceil(MAX_WEIGHT_BINDINGS as u64 + 1) / 2;
+        let err = pollster::block_on(PackedWeights::upload_split(
+            gpu(),
+            p,
+            &bytes,
+            scale,
+            n_in,
+            n_out,
+            too_many,
+        ));
+        assert!(
+            err.is_err(),
+            "{p:?}: more than {MAX_WEIGHT_BINDINGS} bindings must be refused"
+        );
+    }
+}
+
+/// Reads `n_out × n_in` weights back through the kernel: batch row `b` is the one-hot `e_b`, so `y[b][o]` is
+/// `W[o][b]` computed by the whole-unit path (`unit_dot`), exactly. `n_in = 1` reads through the partial-unit path.
+fn read_back(kernel: &MatVec, w: &PackedWeights) -> Vec<f32> {
+    let n_in = w.n_in;
+    let mut x = vec![0f32; n_in * n_in];
+    (0..n_in).for_each(|b| x[b * n_in + b] = 1.0);
+    let y = run(kernel, &x, w, Activation::Linear);
+    // y is [b][o] = W[o][b]: transpose to W's order.
+    let mut out = vec![0f32; n_in * w.n_out];
+    for b in 0..n_in {
+        for o in 0..w.n_out {
+            out[o * n_in + b] = y[b * w.n_out + o];
+        }
+    }
+    out
+}
+
+fn same_value(a: f32, b: f32) -> bool {
+    a == b || (a.is_nan() && b.is_nan())
+}
+
+/// Every code of `p` (bytes from `codes`), decoded on the GPU, equals the CPU dequantizer's value.
+fn check_decoder(p: Packing, bytes: &[u8], scale: f32, n: usize, full_unit_width: usize, what: &str) {
+    let cpu = packed_values(p, bytes, scale, n).unwrap();
+    for (kernel, path) in kernels(p) {
+        // Partial units: every element its own row.
+        let w = upload(p, bytes, scale, 1, n);
+        let out = read_back(&kernel, &w);
+        let bad: Vec<usize> = (0..n).filter(|&i| !same_value(out[i], cpu[i])).collect();
+        assert!(
+            bad.is_empty(),
+            "{what} ({path}), partial units: {} wrong, first at {}: gpu {} cpu {}",
+            bad.len(),
+            bad[0],
+            out[bad[0]],
+            cpu[bad[0]]
+        );
+        // Whole units, finite values only (a one-hot row times ±Inf would be NaN).
+        if cpu.iter().all(|v| v.is_finite()) && n.is_multiple_of(full_unit_width) {
+            let w = upload(p, bytes, scale, full_unit_width, n / full_unit_width);
+            let out = read_back(&kernel, &w);
+            let bad: Vec<usize> = (0..n)
+                .filter(|&i| out[i].to_bits() != cpu[i].to_bits() && out[i] != cpu[i])
+                .collect();
+            assert!(
+                bad.is_empty(),
+                "{what} ({path}), whole units: {} wrong, first at {}: gpu {} cpu {}",
+                bad.len(),
+                bad[0],
+                out[bad[0]],
+                cpu[bad[0]]
+            );
+        }
+        eprintln!("{what} ({path}): {n} values decoded exactly");
+    }
+}
+
+fn le_bytes<T: Copy, const N: usize>(values: &[T], f: impl Fn(T) -> [u8; N]) -> Vec<u8> {
+    values.iter().flat_map(|v| f(*v)).collect()
+}
+
+#[test]
+fn decoders_are_exact() {
+    // Every code of the 8-bit and smaller dtypes, with a scale that rounds.
+    let s = 0.37f32;
+    let all_bytes: Vec<u8> = (0..=255).collect();
+    for dt in DType::ALL.into_iter().filter(|d| d.bits() <= 8) {
+        check_decoder(
+            Packing::Loom(dt),
+            &all_bytes,
+            s,
+            dt.unpacked_len(256),
+            64,
+            &format!("{dt} codes"),
+        );
+    }
+    // Every half and bfloat16 (subnormals, Inf, NaN).
+    let halves: Vec<u8> = le_bytes(&(0..=u16::MAX).collect::<Vec<_>>(), u16::to_le_bytes);
+    let finite_halves: Vec<u8> = le_bytes(
+        &(0..=u16::MAX).filter(|h| h & 0x7C00 != 0x7C00).collect::<Vec<_>>(),
+        u16::to_le_bytes,
+    );
+    for dt in [DType::Float16, DType::BFloat16] {
+        check_decoder(Packing::Loom(dt), &halves, s, 65536, 64, &format!("{dt} all codes"));
+        let n = finite_halves.len() / 2 / 64 * 64;
+        check_decoder(
+            Packing::Loom(dt),
+            &finite_halves[..2 * n],
+            s,
+            n,
+            64,
+            &format!("{dt} finite codes"),
+        );
+    }
+    // Wide integers: exact, rounding and overflow cases of the int → f32 conversion.
+    let mut r = Rng(1);
+    let mut i64s: Vec<i64> = vec![
+        0,
+        1,
+        -1,
+        127,
+        -128,
+        (1 << 24) + 1,
+        (1 << 24) + 3,
+        (1 << 25) + 2,
+        (1 << 25) + 6,
+        (1 << 53) + 1,
+        i64::MAX,
+        i64::MIN,
+        i64::MIN + 1,
+        -(1 << 40) - 1,
+        0x7FFF_FF80_0000_0000,
+        0x0000_0001_0000_0080,
+        0x0000_0001_0000_0180,
+    ];
+    i64s.extend((0..4000).map(|k| (r.next() as i64) >> (k % 63)));
+    let n64 = i64s.len() / 64 * 64;
+    let u64s: Vec<u64> = i64s.iter().map(|v| *v as u64).collect();
+    check_decoder(
+        Packing::Loom(DType::Int64),
+        &le_bytes(&i64s[..n64], i64::to_le_bytes),
+        s,
+        n64,
+        64,
+        "int64",
+    );
+    check_decoder(
+        Packing::Loom(DType::Uint64),
+        &le_bytes(&u64s[..n64], u64::to_le_bytes),
+        s,
+        n64,
+        64,
+        "uint64",
+    );
+    let i32s: Vec<i32> = i64s[..n64].iter().map(|v| *v as i32).collect();
+    let u32s: Vec<u32> = i64s[..n64].iter().map(|v| (*v >> 7) as u32).collect();
+    check_decoder(
+        Packing::Loom(DType::Int32),
+        &le_bytes(&i32s, i32::to_le_bytes),
+        s,
+        n64,
+        64,
+        "int32",
+    );
+    check_decoder(
+        Packing::Loom(DType::Uint32),
+        &le_bytes(&u32s, u32::to_le_bytes),
+        s,
+        n64,
+        64,
+        "uint32",
+    );
+    let i16s: Vec<i16> = (i16::MIN..=i16::MAX).collect();
+    let u16s: Vec<u16> = (0..=u16::MAX).collect();
+    check_decoder(
+        Packing::Loom(DType::Int16),
+        &le_bytes(&i16s, i16::to_le_bytes),
+        s,
+        65536,
+        64,
+        "int16",
+    );
+    check_decoder(
+        Packing::Loom(DType::Uint16),
+        &le_bytes(&u16s, u16::to_le_bytes),
+        s,
+        65536,
+        64,
+        "uint16",
+    );
+    // float64 → f32: normal, rounding ties, f32 subnormals, overflow, Inf, NaN, f64 subnormals.
+    let mut f64s: Vec<f64> = vec![
+        0.0,
+        -0.0,
+        1.0,
+        -2.5,
+        1.0 + 2f64.powi(-24),
+        1.0 + 3.0 * 2f64.powi(-24),
+        1.0 + 2f64.powi(-24) + 2f64.powi(-50),
+        f64::from(f32::MAX),
+        f64::from(f32::MAX) * (1.0 + 2f64.powi(-25)),
+        3.5e38,
+        1e300,
+        -1e300,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::NAN,
+        1e-40,
+        -1e-40,
+        1.4e-45,
+        0.7e-45,
+        0.71e-45,
+        1e-46,
+        f64::from(f32::MIN_POSITIVE) * (1.0 - 2f64.powi(-25)),
+        f64::MIN_POSITIVE,
+        5e-324,
+    ];
+    f64s.extend((0..4000).map(|k| f64::from_bits(r.next()) * if k % 2 == 0 { 1.0 } else { 0.0 }));
+    f64s.extend((0..4000).map(|k| (r.f32() as f64) * 2f64.powi(k % 300 - 150) * (1.0 + 1e-9 * k as f64)));
+    let n = f64s.len() / 64 * 64;
+    check_decoder(
+        Packing::Loom(DType::Float64),
+        &le_bytes(&f64s[..n], f64::to_le_bytes),
+        1.0,
+        n,
+        64,
+        "float64",
+    );
+    f64s.retain(|v| (*v as f32).is_finite());
+    let n = f64s.len() / 64 * 64;
+    let what = "float64 with finite f32 values";
+    check_decoder(
+        Packing::Loom(DType::Float64),
+        &le_bytes(&f64s[..n], f64::to_le_bytes),
+        1.0,
+        n,
+        64,
+        what,
+    );
+    // Block formats: random blocks (every nibble and byte value occurs).
+    for t in GgmlType::ALL {
+        let bytes = random_blocks(t, 64, 3);
+        check_decoder(Packing::Ggml(t), &bytes, 1.0, 64 * 32, 64, &format!("{t} blocks"));
+    }
+    let payload = q4_0::pack(&inputs(64 * 32, 8));
+    check_decoder(Packing::LoomQ4_0, &payload, 1.0, 64 * 32, 64, "Loom Q4_0 blocks");
+}
+
+#[test]
+fn more_rows_than_one_dispatch_dimension() {
+    let (n_in, n_out) = (3, 70_001);
+    let master = inputs(n_in * n_out, 4);
+    let scale = loom_wasm::dtype::auto_scale(DType::Int8, &master);
+    let bytes = loom_wasm::dtype::quantize(DType::Int8, &master, scale);
+    let p = Packing::Loom(DType::Int8);
+    let w = packed_values(p, &bytes, scale, n_in * n_out).unwrap();
+    let x = inputs(n_in, 5);
+    let mag = magnitudes(&x, &w, n_in, n_out);
+    let cpu = dense_f32(w, n_in, n_out, Activation::Linear)
+        .forward(&x, &[1, n_in])
+        .unwrap();
+    let kernel = MatVec::new(gpu(), p, false).unwrap();
+    let out = run(&kernel, &x, &upload(p, &bytes, scale, n_in, n_out), Activation::Linear);
+    assert_close(&out, &cpu.data, &mag, rtol(p), "int8 3→70001");
+}
+
+#[test]
+fn bad_inputs_are_errors() {
+    let p = Packing::Loom(DType::Int4);
+    // 5×3 int4 weights need 8 bytes.
+    assert!(pollster::block_on(PackedWeights::upload(gpu(), p, &[0; 7], 1.0, 5, 3)).is_err());
+    let w = upload(p, &[0; 8], 1.0, 5, 3);
+    let other = MatVec::new(gpu(), Packing::Loom(DType::Int8), false).unwrap();
+    assert!(pollster::block_on(other.run(gpu(), &[0.0; 5], &w, Activation::Linear)).is_err());
+    let kernel = MatVec::new(gpu(), p, false).unwrap();
+    assert!(pollster::block_on(kernel.run(gpu(), &[0.0; 7], &w, Activation::Linear)).is_err());
+    assert!(pollster::block_on(PackedWeights::upload(gpu(), Packing::LoomQ4_0, &[0; 12], 1.0, 5, 3)).is_err());
+    assert!(pollster::block_on(PackedWeights::upload(
+        gpu(),
+        Packing::Ggml(GgmlType::Q8_0),
+        &[0; 33],
+        1.0,
+        32,
+        1
+    ))
+    .is_err());
+}
