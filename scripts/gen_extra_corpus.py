@@ -184,6 +184,20 @@ def cases():
                                   "output_height": 3},
                                  {"type": "SwiGLU", "activation": "Silu", "dtype": "fp4", "input_height": 2,
                                   "output_height": 3}]}
+    for mode in ["concat", "grid_scatter", "filter", "avg", "add"]:
+        out_h = 3 if mode in ("avg", "add") else 5
+        par = {"type": "Parallel", "activation": "Linear", "dtype": "float32", "combine_mode": mode,
+               "parallel_branches": [
+                   {"type": "Dense", "activation": "Tanh", "dtype": "int8", "input_height": 4, "output_height": 3},
+                   {"type": "Dense", "activation": "ReLU", "dtype": "fp4", "input_height": 4, "output_height": out_h},
+                   {"type": "Sequential", "activation": "Linear", "dtype": "float32", "sequential_layers": [
+                       {"type": "Dense", "activation": "Linear", "dtype": "float32", "input_height": 4,
+                        "output_height": 4}, {"type": "Residual", "activation": "Linear", "dtype": "float32"},
+                       {"type": "Dense", "activation": "Sigmoid", "dtype": "uint4", "input_height": 4,
+                        "output_height": 3}]}]}
+        if mode not in ("avg", "add"):
+            par["parallel_branches"][2]["sequential_layers"][2]["output_height"] = 2
+        out.append((f"parallel_{mode}", net([with_weights(cell(par), rng)])))
     out.append(("nested_meta_parallel_sequential", net([with_weights(cell(meta), rng),
                                                         with_weights(cell(add, 1), rng)])))
     return out
@@ -284,6 +298,8 @@ print(json.dumps(outs))
 def input_shape(spec):
     """An input shape for the first enabled layer of a case (batch 2 where Loom allows it)."""
     first = next(l for l in spec["layers"] if not l.get("is_disabled"))
+    if first["type"] == "Parallel":
+        return [2, first["parallel_branches"][0]["input_height"]]
     t = first["type"]
     ih, iw, idp, c = (first.get(k, 0) for k in ("input_height", "input_width", "input_depth", "input_channels"))
     return {

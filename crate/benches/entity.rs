@@ -90,6 +90,16 @@ fn bench_entity(files: &[String], runs: usize) -> BoxResult<Value> {
             drop(net);
         }
 
+        // Load from a buffer we own (a read or memory-mapped file): blobs stay slices of it, nothing is copied.
+        let shared = bytes::Bytes::from(bytes.clone());
+        let mut read_shared_ms = Vec::with_capacity(runs);
+        for _ in 0..runs {
+            let t = Instant::now();
+            let net = entity::read_bytes(shared.clone())?;
+            read_shared_ms.push(ms_since(t));
+            drop(net);
+        }
+
         // Save the loaded network: the first save is checked against Loom's bytes, then `runs` timed saves.
         let mut net = entity::read(&bytes)?;
         let t = Instant::now();
@@ -129,6 +139,7 @@ fn bench_entity(files: &[String], runs: usize) -> BoxResult<Value> {
             "first_write_ms": first_write_ms,
             "read_ms": read_ms,
             "read_ms_median": median(&read_ms),
+            "read_shared_ms_median": median(&read_shared_ms),
             "write_ms": write_ms,
             "write_ms_median": median(&write_ms),
             "resave_identical": identical,

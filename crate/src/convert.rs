@@ -78,9 +78,11 @@ impl LossReport {
 
 /// Reads a network from any supported file. safetensors must carry the topology we write (`loom_network`);
 /// its layers come back as float32 masters.
-pub fn read_network(bytes: &[u8]) -> Result<Network> {
+/// `file` is kept, not copied: `.entity` weights stay slices of it.
+pub fn read_network(file: bytes::Bytes) -> Result<Network> {
+    let bytes = &file[..];
     match detect::detect(bytes) {
-        Format::Entity => entity::read(bytes),
+        Format::Entity => entity::read_bytes(file.clone()),
         Format::LoomJson => loom_json::read(bytes),
         Format::Safetensors => network_from_safetensors(bytes),
         Format::Gguf => Err(LoomError::Unsupported("converting GGUF files".into())),
@@ -98,7 +100,7 @@ fn network_from_safetensors(bytes: &[u8]) -> Result<Network> {
         ))
     })?;
     let value = loom_json::parse_json(topology.as_bytes(), "safetensors loom_network metadata")?;
-    let mut net = loom_json::network_from_value(&value, Dialect::Persisted)?;
+    let mut net = loom_json::network_from_value(&value, Dialect::Persisted, topology.len())?;
     let mut missing = None;
     for_each_layer_mut(&mut net, &mut |path, layer| {
         if !layer.is_weighted() || missing.is_some() {

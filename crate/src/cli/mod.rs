@@ -302,7 +302,7 @@ fn run_convert(
         )));
     }
     let bytes = std::fs::read(input).map_err(|e| LoomError::Io(format!("{}: {e}", input.display())))?;
-    let mut net = convert::read_network(&bytes)?;
+    let mut net = convert::read_network(bytes.into())?;
     let (out, report) = convert::convert(&mut net, out_format, loom_dtype)?;
     if !report.is_lossless() && !allow_lossy {
         eprintln!(
@@ -358,7 +358,7 @@ fn run_forward(
         (None, None) => return Err(LoomError::InvalidInput("give --input '[...]' or --input-file".into())),
     };
     let bytes = std::fs::read(path).map_err(|e| LoomError::Io(format!("{}: {e}", path.display())))?;
-    let mut model = CpuModel::new(convert::read_network(&bytes)?);
+    let mut model = CpuModel::new(convert::read_network(bytes.into())?);
     let out = model.forward(&values, shape)?;
     if json {
         let v = serde_json::json!({"shape": out.shape, "output": out.data});

@@ -154,7 +154,7 @@ pub(crate) fn forward_layer(
 }
 
 /// Parallel: every branch sees the same input; `concat` (or empty) joins the branches per batch row, `add`
-/// sums them in f32, `avg` sums then multiplies by `1/n`.
+/// sums them in f32, `avg` sums then multiplies by `1/n`, `filter` gives zeros (see below).
 fn parallel(layer: &Layer, path: &str, x: Tensor, state: &mut State) -> Result<Tensor> {
     let batch = x.batch().max(1);
     let mut outs = Vec::with_capacity(layer.parallel_branches.len());
@@ -171,7 +171,8 @@ fn parallel(layer: &Layer, path: &str, x: Tensor, state: &mut State) -> Result<T
         return Ok(x);
     };
     match layer.combine_mode.as_str() {
-        "" | "concat" => {
+        // grid_scatter joins the branches like concat when there is no grid to scatter into.
+        "" | "concat" | "grid_scatter" => {
             if outs.iter().any(|o| !o.data.len().is_multiple_of(batch)) {
                 return Err(LoomError::InvalidInput(format!(
                     "{path}: branch outputs do not split into {batch} rows"
@@ -198,13 +199,20 @@ fn parallel(layer: &Layer, path: &str, x: Tensor, state: &mut State) -> Result<T
                 sum.data.iter_mut().zip(&o.data).for_each(|(a, b)| *a += b);
             }
             if mode == "avg" {
-                let inv = 1.0 / outs.len() as f32;
-                sum.data.iter_mut().for_each(|v| *v *= inv);
+                // 1/n is a float64 constant in Loom: the product is rounded once, from f64.
+                let inv = 1.0 / outs.len() as f64;
+                sum.data.iter_mut().for_each(|v| *v = (f64::from(*v) * inv) as f32);
             }
             Ok(sum)
         }
-        other => Err(LoomError::Unsupported(format!(
-            "{path}: combine mode {other:?} (Loom does not persist the filter gate)"
+        // Loom does not persist the filter gate, so a loaded filter layer outputs zeros shaped like its first
+        // branch; we reproduce that rather than invent a gate.
+        "filter" => Ok(Tensor {
+            data: vec![0.0; first.data.len()],
+            shape: first.shape.clone(),
+        }),
+        other => Err(LoomError::InvalidNetwork(format!(
+            "{path}: unknown combine mode {other:?}"
         ))),
     }
 }

@@ -4,12 +4,13 @@
 
 use std::borrow::Cow;
 
+use bytes::Bytes;
 use serde_json::Value;
 
 use super::gojson::GoJson;
 use super::loom_json::{
-    bool_field, f32_field, f64_field, int_field, members, network_from_value, parse_json, str_field, write_network,
-    Dialect, Target,
+    bool_field, f64_field, int_field, members, network_from_value, parse_json, scale_field, str_field, u64_field,
+    write_network, Dialect, Target,
 };
 use crate::dtype::{q4_0::Q4Blocks, DType};
 use crate::error::{json_err, LoomError, Result};
@@ -99,7 +100,8 @@ pub fn read_header(prefix: &[u8]) -> Result<EntityHeader> {
             available: prefix.len() as u64,
         });
     }
-    let value = parse_json(&prefix[PREAMBLE_LEN..end as usize], "ENTITY header")?;
+    let text = &prefix[PREAMBLE_LEN..end as usize];
+    let value = parse_json(text, "ENTITY header")?;
     let map = value
         .as_object()
         .ok_or_else(|| json_err("ENTITY header", "expected a JSON object"))?;
@@ -108,7 +110,7 @@ pub fn read_header(prefix: &[u8]) -> Result<EntityHeader> {
     let mut blobs = Vec::new();
     for (k, v) in members(map) {
         match k.as_str() {
-            "network" => network = Some(network_from_value(v, Dialect::Persisted)?),
+            "network" => network = Some(network_from_value(v, Dialect::Persisted, text.len())?),
             "transformer" => transformer = Some(parse_transformer(v)?),
             "blobs" => {
                 blobs = v
@@ -143,19 +145,20 @@ fn parse_blob_entry(v: &Value) -> Result<BlobEntry> {
         scale: 0.0,
         native: false,
     };
-    let u64_field = |v: &Value, k: &str| -> Result<u64> {
-        u64::try_from(int_field(v, k)?).map_err(|_| json_err(&format!("blob field \"{k}\""), "negative"))
-    };
+    let mut scale = None;
     for (k, v) in members(map) {
         match k.as_str() {
             "path" => b.path = str_field(v, &k)?.to_string(),
             "offset" => b.offset = u64_field(v, &k)?,
             "length" => b.length = u64_field(v, &k)?,
             "dtype" => b.dtype = str_field(v, &k)?.to_string(),
-            "scale" => b.scale = f32_field(v, &k)?,
+            "scale" => scale = Some(v),
             "native" => b.native = bool_field(v, &k)?,
             _ => {}
         }
+    }
+    if let Some(v) = scale {
+        b.scale = scale_field(v, "scale", &b.path)?;
     }
     if b.offset.checked_add(b.length).is_none() {
         return Err(LoomError::BlobOutOfRange {
@@ -222,20 +225,28 @@ fn parse_transformer(v: &Value) -> Result<Transformer> {
     Ok(t)
 }
 
-/// Reads a whole `.entity` file: topology and every blob.
+/// Reads a whole `.entity` file: topology and every blob (the weights are copied out of `bytes`).
 pub fn read(bytes: &[u8]) -> Result<Network> {
-    read_selected(bytes, None)
+    read_selected(bytes, None, None)
+}
+
+/// Reads a whole `.entity` file without copying its weights: every blob stays a slice of `file` (a buffer that
+/// was read or memory-mapped), so loading costs about as much as parsing the header.
+pub fn read_bytes(file: Bytes) -> Result<Network> {
+    read_selected(&file, Some(&file), None)
 }
 
 /// Loom's selective load: the whole topology, but only the blobs of the listed top-level layers. Other
 /// weighted layers have no weights (Loom would give them random ones).
 pub fn read_layers(bytes: &[u8], layer_indices: &[usize]) -> Result<Network> {
-    read_selected(bytes, Some(layer_indices))
+    read_selected(bytes, None, Some(layer_indices))
 }
 
-fn read_selected(bytes: &[u8], only: Option<&[usize]>) -> Result<Network> {
+/// `owner`, when given, is `bytes` as a shared buffer that blobs can slice instead of copying.
+fn read_selected(bytes: &[u8], owner: Option<&Bytes>, only: Option<&[usize]>) -> Result<Network> {
     let header = read_header(bytes)?;
-    let payload = &bytes[header.payload_offset() as usize..];
+    let start = header.payload_offset() as usize;
+    let payload = &bytes[start..];
     let mut net = header.network;
     for b in &header.blobs {
         let end = b.offset + b.length;
@@ -247,13 +258,17 @@ fn read_selected(bytes: &[u8], only: Option<&[usize]>) -> Result<Network> {
                 payload: payload.len() as u64,
             });
         }
-        let data = &payload[b.offset as usize..end as usize];
         let path = BlobPath::parse(&b.path)?;
         if let Some(only) = only {
             if !matches!(path.top, Some(i) if only.contains(&i)) {
                 continue;
             }
         }
+        let range = start + b.offset as usize..start + end as usize;
+        let data = match owner {
+            Some(file) => file.slice(range),
+            None => Bytes::copy_from_slice(&bytes[range]),
+        };
         apply_blob(&mut net, &path, b, data)?;
     }
     Ok(net)
@@ -300,6 +315,10 @@ impl<'a> BlobPath<'a> {
                 "q4_0" => {
                     let key = parts.next().ok_or_else(bad)?;
                     index(Some(key))?;
+                    // The key must be the last segment before the suffix is sliced off the path's end.
+                    if parts.next().is_some() {
+                        return Err(bad());
+                    }
                     suffix = Some(&path[path.len() - key.len() - 5..]);
                     break;
                 }
@@ -336,31 +355,35 @@ impl<'a> BlobPath<'a> {
     }
 }
 
-fn apply_blob(net: &mut Network, path: &BlobPath, b: &BlobEntry, data: &[u8]) -> Result<()> {
+fn apply_blob(net: &mut Network, path: &BlobPath, b: &BlobEntry, data: Bytes) -> Result<()> {
     if let Some(name) = path.global {
         let t = net.transformer.get_or_insert_with(Transformer::default);
-        check_f32_bytes(&b.path, data)?;
+        check_f32_bytes(&b.path, &data)?;
         let slot = match name {
             "embeddings" => &mut t.embeddings,
             "lm_head" => &mut t.lm_head,
             _ => &mut t.final_norm,
         };
-        *slot = Some(data.to_vec());
+        *slot = Some(data);
         return Ok(());
     }
     let layer = path.resolve(net, &b.path)?;
     if let Some(suffix) = path.suffix {
+        if b.dtype != "Q4_0" {
+            // Kept as a string, but a typo must not survive a load-save cycle.
+            DType::parse(&b.dtype)?;
+        }
         if b.dtype == "Q4_0" || suffix.starts_with("q4_0.") {
-            Q4Blocks::parse(data)?;
+            Q4Blocks::parse(&data)?;
         } else {
-            check_f32_bytes(&b.path, data)?;
+            check_f32_bytes(&b.path, &data)?;
         }
         layer.extra_blobs.push(ExtraBlob {
             suffix: suffix.to_string(),
             dtype: b.dtype.clone(),
             scale: b.scale,
             native: b.native,
-            bytes: data.to_vec(),
+            bytes: data,
         });
         return Ok(());
     }
@@ -375,9 +398,9 @@ fn apply_blob(net: &mut Network, path: &BlobPath, b: &BlobEntry, data: &[u8]) ->
     layer.dtype = dtype;
     let count = layer.weight_count()?;
     layer.weights = Some(if b.native {
-        WeightStore::from_native(dtype, data.to_vec(), b.scale, count, &b.path)?
+        WeightStore::from_native(dtype, data, b.scale, count, &b.path)?
     } else {
-        WeightStore::from_legacy(dtype, data, b.scale, count, &b.path)?
+        WeightStore::from_legacy(dtype, &data, b.scale, count, &b.path)?
     });
     Ok(())
 }
@@ -405,15 +428,16 @@ pub fn layer_blob(bytes: &[u8], i: usize) -> Result<Option<(&[u8], f32, bool)>> 
     };
     let payload = &bytes[header.payload_offset() as usize..];
     let end = b.offset + b.length;
-    let data = payload
-        .get(b.offset as usize..end as usize)
-        .ok_or_else(|| LoomError::BlobOutOfRange {
+    // Compared as u64 before any cast: on wasm32 `as usize` would truncate a hostile offset.
+    if end > payload.len() as u64 {
+        return Err(LoomError::BlobOutOfRange {
             path: b.path.clone(),
             offset: b.offset,
             end,
             payload: payload.len() as u64,
-        })?;
-    Ok(Some((data, b.scale, b.native)))
+        });
+    }
+    Ok(Some((&payload[b.offset as usize..end as usize], b.scale, b.native)))
 }
 
 /// One blob to write.
@@ -512,16 +536,13 @@ fn morph_all(layer: &mut Layer) {
 
 fn collect_blobs<'a>(layer: &'a Layer, path: String, out: &mut Vec<OutBlob<'a>>) {
     if let Some(ws) = &layer.weights {
-        let (dtype, bytes) = if layer.layer_type == LayerType::RMSNorm {
-            let master = ws.master_values();
-            (
-                DType::Float32,
-                Cow::Owned(master.iter().flat_map(|w| w.to_le_bytes()).collect()),
-            )
+        // RMSNorm is always written as its float32 master, whatever its dtype (Loom's quirk, spec §8).
+        let dtype = if layer.layer_type == LayerType::RMSNorm {
+            DType::Float32
         } else {
-            let bytes = ws.native_bytes(layer.dtype).expect("morph_all made every version");
-            (layer.dtype, bytes)
+            layer.dtype
         };
+        let bytes = ws.native_bytes(dtype).expect("morph_all made every version");
         out.push(OutBlob {
             path: path.clone(),
             dtype: Cow::Borrowed(dtype.name()),

@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 use super::gojson::GoJson;
 use crate::dtype::DType;
 use crate::error::{json_err, LoomError, Result};
-use crate::network::{Activation, Layer, LayerType, MetaRule, Network, SoftmaxType, WeightStore};
+use crate::network::{cell_budget, Activation, Layer, LayerType, MetaRule, Network, SoftmaxType, WeightStore};
 
 /// Seed of the reproducible weights [`build`] gives a network (Loom uses the clock).
 pub const BUILD_SEED: u64 = 0x4C4F_4F4D;
@@ -33,14 +33,14 @@ pub(crate) enum Target {
 /// Parses Loom persistence JSON (a saved network) into a network with its weights.
 pub fn read(bytes: &[u8]) -> Result<Network> {
     let value = parse_json(bytes, "Loom JSON")?;
-    network_from_value(&value, Dialect::Persisted)
+    network_from_value(&value, Dialect::Persisted, bytes.len())
 }
 
 /// Builds a network from Loom's architecture-only JSON, as `BuildNetworkFromJSON` does: defaults applied and
 /// weights initialised (reproducibly seeded, uniform in [-0.1, 0.1]), nothing morphed.
 pub fn build(bytes: &[u8]) -> Result<Network> {
     let value = parse_json(bytes, "architecture JSON")?;
-    let mut net = network_from_value(&value, Dialect::Architecture)?;
+    let mut net = network_from_value(&value, Dialect::Architecture, bytes.len())?;
     net.init_random_weights(BUILD_SEED)?;
     Ok(net)
 }
@@ -92,15 +92,46 @@ pub(crate) fn f64_field(v: &Value, key: &str) -> Result<f64> {
     }
 }
 
+/// A Go `uint64` field: an integer literal in `0..=u64::MAX`.
+pub(crate) fn u64_field(v: &Value, key: &str) -> Result<u64> {
+    number_text(v, key, "a non-negative integer")?
+        .parse()
+        .map_err(|_| type_err(key, "a non-negative integer"))
+}
+
+/// A number rounded directly from its decimal text to float32 (as Go's decoder does); ±Inf when the literal lies
+/// beyond float32's range (Go's decoder refuses those).
+fn f32_value(v: &Value, key: &str) -> Result<f32> {
+    number_text(v, key, "a number")?
+        .parse()
+        .map_err(|_| type_err(key, "a number"))
+}
+
 /// A Go `float32` field, rounded directly from its decimal text to float32 (as Go's decoder does).
 pub(crate) fn f32_field(v: &Value, key: &str) -> Result<f32> {
-    let x: f32 = number_text(v, key, "a number")?
-        .parse()
-        .map_err(|_| type_err(key, "a number"))?;
+    let x = f32_value(v, key)?;
     if x.is_finite() {
         Ok(x)
     } else {
         Err(type_err(key, "a number within float32 range"))
+    }
+}
+
+/// A layer or blob `scale`: a float32 field whose out-of-range literals are an [`LoomError::InvalidScale`] of `path`.
+pub(crate) fn scale_field(v: &Value, key: &str, path: &str) -> Result<f32> {
+    let x = f32_value(v, key)?;
+    check_scale(x, path)
+}
+
+/// Refuses a scale JSON could not hold (±Inf or NaN).
+pub(crate) fn check_scale(scale: f32, path: &str) -> Result<f32> {
+    if scale.is_finite() {
+        Ok(scale)
+    } else {
+        Err(LoomError::InvalidScale {
+            path: path.to_string(),
+            scale,
+        })
     }
 }
 
@@ -125,7 +156,8 @@ pub(crate) fn members(map: &Map<String, Value>) -> impl Iterator<Item = (String,
         .map(|(k, v)| (k.to_ascii_lowercase(), v))
 }
 
-pub(crate) fn network_from_value(value: &Value, dialect: Dialect) -> Result<Network> {
+/// Builds the network a parsed file describes; `input_len` (the text's size) bounds the grid it may declare.
+pub(crate) fn network_from_value(value: &Value, dialect: Dialect, input_len: usize) -> Result<Network> {
     let map = as_object(value, "network")?;
     let (mut depth, mut rows, mut cols, mut lpc) = (0, 0, 0, 0);
     let mut layer_values: &[Value] = &[];
@@ -139,7 +171,7 @@ pub(crate) fn network_from_value(value: &Value, dialect: Dialect) -> Result<Netw
             _ => {}
         }
     }
-    let mut net = Network::new(depth, rows, cols, lpc)?;
+    let mut net = Network::new_bounded(depth, rows, cols, lpc, cell_budget(input_len))?;
     for lv in layer_values {
         let mut layer = parse_layer(lv, dialect, true)?;
         let idx = net.flat_index(layer.z, layer.y, layer.x, layer.l)?;
@@ -307,17 +339,20 @@ impl PendingWeights {
                         .map_err(|e| json_err("field \"weights\"", format!("invalid base64: {e}")))?
                 }
                 "native" => p.native = bool_field(v, &k)?,
-                "scale" => p.scale = f32_field(v, &k)?,
+                // Checked by `load_weights`, which knows the layer's path.
+                "scale" => p.scale = f32_value(v, &k)?,
                 _ => {}
             }
         }
-        Ok((!p.bytes.is_empty()).then_some(p))
+        Ok((!p.bytes.is_empty() || !p.scale.is_finite()).then_some(p))
     }
 }
 
 /// Turns the pending JSON weights of a layer (and its nested layers) into WeightStores (spec §5.3 step 4).
 fn load_weights(layer: &mut Layer, path: &str) -> Result<()> {
     if let Some(p) = layer.pending.take() {
+        // Pending only with weights, or with a scale to refuse.
+        check_scale(p.scale, path)?;
         if !layer.is_weighted() {
             return Err(LoomError::InvalidNetwork(format!(
                 "{path}: a {} layer has no weights, but the file gives some",

@@ -26,7 +26,7 @@ pub struct ExtraBlob {
     pub dtype: String,
     pub scale: f32,
     pub native: bool,
-    pub bytes: Vec<u8>,
+    pub bytes: bytes::Bytes,
 }
 
 /// A Loom layer. Integer fields are Go `int`s; zero means "unset" and is omitted on save.
@@ -195,7 +195,11 @@ impl Layer {
             LayerType::MultiHeadAttention => {
                 let d = self.d_model;
                 let q = self.mha_query_dim();
-                let kv = product(what, &[self.num_kv_heads, self.head_dim])? as i64;
+                let kv = product(what, &[self.num_kv_heads, self.head_dim])?;
+                let kv = i64::try_from(kv).map_err(|_| LoomError::ShapeOverflow {
+                    what: what.to_string(),
+                    shape: vec![self.num_kv_heads as u64, self.head_dim as u64],
+                })?;
                 let parts = [
                     product(what, &[q, d])?,
                     product(what, &[2, kv, d])?,

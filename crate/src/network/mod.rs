@@ -7,12 +7,28 @@ mod weights;
 
 pub use kinds::{Activation, LayerType, SoftmaxType};
 pub use layer::{ExtraBlob, Layer, MetaRule};
-pub use weights::WeightStore;
+pub use weights::{f32_bytes, WeightStore};
 
 use crate::error::{LoomError, Result};
 
 /// Grids larger than this many cells are refused: a hostile header cannot make us allocate millions of layers.
 pub const MAX_CELLS: usize = 1 << 20;
+
+/// Grid cells a parsed file may declare whatever its size. Beyond that a file must be large enough to describe
+/// its cells, one per [`BYTES_PER_CELL`] bytes (Loom writes every cell, each over 80 bytes), so that a few
+/// header bytes cannot allocate a grid of default layers (about 512 bytes each) thousands of times their size.
+pub const FREE_CELLS: usize = 4096;
+/// See [`FREE_CELLS`].
+pub const BYTES_PER_CELL: usize = 16;
+
+/// The most grid cells a file of `input_len` bytes may declare.
+pub fn cell_budget(input_len: usize) -> usize {
+    (input_len / BYTES_PER_CELL).clamp(FREE_CELLS, MAX_CELLS)
+}
+
+/// The most weights [`Network::init_random_weights`] creates in total (1 GiB of float32), so that a short
+/// architecture JSON cannot ask for an allocation that aborts the process.
+pub const MAX_INIT_WEIGHTS: usize = 1 << 28;
 
 /// A Loom network.
 #[derive(Clone, Debug, PartialEq)]
@@ -30,14 +46,26 @@ pub struct Network {
 impl Network {
     /// A grid of default (weightless Dense) cells.
     pub fn new(depth: usize, rows: usize, cols: usize, layers_per_cell: usize) -> Result<Network> {
+        Network::new_bounded(depth, rows, cols, layers_per_cell, MAX_CELLS)
+    }
+
+    /// [`Network::new`] refusing grids of more than `max_cells` cells.
+    pub fn new_bounded(
+        depth: usize,
+        rows: usize,
+        cols: usize,
+        layers_per_cell: usize,
+        max_cells: usize,
+    ) -> Result<Network> {
+        let max_cells = max_cells.min(MAX_CELLS);
         let cells = depth
             .checked_mul(rows)
             .and_then(|n| n.checked_mul(cols))
             .and_then(|n| n.checked_mul(layers_per_cell))
-            .filter(|n| *n <= MAX_CELLS)
+            .filter(|n| *n <= max_cells)
             .ok_or_else(|| {
                 LoomError::InvalidNetwork(format!(
-                    "grid {depth}×{rows}×{cols}×{layers_per_cell} exceeds {MAX_CELLS} layers"
+                    "grid {depth}×{rows}×{cols}×{layers_per_cell} exceeds {max_cells} layers"
                 ))
             })?;
         let mut layers = Vec::with_capacity(cells);
@@ -89,7 +117,24 @@ impl Network {
 
     /// Fills every weighted layer that has no weights with deterministic uniform values in [-0.1, 0.1].
     /// Loom seeds this from the clock; we seed from `seed` so that builds are reproducible.
+    /// At most [`MAX_INIT_WEIGHTS`] weights are created in all; more is a [`LoomError::TooLarge`].
     pub fn init_random_weights(&mut self, seed: u64) -> Result<()> {
+        // Count first, so that nothing is allocated for a network that is refused.
+        fn needed(layer: &Layer, total: &mut usize) -> Result<()> {
+            if layer.is_weighted() && layer.weights.is_none() {
+                *total = total.saturating_add(layer.weight_count()?);
+            }
+            layer.children().iter().try_for_each(|(_, c)| needed(c, total))
+        }
+        let mut total = 0;
+        self.layers.iter().try_for_each(|l| needed(l, &mut total))?;
+        if total > MAX_INIT_WEIGHTS {
+            return Err(LoomError::TooLarge {
+                what: "network weights (float32)".into(),
+                len: (total as u64).saturating_mul(4),
+                max: MAX_INIT_WEIGHTS as u64 * 4,
+            });
+        }
         let mut rng = SplitMix64(seed);
         fn visit(layer: &mut Layer, rng: &mut SplitMix64) -> Result<()> {
             if layer.is_weighted() && layer.weights.is_none() {
@@ -136,9 +181,9 @@ pub struct Transformer {
     pub weight_dtype: String,
     pub dims: TransformerDims,
     /// float32 little-endian bytes of `transformer.embeddings`, `.lm_head`, `.final_norm` as read.
-    pub embeddings: Option<Vec<u8>>,
-    pub lm_head: Option<Vec<u8>>,
-    pub final_norm: Option<Vec<u8>>,
+    pub embeddings: Option<bytes::Bytes>,
+    pub lm_head: Option<bytes::Bytes>,
+    pub final_norm: Option<bytes::Bytes>,
 }
 
 /// `dims` of the transformer section.

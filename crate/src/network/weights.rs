@@ -2,6 +2,8 @@
 
 use std::collections::BTreeMap;
 
+use bytes::Bytes;
+
 use crate::dtype::{self, DType};
 use crate::error::{LoomError, Result};
 
@@ -12,7 +14,7 @@ pub struct WeightStore {
     count: usize,
     scale: f32,
     master: Option<Vec<f32>>,
-    versions: BTreeMap<DType, Vec<u8>>,
+    versions: BTreeMap<DType, Bytes>,
     /// The version the master unpacks from while it has not been materialised.
     source: Option<DType>,
 }
@@ -31,7 +33,15 @@ impl WeightStore {
 
     /// A store loaded from Loom's native bytes of `dtype` for a layer of `count` weights.
     /// The byte length must be exactly what Loom writes for `count` elements.
-    pub fn from_native(dtype: DType, bytes: Vec<u8>, scale: f32, count: usize, path: &str) -> Result<WeightStore> {
+    /// `bytes` may be a slice of a larger buffer (e.g. the whole file): it is kept without copying.
+    pub fn from_native(
+        dtype: DType,
+        bytes: impl Into<Bytes>,
+        scale: f32,
+        count: usize,
+        path: &str,
+    ) -> Result<WeightStore> {
+        let bytes = bytes.into();
         check_len(dtype, bytes.len(), count, path)?;
         let mut versions = BTreeMap::new();
         versions.insert(dtype, bytes);
@@ -55,6 +65,13 @@ impl WeightStore {
         let mut ws = WeightStore::from_master(master);
         ws.scale = scale;
         ws.morph(dtype);
+        // Auto-scaling a master that holds ±Inf (or a sum beyond float32) gives a scale no file can hold.
+        if !ws.scale.is_finite() {
+            return Err(LoomError::InvalidScale {
+                path: path.to_string(),
+                scale: ws.scale,
+            });
+        }
         Ok(ws)
     }
 
@@ -97,7 +114,7 @@ impl WeightStore {
 
     /// The cached native bytes of `dt`, if that version exists.
     pub fn version(&self, dt: DType) -> Option<&[u8]> {
-        self.versions.get(&dt).map(Vec::as_slice)
+        self.versions.get(&dt).map(|b| &b[..])
     }
 
     /// Loom's `Morph(dt)`: quantizes the master to `dt` unless that version is cached. Auto-scales first when
@@ -115,7 +132,7 @@ impl WeightStore {
         };
         let bytes = dtype::quantize(dt, master, scale);
         self.scale = scale;
-        self.versions.insert(dt, bytes);
+        self.versions.insert(dt, Bytes::from(bytes));
     }
 
     /// The bytes a save writes for `dt`: the cached version, or the float32 master encoded. Call
@@ -127,10 +144,11 @@ impl WeightStore {
         if dt != DType::Float32 {
             return None;
         }
-        let master = self.master.as_ref()?;
-        Some(std::borrow::Cow::Owned(
-            master.iter().flat_map(|w| w.to_le_bytes()).collect(),
-        ))
+        // A store loaded as another dtype has no master yet: encode the values it unpacks to.
+        Some(std::borrow::Cow::Owned(match &self.master {
+            Some(m) => f32_bytes(m),
+            None => f32_bytes(&self.compute_master()),
+        }))
     }
 
     /// The values forward reads for `dt` (Loom's `GetActive`): the dequantized version, or the master.
@@ -143,6 +161,13 @@ impl WeightStore {
             _ => self.master_values(),
         }
     }
+}
+
+/// Little-endian bytes of float32 values (Loom's float32 encoding), in one allocation.
+pub fn f32_bytes(values: &[f32]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 * values.len());
+    values.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
+    out
 }
 
 /// Checks that `len` bytes are exactly Loom's native size for `count` elements of `dt`.

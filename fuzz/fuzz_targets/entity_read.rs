@@ -1,0 +1,23 @@
+//! `entity::read` on arbitrary bytes; whatever it accepts must save, read back, and be a fixed point from the
+//! second save on (spec §9: legacy blobs and quantized RMSNorm change once).
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use loom_wasm::formats::entity;
+
+fuzz_target!(|data: &[u8]| {
+    let _ = entity::read_layers(data, &[0]);
+    let _ = entity::layer_blob(data, 0);
+    let Ok(mut net) = entity::read(data) else {
+        return;
+    };
+    let first = entity::write(&mut net).expect("a network read from a file saves");
+    let mut again = entity::read(&first).expect("a saved network reads back");
+    let second = entity::write(&mut again).expect("saves again");
+    let mut third_net = entity::read(&second).expect("reads back again");
+    let third = entity::write(&mut third_net).expect("saves a third time");
+    assert!(
+        second == third,
+        "saving is not a fixed point from the second generation"
+    );
+});
