@@ -5,7 +5,8 @@
 // PKG_JS is the `wasm-bindgen --target nodejs` output for bench-wasm; LOOM_JSON is what
 // `scripts/bench_forward.py loom` wrote. Per case: load Loom's .entity into a fresh model (not timed), time the
 // first forward (it dequantizes and caches the weights), check every output bit against Loom's, run 2 untimed
-// warm-up forwards (V8 tier-up), then time `runs` forwards inside wasm (performance.now() around each call).
+// warm-up forwards (V8 tier-up), then time `runs` forwards inside wasm (performance.now() around each call; the
+// process CPU time of all the runs together, from process.cpuUsage(), is recorded too).
 // Prints JSON like the native benchmark's; exits 1 after printing if any output differs from Loom's.
 "use strict";
 const fs = require("fs");
@@ -65,7 +66,9 @@ for (const c of loom.cases) {
   }
   allIdentical = allIdentical && mismatches === 0;
   bench.time(input, shape, 2); // untimed warm-up: lets V8 tier the hot functions up from Liftoff to TurboFan
+  const cpu0 = process.cpuUsage();
   const times = Array.from(bench.time(input, shape, runs));
+  const cpu = process.cpuUsage(cpu0);
   bench.free();
   const m = median(times);
   console.error(`wasm ${c.case}: ${m.toFixed(3)} ms (first ${firstMs.toFixed(3)} ms), ${mismatches} outputs differ`);
@@ -81,6 +84,9 @@ for (const c of loom.cases) {
     forward_ms: times,
     forward_ms_median: m,
     forward_ms_min: Math.min(...times),
+    // process CPU time (user + system, all of Node's threads) over the timed runs, per run: a mean, not a median
+    cpu_ms_mean: (cpu.user + cpu.system) / 1e3 / runs,
+    forward_ms_mean: times.reduce((a, b) => a + b, 0) / runs,
   });
 }
 console.log(JSON.stringify({

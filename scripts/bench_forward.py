@@ -185,6 +185,14 @@ def fmt_ms(v):
     return f"{v:.1f}" if v >= 10 else f"{v:.2f}" if v >= 1 else f"{v:.3f}"
 
 
+FAMILIES = [
+    ("dense1024_", "Dense 1024→1024 (linear activation)"),
+    ("dense4096_", "Dense 4096→4096 (linear activation)"),
+    ("swiglu1024x4096_", "SwiGLU input_height 1024, output_height 4096"),
+    ("mha512h8_", "MultiHeadAttention d_model 512, 8 heads (head_dim 64), seq 128"),
+]
+
+
 def report(loom_path, native_path, wasm_path=None):
     with open(loom_path) as f:
         loom = json.load(f)["cases"]
@@ -195,40 +203,57 @@ def report(loom_path, native_path, wasm_path=None):
         with open(wasm_path) as f:
             wasm = {c["case"]: c for c in json.load(f)["cases"]}
 
+    def ok(r):
+        return r is not None and not r.get("error")
+
     def same(r):
-        if r is None:
-            return "n/a"
-        if r.get("error"):
+        if not ok(r):
             return "pending"
         return "yes" if r["bit_identical"] else f"**NO** ({r['mismatches']} of {r['output_len']} differ)"
 
-    def ours(r, base):
-        if r is None or r.get("error"):
-            return "pending", ""
-        m = r["forward_ms_median"]
-        return fmt_ms(m), f"{base / m:.2f}×"
+    def vs(r, key, base):
+        if not ok(r) or r.get(key) is None:
+            return "pending"
+        return f"{fmt_ms(r[key])} ({base / r[key]:.2f}×)"
 
-    print("| case | input shape | Loom ms, C call (public API) | ours native ms | native vs Loom C call "
-          "| ours wasm ms | wasm vs Loom C call | bit-identical native / wasm |")
-    print("|---|---|---:|---:|---:|---:|---:|:---:|")
-    for l in loom:
-        n, w = native.get(l["case"]), wasm.get(l["case"])
-        lc = l["c_call_ms_median"]
-        nm, nr = ours(n, lc)
-        wm, wr = ours(w, lc)
-        shape = "×".join(str(d) for d in l["shape"])
-        print(f"| {l['case']} | {shape} | {fmt_ms(lc)} ({fmt_ms(l['api_ms_median'])}) | {nm} | {nr} | {wm} | {wr} "
-              f"| {same(n)} / {same(w)} |")
+    for prefix, title in FAMILIES:
+        rows = [l for l in loom if l["network"].startswith(prefix)]
+        if not rows:
+            continue
+        print(f"**{title}**, wall-clock medians (ratio = Loom C call / ours):")
+        print()
+        print("| dtype | input shape | Loom ms: C call (public API) | ours native ms (ratio) | ours wasm ms (ratio) "
+              "| bit-identical native / wasm |")
+        print("|---|---|---:|---:|---:|:---:|")
+        for l in rows:
+            n, w = native.get(l["case"]), wasm.get(l["case"])
+            lc = l["c_call_ms_median"]
+            shape = "×".join(str(d) for d in l["shape"])
+            print(f"| {l['dtype']} | {shape} | {fmt_ms(lc)} ({fmt_ms(l['api_ms_median'])}) "
+                  f"| {vs(n, 'forward_ms_median', lc)} | {vs(w, 'forward_ms_median', lc)} | {same(n)} / {same(w)} |")
+        print()
+
+    print("CPU time per forward (ratio = Loom / ours). Loom: median of the C calls' process CPU time; ours native: "
+          "median of the thread's CPU time; ours wasm: Node's process CPU time over the timed runs / runs (a mean, "
+          "next to the mean wall time of the same runs).")
     print()
-    print("| case | Loom CPU ms per C call | Loom built = loaded | ours native first call ms | ours wasm first call ms "
-          "| welvet list→ctypes ms | welvet JSON parse ms |")
-    print("|---|---:|:---:|---:|---:|---:|---:|")
+    print("| case | Loom CPU ms | ours native CPU ms (ratio) | ours wasm CPU ms (ratio) | ours wasm wall ms, mean |")
+    print("|---|---:|---:|---:|---:|")
     for l in loom:
         n, w = native.get(l["case"]), wasm.get(l["case"])
-        nf = fmt_ms(n["first_ms"]) if n and not n.get("error") else "pending"
-        wf = fmt_ms(w["first_ms"]) if w and not w.get("error") else "pending"
-        print(f"| {l['case']} | {fmt_ms(l['c_call_cpu_ms_median'])} | {'yes' if l['built_equals_loaded'] else 'NO'} "
-              f"| {nf} | {wf} | {fmt_ms(l['python_list_to_c_ms'])} | {fmt_ms(l['python_json_parse_ms'])} |")
+        lc = l["c_call_cpu_ms_median"]
+        wm = fmt_ms(w["forward_ms_mean"]) if ok(w) else "pending"
+        print(f"| {l['case']} | {fmt_ms(lc)} | {vs(n, 'cpu_ms_median', lc)} | {vs(w, 'cpu_ms_mean', lc)} | {wm} |")
+    print()
+    print("| case | Loom built = loaded | ours native first call ms | ours wasm first call ms "
+          "| welvet list→ctypes ms | welvet JSON parse ms |")
+    print("|---|:---:|---:|---:|---:|---:|")
+    for l in loom:
+        n, w = native.get(l["case"]), wasm.get(l["case"])
+        nf = fmt_ms(n["first_ms"]) if ok(n) else "pending"
+        wf = fmt_ms(w["first_ms"]) if ok(w) else "pending"
+        print(f"| {l['case']} | {'yes' if l['built_equals_loaded'] else 'NO'} | {nf} | {wf} "
+              f"| {fmt_ms(l['python_list_to_c_ms'])} | {fmt_ms(l['python_json_parse_ms'])} |")
 
 
 def main():

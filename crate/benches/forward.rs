@@ -4,7 +4,8 @@
 //! LOOM_JSON is what `scripts/bench_forward.py loom` wrote: per case, Loom's `.entity` file, the input and Loom's
 //! output (raw little-endian float32). For each case this loads the file with `entity::read` into a fresh
 //! `CpuModel`, times the first `forward` (it dequantizes and caches the weights), then `runs` more, and compares
-//! every output bit with Loom's. Loading is not timed. A layer we cannot run yet (`Unsupported`) is reported with
+//! every output bit with Loom's. Each timed run also records this thread's CPU time (Linux), since the machine is
+//! shared and wall time includes time-slicing. Loading is not timed. A layer we cannot run yet (`Unsupported`) is reported with
 //! its error instead of timings. The process exits non-zero, after printing, if any output differs from Loom's.
 //!
 //! Without arguments (as under `cargo test --all-targets`) it prints its usage and exits successfully.
@@ -89,10 +90,15 @@ fn bench_case(case: &Value, runs: usize) -> BoxResult<Value> {
         .fold(0f32, f32::max);
 
     let mut times = Vec::with_capacity(runs);
+    let mut cpu = Vec::with_capacity(runs);
     for _ in 0..runs {
+        let c = thread_cpu_ns();
         let t = Instant::now();
         let y = std::hint::black_box(model.forward(std::hint::black_box(&input), &shape)?);
         times.push(ms_since(t));
+        if let (Some(c0), Some(c1)) = (c, thread_cpu_ns()) {
+            cpu.push((c1 - c0) as f64 / 1e6);
+        }
         assert!(y.data == first.data, "{name}: output changed between calls");
     }
     let m = median(&times);
@@ -110,6 +116,8 @@ fn bench_case(case: &Value, runs: usize) -> BoxResult<Value> {
         "forward_ms": times,
         "forward_ms_median": m,
         "forward_ms_min": times.iter().copied().fold(f64::INFINITY, f64::min),
+        "cpu_ms": cpu,
+        "cpu_ms_median": (!cpu.is_empty()).then(|| median(&cpu)),
     }))
 }
 
@@ -134,6 +142,32 @@ fn target_features() -> Vec<&'static str> {
     }
     feature!("sse2", "sse4.1", "avx", "avx2", "fma", "avx512f", "neon", "simd128");
     f
+}
+
+/// CPU time of this thread in ns, from `clock_gettime(CLOCK_THREAD_CPUTIME_ID)` (64-bit Linux; `None`
+/// elsewhere), to tell time-slicing on the shared machine apart from the work itself. (`/proc/thread-self/schedstat`
+/// only advances at scheduler ticks here, 4 ms.)
+#[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+fn thread_cpu_ns() -> Option<u64> {
+    #[repr(C)]
+    struct Timespec {
+        tv_sec: i64,
+        tv_nsec: i64,
+    }
+    extern "C" {
+        fn clock_gettime(clock: i32, ts: *mut Timespec) -> i32;
+    }
+    const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
+    let mut ts = Timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: glibc's clock_gettime with a valid clock id and a pointer to a live timespec (two 64-bit fields on
+    // 64-bit Linux).
+    let rc = unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    (rc == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+}
+
+#[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
+fn thread_cpu_ns() -> Option<u64> {
+    None
 }
 
 fn ms_since(t: Instant) -> f64 {
