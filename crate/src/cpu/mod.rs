@@ -50,6 +50,10 @@ impl Tensor {
 #[derive(Default)]
 pub(crate) struct State {
     weights: HashMap<String, Arc<Vec<f32>>>,
+    /// ConvTransposed weights as f64 (a float64 layer's own values), by layer path.
+    weights64: HashMap<String, Arc<Vec<f64>>>,
+    /// MHA KV caches and transposed projections, by layer path.
+    mha: HashMap<String, attention::MhaState>,
 }
 
 /// A network ready for CPU inference. It owns the network and the state Loom keeps between forward calls.
