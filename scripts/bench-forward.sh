@@ -35,8 +35,8 @@ status=0
 echo "=== ours, native: entity::read + CpuModel::forward on the same files" >&2
 cargo bench -q -p loom-wasm --bench forward -- --runs "$runs" "$data/loom.json" > "$data/native.json" || status=1
 
-echo "=== ours, wasm (Node $(node --version)): the same, in wasm" >&2
-node bench-wasm/run.cjs "$pkg/loom_wasm_bench.js" "$data/loom.json" --runs "$runs" > "$data/wasm.json" || status=1
+echo "=== ours, wasm (Node $(node --version), --no-liftoff: TurboFan code from the first call): the same, in wasm" >&2
+node --no-liftoff bench-wasm/run.cjs "$pkg/loom_wasm_bench.js" "$data/loom.json" --runs "$runs" > "$data/wasm.json" || status=1
 
 python3 scripts/bench_forward.py report "$data/loom.json" "$data/native.json" "$data/wasm.json" | tee "$data/report.md"
 echo "=== load at the end: $(cut -d' ' -f1-3 /proc/loadavg)" >&2

@@ -233,17 +233,15 @@ def report(loom_path, native_path, wasm_path=None):
                   f"| {vs(n, 'forward_ms_median', lc)} | {vs(w, 'forward_ms_median', lc)} | {same(n)} / {same(w)} |")
         print()
 
-    print("CPU time per forward (ratio = Loom / ours). Loom: median of the C calls' process CPU time; ours native: "
-          "median of the thread's CPU time; ours wasm: Node's process CPU time over the timed runs / runs (a mean, "
-          "next to the mean wall time of the same runs).")
+    print("CPU time per forward, medians (ratio = Loom / ours). Loom: the process's CPU time around each C call; "
+          "ours native: the thread's CPU time; ours wasm: Node's process CPU time around each call.")
     print()
-    print("| case | Loom CPU ms | ours native CPU ms (ratio) | ours wasm CPU ms (ratio) | ours wasm wall ms, mean |")
-    print("|---|---:|---:|---:|---:|")
+    print("| case | Loom CPU ms | ours native CPU ms (ratio) | ours wasm CPU ms (ratio) |")
+    print("|---|---:|---:|---:|")
     for l in loom:
         n, w = native.get(l["case"]), wasm.get(l["case"])
         lc = l["c_call_cpu_ms_median"]
-        wm = fmt_ms(w["forward_ms_mean"]) if ok(w) else "pending"
-        print(f"| {l['case']} | {fmt_ms(lc)} | {vs(n, 'cpu_ms_median', lc)} | {vs(w, 'cpu_ms_mean', lc)} | {wm} |")
+        print(f"| {l['case']} | {fmt_ms(lc)} | {vs(n, 'cpu_ms_median', lc)} | {vs(w, 'cpu_ms_median', lc)} |")
     print()
     print("| case | Loom built = loaded | ours native first call ms | ours wasm first call ms "
           "| welvet list→ctypes ms | welvet JSON parse ms |")
