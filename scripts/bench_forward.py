@@ -17,7 +17,9 @@ Timings, each the median of N runs after one warm-up call:
 - C call only: the bare `LoomForwardPolymorphic` C call on a ctypes float array built once, plus copying its
   result string out of C (then freed with `FreeLoomString`). Go still formats the output as JSON text inside the
   call, which cannot be separated from here; that part grows with the output size (65,536 floats for MHA).
-Also recorded: process CPU time per C call (Loom's forward is single-threaded if it matches the wall time) and
+Also recorded: the same bare C call on a one-layer RMSNorm network with the same input and output shape (the call,
+the input copy and the JSON formatting, with next to no math: an estimate of what in Loom's figure is not the
+layer), process CPU time per C call (Loom's forward is single-threaded if it matches the wall time) and
 whether the freshly built network's output equals the loaded one's. Everything goes to stdout as JSON.
 """
 
@@ -145,6 +147,9 @@ def bench_loom(out_dir, runs, only):
                 else:
                     c_call.append(t)
                     cpu.append(c)
+            # Loom's cost outside the layer math, for reference: the same C call on an RMSNorm network with the same
+            # input and output shape (about one multiply per value), i.e. the call, input copy and JSON formatting.
+            probe = c_call_probe(c_forward, c_free, shape, arr, n, sh, runs)
             # What welvet adds in Python around the C call, for reference (timed once each).
             t0 = time.perf_counter()
             (ctypes.c_float * n)(*values)
@@ -170,6 +175,7 @@ def bench_loom(out_dir, runs, only):
                 "c_call_ms": c_call,
                 "c_call_ms_median": statistics.median(c_call),
                 "c_call_cpu_ms_median": statistics.median(cpu),
+                "probe_c_call_ms_median": probe,
                 "python_list_to_c_ms": list_to_c_ms,
                 "python_json_parse_ms": parse_ms,
                 "built_equals_loaded": built_same,
@@ -179,6 +185,29 @@ def bench_loom(out_dir, runs, only):
         net.free()
         built.free()
     return {"welvet": getattr(welvet, "__version__", ""), "loadavg_end": loadavg(), "cases": cases}
+
+
+def c_call_probe(c_forward, c_free, shape, arr, n, sh, runs):
+    """Median ms of the bare C call on a one-layer RMSNorm network of width shape[-1] (same input, same size out)."""
+    import welvet
+
+    spec = {"id": "probe", "depth": 1, "rows": 1, "cols": 1, "layers_per_cell": 1,
+            "layers": [{"z": 0, "y": 0, "x": 0, "l": 0, "type": "rmsnorm", "activation": "linear",
+                        "dtype": "float32", "input_height": shape[-1], "output_height": shape[-1]}]}
+    net = welvet.Network(spec)
+    times = []
+    for i in range(runs + 1):
+        t0 = time.perf_counter()
+        p = c_forward(net._handle, arr, n, sh)
+        raw = ctypes.string_at(p)
+        t = ms(t0)
+        c_free(p)
+        if i == 0 and len(json.loads(raw)) != n:
+            sys.exit(f"RMSNorm probe for shape {shape}: output size differs from the input's")
+        if i:
+            times.append(t)
+    net.free()
+    return statistics.median(times)
 
 
 def fmt_ms(v):
@@ -243,14 +272,15 @@ def report(loom_path, native_path, wasm_path=None):
         lc = l["c_call_cpu_ms_median"]
         print(f"| {l['case']} | {fmt_ms(lc)} | {vs(n, 'cpu_ms_median', lc)} | {vs(w, 'cpu_ms_median', lc)} |")
     print()
-    print("| case | Loom built = loaded | ours native first call ms | ours wasm first call ms "
-          "| welvet list→ctypes ms | welvet JSON parse ms |")
-    print("|---|:---:|---:|---:|---:|---:|")
+    print("| case | Loom built = loaded | Loom C call on RMSNorm, same shape ms | ours native first call ms "
+          "| ours wasm first call ms | welvet list→ctypes ms | welvet JSON parse ms |")
+    print("|---|:---:|---:|---:|---:|---:|---:|")
     for l in loom:
         n, w = native.get(l["case"]), wasm.get(l["case"])
         nf = fmt_ms(n["first_ms"]) if ok(n) else "pending"
         wf = fmt_ms(w["first_ms"]) if ok(w) else "pending"
-        print(f"| {l['case']} | {'yes' if l['built_equals_loaded'] else 'NO'} | {nf} | {wf} "
+        pr = fmt_ms(l["probe_c_call_ms_median"]) if "probe_c_call_ms_median" in l else "n/a"
+        print(f"| {l['case']} | {'yes' if l['built_equals_loaded'] else 'NO'} | {pr} | {nf} | {wf} "
               f"| {fmt_ms(l['python_list_to_c_ms'])} | {fmt_ms(l['python_json_parse_ms'])} |")
 
 
