@@ -9,7 +9,7 @@
 # (about 300 MB, never committed):
 #   <net>.entity                    Loom's files: each network built by welvet from architecture JSON, morphed
 #   <case>.in.f32 / <case>.loom.f32 the input and Loom's output (raw little-endian float32)
-#   loom.json native.json wasm.json raw timings;  report.md  the markdown tables
+#   loom.json native.json wasm.json raw timings;  report.md  the markdown tables;  runs/<UTC time>/  copies of them
 # Both of our sides compare every output bit with Loom's; the script exits non-zero if any differs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,6 +39,10 @@ echo "=== ours, wasm (Node $(node --version), --no-liftoff: TurboFan code from t
 node --no-liftoff bench-wasm/run.cjs "$pkg/loom_wasm_bench.js" "$data/loom.json" --runs "$runs" > "$data/wasm.json" || status=1
 
 python3 scripts/bench_forward.py report "$data/loom.json" "$data/native.json" "$data/wasm.json" | tee "$data/report.md"
+# Keep this run for `python3 scripts/bench_forward.py ranges target/bench-data/fwd/runs/*` (spread over runs).
+run="$data/runs/$(date -u +%Y%m%dT%H%M%SZ)"
+mkdir -p "$run"
+cp "$data"/{loom,native,wasm}.json "$data/report.md" "$run/"
 echo "=== load at the end: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 if [ "$status" != 0 ]; then
     echo "=== some output differs from Loom's (see bit-identical above)" >&2

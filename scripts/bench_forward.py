@@ -3,6 +3,7 @@
 
     bench_forward.py loom   [--runs N] [--only SUBSTR,...] OUT_DIR   > OUT_DIR/loom.json
     bench_forward.py report LOOM_JSON NATIVE_JSON [WASM_JSON]         (markdown tables)
+    bench_forward.py ranges RUN_DIR...                                (CPU-time ratios over several runs)
 
 `loom` builds each benchmark network with `welvet.Network(architecture JSON)`, morphs it to the dtype
 (`morph_all`), writes Loom's `.entity` to OUT_DIR/<net>.entity and loads that file back with
@@ -245,21 +246,32 @@ def report(loom_path, native_path, wasm_path=None):
             return "pending"
         return f"{fmt_ms(r[key])} ({base / r[key]:.2f}×)"
 
+    def pair(r, base_wall, base_cpu):
+        """'wall / CPU ms' and 'wall / CPU ratio' cells for one of our results."""
+        if not ok(r):
+            return "pending", "pending"
+        w, c = r["forward_ms_median"], r.get("cpu_ms_median")
+        if c is None:
+            return fmt_ms(w), f"{base_wall / w:.2f}×"
+        return f"{fmt_ms(w)} / {fmt_ms(c)}", f"{base_wall / w:.2f}× / **{base_cpu / c:.2f}×**"
+
     for prefix, title in FAMILIES:
         rows = [l for l in loom if l["network"].startswith(prefix)]
         if not rows:
             continue
-        print(f"**{title}**, wall-clock medians (ratio = Loom C call / ours):")
+        print(f"**{title}**: medians, wall / CPU ms; ratio = Loom C call / ours (bold: CPU time)")
         print()
-        print("| dtype | input shape | Loom ms: C call (public API) | ours native ms (ratio) | ours wasm ms (ratio) "
+        print("| dtype | input | Loom ms (public API wall) | ours native ms | native ratio | ours wasm ms | wasm ratio "
               "| bit-identical native / wasm |")
-        print("|---|---|---:|---:|---:|:---:|")
+        print("|---|---|---:|---:|---:|---:|---:|:---:|")
         for l in rows:
             n, w = native.get(l["case"]), wasm.get(l["case"])
-            lc = l["c_call_ms_median"]
+            lw, lc = l["c_call_ms_median"], l["c_call_cpu_ms_median"]
             shape = "×".join(str(d) for d in l["shape"])
-            print(f"| {l['dtype']} | {shape} | {fmt_ms(lc)} ({fmt_ms(l['api_ms_median'])}) "
-                  f"| {vs(n, 'forward_ms_median', lc)} | {vs(w, 'forward_ms_median', lc)} | {same(n)} / {same(w)} |")
+            nm, nr = pair(n, lw, lc)
+            wm, wr = pair(w, lw, lc)
+            print(f"| {l['dtype']} | {shape} | {fmt_ms(lw)} / {fmt_ms(lc)} ({fmt_ms(l['api_ms_median'])}) "
+                  f"| {nm} | {nr} | {wm} | {wr} | {same(n)} / {same(w)} |")
         print()
 
     print("CPU time per forward, medians (ratio = Loom / ours). Loom: the process's CPU time around each C call; "
@@ -284,6 +296,31 @@ def report(loom_path, native_path, wasm_path=None):
               f"| {fmt_ms(l['python_list_to_c_ms'])} | {fmt_ms(l['python_json_parse_ms'])} |")
 
 
+def ranges(dirs):
+    """CPU-time ratios (Loom / ours) of several runs, each a directory with loom.json, native.json, wasm.json."""
+    table = {}
+    for d in dirs:
+        with open(os.path.join(d, "loom.json")) as f:
+            loom = json.load(f)["cases"]
+        ours = {}
+        for side in ("native", "wasm"):
+            path = os.path.join(d, f"{side}.json")
+            if os.path.exists(path):
+                with open(path) as f:
+                    ours[side] = {c["case"]: c for c in json.load(f)["cases"]}
+        for l in loom:
+            row = table.setdefault(l["case"], {"native": [], "wasm": []})
+            for side, cases in ours.items():
+                r = cases.get(l["case"])
+                if r and not r.get("error") and r.get("cpu_ms_median"):
+                    row[side].append(l["c_call_cpu_ms_median"] / r["cpu_ms_median"])
+    print(f"| case | native ratio, CPU time ({len(dirs)} runs: min–max) | wasm ratio, CPU time (min–max) |")
+    print("|---|---:|---:|")
+    for case, row in table.items():
+        cells = [f"{min(v):.2f}–{max(v):.2f}×" if v else "pending" for v in (row["native"], row["wasm"])]
+        print(f"| {case} | {cells[0]} | {cells[1]} |")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -293,11 +330,15 @@ def main():
     lp.add_argument("--only", default="", help="comma-separated substrings of case names")
     rp = sub.add_parser("report")
     rp.add_argument("files", nargs="+")
+    gp = sub.add_parser("ranges")
+    gp.add_argument("dirs", nargs="+")
     a = p.parse_args()
     if a.cmd == "loom":
         only = [o for o in a.only.split(",") if o]
         json.dump(bench_loom(a.out_dir, max(a.runs, 1), only), sys.stdout, indent=1)
         print()
+    elif a.cmd == "ranges":
+        ranges(a.dirs)
     else:
         report(*a.files)
 
