@@ -261,7 +261,7 @@ def report(loom_path, native_path, wasm_path=None):
             continue
         print(f"**{title}**: medians, wall / CPU ms; ratio = Loom C call / ours (bold: CPU time)")
         print()
-        print("| dtype | input | Loom ms (public API wall) | ours native ms | native ratio | ours wasm ms | wasm ratio "
+        print("| dtype | input | Loom C call ms (public API, wall) | ours native ms | native ratio | ours wasm ms | wasm ratio "
               "| bit-identical native / wasm |")
         print("|---|---|---:|---:|---:|---:|---:|:---:|")
         for l in rows:
