@@ -31,7 +31,7 @@ step "browser tests (wasm-bindgen-test in headless Chromium)"
 CARGO_PROFILE_DEV_DEBUG=0 cargo test -p loom-wasm-browser-tests --target wasm32-unknown-unknown
 
 step "conformance corpus (loom conformance testdata/conformance)"
-cargo run -q --bin loom -- conformance testdata/conformance
-cargo run -q --bin loom -- conformance testdata/loom-extra
+cargo run -q --bin loom -- conformance testdata/conformance --check all
+cargo run -q --bin loom -- conformance testdata/loom-extra --check all
 
 step "all checks passed"

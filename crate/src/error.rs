@@ -56,6 +56,14 @@ pub enum LoomError {
     Unsupported(String),
     #[error("lossy conversion refused: {0}")]
     Lossy(String),
+    #[error("no GPU: {0}")]
+    NoGpu(String),
+    #[error("GPU device lost: {0}")]
+    GpuDeviceLost(String),
+    #[error("GPU out of memory: {0}")]
+    GpuOutOfMemory(String),
+    #[error("GPU error: {0}")]
+    Gpu(String),
 }
 
 impl From<std::io::Error> for LoomError {

@@ -164,6 +164,43 @@ pub struct Inspection {
     pub metadata: BTreeMap<String, String>,
 }
 
+impl Inspection {
+    /// An inspection of a file that holds named tensors and no Loom topology.
+    fn tensors_only(
+        format: &'static str,
+        file_bytes: u64,
+        header_bytes: u64,
+        metadata: BTreeMap<String, String>,
+    ) -> Inspection {
+        Inspection {
+            format,
+            file_bytes,
+            header_bytes,
+            weight_bytes: 0,
+            bytes_read: 0,
+            total_params: 0,
+            grid: None,
+            layers: Vec::new(),
+            tensors: Vec::new(),
+            bytes_by_dtype: BTreeMap::new(),
+            metadata,
+        }
+    }
+
+    fn add_tensor(&mut self, t: &safetensors::TensorInfo) {
+        self.total_params += t.elements;
+        self.weight_bytes += t.byte_len();
+        *self.bytes_by_dtype.entry(t.dtype.to_string()).or_default() += t.byte_len();
+        self.tensors.push(TensorRow {
+            name: t.name.clone(),
+            dtype: t.dtype.to_string(),
+            shape: t.shape.clone(),
+            bytes: t.byte_len(),
+            offset: t.absolute.0,
+        });
+    }
+}
+
 /// Inspects a source, reading only headers where the format allows it.
 pub fn inspect(source: &mut dyn ByteSource) -> Result<Inspection> {
     let file_bytes = source.len();
@@ -200,14 +237,9 @@ fn inspect_entity(src: &mut Counting, head: Vec<u8>, file_bytes: u64) -> Result<
     let mut prefix = head;
     prefix.extend(src.read(entity::PREAMBLE_LEN as u64, n)?);
     let header = entity::read_header(&prefix)?;
-    let payload = file_bytes - header.payload_offset();
-    if let Some(b) = header.blobs.iter().find(|b| b.offset + b.length > payload) {
-        return Err(LoomError::BlobOutOfRange {
-            path: b.path.clone(),
-            offset: b.offset,
-            end: b.offset + b.length,
-            payload,
-        });
+    let payload = file_bytes.saturating_sub(header.payload_offset());
+    for b in &header.blobs {
+        b.range(payload)?;
     }
     // Blob bytes, scale and dtype per layer path; extra blobs (Q4_0, biases, norms) count towards their layer,
     // whose dtype shows as Q4_0 when its weights are Q4_0 blocks.
@@ -338,62 +370,23 @@ fn inspect_safetensors(src: &mut Counting, mut head: Vec<u8>, file_bytes: u64) -
             available: file_bytes,
         });
     }
-    let mut out = Inspection {
-        format: "safetensors",
+    let mut out = Inspection::tensors_only(
+        "safetensors",
         file_bytes,
-        header_bytes: header.data_start(),
-        weight_bytes: header.data_len(),
-        bytes_read: 0,
-        total_params: 0,
-        grid: None,
-        layers: Vec::new(),
-        tensors: Vec::new(),
-        bytes_by_dtype: BTreeMap::new(),
-        metadata: header.metadata().clone(),
-    };
-    for t in header.tensors() {
-        out.total_params += t.elements;
-        *out.bytes_by_dtype.entry(t.dtype.to_string()).or_default() += t.byte_len();
-        out.tensors.push(TensorRow {
-            name: t.name.clone(),
-            dtype: t.dtype.to_string(),
-            shape: t.shape.clone(),
-            bytes: t.byte_len(),
-            offset: t.absolute.0,
-        });
-    }
+        header.data_start(),
+        header.metadata().clone(),
+    );
+    header.tensors().iter().for_each(|t| out.add_tensor(t));
     Ok(out)
 }
 
 /// Inspects a training checkpoint: its weight tensors (the Adam moments are counted in `metadata`).
 pub fn inspect_checkpoint(ckpt: &crate::formats::checkpoint::Checkpoint) -> Inspection {
-    let mut out = Inspection {
-        format: "checkpoint",
-        file_bytes: 0,
-        header_bytes: 0,
-        weight_bytes: 0,
-        bytes_read: 0,
-        total_params: 0,
-        grid: None,
-        layers: Vec::new(),
-        tensors: Vec::new(),
-        bytes_by_dtype: BTreeMap::new(),
-        metadata: ckpt.weights_metadata().clone(),
-    };
+    let mut out = Inspection::tensors_only("checkpoint", 0, 0, ckpt.weights_metadata().clone());
     let mut moments = 0;
     for t in ckpt.tensors() {
-        let info = t.weight.info();
-        out.total_params += info.elements;
-        out.weight_bytes += info.byte_len();
-        *out.bytes_by_dtype.entry(info.dtype.to_string()).or_default() += info.byte_len();
+        out.add_tensor(t.weight.info());
         moments += usize::from(t.adam_m.is_some()) + usize::from(t.adam_v.is_some());
-        out.tensors.push(TensorRow {
-            name: info.name.clone(),
-            dtype: info.dtype.to_string(),
-            shape: info.shape.clone(),
-            bytes: info.byte_len(),
-            offset: info.absolute.0,
-        });
     }
     out.metadata.insert("adam_moment_tensors".into(), moments.to_string());
     out

@@ -9,6 +9,7 @@ pub mod cpu;
 pub mod dtype;
 pub mod error;
 pub mod formats;
+pub mod gpu;
 pub mod inspect;
 pub mod network;
 

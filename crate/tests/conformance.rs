@@ -1,13 +1,13 @@
-//! Loom's own conformance corpus: every format check must pass byte for byte.
+//! Loom's own conformance corpora: every format check byte for byte, every forward output bit for bit.
 
 use std::path::Path;
 
-use loom_wasm::conformance::{run, CheckKind, Outcome};
+use loom_wasm::conformance::{run, CheckKind, Outcome, Report};
 
-#[test]
-fn every_format_check_of_the_loom_corpus_passes() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/conformance");
-    let report = run(&dir, CheckKind::Formats).unwrap();
+/// Runs every check of the corpus in `testdata/<name>` and fails with every failing case listed.
+fn run_corpus(name: &str) -> Report {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata").join(name);
+    let report = run(&dir, CheckKind::All).unwrap();
     let failures: Vec<_> = report
         .cases
         .iter()
@@ -17,26 +17,22 @@ fn every_format_check_of_the_loom_corpus_passes() {
         })
         .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+    report
+}
+
+#[test]
+fn every_format_and_forward_check_of_the_loom_corpus_passes() {
+    let report = run_corpus("conformance");
     assert_eq!(report.cases.len(), 422);
     assert_eq!(report.passed(), 422, "{}", report.summary());
 }
 
 /// More Loom-written cases (scripts/gen_extra_corpus.py, welvet 0.80.0) with shapes and fields the shared corpus
 /// lacks: odd packed sizes, query_dim, rope bases, temperatures, paddings, disabled cells, meta rules, tiny and
-/// huge scales, explicit scales.
+/// huge scales, explicit scales, API morph chains, builds, combine modes.
 #[test]
 fn every_case_of_the_extra_loom_corpus_passes() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/loom-extra");
-    let report = run(&dir, CheckKind::Formats).unwrap();
-    let failures: Vec<_> = report
-        .cases
-        .iter()
-        .filter_map(|(id, o)| match o {
-            Outcome::Failed(reason) => Some(format!("{id}: {reason}")),
-            _ => None,
-        })
-        .collect();
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let report = run_corpus("loom-extra");
     assert!(report.cases.len() >= 350, "{}", report.summary());
     assert_eq!(report.passed(), report.cases.len());
 }

@@ -216,6 +216,14 @@ const FORWARD_CASES: &[(&str, &[u8])] = &[
     forward_case!("softmax_Grid"),
     forward_case!("nested_int2"),
     forward_case!("grid_2x1x2x2"),
+    forward_case!("layer_MultiHeadAttention_int8"),
+    forward_case!("layer_MultiHeadAttention_fp4"),
+    forward_case!("layer_RNN_float16"),
+    forward_case!("layer_LSTM_uint4"),
+    forward_case!("layer_CNN1_int2"),
+    forward_case!("layer_CNN3_float32"),
+    forward_case!("layer_ConvTransposed2D_float64"),
+    forward_case!("transformer_int4"),
 ];
 
 #[wasm_bindgen_test]

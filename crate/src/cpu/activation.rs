@@ -1,5 +1,6 @@
-//! Loom's activations on float32 values; transcendental functions are evaluated in f64, then rounded.
+//! Loom's activations on float32 values; transcendental functions are Go's (`gomath`), in f64, then rounded.
 
+use super::gomath;
 use crate::network::Activation;
 
 /// Applies `act` to one value as Loom does.
@@ -13,16 +14,16 @@ pub fn activate(act: Activation, x: f32) -> f32 {
             }
         }
         Activation::Silu => {
-            let s = (1.0 / (1.0 + (-f64::from(x)).exp())) as f32;
+            let s = gomath::sigmoid(f64::from(x)) as f32;
             x * s
         }
         Activation::GELU => {
             let v = f64::from(x);
             let c = (2.0 / std::f64::consts::PI).sqrt();
-            (0.5 * v * (1.0 + (c * (v + 0.044715 * v * v * v)).tanh())) as f32
+            (0.5 * v * (1.0 + gomath::tanh(c * (v + 0.044715 * v * v * v)))) as f32
         }
-        Activation::Tanh => f64::from(x).tanh() as f32,
-        Activation::Sigmoid => (1.0 / (1.0 + (-f64::from(x)).exp())) as f32,
+        Activation::Tanh => gomath::tanh(f64::from(x)) as f32,
+        Activation::Sigmoid => gomath::sigmoid(f64::from(x)) as f32,
         Activation::LeakyReLU => {
             if x < 0.0 {
                 // 0.01 is a float64 constant in Loom: the product is rounded once, from f64.

@@ -19,11 +19,7 @@
 //! Every sum keeps Loom's order (bit-exactness forces it). The projections are computed as `acc += x_j · Wᵀ[j]` over
 //! a transposed copy of the weights: each output's terms still come in order, and the outputs vectorize.
 
-#[path = "gomath.rs"]
-pub(crate) mod gomath;
-
-use super::conv::{product, zeros};
-use super::{dim, weights, State, Tensor};
+use super::{dim, gomath, product, weights, zeros, State, Tensor};
 use crate::error::{LoomError, Result};
 use crate::network::Layer;
 

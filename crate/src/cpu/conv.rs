@@ -7,34 +7,10 @@
 
 use std::sync::Arc;
 
-use super::{activate, dim, weights, State, Tensor};
+use super::{activate, batch, dim, product, weights, zeros, State, Tensor};
 use crate::dtype::DType;
 use crate::error::{LoomError, Result};
 use crate::network::{Layer, LayerType};
-
-/// `Π dims`, refusing overflow.
-pub(super) fn product(dims: &[usize], what: &str, path: &str) -> Result<usize> {
-    dims.iter()
-        .try_fold(1usize, |a, d| a.checked_mul(*d))
-        .ok_or_else(|| LoomError::InvalidInput(format!("{path}: {what} {dims:?} overflows")))
-}
-
-/// A zeroed buffer of `len` floats; an impossible size is an error, not an abort.
-pub(super) fn zeros(len: usize, path: &str) -> Result<Vec<f32>> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(len)
-        .map_err(|_| LoomError::InvalidInput(format!("{path}: cannot allocate {len} output values")))?;
-    v.resize(len, 0.0);
-    Ok(v)
-}
-
-/// The batch size, `shape[0]`: Loom indexes it without a check, so a scalar input is refused.
-pub(super) fn batch(x: &Tensor, path: &str, layer: LayerType, expected: &str) -> Result<usize> {
-    x.shape
-        .first()
-        .copied()
-        .ok_or_else(|| LoomError::InvalidInput(format!("{path}: {layer} needs a {expected} input, got a scalar")))
-}
 
 /// One convolution's geometry, every dimension in `[D, H, W]` order.
 struct Geometry {

@@ -1,6 +1,6 @@
 //! Dense: `y = act(W·x)`, no bias (spec §7).
 
-use super::{activate, dim, weights, State, Tensor};
+use super::{activate, dim, gomath, weights, State, Tensor};
 use crate::error::{LoomError, Result};
 use crate::network::Layer;
 
@@ -115,7 +115,7 @@ pub(crate) fn swiglu(layer: &Layer, path: &str, x: &Tensor, state: &mut State) -
             };
             let g = dot(wg, bg[j]);
             let u = dot(wu, bu[j]);
-            *v = (g * (1.0 / (1.0 + (-g).exp())) * u) as f32;
+            *v = (g * gomath::sigmoid(g) * u) as f32;
         }
         for (o, b) in bd.iter().enumerate() {
             out.push(tiled_dot(*b, &inter, &wd[o * i..(o + 1) * i], t));

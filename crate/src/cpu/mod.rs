@@ -8,6 +8,7 @@ mod attention;
 mod conv;
 mod dense;
 mod embedding;
+mod gomath;
 mod norm;
 mod recurrent;
 mod softmax;
@@ -101,6 +102,30 @@ pub(crate) fn weights(layer: &Layer, path: &str, state: &mut State) -> Result<Ar
     let w = Arc::new(ws.active(layer.dtype));
     state.weights.insert(path.to_string(), w.clone());
     Ok(w)
+}
+
+/// `Π dims`, refusing overflow.
+pub(crate) fn product(dims: &[usize], what: &str, path: &str) -> Result<usize> {
+    dims.iter()
+        .try_fold(1usize, |a, d| a.checked_mul(*d))
+        .ok_or_else(|| LoomError::InvalidInput(format!("{path}: {what} {dims:?} overflows")))
+}
+
+/// A zeroed buffer of `len` floats; an impossible size is an error, not an abort.
+pub(crate) fn zeros(len: usize, path: &str) -> Result<Vec<f32>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len)
+        .map_err(|_| LoomError::InvalidInput(format!("{path}: cannot allocate {len} output values")))?;
+    v.resize(len, 0.0);
+    Ok(v)
+}
+
+/// The batch size, `shape[0]`: Loom indexes it without a check, so a scalar input is refused.
+pub(crate) fn batch(x: &Tensor, path: &str, layer: LayerType, expected: &str) -> Result<usize> {
+    x.shape
+        .first()
+        .copied()
+        .ok_or_else(|| LoomError::InvalidInput(format!("{path}: {layer} needs a {expected} input, got a scalar")))
 }
 
 /// Checked `usize` conversion of a layer dimension.

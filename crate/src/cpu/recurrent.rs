@@ -1,10 +1,8 @@
 //! RNN and LSTM (spec §7): input `[B, T, in]` with T = the layer's `seq_length`, output `[B, T, hidden]`. Batch
 //! rows are independent and each starts from zero state. The layer's activation is never applied.
 
-use super::attention::gomath;
-use super::conv::{batch, product, zeros};
 use super::dense::tile;
-use super::{dim, weights, State, Tensor};
+use super::{batch, dim, gomath, product, weights, zeros, State, Tensor};
 use crate::error::{LoomError, Result};
 use crate::network::Layer;
 

@@ -1,13 +1,13 @@
 //! The Softmax layer and its variants (spec §7): float32 throughout, over the whole tensor or per grid row.
 
-use super::Tensor;
+use super::{gomath, Tensor};
 use crate::error::{LoomError, Result};
 use crate::network::{Layer, SoftmaxType};
 
 /// `e = f32(exp(x − max))`, an f32 sum, `p = e / sum`.
 pub(crate) fn softmax_f32(x: &[f32]) -> Vec<f32> {
     let max = x.iter().fold(f32::NEG_INFINITY, |m, v| if *v > m { *v } else { m });
-    let e: Vec<f32> = x.iter().map(|v| f64::from(v - max).exp() as f32).collect();
+    let e: Vec<f32> = x.iter().map(|v| gomath::exp(f64::from(v - max)) as f32).collect();
     let sum = e.iter().fold(0f32, |a, v| a + v);
     e.iter().map(|v| v / sum).collect()
 }

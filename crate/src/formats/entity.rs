@@ -37,6 +37,23 @@ pub struct BlobEntry {
     pub native: bool,
 }
 
+impl BlobEntry {
+    /// The blob's byte range within a payload of `payload_len` bytes, or [`LoomError::BlobOutOfRange`].
+    /// Compared as u64 before any cast: on wasm32 `as usize` would truncate a hostile offset.
+    pub fn range(&self, payload_len: u64) -> Result<std::ops::Range<usize>> {
+        let end = self.offset + self.length;
+        if end > payload_len {
+            return Err(LoomError::BlobOutOfRange {
+                path: self.path.clone(),
+                offset: self.offset,
+                end,
+                payload: payload_len,
+            });
+        }
+        Ok(self.offset as usize..end as usize)
+    }
+}
+
 /// What the first `20 + header_len` bytes of an `.entity` file say.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EntityHeader {
@@ -249,22 +266,14 @@ fn read_selected(bytes: &[u8], owner: Option<&Bytes>, only: Option<&[usize]>) ->
     let payload = &bytes[start..];
     let mut net = header.network;
     for b in &header.blobs {
-        let end = b.offset + b.length;
-        if end > payload.len() as u64 {
-            return Err(LoomError::BlobOutOfRange {
-                path: b.path.clone(),
-                offset: b.offset,
-                end,
-                payload: payload.len() as u64,
-            });
-        }
+        let range = b.range(payload.len() as u64)?;
         let path = BlobPath::parse(&b.path)?;
         if let Some(only) = only {
             if !matches!(path.top, Some(i) if only.contains(&i)) {
                 continue;
             }
         }
-        let range = start + b.offset as usize..start + end as usize;
+        let range = start + range.start..start + range.end;
         let data = match owner {
             Some(file) => file.slice(range),
             None => Bytes::copy_from_slice(&bytes[range]),
@@ -427,17 +436,7 @@ pub fn layer_blob(bytes: &[u8], i: usize) -> Result<Option<(&[u8], f32, bool)>> 
         return Ok(None);
     };
     let payload = &bytes[header.payload_offset() as usize..];
-    let end = b.offset + b.length;
-    // Compared as u64 before any cast: on wasm32 `as usize` would truncate a hostile offset.
-    if end > payload.len() as u64 {
-        return Err(LoomError::BlobOutOfRange {
-            path: b.path.clone(),
-            offset: b.offset,
-            end,
-            payload: payload.len() as u64,
-        });
-    }
-    Ok(Some((&payload[b.offset as usize..end as usize], b.scale, b.native)))
+    Ok(Some((&payload[b.range(payload.len() as u64)?], b.scale, b.native)))
 }
 
 /// One blob to write.

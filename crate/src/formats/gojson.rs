@@ -210,8 +210,8 @@ mod tests {
     #[test]
     fn strings_match_go() {
         let mut s = String::new();
-        write_string(&mut s, "a\"b\\<&>\u{1}\u{8}\u{2028}é/");
-        assert_eq!(s, r#""a\"b\\\u003c\u0026\u003e\u0001\b\u2028é/""#);
+        write_string(&mut s, "a\"b\\<&>\u{1}\u{8}\u{2028}é/\n");
+        assert_eq!(s, r#""a\"b\\\u003c\u0026\u003e\u0001\b\u2028é/\n""#);
     }
 
     #[test]

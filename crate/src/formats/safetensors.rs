@@ -628,7 +628,7 @@ pub fn write_loom(tensors: &[TensorData<'_>]) -> Result<Vec<u8>> {
         if i > 0 {
             header.push(',');
         }
-        go_json_string(&mut header, t.name);
+        super::gojson::write_string(&mut header, t.name);
         header.push(':');
         let end = offset + t.values.len() * 4;
         push_shape_offsets(&mut header, Dtype::F32, t.shape, offset, end);
@@ -642,29 +642,6 @@ pub fn write_loom(tensors: &[TensorData<'_>]) -> Result<Vec<u8>> {
         t.values.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
     }
     Ok(out)
-}
-
-/// Appends `s` as Go's `encoding/json` quotes it (HTML-safe: `<`, `>`, `&`, U+2028 and U+2029 escaped; `\b` and
-/// `\f` as Go 1.22+ writes them). Names of real Loom tensors (`layer_<n>.weights`) need none of this.
-fn go_json_string(out: &mut String, s: &str) {
-    use fmt::Write;
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 || matches!(c, '<' | '>' | '&' | '\u{2028}' | '\u{2029}') => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
 }
 
 #[cfg(test)]
@@ -719,12 +696,5 @@ mod tests {
             [0.75, f32::INFINITY]
         );
         assert_eq!(decode(Dtype::F4, &[0x61], Semantics::Standard).unwrap(), [0.5, 4.0]);
-    }
-
-    #[test]
-    fn go_escaping() {
-        let mut s = String::new();
-        go_json_string(&mut s, "a<b>&\"\\\n\u{1}\u{2028}é");
-        assert_eq!(s, r#""a\u003cb\u003e\u0026\"\\\n\u0001\u2028é""#);
     }
 }

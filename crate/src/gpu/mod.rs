@@ -1,0 +1,220 @@
+//! GPU compute through wgpu: WebGPU in the browser, Vulkan natively (Mesa lavapipe without a GPU). The same WGSL
+//! (`shaders/`, one file per op family) runs on both; each family's Rust host sits beside its CPU twin in
+//! `crate::cpu`, and tests run both on the same data.
+
+mod matvec;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+pub use matvec::MatVec;
+
+use crate::error::{LoomError, Result};
+use crate::network::Activation;
+
+/// The activation ids `shaders/activation.wgsl` understands.
+pub fn activation_id(a: Activation) -> u32 {
+    match a {
+        Activation::ReLU => 0,
+        Activation::Silu => 1,
+        Activation::GELU => 2,
+        Activation::Tanh => 3,
+        Activation::Sigmoid => 4,
+        Activation::LeakyReLU => 5,
+        Activation::ReLU2 => 6,
+        Activation::Linear => 7,
+    }
+}
+
+/// WGSL shared by kernels that apply an activation.
+pub const ACTIVATION_WGSL: &str = include_str!("../../../shaders/activation.wgsl");
+
+/// A GPU device with the adapter's own limits, its detected features, and cached pipelines.
+pub struct Gpu {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub info: wgpu::AdapterInfo,
+    pub limits: wgpu::Limits,
+    /// `shader-f16` is available (lavapipe, most GPUs; not Chromium's SwiftShader): kernels have an f32 path too.
+    pub has_f16: bool,
+    pub has_subgroups: bool,
+    lost: Arc<AtomicBool>,
+    pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
+}
+
+impl Gpu {
+    /// Requests an adapter (natively honouring `WGPU_BACKEND` / `WGPU_ADAPTER_NAME`) and a device with the
+    /// adapter's own limits. No adapter is [`LoomError::NoGpu`], with the reason.
+    pub async fn new() -> Result<Gpu> {
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+        let adapter = instance
+            .request_adapter(&wgpu::RequestAdapterOptions {
+                power_preference: wgpu::PowerPreference::HighPerformance,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| LoomError::NoGpu(format!("no WebGPU/Vulkan adapter: {e}")))?;
+        let info = adapter.get_info();
+        let limits = adapter.limits();
+        let features = adapter.features() & (wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP);
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("loom"),
+                required_features: features,
+                required_limits: limits.clone(),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| LoomError::NoGpu(format!("the adapter refused a device: {e}")))?;
+        let lost = Arc::new(AtomicBool::new(false));
+        let flag = lost.clone();
+        device.set_device_lost_callback(move |_, _| flag.store(true, Ordering::SeqCst));
+        Ok(Gpu {
+            device,
+            queue,
+            info,
+            limits,
+            has_f16: features.contains(wgpu::Features::SHADER_F16),
+            has_subgroups: features.contains(wgpu::Features::SUBGROUP),
+            lost,
+            pipelines: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// A compute pipeline for `entry` in `source`, compiled once and reused.
+    pub fn pipeline(&self, key: &str, source: &str, entry: &str) -> Result<Arc<wgpu::ComputePipeline>> {
+        self.check_alive()?;
+        let mut cache = self
+            .pipelines
+            .lock()
+            .map_err(|_| LoomError::Gpu("pipeline cache poisoned".into()))?;
+        if let Some(p) = cache.get(key) {
+            return Ok(p.clone());
+        }
+        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(key),
+            source: wgpu::ShaderSource::Wgsl(source.into()),
+        });
+        let pipeline = Arc::new(self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(key),
+            layout: None,
+            module: &module,
+            entry_point: Some(entry),
+            compilation_options: Default::default(),
+            cache: None,
+        }));
+        cache.insert(key.to_string(), pipeline.clone());
+        Ok(pipeline)
+    }
+
+    fn check_alive(&self) -> Result<()> {
+        if self.lost.load(Ordering::SeqCst) {
+            return Err(LoomError::GpuDeviceLost(
+                "the GPU device was lost; create a new context".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A storage buffer holding `bytes` (padded to 4 bytes). Allocation failure is [`LoomError::GpuOutOfMemory`].
+    pub async fn upload(&self, label: &str, bytes: &[u8]) -> Result<wgpu::Buffer> {
+        self.check_alive()?;
+        let size = (bytes.len().max(4).next_multiple_of(4)) as u64;
+        if size > self.limits.max_buffer_size {
+            return Err(LoomError::GpuOutOfMemory(format!(
+                "{label}: {size} bytes exceed the device's largest buffer ({} bytes)",
+                self.limits.max_buffer_size
+            )));
+        }
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        if let Some(e) = scope.pop().await {
+            return Err(LoomError::GpuOutOfMemory(format!("{label}: {e}")));
+        }
+        self.queue.write_buffer(&buffer, 0, &bytes[..bytes.len() / 4 * 4]);
+        if !bytes.len().is_multiple_of(4) {
+            let mut tail = [0u8; 4];
+            tail[..bytes.len() % 4].copy_from_slice(&bytes[bytes.len() / 4 * 4..]);
+            self.queue.write_buffer(&buffer, (bytes.len() / 4 * 4) as u64, &tail);
+        }
+        Ok(buffer)
+    }
+
+    /// A zeroed storage buffer of `size` bytes for kernel outputs.
+    pub async fn output(&self, label: &str, size: u64) -> Result<wgpu::Buffer> {
+        self.upload(label, &vec![0u8; size as usize]).await
+    }
+
+    /// A small uniform buffer.
+    pub fn uniform(&self, label: &str, bytes: &[u8]) -> wgpu::Buffer {
+        use wgpu::util::DeviceExt;
+        self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some(label),
+            contents: bytes,
+            usage: wgpu::BufferUsages::UNIFORM,
+        })
+    }
+
+    /// Copies `buffer` back to the host (waits for queued work).
+    pub async fn read(&self, buffer: &wgpu::Buffer) -> Result<Vec<u8>> {
+        self.check_alive()?;
+        let size = buffer.size();
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("readback"),
+            size,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut encoder = self.device.create_command_encoder(&Default::default());
+        encoder.copy_buffer_to_buffer(buffer, 0, &staging, 0, size);
+        self.queue.submit([encoder.finish()]);
+        let slice = staging.slice(..);
+        let (tx, rx) = futures_channel::oneshot::channel();
+        slice.map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send(r);
+        });
+        // Natively the callback fires on poll; in the browser the JS event loop drives it.
+        #[cfg(not(target_arch = "wasm32"))]
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| LoomError::Gpu(format!("poll: {e}")))?;
+        rx.await
+            .map_err(|_| LoomError::Gpu("readback cancelled".into()))?
+            .map_err(|e| LoomError::Gpu(format!("readback: {e}")))?;
+        self.check_alive()?;
+        let out = slice
+            .get_mapped_range()
+            .map_err(|e| LoomError::Gpu(format!("readback: {e:?}")))?
+            .to_vec();
+        staging.unmap();
+        Ok(out)
+    }
+
+    /// Reads `buffer` as float32 values.
+    pub async fn read_f32(&self, buffer: &wgpu::Buffer) -> Result<Vec<f32>> {
+        Ok(bytemuck::pod_collect_to_vec(&self.read(buffer).await?))
+    }
+
+    /// A bind group of `buffers` at bindings 0.. for `pipeline`'s group 0.
+    pub fn bind(&self, pipeline: &wgpu::ComputePipeline, buffers: &[&wgpu::Buffer]) -> wgpu::BindGroup {
+        let entries: Vec<wgpu::BindGroupEntry> = buffers
+            .iter()
+            .enumerate()
+            .map(|(i, b)| wgpu::BindGroupEntry {
+                binding: i as u32,
+                resource: b.as_entire_binding(),
+            })
+            .collect();
+        self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &entries,
+        })
+    }
+}
