@@ -1,0 +1,65 @@
+//! wasm exports for the forward benchmark (`scripts/bench-forward.sh`, driven by `bench-wasm/run.mjs` in Node).
+//!
+//! A `Bench` owns a `CpuModel` loaded from `.entity` bytes. `forward` returns one output (for the bit-identity
+//! check against Loom); `time` runs `forward` `runs` times inside wasm and returns each run's milliseconds, wall
+//! (`performance.now()`) and CPU (the host's `benchCpuMs()`), so no output crosses into JavaScript while timing.
+
+use loom_wasm::cpu::CpuModel;
+use loom_wasm::formats::entity;
+use wasm_bindgen::prelude::*;
+
+#[wasm_bindgen]
+extern "C" {
+    #[wasm_bindgen(js_namespace = performance)]
+    fn now() -> f64;
+    /// The process's CPU time in ms; `run.cjs` defines it from Node's `process.cpuUsage()`.
+    #[wasm_bindgen(js_name = benchCpuMs)]
+    fn cpu_ms() -> f64;
+}
+
+/// Whether this module was compiled with wasm SIMD (`simd128`).
+#[wasm_bindgen]
+pub fn simd128() -> bool {
+    cfg!(target_feature = "simd128")
+}
+
+#[wasm_bindgen]
+pub struct Bench {
+    model: CpuModel,
+}
+
+fn err(e: impl std::fmt::Display) -> JsError {
+    JsError::new(&e.to_string())
+}
+
+#[wasm_bindgen]
+impl Bench {
+    /// Loads a network from `.entity` bytes.
+    #[wasm_bindgen(constructor)]
+    pub fn new(entity_bytes: &[u8]) -> Result<Bench, JsError> {
+        Ok(Bench {
+            model: CpuModel::new(entity::read(entity_bytes).map_err(err)?),
+        })
+    }
+
+    /// One forward pass; the output values.
+    pub fn forward(&mut self, input: &[f32], shape: &[u32]) -> Result<Vec<f32>, JsError> {
+        let shape: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
+        Ok(self.model.forward(input, &shape).map_err(err)?.data)
+    }
+
+    /// `runs` forward passes; for each, its wall then its CPU milliseconds (`2 × runs` values).
+    pub fn time(&mut self, input: &[f32], shape: &[u32], runs: u32) -> Result<Vec<f64>, JsError> {
+        let shape: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
+        let mut times = Vec::with_capacity(2 * runs as usize);
+        for _ in 0..runs {
+            let c = cpu_ms();
+            let t = now();
+            let y = self.model.forward(input, &shape).map_err(err)?;
+            let wall = now() - t;
+            times.extend([wall, cpu_ms() - c]);
+            std::hint::black_box(y);
+        }
+        Ok(times)
+    }
+}
