@@ -33,5 +33,6 @@ CARGO_PROFILE_DEV_DEBUG=0 cargo test -p loom-wasm-browser-tests --target wasm32-
 step "conformance corpus (loom conformance testdata/conformance)"
 cargo run -q --bin loom -- conformance testdata/conformance --check all
 cargo run -q --bin loom -- conformance testdata/loom-extra --check all
+cargo run -q --bin loom -- conformance testdata/conformance --check forward --device gpu
 
 step "all checks passed"

@@ -32,6 +32,8 @@ pub enum Outcome {
 #[derive(Clone, Debug, Default)]
 pub struct Report {
     pub cases: Vec<(String, Outcome)>,
+    /// Largest (absolute, relative) difference from Loom's forward outputs (0 on the bit-exact CPU).
+    pub max_error: (f32, f32),
 }
 
 impl Report {
@@ -61,8 +63,23 @@ impl Report {
     }
 }
 
-/// Runs every case of the corpus in `dir`.
+/// Where forward checks run.
+pub enum Device {
+    Cpu,
+    /// On the GPU, compared with Loom's output within [`GPU_TOLERANCE`].
+    Gpu(std::sync::Arc<crate::gpu::Gpu>),
+}
+
+/// GPU outputs must satisfy `|gpu − loom| ≤ abs + rel·|loom|`: the GPU sums in another order, in f32.
+pub const GPU_TOLERANCE: (f32, f32) = (1e-4, 1e-3);
+
+/// Runs every case of the corpus in `dir`, forward checks on the CPU (bit-exact).
 pub fn run(dir: &Path, kind: CheckKind) -> Result<Report> {
+    run_on(dir, kind, &Device::Cpu)
+}
+
+/// Runs every case of the corpus in `dir`, forward checks on `device`.
+pub fn run_on(dir: &Path, kind: CheckKind, device: &Device) -> Result<Report> {
     let manifest = loom_json::parse_json(&read(&dir.join("manifest.json"))?, "manifest.json")?;
     let cases = manifest
         .get("cases")
@@ -73,10 +90,10 @@ pub fn run(dir: &Path, kind: CheckKind) -> Result<Report> {
         let id = case.get("id").and_then(Value::as_str).unwrap_or("?").to_string();
         let outcome = match kind {
             CheckKind::Formats => check_formats(dir, case),
-            CheckKind::Forward => check_forward(dir, case),
+            CheckKind::Forward => check_forward(dir, case, device, &mut report.max_error),
             CheckKind::All => match check_formats(dir, case) {
                 Outcome::Failed(reason) => Outcome::Failed(reason),
-                formats => match (formats, check_forward(dir, case)) {
+                formats => match (formats, check_forward(dir, case, device, &mut report.max_error)) {
                     (_, Outcome::Failed(reason)) => Outcome::Failed(reason),
                     (Outcome::Passed, _) | (_, Outcome::Passed) => Outcome::Passed,
                     (skipped, _) => skipped,
@@ -445,7 +462,7 @@ fn check_safetensors_write(files: &Files) -> Check {
 
 /// Loom's forward output for the case input, bit for bit: from the reloaded JSON (or the spec when Loom's JSON
 /// reload changes the output), and from the reloaded `.entity` when Loom's own reload keeps the output.
-fn check_forward(dir: &Path, case: &Value) -> Outcome {
+fn check_forward(dir: &Path, case: &Value, device: &Device, max_error: &mut (f32, f32)) -> Outcome {
     let (Some(input), Some(expected)) = (
         case.get("input_f32_hex").and_then(Value::as_str),
         case.get("expected_output_f32_hex").and_then(Value::as_str),
@@ -476,9 +493,33 @@ fn check_forward(dir: &Path, case: &Value) -> Outcome {
             sources.push(("loom.entity", entity::read(&files.need("loom.entity")?).map_err(err)?));
         }
         for (name, net) in sources {
-            let out = CpuModel::new(net)
-                .forward(&input, &shape)
-                .map_err(|e| format!("forward from {name}: {e}"))?;
+            let out = match device {
+                Device::Cpu => CpuModel::new(net).forward(&input, &shape),
+                Device::Gpu(gpu) => crate::gpu::GpuModel::new(gpu.clone(), net)
+                    .and_then(|mut m| pollster::block_on(m.forward(&input, &shape))),
+            }
+            .map_err(|e| format!("forward from {name}: {e}"))?;
+            if let Device::Gpu(_) = device {
+                let (abs, rel) = GPU_TOLERANCE;
+                if out.data.len() != expected.len() {
+                    return Err(format!(
+                        "forward from {name}: {} values, Loom {}",
+                        out.data.len(),
+                        expected.len()
+                    ));
+                }
+                for (i, (g, l)) in out.data.iter().zip(&expected).enumerate() {
+                    let err = (g - l).abs();
+                    if !(err <= abs + rel * l.abs() || (g.is_nan() && l.is_nan())) {
+                        return Err(format!("forward from {name}: value {i} is {g} on the GPU, {l} in Loom"));
+                    }
+                    max_error.0 = max_error.0.max(err);
+                    if l.abs() > 1e-3 {
+                        max_error.1 = max_error.1.max(err / l.abs());
+                    }
+                }
+                continue;
+            }
             if out
                 .data
                 .iter()

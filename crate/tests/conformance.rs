@@ -36,3 +36,31 @@ fn every_case_of_the_extra_loom_corpus_passes() {
     assert!(report.cases.len() >= 350, "{}", report.summary());
     assert_eq!(report.passed(), report.cases.len());
 }
+
+/// The same corpora's forward checks on the GPU (wgpu → Vulkan; Mesa lavapipe in CI) within the stated tolerance.
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn forward_on_the_gpu_matches_loom_within_the_tolerance() {
+    use loom_wasm::conformance::{run_on, Device};
+    let gpu = pollster::block_on(loom_wasm::gpu::Gpu::new()).expect("no wgpu adapter: run scripts/setup.sh");
+    let device = Device::Gpu(std::sync::Arc::new(gpu));
+    for (name, cases) in [("conformance", 399), ("loom-extra", 350)] {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata").join(name);
+        let report = run_on(&dir, CheckKind::Forward, &device).unwrap();
+        let failures: Vec<_> = report
+            .cases
+            .iter()
+            .filter_map(|(id, o)| match o {
+                Outcome::Failed(reason) => Some(format!("{id}: {reason}")),
+                _ => None,
+            })
+            .collect();
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+        assert!(report.passed() >= cases, "{name}: {}", report.summary());
+        eprintln!(
+            "{name} on the GPU: {}, max error {:?}",
+            report.summary(),
+            report.max_error
+        );
+    }
+}

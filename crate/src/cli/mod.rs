@@ -7,11 +7,14 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::conformance::{self, CheckKind, Outcome};
 use crate::convert::{self, OutputFormat};
+use std::sync::Arc;
+
 use crate::cpu::CpuModel;
 use crate::dtype::DType;
 use crate::error::{LoomError, Result};
 use crate::formats::checkpoint::{self, Checkpoint};
 use crate::formats::safetensors::Dtype;
+use crate::gpu::{Gpu, GpuModel};
 use crate::inspect::{self, FileSource, Inspection};
 
 #[derive(Parser)]
@@ -74,12 +77,18 @@ enum Command {
         /// Print JSON (`{"shape": [...], "output": [...]}`) instead of plain text.
         #[arg(long)]
         json: bool,
+        /// `gpu` runs on WebGPU/Vulkan through wgpu, falling back to the CPU (with the reason) without an adapter.
+        #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
+        device: DeviceArg,
     },
     /// Run a Loom-written conformance corpus (manifest.json + cases/) and compare our output with Loom's.
     Conformance {
         dir: PathBuf,
         #[arg(long, value_enum, default_value_t = Check::Formats)]
         check: Check,
+        /// Where forward checks run: `cpu` is bit-exact; `gpu` is compared within a tolerance.
+        #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
+        device: DeviceArg,
     },
 }
 
@@ -88,6 +97,12 @@ enum Check {
     Formats,
     Forward,
     All,
+}
+
+#[derive(Clone, Copy, PartialEq, ValueEnum)]
+enum DeviceArg {
+    Cpu,
+    Gpu,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -126,8 +141,9 @@ pub fn main() -> ExitCode {
             input_file,
             shape,
             json,
-        } => run_forward(&path, input.as_deref(), input_file.as_deref(), &shape, json),
-        Command::Conformance { dir, check } => run_conformance(&dir, check),
+            device,
+        } => run_forward(&path, input.as_deref(), input_file.as_deref(), &shape, json, device),
+        Command::Conformance { dir, check, device } => run_conformance(&dir, check, device),
     };
     result.unwrap_or_else(|e| {
         eprintln!("loom: {e}");
@@ -335,6 +351,7 @@ fn run_forward(
     input_file: Option<&Path>,
     shape: &[usize],
     json: bool,
+    device: DeviceArg,
 ) -> Result<ExitCode> {
     let values: Vec<f32> = match (input, input_file) {
         (Some(text), _) => parse_values(text)?,
@@ -358,8 +375,29 @@ fn run_forward(
         (None, None) => return Err(LoomError::InvalidInput("give --input '[...]' or --input-file".into())),
     };
     let bytes = std::fs::read(path).map_err(|e| LoomError::Io(format!("{}: {e}", path.display())))?;
-    let mut model = CpuModel::new(convert::read_network(bytes.into())?);
-    let out = model.forward(&values, shape)?;
+    let net = convert::read_network(bytes.into())?;
+    let gpu = match device {
+        DeviceArg::Gpu => match pollster::block_on(Gpu::new()) {
+            Ok(gpu) => Some(gpu),
+            Err(e) => {
+                eprintln!("loom run: {e}; running on the CPU instead");
+                None
+            }
+        },
+        DeviceArg::Cpu => None,
+    };
+    let out = match gpu {
+        Some(gpu) => {
+            eprintln!("loom run: GPU {} ({:?})", gpu.info.name, gpu.info.backend);
+            let mut model = GpuModel::new(Arc::new(gpu), net)?;
+            let out = pollster::block_on(model.forward(&values, shape))?;
+            for (path, reason) in model.cpu_layers() {
+                eprintln!("loom run: {path} ran on the CPU: {reason}");
+            }
+            out
+        }
+        None => CpuModel::new(net).forward(&values, shape)?,
+    };
     if json {
         let v = serde_json::json!({"shape": out.shape, "output": out.data});
         println!("{v}");
@@ -376,13 +414,24 @@ fn parse_values(text: &str) -> Result<Vec<f32>> {
     Ok(v.into_iter().map(|x| x as f32).collect())
 }
 
-fn run_conformance(dir: &Path, check: Check) -> Result<ExitCode> {
+fn run_conformance(dir: &Path, check: Check, device: DeviceArg) -> Result<ExitCode> {
     let kind = match check {
         Check::Formats => CheckKind::Formats,
         Check::Forward => CheckKind::Forward,
         Check::All => CheckKind::All,
     };
-    let report = conformance::run(dir, kind)?;
+    let device = match device {
+        DeviceArg::Cpu => conformance::Device::Cpu,
+        DeviceArg::Gpu => conformance::Device::Gpu(Arc::new(pollster::block_on(Gpu::new())?)),
+    };
+    let report = conformance::run_on(dir, kind, &device)?;
+    if let conformance::Device::Gpu(gpu) = &device {
+        let (abs, rel) = conformance::GPU_TOLERANCE;
+        println!(
+            "GPU {}: forward within |gpu − loom| ≤ {abs:e} + {rel:e}·|loom|; max abs error {:e}, max rel error {:e}",
+            gpu.info.name, report.max_error.0, report.max_error.1
+        );
+    }
     for (id, outcome) in &report.cases {
         if let Outcome::Failed(reason) = outcome {
             println!("FAIL {id}: {reason}");

@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use super::matvec::{dense_weights, MatVec, PackedWeights};
 use super::{Elementwise, Embedding, Gpu, Mha, Norm, Softmax};
@@ -26,7 +27,7 @@ struct SwigluWeights {
 
 /// A network ready for GPU inference, with the state kept between calls (weights on the GPU, KV caches).
 pub struct GpuModel {
-    gpu: Gpu,
+    gpu: Arc<Gpu>,
     net: Network,
     cpu: cpu::State,
     dense: HashMap<String, (MatVec, PackedWeights)>,
@@ -43,8 +44,9 @@ pub struct GpuModel {
 type Step<'a> = Pin<Box<dyn Future<Output = Result<Tensor>> + 'a>>;
 
 impl GpuModel {
-    /// Prepares `net` on `gpu`; weights are uploaded when a layer first runs.
-    pub fn new(gpu: Gpu, net: Network) -> Result<GpuModel> {
+    /// Prepares `net` on `gpu` (shareable between models: pipelines are compiled once); weights are uploaded
+    /// when a layer first runs.
+    pub fn new(gpu: Arc<Gpu>, net: Network) -> Result<GpuModel> {
         Ok(GpuModel {
             f32_matvec: MatVec::f32(&gpu)?,
             norm: Norm::new(&gpu)?,
@@ -117,7 +119,9 @@ impl GpuModel {
                     let mut x = x;
                     for (j, sub) in layer.sequential_layers.iter().enumerate() {
                         let input = x.clone();
-                        x = self.layer(sub, format!("{path}.sequential_layers.{j}"), x, prev.as_ref()).await?;
+                        x = self
+                            .layer(sub, format!("{path}.sequential_layers.{j}"), x, prev.as_ref())
+                            .await?;
                         prev = Some(input);
                     }
                     Ok(x)
@@ -125,12 +129,18 @@ impl GpuModel {
                 LayerType::Parallel => {
                     let mut outs = Vec::with_capacity(layer.parallel_branches.len());
                     for (j, b) in layer.parallel_branches.iter().enumerate() {
-                        outs.push(self.layer(b, format!("{path}.parallel_branches.{j}"), x.clone(), None).await?);
+                        outs.push(
+                            self.layer(b, format!("{path}.parallel_branches.{j}"), x.clone(), None)
+                                .await?,
+                        );
                     }
                     cpu::combine(layer, &path, x, outs)
                 }
                 LayerType::Metacognition => match layer.meta_observed_layer.as_deref() {
-                    Some(observed) => self.layer(observed, format!("{path}.meta_observed_layer"), x, skip).await,
+                    Some(observed) => {
+                        self.layer(observed, format!("{path}.meta_observed_layer"), x, skip)
+                            .await
+                    }
                     None => Ok(x),
                 },
                 other => {
@@ -170,7 +180,9 @@ impl GpuModel {
         let h = cpu::dim(layer.input_height, "input_height", path)?;
         let i = cpu::dim(layer.output_height, "output_height", path)?;
         if h == 0 || !x.data.len().is_multiple_of(h) {
-            return Err(LoomError::InvalidInput(format!("{path}: SwiGLU needs rows of {h} values")));
+            return Err(LoomError::InvalidInput(format!(
+                "{path}: SwiGLU needs rows of {h} values"
+            )));
         }
         if !self.swiglu.contains_key(path) {
             let w = cpu::weights(layer, path, &mut self.cpu)?;
@@ -194,7 +206,8 @@ impl GpuModel {
         let gpu = &self.gpu;
         let lin = Activation::Linear;
         let rows = x.data.len() / h;
-        let bias = |v: Vec<f32>, b: &[f32]| -> Vec<f32> { v.iter().zip(b.iter().cycle()).map(|(a, c)| a + c).collect() };
+        let bias =
+            |v: Vec<f32>, b: &[f32]| -> Vec<f32> { v.iter().zip(b.iter().cycle()).map(|(a, c)| a + c).collect() };
         let g = bias(self.f32_matvec.run(gpu, &x.data, &sw.gate, lin).await?, &sw.b_gate);
         let u = bias(self.f32_matvec.run(gpu, &x.data, &sw.up, lin).await?, &sw.b_up);
         let inter = self.elementwise.swiglu(gpu, &g, &u).await?;
