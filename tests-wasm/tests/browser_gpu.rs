@@ -11,7 +11,10 @@
 
 use loom_wasm::cpu::{CpuModel, Tensor};
 use loom_wasm::formats::loom_json;
-use loom_wasm::gpu::{first_argmax, Argmax, Attention, Elementwise, Embedding, Gpu, MatVec, Mha, Norm, Rope, Softmax};
+use loom_wasm::gpu::{
+    first_argmax, Argmax, Attention, Elementwise, Embedding, Gpu, MatVec, Mha, Norm, PackedWeights, Packing, Rope,
+    Softmax,
+};
 use loom_wasm::network::{f32_bytes, Activation, Network, WeightStore};
 use wasm_bindgen_test::{console_log, wasm_bindgen_test, wasm_bindgen_test_configure};
 
@@ -80,7 +83,11 @@ async fn f32_matvec_matches_the_cpu_dense_layer() {
         let x = data(n_in as u64, batch * n_in, -1.0, 1.0);
         let cpu = CpuModel::new(net).forward(&x, &[batch, n_in]).unwrap();
         let act = Activation::parse(act).unwrap();
-        let out = kernel.run(&gpu, &x, &f32_bytes(&w), n_in, n_out, act).await.unwrap();
+        let packing = Packing::Loom(loom_wasm::DType::Float32);
+        let weights = PackedWeights::upload(&gpu, packing, &f32_bytes(&w), 1.0, n_in, n_out)
+            .await
+            .unwrap();
+        let out = kernel.run(&gpu, &x, &weights, act).await.unwrap();
         close(&format!("matvec {n_in}→{n_out} ×{batch}"), &out, &cpu.data, 1e-5, 1e-4);
     }
 }
