@@ -399,7 +399,7 @@ fn weights_split_across_bindings_give_the_same_result() {
 }
 
 /// Reads `n_out × n_in` weights back through the kernel: batch row `b` is the one-hot `e_b`, so `y[b][o]` is
-/// `W[o][b]` computed by the whole-unit path (`unit_dot`), exactly. `n_in = 1` reads through the partial-unit path.
+/// `W[o][b]` computed by the whole-unit path (`part_dot`), exactly. `n_in = 1` reads through the partial-unit path.
 fn read_back(kernel: &MatVec, w: &PackedWeights) -> Vec<f32> {
     let n_in = w.n_in;
     let mut x = vec![0f32; n_in * n_in];

@@ -154,7 +154,10 @@ impl Packing {
                 s.push_str(section("packed"));
             }
             Packing::LoomQ4_0 => s.push_str(section("loom_q4_0")),
-            Packing::Ggml(_) => s.push_str(section(&self.key())),
+            Packing::Ggml(_) => {
+                s.push_str(section("ggml_bytes"));
+                s.push_str(section(&self.key()));
+            }
         }
         s.push_str(section("body"));
         s
