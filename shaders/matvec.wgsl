@@ -4,22 +4,25 @@
 // as raw u32 words, possibly split across several bindings (`word(i)` hides the split). They are decoded in the
 // kernel. The host (`crate/src/gpu/matvec.rs`) assembles one module from the `// @@ name` sections below:
 //
-//   activation.wgsl · common · word(i) + its bindings (generated) · constants (generated) · helpers (half,
-//   ints, field_*) · the encoding's decode function (`code`, `code64`) · its unit reader (packed, wide64, a block
-//   format) · body
+//   activation.wgsl · common · xv1 or xv4 · word(i) and its bindings (generated) · constants (generated)
+//   · helpers (half, ints, field_*) · the encoding's decode function (`code`, `code64`) · its unit reader
+//   (packed, wide64, a block format) · body
 //
-// or, for float16 on the `shader-f16` path: enable f16; · activation.wgsl · common · word(i) over vec2<f16>
-// bindings · float16_native · body.
+// or, for float16 on the `shader-f16` path: enable f16; · activation.wgsl · common · xv1 or xv4 · word(i) over
+// vec2<f16> bindings · float16_native · body.
 //
 // A "unit" is the smallest run of elements whose bytes are self-contained: one u32 word of 1–32 elements for
 // Loom's dtypes up to 32 bits, two words for the 64-bit ones, a block of 32 for Q4_0 / Q4_1 / Q8_0. Each reader
 // defines `EPU` (elements per unit), `SPU` (parts per unit: lanes that share a unit, so that short rows of wide
-// units still occupy the lanes), `part_dot(u, t, xb)` (Σ x·value over part t of unit u, whose element 0 meets
-// x[xb]) and `unit_value(u, k)` (one element, for the partial units where a row starts or ends inside a unit).
+// units still occupy the lanes), `part_dot(u, t, xb)` (Σ x·value over part t of unit u, whose element 0 is x
+// column xb) and `unit_value(u, k)` (one element, for the partial units where a row starts or ends inside a unit).
 //
 // Loom's `GetActive` multiplies every element by the layer scale; here the scale multiplies each row's sum once
 // (`p.scale`, 1 for float32/16/64, bfloat16 and the block formats, whose scales are inside the blocks).
-// One workgroup per (output row, batch row); 64 lanes stride over the row's units and reduce in shared memory.
+//
+// One workgroup per (output row, BT batch rows): each weight decoded serves BT rows of x (BT = 1 for a batch of 1,
+// else 4; XV, the type of x values and sums, is f32 or vec4<f32>). 64 lanes stride over the row's units and reduce
+// in shared memory.
 
 // @@ common
 struct Params {
@@ -33,14 +36,48 @@ struct Params {
     words_per_part: u32,
     // Loom Q4_0: the number of scales (the packed words follow them).
     aux: u32,
-    _pad: u32,
+    batch: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
 
-var<workgroup> partial: array<f32, 64>;
+var<workgroup> partial: array<XV, 64>;
+// The first of the BT batch rows this workgroup computes.
+var<private> b0: u32;
+
+// @@ xv1
+// A batch of 1: XV is f32 and xv(i) is x[b0][i].
+alias XV = f32;
+const BT: u32 = 1u;
+
+fn xv(i: u32) -> XV {
+    return x[b0 * p.n_in + i];
+}
+
+fn component(v: XV, r: u32) -> f32 {
+    return v;
+}
+
+// @@ xv4
+// Batches of 2 and more: 4 rows of x at a time, so that every weight decoded serves 4 batch rows; rows past the
+// batch read 0.
+alias XV = vec4<f32>;
+const BT: u32 = 4u;
+
+fn xv(i: u32) -> XV {
+    var v = XV();
+    for (var r = 0u; r < BT; r++) {
+        let row = min(b0 + r, p.batch - 1u);
+        v[r] = select(0.0, x[row * p.n_in + i], b0 + r < p.batch);
+    }
+    return v;
+}
+
+fn component(v: XV, r: u32) -> f32 {
+    return v[r];
+}
 
 // @@ half
 // IEEE half (low 16 bits of h) → f32 in integer ops: no shader-f16 needed (Chromium's SwiftShader has none).
@@ -294,11 +331,11 @@ fn unit_value(u: u32, k: u32) -> f32 {
     return code(field(word(u), k));
 }
 
-fn part_dot(u: u32, t: u32, xb: u32) -> f32 {
+fn part_dot(u: u32, t: u32, xb: u32) -> XV {
     let v = word(u);
-    var s = 0.0;
+    var s = XV();
     for (var k = t * EPP; k < t * EPP + EPP; k++) {
-        s += x[xb + k] * code(field(v, k));
+        s += xv(xb + k) * code(field(v, k));
     }
     return s;
 }
@@ -313,9 +350,9 @@ fn unit_value(u: u32, k: u32) -> f32 {
     return f32(word(u)[k]);
 }
 
-fn part_dot(u: u32, t: u32, xb: u32) -> f32 {
+fn part_dot(u: u32, t: u32, xb: u32) -> XV {
     let h = vec2<f32>(word(u));
-    return x[xb] * h.x + x[xb + 1u] * h.y;
+    return xv(xb) * h.x + xv(xb + 1u) * h.y;
 }
 
 // @@ wide64
@@ -327,8 +364,8 @@ fn unit_value(u: u32, k: u32) -> f32 {
     return code64(word(2u * u), word(2u * u + 1u));
 }
 
-fn part_dot(u: u32, t: u32, xb: u32) -> f32 {
-    return x[xb] * code64(word(2u * u), word(2u * u + 1u));
+fn part_dot(u: u32, t: u32, xb: u32) -> XV {
+    return xv(xb) * code64(word(2u * u), word(2u * u + 1u));
 }
 
 // @@ loom_q4_0
@@ -346,11 +383,11 @@ fn unit_value(u: u32, k: u32) -> f32 {
     return q4_nibble(word(2u + p.aux + 4u * u + (k >> 3u)), k & 7u) * bitcast<f32>(word(2u + u));
 }
 
-fn part_dot(u: u32, t: u32, xb: u32) -> f32 {
+fn part_dot(u: u32, t: u32, xb: u32) -> XV {
     let v = word(2u + p.aux + 4u * u + t);
-    var s = 0.0;
+    var s = XV();
     for (var m = 0u; m < 8u; m++) {
-        s += x[xb + 8u * t + m] * q4_nibble(v, m);
+        s += xv(xb + 8u * t + m) * q4_nibble(v, m);
     }
     return s * bitcast<f32>(word(2u + u));
 }
@@ -382,12 +419,12 @@ fn unit_value(u: u32, k: u32) -> f32 {
     return half_at(18u * u) * (f32(select(byte & 0xFu, (byte >> 4u) & 0xFu, k >= 16u)) - 8.0);
 }
 
-fn part_dot(u: u32, t: u32, xb: u32) -> f32 {
+fn part_dot(u: u32, t: u32, xb: u32) -> XV {
     let v = word_at(18u * u + 2u + 4u * t);
-    var s = 0.0;
+    var s = XV();
     for (var m = 0u; m < 4u; m++) {
         let byte = v >> (8u * m);
-        s += x[xb + 4u * t + m] * (f32(byte & 0xFu) - 8.0) + x[xb + 16u + 4u * t + m] * (f32((byte >> 4u) & 0xFu) - 8.0);
+        s += xv(xb + 4u * t + m) * (f32(byte & 0xFu) - 8.0) + xv(xb + 16u + 4u * t + m) * (f32((byte >> 4u) & 0xFu) - 8.0);
     }
     return half_at(18u * u) * s;
 }
@@ -404,14 +441,14 @@ fn unit_value(u: u32, k: u32) -> f32 {
     return half(dm & 0xFFFFu) * f32(select(byte & 0xFu, (byte >> 4u) & 0xFu, k >= 16u)) + half(dm >> 16u);
 }
 
-fn part_dot(u: u32, t: u32, xb: u32) -> f32 {
+fn part_dot(u: u32, t: u32, xb: u32) -> XV {
     let v = word(5u * u + 1u + t);
-    var s = 0.0;
-    var sx = 0.0;
+    var s = XV();
+    var sx = XV();
     for (var m = 0u; m < 4u; m++) {
         let byte = v >> (8u * m);
-        let xl = x[xb + 4u * t + m];
-        let xh = x[xb + 16u + 4u * t + m];
+        let xl = xv(xb + 4u * t + m);
+        let xh = xv(xb + 16u + 4u * t + m);
         s += xl * f32(byte & 0xFu) + xh * f32((byte >> 4u) & 0xFu);
         sx += xl + xh;
     }
@@ -432,12 +469,12 @@ fn unit_value(u: u32, k: u32) -> f32 {
     return q8(word_at(34u * u + 2u + 4u * (k >> 2u)), k & 3u) * half_at(34u * u);
 }
 
-fn part_dot(u: u32, t: u32, xb: u32) -> f32 {
+fn part_dot(u: u32, t: u32, xb: u32) -> XV {
     let lo = word_at(34u * u + 2u + 8u * t);
     let hi = word_at(34u * u + 6u + 8u * t);
-    var s = 0.0;
+    var s = XV();
     for (var m = 0u; m < 4u; m++) {
-        s += x[xb + 8u * t + m] * q8(lo, m) + x[xb + 8u * t + 4u + m] * q8(hi, m);
+        s += xv(xb + 8u * t + m) * q8(lo, m) + xv(xb + 8u * t + 4u + m) * q8(hi, m);
     }
     return half_at(34u * u) * s;
 }
@@ -446,30 +483,29 @@ fn part_dot(u: u32, t: u32, xb: u32) -> f32 {
 @compute @workgroup_size(64)
 fn matvec(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let o = wg.x + wg.z * p.groups_x;
-    let b = wg.y;
-    var acc = 0.0;
+    b0 = wg.y * BT;
+    var acc = XV();
     if o < p.n_out {
-        // Row o is elements [start, end) of the flat tensor; x row b starts at xrow.
+        // Row o is elements [start, end) of the flat tensor; xv(i) reads its column i of x.
         let start = o * p.n_in;
         let end = start + p.n_in;
-        let xrow = b * p.n_in;
         let ua = (start + EPU - 1u) / EPU; // first whole unit
         let ub = end / EPU; // one past the last whole unit
         // The whole units, SPU parts each, spread over the lanes.
         let parts = select(0u, (ub - ua) * SPU, ub > ua);
         for (var i = lid.x; i < parts; i += 64u) {
             let u = ua + i / SPU;
-            acc += part_dot(u, i % SPU, xrow + u * EPU - start);
+            acc += part_dot(u, i % SPU, u * EPU - start);
         }
         // The partial units at both ends (fewer than EPU ≤ 32 elements each), one element per lane.
         let head_end = min(end, ua * EPU);
         let eh = start + lid.x;
         if eh < head_end {
-            acc += x[xrow + lid.x] * unit_value(eh / EPU, eh % EPU);
+            acc += xv(lid.x) * unit_value(eh / EPU, eh % EPU);
         }
         let et = max(ub * EPU, head_end) + lid.x;
         if et < end {
-            acc += x[xrow + et - start] * unit_value(et / EPU, et % EPU);
+            acc += xv(et - start) * unit_value(et / EPU, et % EPU);
         }
     }
     partial[lid.x] = acc;
@@ -481,6 +517,11 @@ fn matvec(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) li
         workgroupBarrier();
     }
     if lid.x == 0u && o < p.n_out {
-        y[b * p.n_out + o] = activate(partial[0] * p.scale, p.act);
+        let sum = partial[0] * p.scale;
+        for (var r = 0u; r < BT; r++) {
+            if b0 + r < p.batch {
+                y[(b0 + r) * p.n_out + o] = activate(component(sum, r), p.act);
+            }
+        }
     }
 }

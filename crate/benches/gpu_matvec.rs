@@ -1,10 +1,10 @@
 //! Packed matvec kernels (`shaders/matvec.wgsl`) per weight encoding: effective GB/s of weights read and GFLOP/s
-//! (2·n_in·n_out per matvec), median of several runs, one queue submit (and a wait for it) per measurement.
+//! (2·n_in·n_out·batch per matvec), median of several runs, one queue submit (and a wait for it) per measurement.
 //! Not a test:
 //!
 //! ```sh
 //! XDG_RUNTIME_DIR=/tmp VK_ICD_FILENAMES=/usr/share/vulkan/icd.d/lvp_icd.x86_64.json WGPU_BACKEND=vulkan \
-//!   cargo bench -p loom-wasm --bench gpu_matvec [-- --runs N] [--shapes 576x1536,2048x8192]
+//!   cargo bench -p loom-wasm --bench gpu_matvec [-- --runs N] [--batch B] [--shapes 576x1536,2048x8192]
 //! ```
 //!
 //! It prints a Markdown table. Without `--bench` (as under `cargo test --all-targets`) it prints its usage and
@@ -17,7 +17,8 @@ use loom_wasm::dtype::{auto_scale, q4_0, quantize, DType};
 use loom_wasm::gpu::{Gpu, MatVec, PackedWeights, Packing};
 use loom_wasm::network::Activation;
 
-const USAGE: &str = "usage: cargo bench -p loom-wasm --bench gpu_matvec [-- --runs N] [--shapes 576x1536,2048x8192]";
+const USAGE: &str =
+    "usage: cargo bench -p loom-wasm --bench gpu_matvec [-- --runs N] [--batch B] [--shapes 576x1536,2048x8192]";
 
 type BoxResult<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -108,11 +109,13 @@ fn main() -> BoxResult<()> {
         return Ok(());
     }
     let mut runs = 9usize;
+    let mut batch = 1usize;
     let mut shapes = vec![(576usize, 1536usize), (2048, 8192)];
     let mut it = args.iter().filter(|a| *a != "--bench");
     while let Some(a) = it.next() {
         match a.as_str() {
             "--runs" => runs = it.next().ok_or(USAGE)?.parse()?,
+            "--batch" => batch = it.next().ok_or(USAGE)?.parse()?,
             "--shapes" => {
                 shapes = it
                     .next()
@@ -129,7 +132,7 @@ fn main() -> BoxResult<()> {
     }
     let gpu = pollster::block_on(Gpu::new())?;
     println!(
-        "adapter: {} ({:?}), shader-f16 {}, median of {runs} runs, batch 1, one submit + wait per run\n",
+        "adapter: {} ({:?}), shader-f16 {}, median of {runs} runs, batch {batch}, one submit + wait per run\n",
         gpu.info.name, gpu.info.backend, gpu.has_f16
     );
     println!("| encoding | n_in×n_out | weight bytes | median ms | GB/s (weights) | GFLOP/s |");
@@ -137,9 +140,9 @@ fn main() -> BoxResult<()> {
     for (n_in, n_out) in shapes {
         let n = n_in * n_out;
         let master = values(n, 1);
-        let x = values(n_in, 2);
+        let x = values(n_in * batch, 2);
         let xb = pollster::block_on(gpu.upload("x", bytemuck::cast_slice(&x)))?;
-        let yb = pollster::block_on(gpu.output("y", 4 * n_out as u64))?;
+        let yb = pollster::block_on(gpu.output("y", (4 * n_out * batch) as u64))?;
         for case in cases(&gpu) {
             let (bytes, scale) = match case.packing {
                 Packing::Loom(dt) => {
@@ -156,7 +159,7 @@ fn main() -> BoxResult<()> {
             for r in 0..runs + 2 {
                 let t0 = Instant::now();
                 let mut encoder = gpu.device.create_command_encoder(&Default::default());
-                kernel.encode(&gpu, &mut encoder, &xb, &w, &yb, 1, Activation::Linear)?;
+                kernel.encode(&gpu, &mut encoder, &xb, &w, &yb, batch as u32, Activation::Linear)?;
                 gpu.queue.submit([encoder.finish()]);
                 gpu.device.poll(wgpu::PollType::wait_indefinitely())?;
                 // The first two runs warm up (pipeline creation, caches).
@@ -172,7 +175,7 @@ fn main() -> BoxResult<()> {
                 w.byte_len(),
                 t * 1e3,
                 w.byte_len() as f64 / t / 1e9,
-                2.0 * n as f64 / t / 1e9
+                2.0 * (n * batch) as f64 / t / 1e9
             );
         }
     }
