@@ -4,7 +4,8 @@
 //!
 //! ```sh
 //! XDG_RUNTIME_DIR=/tmp VK_ICD_FILENAMES=/usr/share/vulkan/icd.d/lvp_icd.x86_64.json WGPU_BACKEND=vulkan \
-//!   cargo bench -p loom-wasm --bench gpu_matvec [-- --runs N] [--batch B] [--shapes 576x1536,2048x8192]
+//!   cargo bench -p loom-wasm --bench gpu_matvec [-- --runs N] [--batch B] [--shapes 576x1536,2048x8192] \
+//!   [--only NAME,...]
 //! ```
 //!
 //! It prints a Markdown table. Without `--bench` (as under `cargo test --all-targets`) it prints its usage and
@@ -17,8 +18,10 @@ use loom_wasm::dtype::{auto_scale, q4_0, quantize, DType};
 use loom_wasm::gpu::{Gpu, MatVec, PackedWeights, Packing};
 use loom_wasm::network::Activation;
 
-const USAGE: &str =
-    "usage: cargo bench -p loom-wasm --bench gpu_matvec [-- --runs N] [--batch B] [--shapes 576x1536,2048x8192]";
+const USAGE: &str = concat!(
+    "usage: cargo bench -p loom-wasm --bench gpu_matvec ",
+    "[-- --runs N] [--batch B] [--shapes 576x1536,2048x8192] [--only NAME,...]"
+);
 
 type BoxResult<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -110,12 +113,14 @@ fn main() -> BoxResult<()> {
     }
     let mut runs = 9usize;
     let mut batch = 1usize;
+    let mut only: Option<Vec<String>> = None;
     let mut shapes = vec![(576usize, 1536usize), (2048, 8192)];
     let mut it = args.iter().filter(|a| *a != "--bench");
     while let Some(a) = it.next() {
         match a.as_str() {
             "--runs" => runs = it.next().ok_or(USAGE)?.parse()?,
             "--batch" => batch = it.next().ok_or(USAGE)?.parse()?,
+            "--only" => only = Some(it.next().ok_or(USAGE)?.split(',').map(str::to_string).collect()),
             "--shapes" => {
                 shapes = it
                     .next()
@@ -144,6 +149,9 @@ fn main() -> BoxResult<()> {
         let xb = pollster::block_on(gpu.upload("x", bytemuck::cast_slice(&x)))?;
         let yb = pollster::block_on(gpu.output("y", (4 * n_out * batch) as u64))?;
         for case in cases(&gpu) {
+            if only.as_ref().is_some_and(|o| !o.contains(&case.name)) {
+                continue;
+            }
             let (bytes, scale) = match case.packing {
                 Packing::Loom(dt) => {
                     let scale = auto_scale(dt, &master);
