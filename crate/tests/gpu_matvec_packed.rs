@@ -419,7 +419,7 @@ fn same_value(a: f32, b: f32) -> bool {
     a == b || (a.is_nan() && b.is_nan())
 }
 
-/// Every code of `p` (bytes from `codes`), decoded on the GPU, equals the CPU dequantizer's value.
+/// Every element of `bytes` (packing `p`), read back through the kernel, equals the CPU dequantizer's value.
 fn check_decoder(p: Packing, bytes: &[u8], scale: f32, n: usize, full_unit_width: usize, what: &str) {
     let cpu = packed_values(p, bytes, scale, n).unwrap();
     for (kernel, path) in kernels(p) {
