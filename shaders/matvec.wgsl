@@ -4,21 +4,25 @@
 // as raw u32 words, possibly split across several bindings (`word(i)` hides the split). They are decoded in the
 // kernel. The host (`crate/src/gpu/matvec.rs`) assembles one module from the `// @@ name` sections below:
 //
-//   activation.wgsl · common · word(i) + its bindings (generated) · constants (generated) · helpers (half,
-//   ints, field_*) · the encoding's decode function (`code`, `code64`) · its unit reader (packed, wide64, a block
-//   format) · body
+//   activation.wgsl · common · xv1 or xv4 · word(i) and its bindings (generated) · constants (generated)
+//   · helpers (half, ints, field_*) · the encoding's decode function (`code`, `code64`) · its unit reader
+//   (packed, wide64, a block format) · body
 //
-// or, for float16 on the `shader-f16` path: enable f16; · activation.wgsl · common · word(i) over vec2<f16>
-// bindings · float16_native · body.
+// or, for float16 on the `shader-f16` path: enable f16; · activation.wgsl · common · xv1 or xv4 · word(i) over
+// vec2<f16> bindings · float16_native · body.
 //
 // A "unit" is the smallest run of elements whose bytes are self-contained: one u32 word of 1–32 elements for
 // Loom's dtypes up to 32 bits, two words for the 64-bit ones, a block of 32 for Q4_0 / Q4_1 / Q8_0. Each reader
-// defines `EPU` (elements per unit), `unit_dot(u, xb)` (Σ_k x[xb+k]·value(u, k) over a whole unit) and
-// `unit_value(u, k)` (one element, for the partial units where a row starts or ends inside a unit).
+// defines `EPU` (elements per unit), `SPU` (parts per unit: lanes that share a unit, so that short rows of wide
+// units still occupy the lanes), `part_dot(u, t, xb)` (Σ x·value over part t of unit u, whose element 0 is x
+// column xb) and `unit_value(u, k)` (one element, for the partial units where a row starts or ends inside a unit).
 //
 // Loom's `GetActive` multiplies every element by the layer scale; here the scale multiplies each row's sum once
 // (`p.scale`, 1 for float32/16/64, bfloat16 and the block formats, whose scales are inside the blocks).
-// One workgroup per (output row, batch row); 64 lanes stride over the row's units and reduce in shared memory.
+//
+// One workgroup per (output row, BT batch rows): each weight decoded serves BT rows of x (BT = 1 for a batch of 1,
+// else 4; XV, the type of x values and sums, is f32 or vec4<f32>). 64 lanes stride over the row's units and reduce
+// in shared memory.
 
 // @@ common
 struct Params {
@@ -32,14 +36,48 @@ struct Params {
     words_per_part: u32,
     // Loom Q4_0: the number of scales (the packed words follow them).
     aux: u32,
-    _pad: u32,
+    batch: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
 
-var<workgroup> partial: array<f32, 64>;
+var<workgroup> partial: array<XV, 64>;
+// The first of the BT batch rows this workgroup computes.
+var<private> b0: u32;
+
+// @@ xv1
+// A batch of 1: XV is f32 and xv(i) is x[b0][i].
+alias XV = f32;
+const BT: u32 = 1u;
+
+fn xv(i: u32) -> XV {
+    return x[b0 * p.n_in + i];
+}
+
+fn component(v: XV, r: u32) -> f32 {
+    return v;
+}
+
+// @@ xv4
+// Batches of 2 and more: 4 rows of x at a time, so that every weight decoded serves 4 batch rows; rows past the
+// batch read 0.
+alias XV = vec4<f32>;
+const BT: u32 = 4u;
+
+fn xv(i: u32) -> XV {
+    var v = XV();
+    for (var r = 0u; r < BT; r++) {
+        let row = min(b0 + r, p.batch - 1u);
+        v[r] = select(0.0, x[row * p.n_in + i], b0 + r < p.batch);
+    }
+    return v;
+}
+
+fn component(v: XV, r: u32) -> f32 {
+    return v[r];
+}
 
 // @@ half
 // IEEE half (low 16 bits of h) → f32 in integer ops: no shader-f16 needed (Chromium's SwiftShader has none).
@@ -284,16 +322,20 @@ fn field(v: u32, k: u32) -> u32 {
 }
 
 // @@ packed
-// Loom's dtypes up to 32 bits: one word = EPU elements of BITS bits, split by `field`, decoded by `code`.
+// Loom's dtypes up to 32 bits: one word = EPU elements of BITS bits, split by `field`, decoded by `code`. Words of
+// more than 8 elements are shared by SPU lanes, 8 elements each, so that short rows still occupy the lanes.
+const SPU: u32 = max(EPU / 8u, 1u);
+const EPP: u32 = EPU / SPU;
+
 fn unit_value(u: u32, k: u32) -> f32 {
     return code(field(word(u), k));
 }
 
-fn unit_dot(u: u32, xb: u32) -> f32 {
+fn part_dot(u: u32, t: u32, xb: u32) -> XV {
     let v = word(u);
-    var s = 0.0;
-    for (var k = 0u; k < EPU; k++) {
-        s += x[xb + k] * code(field(v, k));
+    var s = XV();
+    for (var k = t * EPP; k < t * EPP + EPP; k++) {
+        s += xv(xb + k) * code(field(v, k));
     }
     return s;
 }
@@ -302,33 +344,36 @@ fn unit_dot(u: u32, xb: u32) -> f32 {
 // float16 through the hardware's f16 (`shader-f16`): the weight bindings are array<vec2<f16>>, so word(i) is a
 // pair of halves (element 2i in .x, the low half of the little-endian word).
 const EPU: u32 = 2u;
+const SPU: u32 = 1u;
 
 fn unit_value(u: u32, k: u32) -> f32 {
     return f32(word(u)[k]);
 }
 
-fn unit_dot(u: u32, xb: u32) -> f32 {
+fn part_dot(u: u32, t: u32, xb: u32) -> XV {
     let h = vec2<f32>(word(u));
-    return x[xb] * h.x + x[xb + 1u] * h.y;
+    return xv(xb) * h.x + xv(xb + 1u) * h.y;
 }
 
 // @@ wide64
 // 64-bit elements: two little-endian words each.
 const EPU: u32 = 1u;
+const SPU: u32 = 1u;
 
 fn unit_value(u: u32, k: u32) -> f32 {
     return code64(word(2u * u), word(2u * u + 1u));
 }
 
-fn unit_dot(u: u32, xb: u32) -> f32 {
-    return x[xb] * code64(word(2u * u), word(2u * u + 1u));
+fn part_dot(u: u32, t: u32, xb: u32) -> XV {
+    return xv(xb) * code64(word(2u * u), word(2u * u + 1u));
 }
 
 // @@ loom_q4_0
 // Loom's Q4_0 payload (spec §8): u32 nScales | u32 nPacked | f32 scales[nScales] | u32 packed[nPacked]. Block u
-// (elements 32u..32u+31) has scale word 2 + u and words 2 + nScales + 4u + j; nibble m of a word (low first) is
-// element 8j + m, a signed 4-bit q; value q·s_u.
+// (elements 32u..32u+31) has scale word 2 + u and words 2 + nScales + 4u + t; nibble m of a word (low first) is
+// element 8t + m, a signed 4-bit q; value q·s_u. Each of a block's 4 words is one lane's part.
 const EPU: u32 = 32u;
+const SPU: u32 = 4u;
 
 fn q4_nibble(v: u32, m: u32) -> f32 {
     return f32(i32(v << (28u - 4u * m)) >> 28u);
@@ -338,179 +383,129 @@ fn unit_value(u: u32, k: u32) -> f32 {
     return q4_nibble(word(2u + p.aux + 4u * u + (k >> 3u)), k & 7u) * bitcast<f32>(word(2u + u));
 }
 
-fn unit_dot(u: u32, xb: u32) -> f32 {
-    let base = 2u + p.aux + 4u * u;
-    var s = 0.0;
-    for (var j = 0u; j < 4u; j++) {
-        let v = word(base + j);
-        for (var m = 0u; m < 8u; m++) {
-            s += x[xb + 8u * j + m] * q4_nibble(v, m);
-        }
+fn part_dot(u: u32, t: u32, xb: u32) -> XV {
+    let v = word(2u + p.aux + 4u * u + t);
+    var s = XV();
+    for (var m = 0u; m < 8u; m++) {
+        s += xv(xb + 8u * t + m) * q4_nibble(v, m);
     }
     return s * bitcast<f32>(word(2u + u));
 }
 
-// @@ ggml_q4_0
-// llama.cpp Q4_0, 18-byte blocks: f16 d | 16 bytes; element j is the low nibble of byte j, element j+16 its high
-// nibble; value (q − 8)·d. Blocks are not word-aligned: block u starts at byte 18u, at a 0 or 2 byte offset.
-const EPU: u32 = 32u;
-
-struct Block4 {
-    d: f32,
-    m: f32,
-    q: vec4<u32>,
+// @@ ggml_bytes
+// ggml blocks of 18 and 34 bytes are not word-aligned: block u starts 0 or 2 bytes into a word. These read at an
+// even byte offset.
+fn half_at(byte: u32) -> f32 {
+    return half((word(byte >> 2u) >> (8u * (byte & 2u))) & 0xFFFFu);
 }
 
-fn block(u: u32) -> Block4 {
-    let byte = 18u * u;
+fn word_at(byte: u32) -> u32 {
     let i = byte >> 2u;
-    let w0 = word(i);
-    let w1 = word(i + 1u);
-    let w2 = word(i + 2u);
-    let w3 = word(i + 3u);
-    let w4 = word(i + 4u);
     if (byte & 2u) == 0u {
-        let q = vec4<u32>((w0 >> 16u) | (w1 << 16u), (w1 >> 16u) | (w2 << 16u), (w2 >> 16u) | (w3 << 16u),
-                          (w3 >> 16u) | (w4 << 16u));
-        return Block4(half(w0 & 0xFFFFu), 0.0, q);
+        return word(i);
     }
-    return Block4(half(w0 >> 16u), 0.0, vec4<u32>(w1, w2, w3, w4));
+    return (word(i) >> 16u) | (word(i + 1u) << 16u);
 }
+
+// @@ ggml_q4_0
+// llama.cpp Q4_0, 18-byte blocks: f16 d | 16 bytes qs; element j is the low nibble of qs[j], element j+16 its
+// high nibble; value (q − 8)·d. Part t (a lane's share) is qs bytes 4t..4t+3: elements 4t.. and 16+4t.., 4 each.
+const EPU: u32 = 32u;
+const SPU: u32 = 4u;
 
 fn unit_value(u: u32, k: u32) -> f32 {
-    let b = block(u);
     let j = k & 15u;
-    let byte = b.q[j >> 2u] >> (8u * (j & 3u));
-    return b.d * (f32(select(byte & 0xFu, (byte >> 4u) & 0xFu, k >= 16u)) - 8.0);
+    let byte = word_at(18u * u + 2u + 4u * (j >> 2u)) >> (8u * (j & 3u));
+    return half_at(18u * u) * (f32(select(byte & 0xFu, (byte >> 4u) & 0xFu, k >= 16u)) - 8.0);
 }
 
-fn unit_dot(u: u32, xb: u32) -> f32 {
-    let b = block(u);
-    var s = 0.0;
-    for (var j = 0u; j < 4u; j++) {
-        let v = b.q[j];
-        for (var m = 0u; m < 4u; m++) {
-            let byte = v >> (8u * m);
-            s += x[xb + 4u * j + m] * (f32(byte & 0xFu) - 8.0) + x[xb + 16u + 4u * j + m] * (f32((byte >> 4u) & 0xFu) - 8.0);
-        }
+fn part_dot(u: u32, t: u32, xb: u32) -> XV {
+    let v = word_at(18u * u + 2u + 4u * t);
+    var s = XV();
+    for (var m = 0u; m < 4u; m++) {
+        let byte = v >> (8u * m);
+        s += xv(xb + 4u * t + m) * (f32(byte & 0xFu) - 8.0) + xv(xb + 16u + 4u * t + m) * (f32((byte >> 4u) & 0xFu) - 8.0);
     }
-    return b.d * s;
+    return half_at(18u * u) * s;
 }
 
 // @@ ggml_q4_1
 // llama.cpp Q4_1, 20-byte (word-aligned) blocks: f16 d | f16 m | 16 bytes, nibbles as Q4_0; value q·d + m.
 const EPU: u32 = 32u;
-
-struct Block4 {
-    d: f32,
-    m: f32,
-    q: vec4<u32>,
-}
-
-fn block(u: u32) -> Block4 {
-    let i = 5u * u;
-    let dm = word(i);
-    return Block4(half(dm & 0xFFFFu), half(dm >> 16u), vec4<u32>(word(i + 1u), word(i + 2u), word(i + 3u), word(i + 4u)));
-}
+const SPU: u32 = 4u;
 
 fn unit_value(u: u32, k: u32) -> f32 {
-    let b = block(u);
     let j = k & 15u;
-    let byte = b.q[j >> 2u] >> (8u * (j & 3u));
-    return b.d * f32(select(byte & 0xFu, (byte >> 4u) & 0xFu, k >= 16u)) + b.m;
+    let byte = word(5u * u + 1u + (j >> 2u)) >> (8u * (j & 3u));
+    let dm = word(5u * u);
+    return half(dm & 0xFFFFu) * f32(select(byte & 0xFu, (byte >> 4u) & 0xFu, k >= 16u)) + half(dm >> 16u);
 }
 
-fn unit_dot(u: u32, xb: u32) -> f32 {
-    let b = block(u);
-    var s = 0.0;
-    var sx = 0.0;
-    for (var j = 0u; j < 4u; j++) {
-        let v = b.q[j];
-        for (var m = 0u; m < 4u; m++) {
-            let byte = v >> (8u * m);
-            let xl = x[xb + 4u * j + m];
-            let xh = x[xb + 16u + 4u * j + m];
-            s += xl * f32(byte & 0xFu) + xh * f32((byte >> 4u) & 0xFu);
-            sx += xl + xh;
-        }
+fn part_dot(u: u32, t: u32, xb: u32) -> XV {
+    let v = word(5u * u + 1u + t);
+    var s = XV();
+    var sx = XV();
+    for (var m = 0u; m < 4u; m++) {
+        let byte = v >> (8u * m);
+        let xl = xv(xb + 4u * t + m);
+        let xh = xv(xb + 16u + 4u * t + m);
+        s += xl * f32(byte & 0xFu) + xh * f32((byte >> 4u) & 0xFu);
+        sx += xl + xh;
     }
-    return b.d * s + b.m * sx;
+    let dm = word(5u * u);
+    return half(dm & 0xFFFFu) * s + half(dm >> 16u) * sx;
 }
 
 // @@ ggml_q8_0
-// llama.cpp Q8_0, 34-byte blocks: f16 d | 32 signed bytes; value q·d. Block u starts at byte 34u (offset 0 or 2).
+// llama.cpp Q8_0, 34-byte blocks: f16 d | 32 signed bytes; value q·d. Part t is elements 8t..8t+7.
 const EPU: u32 = 32u;
-
-struct Block8 {
-    d: f32,
-    lo: vec4<u32>,
-    hi: vec4<u32>,
-}
-
-fn block(u: u32) -> Block8 {
-    let byte = 34u * u;
-    let i = byte >> 2u;
-    var w: array<u32, 9>;
-    for (var j = 0u; j < 9u; j++) {
-        w[j] = word(i + j);
-    }
-    if (byte & 2u) == 0u {
-        var q: array<u32, 8>;
-        for (var j = 0u; j < 8u; j++) {
-            q[j] = (w[j] >> 16u) | (w[j + 1u] << 16u);
-        }
-        return Block8(half(w[0] & 0xFFFFu), vec4<u32>(q[0], q[1], q[2], q[3]), vec4<u32>(q[4], q[5], q[6], q[7]));
-    }
-    return Block8(half(w[0] >> 16u), vec4<u32>(w[1], w[2], w[3], w[4]), vec4<u32>(w[5], w[6], w[7], w[8]));
-}
+const SPU: u32 = 4u;
 
 fn q8(v: u32, m: u32) -> f32 {
     return f32(i32(v << (24u - 8u * m)) >> 24u);
 }
 
 fn unit_value(u: u32, k: u32) -> f32 {
-    let b = block(u);
-    let j = k & 15u;
-    let v = select(b.lo[j >> 2u], b.hi[j >> 2u], k >= 16u);
-    return q8(v, j & 3u) * b.d;
+    return q8(word_at(34u * u + 2u + 4u * (k >> 2u)), k & 3u) * half_at(34u * u);
 }
 
-fn unit_dot(u: u32, xb: u32) -> f32 {
-    let b = block(u);
-    var s = 0.0;
-    for (var j = 0u; j < 4u; j++) {
-        for (var m = 0u; m < 4u; m++) {
-            s += x[xb + 4u * j + m] * q8(b.lo[j], m) + x[xb + 16u + 4u * j + m] * q8(b.hi[j], m);
-        }
+fn part_dot(u: u32, t: u32, xb: u32) -> XV {
+    let lo = word_at(34u * u + 2u + 8u * t);
+    let hi = word_at(34u * u + 6u + 8u * t);
+    var s = XV();
+    for (var m = 0u; m < 4u; m++) {
+        s += xv(xb + 8u * t + m) * q8(lo, m) + xv(xb + 8u * t + 4u + m) * q8(hi, m);
     }
-    return b.d * s;
+    return half_at(34u * u) * s;
 }
 
 // @@ body
 @compute @workgroup_size(64)
 fn matvec(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let o = wg.x + wg.z * p.groups_x;
-    let b = wg.y;
-    var acc = 0.0;
+    b0 = wg.y * BT;
+    var acc = XV();
     if o < p.n_out {
-        // Row o is elements [start, end) of the flat tensor; x row b starts at xrow.
+        // Row o is elements [start, end) of the flat tensor; xv(i) reads its column i of x.
         let start = o * p.n_in;
         let end = start + p.n_in;
-        let xrow = b * p.n_in;
         let ua = (start + EPU - 1u) / EPU; // first whole unit
         let ub = end / EPU; // one past the last whole unit
-        for (var u = ua + lid.x; u < ub; u += 64u) {
-            acc += unit_dot(u, xrow + u * EPU - start);
+        // The whole units, SPU parts each, spread over the lanes.
+        let parts = select(0u, (ub - ua) * SPU, ub > ua);
+        for (var i = lid.x; i < parts; i += 64u) {
+            let u = ua + i / SPU;
+            acc += part_dot(u, i % SPU, u * EPU - start);
         }
         // The partial units at both ends (fewer than EPU ≤ 32 elements each), one element per lane.
         let head_end = min(end, ua * EPU);
         let eh = start + lid.x;
         if eh < head_end {
-            acc += x[xrow + lid.x] * unit_value(eh / EPU, eh % EPU);
+            acc += xv(lid.x) * unit_value(eh / EPU, eh % EPU);
         }
         let et = max(ub * EPU, head_end) + lid.x;
         if et < end {
-            acc += x[xrow + et - start] * unit_value(et / EPU, et % EPU);
+            acc += xv(et - start) * unit_value(et / EPU, et % EPU);
         }
     }
     partial[lid.x] = acc;
@@ -522,6 +517,11 @@ fn matvec(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) li
         workgroupBarrier();
     }
     if lid.x == 0u && o < p.n_out {
-        y[b * p.n_out + o] = activate(partial[0] * p.scale, p.act);
+        let sum = partial[0] * p.scale;
+        for (var r = 0u; r < BT; r++) {
+            if b0 + r < p.batch {
+                y[(b0 + r) * p.n_out + o] = activate(component(sum, r), p.act);
+            }
+        }
     }
 }

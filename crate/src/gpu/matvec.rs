@@ -100,14 +100,15 @@ impl Packing {
         }
     }
 
-    /// The module for this encoding with `parts` weight bindings.
-    fn source(self, shader_f16: bool, parts: usize) -> String {
+    /// The module for this encoding with `parts` weight bindings, computing `bt` (1 or 4) batch rows at a time.
+    fn source(self, shader_f16: bool, parts: usize, bt: u32) -> String {
         let mut s = String::new();
         if shader_f16 {
             s.push_str("enable f16;\n\n");
         }
         s.push_str(ACTIVATION_WGSL);
         s.push_str(section("common"));
+        s.push_str(section(if bt == 1 { "xv1" } else { "xv4" }));
         // float16 on the shader-f16 path reads its words as pairs of halves.
         let ty = if shader_f16 { "vec2<f16>" } else { "u32" };
         for k in 0..parts {
@@ -154,7 +155,10 @@ impl Packing {
                 s.push_str(section("packed"));
             }
             Packing::LoomQ4_0 => s.push_str(section("loom_q4_0")),
-            Packing::Ggml(_) => s.push_str(section(&self.key())),
+            Packing::Ggml(_) => {
+                s.push_str(section("ggml_bytes"));
+                s.push_str(section(&self.key()));
+            }
         }
         s.push_str(section("body"));
         s
@@ -294,7 +298,7 @@ impl MatVec {
             packing,
             shader_f16: shader_f16 && packing.has_halves(),
         };
-        kernel.pipeline(gpu, 1)?;
+        kernel.pipeline(gpu, 1, 1)?;
         Ok(kernel)
     }
 
@@ -312,13 +316,13 @@ impl MatVec {
         self.shader_f16
     }
 
-    fn pipeline(&self, gpu: &Gpu, parts: usize) -> Result<Arc<wgpu::ComputePipeline>> {
+    fn pipeline(&self, gpu: &Gpu, parts: usize, bt: u32) -> Result<Arc<wgpu::ComputePipeline>> {
         let key = format!(
-            "matvec/{}/{}/{parts}",
+            "matvec/{}/{}/{parts}/{bt}",
             self.packing.key(),
             if self.shader_f16 { "f16" } else { "f32" }
         );
-        gpu.pipeline(&key, &self.packing.source(self.shader_f16, parts), "matvec")
+        gpu.pipeline(&key, &self.packing.source(self.shader_f16, parts, bt), "matvec")
     }
 
     /// Records `y = act(W·x)` for `batch` rows of `x` (`[batch][n_in]` f32) into `encoder`; `y` receives
@@ -345,12 +349,18 @@ impl MatVec {
         let n_out = w.n_out as u32;
         let groups_x = n_out.clamp(1, max);
         let groups_z = n_out.div_ceil(groups_x).max(1);
-        if groups_z > max || batch > max {
+        // A batch of 2 or more is computed 4 rows per workgroup, each decoded weight serving all 4.
+        let bt = if batch > 1 { 4 } else { 1 };
+        let groups_y = batch.div_ceil(bt);
+        if groups_z > max || groups_y > max {
             return Err(LoomError::Unsupported(format!(
                 "matvec of {n_out} rows × batch {batch} exceeds {max} workgroups per dimension"
             )));
         }
-        let pipeline = self.pipeline(gpu, w.parts.len())?;
+        if batch == 0 {
+            return Ok(());
+        }
+        let pipeline = self.pipeline(gpu, w.parts.len(), bt)?;
         let params: [u32; 8] = [
             w.n_in as u32,
             n_out,
@@ -359,7 +369,7 @@ impl MatVec {
             w.scale.to_bits(),
             w.words_per_part,
             w.aux,
-            0,
+            batch,
         ];
         let params = gpu.uniform("matvec params", bytemuck::cast_slice(&params));
         let mut buffers = vec![&params, x, y];
@@ -368,7 +378,7 @@ impl MatVec {
         let mut pass = encoder.begin_compute_pass(&Default::default());
         pass.set_pipeline(&pipeline);
         pass.set_bind_group(0, &bind, &[]);
-        pass.dispatch_workgroups(groups_x, batch, groups_z);
+        pass.dispatch_workgroups(groups_x, groups_y, groups_z);
         Ok(())
     }
 
