@@ -57,14 +57,15 @@ pub(crate) fn dense(layer: &Layer, path: &str, x: &Tensor, state: &mut State) ->
 /// (f64x2 on wasm simd128 / SSE2, wider with AVX) without changing a single rounding.
 const LANES: usize = 4;
 
-/// `y[o] = tiled_dot(0, x, W[o])` for every row `o` of `w` (`[y.len()][x.len()]`), `LANES` rows at a time.
+/// `y[o] = tiled_dot(y[o], x, W[o])` for every row `o` of `w` (`[y.len()][x.len()]`), `LANES` rows at a time:
+/// each output starts from the value `y` holds (0 for Dense, the bias for SwiGLU's down projection).
 pub(crate) fn matvec_tiled(x: &[f32], w: &[f32], y: &mut [f32], t: usize) {
     let n = x.len();
     let blocks = y.len() / LANES;
     for blk in 0..blocks {
         let o0 = blk * LANES;
         let rows: [&[f32]; LANES] = std::array::from_fn(|k| &w[(o0 + k) * n..(o0 + k + 1) * n]);
-        let mut acc32 = [0f32; LANES];
+        let mut acc32: [f32; LANES] = std::array::from_fn(|k| y[o0 + k]);
         let mut start = 0;
         while start < n {
             let end = (start + t).min(n);
@@ -81,7 +82,31 @@ pub(crate) fn matvec_tiled(x: &[f32], w: &[f32], y: &mut [f32], t: usize) {
         y[o0..o0 + LANES].copy_from_slice(&acc32);
     }
     for (o, v) in y.iter_mut().enumerate().skip(blocks * LANES) {
-        *v = tiled_dot(0.0, x, &w[o * n..(o + 1) * n], t);
+        *v = tiled_dot(*v, x, &w[o * n..(o + 1) * n], t);
+    }
+}
+
+/// `y[o] = init[o] + Σ x·W[o]` summed entirely in f64 (no tile roundings), `LANES` rows at a time.
+fn matvec_f64(x: &[f32], w: &[f32], init: &[f32], y: &mut [f64]) {
+    let n = x.len();
+    let blocks = y.len() / LANES;
+    for blk in 0..blocks {
+        let o0 = blk * LANES;
+        let rows: [&[f32]; LANES] = std::array::from_fn(|k| &w[(o0 + k) * n..(o0 + k + 1) * n]);
+        let mut acc: [f64; LANES] = std::array::from_fn(|k| f64::from(init[o0 + k]));
+        for (i, xi) in x.iter().enumerate() {
+            let xi = f64::from(*xi);
+            for k in 0..LANES {
+                acc[k] += xi * f64::from(rows[k][i]);
+            }
+        }
+        y[o0..o0 + LANES].copy_from_slice(&acc);
+    }
+    for (o, v) in y.iter_mut().enumerate().skip(blocks * LANES) {
+        *v = x
+            .iter()
+            .zip(&w[o * n..(o + 1) * n])
+            .fold(f64::from(init[o]), |acc, (a, b)| acc + f64::from(*a) * f64::from(*b));
     }
 }
 
@@ -105,21 +130,16 @@ pub(crate) fn swiglu(layer: &Layer, path: &str, x: &Tensor, state: &mut State) -
     let (bu, bd) = rest.split_at(i);
     let t = tile(layer);
     let mut out = Vec::with_capacity(x.data.len());
-    let mut inter = vec![0f32; i];
+    let (mut g, mut u, mut inter) = (vec![0f64; i], vec![0f64; i], vec![0f32; i]);
     for row in x.data.chunks(h) {
-        for (j, v) in inter.iter_mut().enumerate() {
-            let dot = |wm: &[f32], b: f32| {
-                row.iter()
-                    .zip(&wm[j * h..(j + 1) * h])
-                    .fold(f64::from(b), |acc, (a, w)| acc + f64::from(*a) * f64::from(*w))
-            };
-            let g = dot(wg, bg[j]);
-            let u = dot(wu, bu[j]);
-            *v = (g * gomath::sigmoid(g) * u) as f32;
+        matvec_f64(row, wg, bg, &mut g);
+        matvec_f64(row, wu, bu, &mut u);
+        for ((v, g), u) in inter.iter_mut().zip(&g).zip(&u) {
+            *v = (g * gomath::sigmoid(*g) * u) as f32;
         }
-        for (o, b) in bd.iter().enumerate() {
-            out.push(tiled_dot(*b, &inter, &wd[o * i..(o + 1) * i], t));
-        }
+        let start = out.len();
+        out.extend_from_slice(bd);
+        matvec_tiled(&inter, wd, &mut out[start..], t);
     }
     Tensor::new(out, x.shape.clone())
 }
