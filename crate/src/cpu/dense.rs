@@ -46,10 +46,8 @@ pub(crate) fn dense(layer: &Layer, path: &str, x: &Tensor, state: &mut State) ->
     let w = weights(layer, path, state)?;
     let t = tile(layer);
     let mut out = vec![0f32; batch * n_out];
-    for (row, y) in x.data.chunks(n_in).zip(out.chunks_mut(n_out)) {
-        matvec_tiled(row, &w, y, t);
-        y.iter_mut().for_each(|v| *v = activate(layer.activation, *v));
-    }
+    matvec_tiled(&x.data, &w, &mut out, n_in, t);
+    out.iter_mut().for_each(|v| *v = activate(layer.activation, *v));
     Tensor::new(out, vec![batch, n_out])
 }
 
@@ -57,32 +55,42 @@ pub(crate) fn dense(layer: &Layer, path: &str, x: &Tensor, state: &mut State) ->
 /// (f64x2 on wasm simd128 / SSE2, wider with AVX) without changing a single rounding.
 const LANES: usize = 4;
 
-/// `y[o] = tiled_dot(y[o], x, W[o])` for every row `o` of `w` (`[y.len()][x.len()]`), `LANES` rows at a time:
-/// each output starts from the value `y` holds (0 for Dense, the bias for SwiGLU's down projection).
-pub(crate) fn matvec_tiled(x: &[f32], w: &[f32], y: &mut [f32], t: usize) {
-    let n = x.len();
-    let blocks = y.len() / LANES;
+/// `y[b][o] = tiled_dot(y[b][o], x[b], W[o])` for every batch row `b` of `x` (`[batch][n_in]`) and row `o` of `w`
+/// (`[n_out][n_in]`), `LANES` weight rows at a time: each output starts from the value `y` holds (0 for Dense, the
+/// bias for SwiGLU's down projection). Output blocks are the outer loop, so a block of weight rows stays in cache
+/// while every batch row uses it.
+pub(crate) fn matvec_tiled(x: &[f32], w: &[f32], y: &mut [f32], n_in: usize, t: usize) {
+    if n_in == 0 || x.is_empty() {
+        return; // no inputs: every output keeps its start value, as an empty sum does
+    }
+    let batch = x.len() / n_in;
+    let n_out = y.len() / batch;
+    let blocks = n_out / LANES;
     for blk in 0..blocks {
         let o0 = blk * LANES;
-        let rows: [&[f32]; LANES] = std::array::from_fn(|k| &w[(o0 + k) * n..(o0 + k + 1) * n]);
-        let mut acc32: [f32; LANES] = std::array::from_fn(|k| y[o0 + k]);
-        let mut start = 0;
-        while start < n {
-            let end = (start + t).min(n);
-            let mut acc: [f64; LANES] = acc32.map(f64::from);
-            for i in start..end {
-                let xi = f64::from(x[i]);
-                for k in 0..LANES {
-                    acc[k] += xi * f64::from(rows[k][i]);
+        let rows: [&[f32]; LANES] = std::array::from_fn(|k| &w[(o0 + k) * n_in..(o0 + k + 1) * n_in]);
+        for (xb, yb) in x.chunks(n_in).zip(y.chunks_mut(n_out)) {
+            let mut acc32: [f32; LANES] = std::array::from_fn(|k| yb[o0 + k]);
+            let mut start = 0;
+            while start < n_in {
+                let end = (start + t).min(n_in);
+                let mut acc: [f64; LANES] = acc32.map(f64::from);
+                for i in start..end {
+                    let xi = f64::from(xb[i]);
+                    for k in 0..LANES {
+                        acc[k] += xi * f64::from(rows[k][i]);
+                    }
                 }
+                acc32 = acc.map(|a| a as f32);
+                start = end;
             }
-            acc32 = acc.map(|a| a as f32);
-            start = end;
+            yb[o0..o0 + LANES].copy_from_slice(&acc32);
         }
-        y[o0..o0 + LANES].copy_from_slice(&acc32);
     }
-    for (o, v) in y.iter_mut().enumerate().skip(blocks * LANES) {
-        *v = tiled_dot(*v, x, &w[o * n..(o + 1) * n], t);
+    for (xb, yb) in x.chunks(n_in).zip(y.chunks_mut(n_out)) {
+        for (o, v) in yb.iter_mut().enumerate().skip(blocks * LANES) {
+            *v = tiled_dot(*v, xb, &w[o * n_in..(o + 1) * n_in], t);
+        }
     }
 }
 
@@ -139,7 +147,7 @@ pub(crate) fn swiglu(layer: &Layer, path: &str, x: &Tensor, state: &mut State) -
         }
         let start = out.len();
         out.extend_from_slice(bd);
-        matvec_tiled(&inter, wd, &mut out[start..], t);
+        matvec_tiled(&inter, wd, &mut out[start..], i, t);
     }
     Tensor::new(out, x.shape.clone())
 }
