@@ -182,13 +182,19 @@ fn layout(layer: &Layer, path: &str, x: &Tensor, d: usize) -> Result<(usize, usi
     } else {
         0
     };
-    let per_row = |rows: usize| x.data.len() / rows.saturating_mul(d);
-    let (batch, seq) = match *x.shape.as_slice() {
-        [] => {
-            return Err(LoomError::InvalidInput(format!(
-                "{path}: MultiHeadAttention needs a [seq, {d}] or [batch, seq, {d}] input, got a scalar"
-            )))
-        }
+    mha_layout(&x.shape, x.data.len(), d, seq_len).ok_or_else(|| {
+        LoomError::InvalidInput(format!(
+            "{path}: MultiHeadAttention needs a [seq, {d}] or [batch, seq, {d}] input, got a scalar"
+        ))
+    })
+}
+
+/// Loom's `mhaParseLayout`: `(batch, seq)` of an input of `shape` holding `len` values, for width `d` and the
+/// layer's `seq_length` (0 when unset); `None` for a scalar. Shared by the CPU and GPU paths.
+pub(crate) fn mha_layout(shape: &[usize], len: usize, d: usize, seq_len: usize) -> Option<(usize, usize)> {
+    let per_row = |rows: usize| len / rows.saturating_mul(d);
+    let (batch, seq) = match *shape {
+        [] => return None,
         [b, s, last] => {
             if last == d {
                 (b, s)
@@ -217,7 +223,7 @@ fn layout(layer: &Layer, path: &str, x: &Tensor, d: usize) -> Result<(usize, usi
             }
         }
     };
-    Ok((batch, seq.max(1)))
+    Some((batch, seq.max(1)))
 }
 
 pub(crate) fn mha(layer: &Layer, path: &str, x: &Tensor, state: &mut State) -> Result<Tensor> {

@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 pub use activation::activate;
+pub(crate) use attention::mha_layout;
 
 use crate::error::{LoomError, Result};
 use crate::network::{Layer, LayerType, Network};

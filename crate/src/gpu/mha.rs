@@ -89,46 +89,14 @@ impl Dims {
         })
     }
 
-    /// Loom's `mhaParseLayout`: `(batch, seq)` (mirrors the CPU's private `layout`).
+    /// Loom's `mhaParseLayout`: `(batch, seq)`, as the CPU path parses it.
     fn layout(&self, shape: &[usize], len: usize) -> Result<(usize, usize)> {
         let d = self.d;
-        let per_row = |rows: usize| len / rows.saturating_mul(d);
-        let seq_len = self.seq_length;
-        let (batch, seq) = match *shape {
-            [] => {
-                return Err(LoomError::InvalidInput(format!(
-                    "MultiHeadAttention needs a [seq, {d}] or [batch, seq, {d}] input, got a scalar"
-                )))
-            }
-            [b, s, last] => {
-                if last == d {
-                    (b, s)
-                } else if seq_len > 0 {
-                    (b, seq_len)
-                } else if b > 0 {
-                    (b, per_row(b))
-                } else {
-                    (b, s)
-                }
-            }
-            [s, last] => {
-                if last == d {
-                    (1, s)
-                } else if seq_len > 0 {
-                    (1, seq_len)
-                } else {
-                    (1, per_row(1))
-                }
-            }
-            _ => {
-                if seq_len > 0 {
-                    (1, seq_len)
-                } else {
-                    (1, per_row(1))
-                }
-            }
-        };
-        Ok((batch, seq.max(1)))
+        crate::cpu::mha_layout(shape, len, d, self.seq_length).ok_or_else(|| {
+            LoomError::InvalidInput(format!(
+                "MultiHeadAttention needs a [seq, {d}] or [batch, seq, {d}] input, got a scalar"
+            ))
+        })
     }
 }
 
