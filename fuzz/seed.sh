@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# Seeds fuzz/corpus/<target>/ from the conformance corpus (the corpus directories are not committed).
+# Seeds fuzz/corpus/<target>/ from Loom's corpora (the corpus directories are not committed).
 set -euo pipefail
 cd "$(dirname "$0")"
 cases=../testdata/conformance/cases
 mkdir -p corpus/entity_read corpus/entity_header corpus/loom_json_read corpus/q4_0_parse
-for f in "$cases"/*/*.entity; do
-    id=$(basename "$(dirname "$f")")-$(basename "$f")
-    cp "$f" "corpus/entity_read/$id"
-    cp "$f" "corpus/entity_header/$id"
-done
-for f in "$cases"/*/*.json; do
-    case "$(basename "$f")" in manifest.json) continue ;; esac
-    cp "$f" "corpus/loom_json_read/$(basename "$(dirname "$f")")-$(basename "$f")"
+for dir in ../testdata/conformance/cases ../testdata/loom-extra/cases; do
+    [ -d "$dir" ] || continue
+    tag=$(basename "$(dirname "$dir")")
+    for f in "$dir"/*/*.entity; do
+        id=$tag-$(basename "$(dirname "$f")")-$(basename "$f")
+        cp "$f" "corpus/entity_read/$id"
+        cp "$f" "corpus/entity_header/$id"
+    done
+    for f in "$dir"/*/*.json; do
+        cp "$f" "corpus/loom_json_read/$tag-$(basename "$(dirname "$f")")-$(basename "$f")"
+    done
 done
 for f in "$cases"/q4_0_pack_vectors/*.bin; do
     cp "$f" "corpus/q4_0_parse/$(basename "$f")"

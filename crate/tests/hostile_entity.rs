@@ -32,6 +32,9 @@ fn raw(text: &str) -> Value {
 /// or succeeds when only a `transformer.*` blob was wrong (selective loads skip those, spec §8).
 fn read_fails(input: &[u8]) -> LoomError {
     let e = must_fail(input, entity::read);
+    // The zero-copy reader refuses it the same way.
+    let shared = bytes::Bytes::copy_from_slice(input);
+    assert_eq!(must_fail(input, |_| entity::read_bytes(shared)), e);
     let (r, peak) = peak_alloc(|| entity::read_layers(input, &[0, 1, 2, 3]));
     assert!(peak <= alloc_bound(input.len()));
     if let Err(e2) = r {
@@ -742,6 +745,11 @@ fn writing_a_read_network_leaves_it_intact_and_rereads_equal() {
         let written = entity::write(&mut net).unwrap();
         // The network the user holds is unchanged by saving it.
         assert_eq!(net, read, "{case}");
+        // Likewise when its weights are slices of the file buffer (zero-copy read).
+        let mut shared = entity::read_bytes(bytes::Bytes::from(bytes.clone())).unwrap();
+        assert_eq!(shared, read, "{case}");
+        assert_eq!(entity::write(&mut shared).unwrap(), written, "{case}");
+        assert_eq!(shared, read, "{case}");
         let again = entity::read(&written).unwrap();
         // RMSNorm comes back float32 from its master (spec §8); every other layer keeps dtype and values.
         let has_quantized_rmsnorm = read.layers.iter().any(|l| {
