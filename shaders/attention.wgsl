@@ -64,35 +64,6 @@ fn kv_update(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgro
 
 var<workgroup> qs: array<f32, MAX_HEAD_DIM>;
 var<workgroup> sc: array<f32, CHUNK>;
-var<workgroup> red: array<f32, 64>;
-
-fn max64(v: f32, lane: u32) -> f32 {
-    red[lane] = v;
-    workgroupBarrier();
-    for (var s = 32u; s > 0u; s >>= 1u) {
-        if lane < s {
-            red[lane] = max(red[lane], red[lane + s]);
-        }
-        workgroupBarrier();
-    }
-    let total = red[0];
-    workgroupBarrier();
-    return total;
-}
-
-fn sum64(v: f32, lane: u32) -> f32 {
-    red[lane] = v;
-    workgroupBarrier();
-    for (var s = 32u; s > 0u; s >>= 1u) {
-        if lane < s {
-            red[lane] += red[lane + s];
-        }
-        workgroupBarrier();
-    }
-    let total = red[0];
-    workgroupBarrier();
-    return total;
-}
 
 // Index of element i of KV head `kvh` at timeline position `pos`.
 fn kv_at(pos: u32, kvh: u32, i: u32) -> u32 {

@@ -22,21 +22,6 @@ struct Params {
 @group(0) @binding(2) var<storage, read> w: array<f32>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 
-var<workgroup> red: array<f32, 64>;
-
-fn sum64(v: f32, lane: u32) -> f32 {
-    red[lane] = v;
-    workgroupBarrier();
-    for (var s = 32u; s > 0u; s >>= 1u) {
-        if lane < s {
-            red[lane] += red[lane + s];
-        }
-        workgroupBarrier();
-    }
-    let total = red[0];
-    workgroupBarrier();
-    return total;
-}
 
 @compute @workgroup_size(64)
 fn rms_norm(

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::kernel::{check_binding, dispatch, grid_for, storage_f32, u32_dim};
-use super::Gpu;
+use super::{Gpu, REDUCE_WGSL};
 use crate::error::{LoomError, Result};
 
 const ATTENTION_WGSL: &str = include_str!("../../../shaders/attention.wgsl");
@@ -84,9 +84,10 @@ pub struct Attention {
 
 impl Attention {
     pub fn new(gpu: &Gpu) -> Result<Attention> {
+        let source = format!("{REDUCE_WGSL}\n{ATTENTION_WGSL}");
         Ok(Attention {
-            kv_update: gpu.pipeline("attention_kv_update", ATTENTION_WGSL, "kv_update")?,
-            attend: gpu.pipeline("attention_attend", ATTENTION_WGSL, "attend")?,
+            kv_update: gpu.pipeline("attention_kv_update", &source, "kv_update")?,
+            attend: gpu.pipeline("attention_attend", &source, "attend")?,
         })
     }
 

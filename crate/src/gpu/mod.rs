@@ -49,6 +49,9 @@ pub fn activation_id(a: Activation) -> u32 {
 /// WGSL shared by kernels that apply an activation.
 pub const ACTIVATION_WGSL: &str = include_str!("../../../shaders/activation.wgsl");
 
+/// WGSL shared by kernels that reduce a row in one 64-lane workgroup.
+pub const REDUCE_WGSL: &str = include_str!("../../../shaders/reduce.wgsl");
+
 /// A GPU device with the adapter's own limits, its detected features, and cached pipelines.
 pub struct Gpu {
     pub device: wgpu::Device,

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::kernel::{check_binding, dispatch, grid, storage_f32, u32_dim};
-use super::Gpu;
+use super::{Gpu, REDUCE_WGSL};
 use crate::cpu::Tensor;
 use crate::error::{LoomError, Result};
 use crate::network::{Layer, LayerType};
@@ -24,9 +24,10 @@ pub struct Norm {
 
 impl Norm {
     pub fn new(gpu: &Gpu) -> Result<Norm> {
+        let source = format!("{REDUCE_WGSL}\n{NORM_WGSL}");
         Ok(Norm {
-            rms: gpu.pipeline("norm_rms", NORM_WGSL, "rms_norm")?,
-            layer: gpu.pipeline("norm_layer", NORM_WGSL, "layer_norm")?,
+            rms: gpu.pipeline("norm_rms", &source, "rms_norm")?,
+            layer: gpu.pipeline("norm_layer", &source, "layer_norm")?,
         })
     }
 

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::kernel::{check_binding, dispatch, grid, storage_f32, u32_dim};
-use super::Gpu;
+use super::{Gpu, REDUCE_WGSL};
 use crate::cpu::Tensor;
 use crate::error::{LoomError, Result};
 use crate::network::{Layer, LayerType, SoftmaxType};
@@ -19,7 +19,7 @@ pub struct Softmax {
 impl Softmax {
     pub fn new(gpu: &Gpu) -> Result<Softmax> {
         Ok(Softmax {
-            pipeline: gpu.pipeline("softmax_rows", SOFTMAX_WGSL, "softmax")?,
+            pipeline: gpu.pipeline("softmax_rows", &format!("{REDUCE_WGSL}\n{SOFTMAX_WGSL}"), "softmax")?,
         })
     }
 
