@@ -9,12 +9,15 @@
 //!
 //! Without a mode (as under `cargo test --all-targets`) it prints its usage and exits successfully.
 
+mod common;
+
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
+use common::{loadavg, median, ms_since};
 use loom_wasm::formats::{entity, loom_json, safetensors};
 use serde_json::{json, Value};
 
@@ -41,21 +44,6 @@ fn main() -> BoxResult<()> {
     };
     println!("{}", serde_json::to_string_pretty(&report)?);
     Ok(())
-}
-
-fn ms_since(t: Instant) -> f64 {
-    t.elapsed().as_secs_f64() * 1e3
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    }
 }
 
 fn bench_entity(files: &[String], runs: usize) -> BoxResult<Value> {
@@ -146,13 +134,6 @@ fn bench_entity(files: &[String], runs: usize) -> BoxResult<Value> {
         }));
     }
     Ok(json!({ "results": out, "loadavg_end": loadavg() }))
-}
-
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .unwrap_or_default()
-        .trim()
-        .to_string()
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -10,8 +10,11 @@
 //!
 //! Without arguments (as under `cargo test --all-targets`) it prints its usage and exits successfully.
 
+mod common;
+
 use std::time::Instant;
 
+use common::{loadavg, median, ms_since};
 use loom_wasm::cpu::CpuModel;
 use loom_wasm::formats::entity;
 use serde_json::{json, Value};
@@ -168,25 +171,4 @@ fn thread_cpu_ns() -> Option<u64> {
 #[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
 fn thread_cpu_ns() -> Option<u64> {
     None
-}
-
-fn ms_since(t: Instant) -> f64 {
-    t.elapsed().as_secs_f64() * 1e3
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    }
-}
-
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
 }

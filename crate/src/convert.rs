@@ -147,8 +147,7 @@ pub fn for_each_layer_mut(net: &mut Network, f: &mut dyn FnMut(&str, &mut Layer)
 /// The weights forward reads, per layer path.
 fn active_values(net: &Network) -> BTreeMap<String, (DType, Vec<f32>)> {
     let mut out = BTreeMap::new();
-    let mut net = net.clone();
-    for_each_layer_mut(&mut net, &mut |path, layer| {
+    net.for_each_layer(&mut |path, layer| {
         if let Some(ws) = &layer.weights {
             out.insert(path.to_string(), (layer.dtype, ws.active(layer.dtype)));
         }

@@ -2,7 +2,7 @@
 
 use super::safetensors::{self as st, TensorData};
 use crate::error::Result;
-use crate::network::{Layer, Network};
+use crate::network::Network;
 
 /// A layer's float32 master weights under its tensor name.
 pub struct NamedTensor {
@@ -19,23 +19,17 @@ pub fn tensor_name(path: &str) -> String {
 
 /// The float32 masters of every layer with weights, top-level only (as Loom) or nested too.
 pub fn master_tensors(net: &Network, nested: bool) -> Vec<NamedTensor> {
-    fn visit(layer: &Layer, path: String, nested: bool, out: &mut Vec<NamedTensor>) {
-        if let Some(ws) = &layer.weights {
+    let mut out = Vec::new();
+    net.for_each_layer(&mut |path, layer| {
+        // Top-level paths have no dot after `layers.<i>`.
+        let top_level = path.matches('.').count() == 1;
+        if let (Some(ws), true) = (&layer.weights, nested || top_level) {
             out.push(NamedTensor {
-                name: tensor_name(&path),
+                name: tensor_name(path),
                 values: ws.master_values(),
             });
         }
-        if nested {
-            for (seg, child) in layer.children() {
-                visit(child, format!("{path}.{seg}"), nested, out);
-            }
-        }
-    }
-    let mut out = Vec::new();
-    for (i, layer) in net.layers.iter().enumerate() {
-        visit(layer, format!("layers.{i}"), nested, &mut out);
-    }
+    });
     out
 }
 

@@ -110,6 +110,20 @@ impl Network {
         Ok(((z * self.rows + y) * self.cols + x) * self.layers_per_cell + l)
     }
 
+    /// Calls `f(path, layer)` on every layer, nested ones included, in Loom's blob order (`layers.<i>` then its
+    /// parallel branches, sequential layers and meta-observed layer, depth first).
+    pub fn for_each_layer(&self, f: &mut dyn FnMut(&str, &Layer)) {
+        fn visit(layer: &Layer, path: String, f: &mut dyn FnMut(&str, &Layer)) {
+            f(&path, layer);
+            for (seg, child) in layer.children() {
+                visit(child, format!("{path}.{seg}"), f);
+            }
+        }
+        for (i, layer) in self.layers.iter().enumerate() {
+            visit(layer, format!("layers.{i}"), f);
+        }
+    }
+
     /// Total number of weights, nested layers included.
     pub fn total_weights(&self) -> usize {
         self.layers.iter().map(Layer::total_weights).sum()
