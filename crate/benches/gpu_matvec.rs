@@ -11,11 +11,8 @@
 //! It prints a Markdown table. Without `--bench` (as under `cargo test --all-targets`) it prints its usage and
 //! exits successfully.
 
-mod common;
-
 use std::time::Instant;
 
-use common::median;
 use loom_wasm::dtype::ggml::GgmlType;
 use loom_wasm::dtype::{auto_scale, q4_0, quantize, DType};
 use loom_wasm::gpu::{Gpu, MatVec, PackedWeights, Packing};
@@ -178,7 +175,8 @@ fn main() -> BoxResult<()> {
                     times.push(t0.elapsed().as_secs_f64());
                 }
             }
-            let t = median(&times);
+            times.sort_by(f64::total_cmp);
+            let t = times[times.len() / 2];
             println!(
                 "| {} | {n_in}×{n_out} | {} | {:.2} | {:.2} | {:.2} |",
                 case.name,
