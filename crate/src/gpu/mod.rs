@@ -13,6 +13,7 @@ mod model;
 mod norm;
 mod rope;
 mod softmax;
+mod tensor;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,6 +29,7 @@ pub use model::GpuModel;
 pub use norm::{Norm, LAYER_NORM_EPS, RMS_NORM_EPS};
 pub use rope::{rope_table, Rope};
 pub use softmax::Softmax;
+pub use tensor::GpuTensor;
 
 use crate::error::{LoomError, Result};
 use crate::network::Activation;
