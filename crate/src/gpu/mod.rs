@@ -4,13 +4,16 @@
 
 mod argmax;
 mod attention;
+mod conv;
 mod elementwise;
 mod embedding;
 mod kernel;
+mod kmeans;
 mod matvec;
 mod mha;
 mod model;
 mod norm;
+mod recurrent;
 mod rope;
 mod softmax;
 mod tensor;
@@ -21,12 +24,15 @@ use std::sync::{Arc, Mutex};
 
 pub use argmax::{first_argmax, Argmax};
 pub use attention::{AttendArgs, Attention, KvCache, MAX_HEAD_DIM};
+pub use conv::{Conv, ConvWeights};
 pub use elementwise::Elementwise;
 pub use embedding::{Embedding, EmbeddingTable};
+pub use kmeans::{KMeans, KMeansWeights};
 pub use matvec::{dense_weights, packed_values, MatVec, PackedWeights, Packing, MAX_WEIGHT_BINDINGS};
 pub use mha::{Mha, MHA_MAX_SEQ};
 pub use model::GpuModel;
 pub use norm::{Norm, LAYER_NORM_EPS, RMS_NORM_EPS};
+pub use recurrent::{Recurrent, RecurrentWeights};
 pub use rope::{rope_table, Rope};
 pub use softmax::Softmax;
 pub use tensor::GpuTensor;
