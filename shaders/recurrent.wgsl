@@ -1,14 +1,13 @@
-// RNN and LSTM (CPU twin: crate::cpu recurrent.rs): x [B][T][in], y [B][T][hidden]. One 64-lane workgroup per batch
-// row (rows over a 2-D grid: wg.y · num_workgroups.x + wg.x) walks the T steps in order; each lane owns the hidden
-// units lane, lane + 64, ... for the whole walk. h_{t−1} is read back from y (the previous step's output), so the
-// lanes meet at a storage barrier after every step. Every row starts from zero state: nothing is carried between
-// calls, as on the CPU. Weights per gate: Wih [hidden × in], Whh [hidden × hidden], b [hidden], gates one after
-// another (LSTM: i, f, g, o).
+// RNN and LSTM (CPU twin: crate::cpu recurrent.rs): x [B][T][in], y [B][T][hidden]. One dispatch per time step t,
+// one thread per (batch row, hidden unit), 64 lanes per workgroup over a 2-D grid (flat index
+// gid.y · num_workgroups.x · 64 + gid.x). h_{t−1} is read back from y (the previous step's output, written by the
+// previous dispatch). Every row starts from zero state at t = 0: nothing is carried between calls, as on the CPU.
+// Weights per gate: Wih [hidden × in], Whh [hidden × hidden], b [hidden], gates one after another (LSTM: i, f, g, o).
 //   rnn:  h_t = tanh(b + Σ Wih·x_t + Σ Whh·h_{t−1}), one f32 sum in that order (the CPU's is f64).
 //   lstm: each gate's pre-activation starts at b and adds the input terms, then the hidden terms, in tiles of
 //         `tile` terms summed from zero and added to the running value (the CPU's tiles are f64, rounded to f32 as
-//         they are added; here everything is f32). c = σ(f)·c_prev + σ(i)·tanh(g), h = σ(o)·tanh(c); the lane keeps
-//         its units' c in `cell` (the CPU carries h and c in f64; here in f32).
+//         they are added; here everything is f32). c = σ(f)·c_prev + σ(i)·tanh(g), h = σ(o)·tanh(c), with c kept in
+//         `cell` [B][hidden] from step to step (the CPU carries h and c in f64; here in f32).
 
 struct Params {
     batch: u32,
@@ -16,7 +15,7 @@ struct Params {
     input: u32,
     hidden: u32,
     tile: u32,
-    _p0: u32,
+    t: u32,
     _p1: u32,
     _p2: u32,
 }
@@ -41,40 +40,39 @@ fn gate_start(g: u32) -> u32 {
     return g * p.hidden * (p.input + p.hidden + 1u);
 }
 
+// The (batch row, hidden unit) of this thread; rows past the batch have nothing to do.
+fn unit(gid: vec3<u32>, nwg: vec3<u32>) -> vec2<u32> {
+    let i = gid.y * nwg.x * 64u + gid.x;
+    return vec2<u32>(i / p.hidden, i % p.hidden);
+}
+
 @compute @workgroup_size(64)
-fn rnn(
-    @builtin(workgroup_id) wg: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) lane: u32,
-) {
-    let b = wg.y * nwg.x + wg.x;
+fn rnn(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let bh = unit(gid, nwg);
+    let b = bh.x;
+    let h = bh.y;
     if b >= p.batch {
         return;
     }
-    let wih = 0u;
     let whh = p.hidden * p.input;
     let bias = whh + p.hidden * p.hidden;
-    for (var t = 0u; t < p.steps; t++) {
-        let xt = (b * p.steps + t) * p.input;
-        let out = (b * p.steps + t) * p.hidden;
-        for (var h = lane; h < p.hidden; h += 64u) {
-            var sum = w[bias + h];
-            for (var i = 0u; i < p.input; i++) {
-                sum += x[xt + i] * w[wih + h * p.input + i];
-            }
-            if t > 0u {
-                let prev = out - p.hidden;
-                for (var j = 0u; j < p.hidden; j++) {
-                    sum += y[prev + j] * w[whh + h * p.hidden + j];
-                }
-            }
-            y[out + h] = tanh_f32(sum);
-        }
-        storageBarrier();
+    let xt = (b * p.steps + p.t) * p.input;
+    let out = (b * p.steps + p.t) * p.hidden;
+    var sum = w[bias + h];
+    for (var i = 0u; i < p.input; i++) {
+        sum += x[xt + i] * w[h * p.input + i];
     }
+    // h_{−1} is zero: its terms add nothing.
+    if p.t > 0u {
+        let prev = out - p.hidden;
+        for (var j = 0u; j < p.hidden; j++) {
+            sum += y[prev + j] * w[whh + h * p.hidden + j];
+        }
+    }
+    y[out + h] = tanh_f32(sum);
 }
 
-// Gate `g`'s pre-activation for unit `h` at step t (input at x[xt..], previous output at y[prev..] when t > 0).
+// Gate `g`'s pre-activation for unit `h` (input at x[xt..], previous output at y[prev..] unless `first`).
 fn lstm_gate(g: u32, h: u32, xt: u32, prev: u32, first: bool) -> f32 {
     let start = gate_start(g);
     let wih = start + h * p.input;
@@ -101,29 +99,23 @@ fn lstm_gate(g: u32, h: u32, xt: u32, prev: u32, first: bool) -> f32 {
 }
 
 @compute @workgroup_size(64)
-fn lstm(
-    @builtin(workgroup_id) wg: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) lane: u32,
-) {
-    let b = wg.y * nwg.x + wg.x;
+fn lstm(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let bh = unit(gid, nwg);
+    let b = bh.x;
+    let h = bh.y;
     if b >= p.batch {
         return;
     }
-    for (var t = 0u; t < p.steps; t++) {
-        let xt = (b * p.steps + t) * p.input;
-        let out = (b * p.steps + t) * p.hidden;
-        let prev = out - select(p.hidden, 0u, t == 0u);
-        for (var h = lane; h < p.hidden; h += 64u) {
-            let gi = lstm_gate(0u, h, xt, prev, t == 0u);
-            let gf = lstm_gate(1u, h, xt, prev, t == 0u);
-            let gg = lstm_gate(2u, h, xt, prev, t == 0u);
-            let go = lstm_gate(3u, h, xt, prev, t == 0u);
-            let c_prev = select(cell[b * p.hidden + h], 0.0, t == 0u);
-            let c = sigmoid(gf) * c_prev + sigmoid(gi) * tanh_f32(gg);
-            cell[b * p.hidden + h] = c;
-            y[out + h] = sigmoid(go) * tanh_f32(c);
-        }
-        storageBarrier();
-    }
+    let first = p.t == 0u;
+    let xt = (b * p.steps + p.t) * p.input;
+    let out = (b * p.steps + p.t) * p.hidden;
+    let prev = out - select(p.hidden, 0u, first);
+    let gi = lstm_gate(0u, h, xt, prev, first);
+    let gf = lstm_gate(1u, h, xt, prev, first);
+    let gg = lstm_gate(2u, h, xt, prev, first);
+    let go = lstm_gate(3u, h, xt, prev, first);
+    let c_prev = select(cell[b * p.hidden + h], 0.0, first);
+    let c = sigmoid(gf) * c_prev + sigmoid(gi) * tanh_f32(gg);
+    cell[b * p.hidden + h] = c;
+    y[out + h] = sigmoid(go) * tanh_f32(c);
 }

@@ -2,19 +2,20 @@
 //! this host shares ([`RecurrentDims`]). The CPU sums in f64 (LSTM: f64 tiles rounded to f32) and carries LSTM
 //! state in f64; the GPU does all of it in f32, so results agree within a tolerance (`crate/tests/gpu_recurrent.rs`).
 //!
-//! State: none between calls. Loom's forward starts every batch row of every call from zero h and c, so each
-//! dispatch starts from zero too (step 0 reads no previous output and no cell value); within a call the steps run
-//! in order inside one workgroup per batch row. Weights go up dequantized as f32.
+//! State: none between calls. Loom's forward starts every batch row of every call from zero h and c, so step 0 reads
+//! no previous output and no cell value; within a call one dispatch per step reads the previous step's output (and,
+//! for LSTM, the cell state in a scratch buffer of the call). Weights go up dequantized as f32.
 
 use std::sync::Arc;
 
-use super::kernel::{check_binding, dispatch, grid, storage_f32, u32_dim};
+use super::kernel::{check_binding, dispatch, grid_for, storage_f32, u32_dim};
 use super::{Gpu, GpuTensor};
 use crate::cpu::{self, RecurrentDims, Tensor};
 use crate::error::{LoomError, Result};
 use crate::network::{Layer, LayerType};
 
 const RECURRENT_WGSL: &str = include_str!("../../../shaders/recurrent.wgsl");
+const LANES: u32 = 64;
 
 /// An RNN or LSTM layer's weights on the GPU: per gate `[Wih | Whh | b]`, f32 (`GetActive`).
 pub struct RecurrentWeights {
@@ -64,23 +65,33 @@ impl Recurrent {
         let u = |v: usize, what: &str| u32_dim(v, &format!("{path}: {what}"));
         // A tile longer than the row is one tile; capping it keeps the shader's tile loop from wrapping.
         let tile = cpu::tile(layer).min(d.input.max(d.hidden).max(1));
-        let words = [
-            u(d.batch, "batch")?,
-            u(d.steps, "seq_length")?,
+        let (batch, steps) = (u(d.batch, "batch")?, u(d.steps, "seq_length")?);
+        let (input, hidden, tile) = (
             u(d.input, "input_height")?,
             u(d.hidden, "output_height")?,
             u(tile, "tile_size")?,
-        ];
-        let groups = grid(gpu, d.batch as u64, path)?;
-        if gates == 1 {
-            let buffers = [(1, &*x.buffer), (2, &w.buffer), (3, &*y.buffer)];
-            dispatch(gpu, encoder, &self.rnn, &words, &buffers, groups);
+        );
+        // One thread per (batch row, hidden unit); batch·hidden is at most the output size, so it cannot overflow.
+        let units = d.batch * d.hidden;
+        let groups = grid_for(gpu, units as u64, LANES, path)?;
+        let cell = if gates == 1 {
+            None
         } else {
-            let cells = d.batch * d.hidden;
-            check_binding(gpu, &format!("{path} cell state"), 4 * cells as u64)?;
-            let cell = GpuTensor::scratch(gpu, vec![cells])?;
-            let buffers = [(1, &*x.buffer), (2, &w.buffer), (3, &*y.buffer), (4, &*cell.buffer)];
-            dispatch(gpu, encoder, &self.lstm, &words, &buffers, groups);
+            check_binding(gpu, &format!("{path} cell state"), 4 * units as u64)?;
+            Some(GpuTensor::scratch(gpu, vec![units])?)
+        };
+        for t in 0..steps {
+            let words = [batch, steps, input, hidden, tile, t];
+            match &cell {
+                None => {
+                    let buffers = [(1, &*x.buffer), (2, &w.buffer), (3, &*y.buffer)];
+                    dispatch(gpu, encoder, &self.rnn, &words, &buffers, groups);
+                }
+                Some(cell) => {
+                    let buffers = [(1, &*x.buffer), (2, &w.buffer), (3, &*y.buffer), (4, &*cell.buffer)];
+                    dispatch(gpu, encoder, &self.lstm, &words, &buffers, groups);
+                }
+            }
         }
         Ok(y)
     }
