@@ -4,7 +4,7 @@ import initWasm, * as bindings from './pkg/loom_wasm.js';
 import { download, cachedBlob, listCache, deleteCached, clearCache, setCacheBackend } from './cache.js';
 import type { CacheBackend } from './cache.js';
 import { LoomError, throwIfAborted, toLoomError } from './errors.js';
-import { BlobReader, BytesReader, HttpReader, defaultName, readAll } from './source.js';
+import { BlobReader, BytesReader, HttpReader, concat, defaultName, readAll } from './source.js';
 import type { ByteReader, WireSource } from './source.js';
 import type {
   ConvertOptions, ForwardResult, GpuInfo, Inspection, LossReport, ModelDiff, Progress, TensorPreview, TensorStats,
@@ -132,11 +132,7 @@ async function inspect(src: WireSource, opts: EngineOptions, ctx: CallContext): 
         throw new LoomError('bad_format', `the file is truncated: its header needs ${needed} bytes, it has ${reader.size}`);
       }
       throwIfAborted(ctx.signal);
-      const more = await reader.read(prefix.length, needed - prefix.length, ctx.signal);
-      const grown = new Uint8Array(prefix.length + more.length);
-      grown.set(prefix);
-      grown.set(more, prefix.length);
-      prefix = grown;
+      prefix = concat([prefix, await reader.read(prefix.length, needed - prefix.length, ctx.signal)]);
     }
   }
 }
