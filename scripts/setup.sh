@@ -69,4 +69,13 @@ if [ ! -f "$marker" ] || [ package.json -nt "$marker" ] || [ package-lock.json -
 fi
 done_step "npm install"
 
+# 6. npm devDependencies of web/ (TypeScript, Playwright; no browser download: the tests use /usr/bin/chromium).
+marker=web/node_modules/.package-lock.json
+if [ ! -f "$marker" ] || [ web/package.json -nt "$marker" ] || [ web/package-lock.json -nt "$marker" ]; then
+  log "npm install (web/)"
+  (cd web && npm install --no-audit --no-fund --loglevel=error)
+  touch "$marker"
+fi
+done_step "npm install (web/)"
+
 log "setup done"
