@@ -14,6 +14,7 @@ export interface Case {
   input?: number[];
   input_shape?: number[] | null;
   expected_output_f32_hex?: string;
+  roundtrip?: { forward_after_entity_reload?: number[] };
   files: Record<string, string>;
   loom_decoded?: Record<string, number[]>;
   header?: string;
@@ -70,6 +71,13 @@ export function expectedParams(id: string): number {
 export function f32FromHex(hex: string): number[] {
   const b = Buffer.from(hex, 'hex');
   return Array.from({ length: b.length / 4 }, (_, i) => b.readFloatLE(4 * i));
+}
+
+/** Float32 values as little-endian hex (the app's data-f32-hex). */
+export function f32Hex(values: number[]): string {
+  const b = Buffer.alloc(4 * values.length);
+  values.forEach((v, i) => b.writeFloatLE(v, 4 * i));
+  return b.toString('hex');
 }
 
 /** Drops files on the page the way a user's drag and drop does (a DataTransfer on a drop event). */

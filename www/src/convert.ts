@@ -2,7 +2,7 @@
 // download, and a lossy conversion needs an explicit tick. The bytes come from the package's convert(), the same
 // code as `loom convert`.
 import type { ConvertOptions, Inspection, LossReport, LoomModel } from 'loom-wasm';
-import { h } from './dom';
+import { fill, h } from './dom';
 import { int, num } from './format';
 import { errorText } from './errors';
 
@@ -40,11 +40,11 @@ export class ConvertPanel {
   private lossy = false;
   private ticket = 0;
 
-  constructor(private readonly target: HTMLElement) {
+  constructor(target: HTMLElement) {
     for (const el of [this.format, this.dtype]) el.addEventListener('change', () => void this.refresh());
     this.accept.addEventListener('change', () => this.updateButton());
     this.download.addEventListener('click', () => void this.save());
-    target.replaceChildren(
+    fill(target, 
       h('h2', null, 'Convert'),
       h(
         'div',
@@ -63,7 +63,7 @@ export class ConvertPanel {
     this.name = name.replace(/\.(entity|json|safetensors)$/i, '') || 'model';
     this.layerSelects.clear();
     const weighted = ins?.layers.filter((l) => l.params > 0) ?? [];
-    this.perLayer.replaceChildren(
+    fill(this.perLayer, 
       weighted.length
         ? h(
             'details',
@@ -110,11 +110,11 @@ export class ConvertPanel {
     this.accept.checked = false;
     this.download.textContent = `Download ${this.fileName()}`;
     if (!this.model) {
-      this.report.replaceChildren(h('p', { class: 'muted' }, 'Weights are still loading…'));
+      fill(this.report, h('p', { class: 'muted' }, 'Weights are still loading…'));
       this.updateButton();
       return;
     }
-    this.report.replaceChildren(h('p', { class: 'muted' }, 'Checking what this conversion changes…'));
+    fill(this.report, h('p', { class: 'muted' }, 'Checking what this conversion changes…'));
     this.download.disabled = true;
     try {
       const loss = await this.model.lossReport(this.options());
@@ -122,7 +122,7 @@ export class ConvertPanel {
       this.showLoss(loss);
     } catch (e) {
       if (ticket !== this.ticket) return;
-      this.report.replaceChildren(h('p', { class: 'inline-error' }, errorText(e)));
+      fill(this.report, h('p', { class: 'inline-error' }, errorText(e)));
       this.report.dataset.state = 'error';
     }
     this.updateButton();
@@ -132,10 +132,10 @@ export class ConvertPanel {
     this.lossy = loss.layers.length > 0;
     this.report.dataset.state = this.lossy ? 'lossy' : 'lossless';
     if (!this.lossy) {
-      this.report.replaceChildren(h('p', { class: 'note-ok' }, '✓ Lossless: every weight keeps its exact value.'));
+      fill(this.report, h('p', { class: 'note-ok' }, '✓ Lossless: every weight keeps its exact value.'));
       return;
     }
-    this.report.replaceChildren(
+    fill(this.report, 
       h('p', { class: 'note-warn' }, `⚠ Lossy: ${loss.layers.length} layer(s) change. Review before you download.`),
       h(
         'table',

@@ -2,7 +2,7 @@
 // max and mean absolute weight deltas).
 import { open } from 'loom-wasm';
 import type { LoomModel, ModelDiff } from 'loom-wasm';
-import { h } from './dom';
+import { fill, h } from './dom';
 import { num } from './format';
 import { errorText } from './errors';
 
@@ -40,7 +40,7 @@ export class DiffPanel {
       if (f) void this.compare(f);
     });
     this.onlyChanges.addEventListener('change', () => this.last && this.render(this.last.diff, this.last.name));
-    target.replaceChildren(h('h2', null, 'Diff'), this.zone, this.out);
+    fill(target, h('h2', null, 'Diff'), this.zone, this.out);
   }
 
   setModel(model: LoomModel | undefined): void {
@@ -48,16 +48,16 @@ export class DiffPanel {
     this.last = undefined;
     void this.other?.dispose();
     this.other = undefined;
-    this.out.replaceChildren();
+    fill(this.out);
   }
 
   private async compare(file: File): Promise<void> {
     const model = this.model;
     if (!model) {
-      this.out.replaceChildren(h('p', { class: 'muted' }, 'Open a model first, then drop the one to compare it with.'));
+      fill(this.out, h('p', { class: 'muted' }, 'Open a model first, then drop the one to compare it with.'));
       return;
     }
-    this.out.replaceChildren(h('p', { class: 'muted' }, `Reading ${file.name}…`));
+    fill(this.out, h('p', { class: 'muted' }, `Reading ${file.name}…`));
     try {
       void this.other?.dispose();
       this.other = await open(file, { name: file.name });
@@ -66,7 +66,7 @@ export class DiffPanel {
       this.last = { diff, name: file.name };
       this.render(diff, file.name);
     } catch (e) {
-      this.out.replaceChildren(h('p', { class: 'inline-error', 'data-testid': 'diff-error' }, errorText(e)));
+      fill(this.out, h('p', { class: 'inline-error', 'data-testid': 'diff-error' }, errorText(e)));
     }
   }
 
@@ -75,7 +75,7 @@ export class DiffPanel {
     for (const e of diff.entries) counts[e.status]++;
     const dtypeChanges = diff.entries.filter((e) => e.dtype_before && e.dtype_after && e.dtype_before !== e.dtype_after).length;
     const shown = this.onlyChanges.checked ? diff.entries.filter((e) => e.status !== 'same') : diff.entries;
-    this.out.replaceChildren(
+    fill(this.out, 
       h(
         'p',
         { class: 'diff-summary', 'data-testid': 'diff-summary', 'data-changed': counts.changed },

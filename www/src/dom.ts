@@ -45,3 +45,9 @@ export function byId<T extends HTMLElement = HTMLElement>(id: string): T {
   if (!el) throw new Error(`#${id} is missing from index.html`);
   return el as T;
 }
+
+/** Replaces an element's children (null / false children are skipped, as in h()). */
+export function fill(el: Element, ...children: Child[]): void {
+  el.replaceChildren();
+  apply(el, null, children);
+}

@@ -3,7 +3,7 @@
 // in data-f32-hex for tests.
 import { gpuInfo } from 'loom-wasm';
 import type { ForwardResult, LoomModel } from 'loom-wasm';
-import { h } from './dom';
+import { fill, h } from './dom';
 import { f32, f32Hex, num } from './format';
 import { errorText } from './errors';
 
@@ -54,11 +54,11 @@ export class RunPanel {
   private readonly results = h('div', { class: 'run-results' });
   private abort: AbortController | undefined;
 
-  constructor(private readonly target: HTMLElement) {
+  constructor(target: HTMLElement) {
     this.go.addEventListener('click', () => void this.run());
     const random = h('button', { type: 'button', class: 'btn' }, 'Random');
     random.addEventListener('click', () => this.randomize());
-    target.replaceChildren(
+    fill(target, 
       h('h2', null, 'Run'),
       this.gpuNote,
       h(
@@ -73,7 +73,7 @@ export class RunPanel {
     void gpuInfo().then(
       (g) => {
         this.gpuNote.textContent = g.available
-          ? `WebGPU: ${g.adapter ?? 'available'}${g.shader_f16 ? ' (shader-f16)' : ''}`
+          ? `WebGPU: ${g.adapter || 'available'}${g.shader_f16 ? ' (shader-f16)' : ''}`
           : `WebGPU unavailable: ${g.reason ?? 'no adapter'}. The GPU column will run on the CPU and say so.`;
         this.gpuNote.dataset.available = String(g.available);
       },
@@ -85,7 +85,7 @@ export class RunPanel {
     this.abort?.abort();
     this.model = model;
     this.go.disabled = !model;
-    this.results.replaceChildren();
+    fill(this.results);
     if (defaults) {
       this.shape.value = defaults.shape.join(',');
       this.input.value = defaults.input.join(', ');
@@ -98,11 +98,11 @@ export class RunPanel {
       const shape = parseShape(this.shape.value, 0);
       n = shape.reduce((a, b) => a * b, 1);
     } catch (e) {
-      this.results.replaceChildren(h('p', { class: 'inline-error' }, errorText(e)));
+      fill(this.results, h('p', { class: 'inline-error' }, errorText(e)));
       return;
     }
     if (!this.shape.value.trim() || n === 0) {
-      this.results.replaceChildren(h('p', { class: 'inline-error' }, 'Give the input shape first, e.g. 1,16.'));
+      fill(this.results, h('p', { class: 'inline-error' }, 'Give the input shape first, e.g. 1,16.'));
       return;
     }
     const rand = seeded(Number(this.seed.value) || 0);
@@ -120,13 +120,13 @@ export class RunPanel {
       values = Float32Array.from(parseNumbers(this.input.value));
       shape = parseShape(this.shape.value, values.length);
     } catch (e) {
-      this.results.replaceChildren(h('p', { class: 'inline-error' }, errorText(e)));
+      fill(this.results, h('p', { class: 'inline-error' }, errorText(e)));
       return;
     }
     const cpuBox = h('div', { class: 'run-col', 'data-testid': 'cpu-output' }, h('h3', null, 'CPU'), h('p', { class: 'muted' }, 'Running…'));
     const gpuBox = h('div', { class: 'run-col', 'data-testid': 'gpu-output' }, h('h3', null, 'WebGPU'), h('p', { class: 'muted' }, 'Waiting…'));
     const diffBox = h('div', { class: 'run-diff', 'data-testid': 'run-diff' });
-    this.results.replaceChildren(h('div', { class: 'run-cols' }, cpuBox, gpuBox), diffBox);
+    fill(this.results, h('div', { class: 'run-cols' }, cpuBox, gpuBox), diffBox);
     this.go.disabled = true;
     try {
       const cpu = await this.column(cpuBox, 'CPU', () => model.forward(values, shape, { device: 'cpu', signal: abort.signal }));
@@ -135,7 +135,7 @@ export class RunPanel {
         let max = 0;
         for (let i = 0; i < cpu.data.length; i++) max = Math.max(max, Math.abs(cpu.data[i] - gpu.data[i]));
         diffBox.dataset.maxDiff = String(max);
-        diffBox.replaceChildren(
+        fill(diffBox, 
           h('b', null, 'max |GPU − CPU| = '),
           h('code', null, num(max)),
           gpu.device === 'gpu' ? '' : ' (both ran on the CPU)',
@@ -153,7 +153,7 @@ export class RunPanel {
       box.dataset.f32Hex = f32Hex(r.data);
       box.dataset.device = r.device;
       const cpuLayers = Object.entries(r.cpu_layers ?? {});
-      box.replaceChildren(
+      fill(box, 
         h('h3', null, label, h('span', { class: 'muted' }, ` · ${r.device.toUpperCase()} · ${r.ms.toFixed(1)} ms · shape [${r.shape.join(', ')}]`)),
         r.fallbackReason ? h('p', { class: 'note-warn', 'data-testid': 'fallback-reason' }, `Ran on the CPU: ${r.fallbackReason}`) : null,
         cpuLayers.length
@@ -163,7 +163,7 @@ export class RunPanel {
       );
       return r;
     } catch (e) {
-      box.replaceChildren(h('h3', null, label), h('p', { class: 'inline-error', 'data-testid': 'run-error' }, errorText(e)));
+      fill(box, h('h3', null, label), h('p', { class: 'inline-error', 'data-testid': 'run-error' }, errorText(e)));
       return undefined;
     }
   }

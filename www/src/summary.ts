@@ -2,7 +2,7 @@
 // data-format / data-params are stable test hooks.
 import type { Inspection } from 'loom-wasm';
 import { dtypeBar } from './charts';
-import { h } from './dom';
+import { fill, h } from './dom';
 import { bytes, compact, int, percent } from './format';
 
 const FORMAT_NAMES: Record<string, string> = {
@@ -24,7 +24,7 @@ export function renderSummary(target: HTMLElement, name: string, ins: Inspection
   const other = Math.max(0, ins.file_bytes - ins.header_bytes - ins.weight_bytes);
   const g = ins.grid;
   const metadata = Object.entries(ins.metadata).filter(([k]) => k !== 'loom_network');
-  target.replaceChildren(
+  fill(target, 
     h(
       'div',
       { class: 'summary-head' },

@@ -2,7 +2,7 @@
 // and a chart of bytes per layer above it. Rows carry data-testid="layer-row" and data-path for tests.
 import type { Inspection } from 'loom-wasm';
 import { barChart, dtypeColor } from './charts';
-import { h } from './dom';
+import { fill, h } from './dom';
 import { bytes, int, f32, percent } from './format';
 
 interface Column {
@@ -120,7 +120,7 @@ export class LayerTable {
     const bars = this.rows
       .filter((r) => r.bytes > 0)
       .map((r) => ({ label: `${r.path} (${r.dtype})`, value: r.bytes, color: dtypeColor(r.dtype), key: r.path }));
-    this.chart.replaceChildren(
+    fill(this.chart, 
       bars.length ? barChart(bars, this.fileBytes, this.onPick) : h('p', { class: 'muted' }, 'No weights stored.'),
     );
     this.render();
@@ -192,6 +192,6 @@ export class LayerTable {
         this.columns.map((c) => h('td', { class: c.cls }, c.cell(r))),
       ),
     );
-    this.table.replaceChildren(h('thead', null, head), h('tbody', null, body));
+    fill(this.table, h('thead', null, head), h('tbody', null, body));
   }
 }

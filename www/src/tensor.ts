@@ -1,7 +1,7 @@
 // The tensor panel: stats, a histogram, and the first values dequantized next to the raw stored codes.
 import type { LoomModel } from 'loom-wasm';
 import { dtypeColor, histogram } from './charts';
-import { h } from './dom';
+import { fill, h } from './dom';
 import { f32, int, num, percent } from './format';
 import { errorText } from './errors';
 
@@ -15,7 +15,7 @@ export class TensorPanel {
 
   clear(): void {
     this.ticket++;
-    this.target.replaceChildren(h('h2', null, 'Tensor'), h('p', { class: 'muted' }, 'Select a layer to see its weights.'));
+    fill(this.target, h('h2', null, 'Tensor'), h('p', { class: 'muted' }, 'Select a layer to see its weights.'));
   }
 
   async show(model: LoomModel | undefined, path: string, params: number): Promise<void> {
@@ -23,19 +23,19 @@ export class TensorPanel {
     this.target.dataset.path = path;
     const title = h('h2', null, 'Tensor ', h('code', null, path));
     if (!model) {
-      this.target.replaceChildren(title, h('p', { class: 'muted' }, 'Weights are still loading…'));
+      fill(this.target, title, h('p', { class: 'muted' }, 'Weights are still loading…'));
       return;
     }
     if (params === 0) {
-      this.target.replaceChildren(title, h('p', { class: 'muted' }, 'This layer stores no weights (its children may).'));
+      fill(this.target, title, h('p', { class: 'muted' }, 'This layer stores no weights (its children may).'));
       return;
     }
-    this.target.replaceChildren(title, h('p', { class: 'muted' }, 'Reading…'));
+    fill(this.target, title, h('p', { class: 'muted' }, 'Reading…'));
     try {
       const [stats, preview] = await Promise.all([model.tensorStats(path, { bins: BINS }), model.tensorPreview(path, PREVIEW)]);
       if (ticket !== this.ticket) return;
       const codes = preview.codes;
-      this.target.replaceChildren(
+      fill(this.target, 
         title,
         h(
           'p',
@@ -82,7 +82,7 @@ export class TensorPanel {
       );
     } catch (e) {
       if (ticket !== this.ticket) return;
-      this.target.replaceChildren(title, h('p', { class: 'inline-error' }, errorText(e)));
+      fill(this.target, title, h('p', { class: 'inline-error' }, errorText(e)));
     }
   }
 }

@@ -3,7 +3,7 @@
 // topology (safetensors) get their tensor names as a tree, with numbered siblings of identical shape collapsed.
 import type { Inspection, LayerRow, TensorRow } from 'loom-wasm';
 import { dtypeColor } from './charts';
-import { h } from './dom';
+import { fill, h } from './dom';
 import { bytes, compact } from './format';
 
 export interface LayerNode {
@@ -177,7 +177,7 @@ function gridView(ins: Inspection, onPick: Pick): HTMLElement {
               h('b', null, `(${z},${y},${x})`),
               h('span', { class: 'muted' }, stack.length ? `${stack.length} layers · ${compact(params)} params` : 'empty'),
             ),
-            h('div', { class: 'stack' }, stackView(stack, onPick)),
+            h('div', { class: 'layer-stack' }, stackView(stack, onPick)),
           ),
         );
       }
@@ -251,14 +251,14 @@ function nameView(n: NameNode, prefix: string, onPick: Pick): HTMLElement {
 }
 
 export function renderTopology(target: HTMLElement, ins: Inspection, onPick: Pick): void {
-  target.replaceChildren();
+  fill(target);
   if (ins.grid) {
     target.append(gridView(ins, onPick));
   } else if (ins.tensors.length) {
     const root = nameTree(ins.tensors);
     target.append(
       h('p', { class: 'muted' }, 'No Loom topology in this file: its tensors by name, numbered blocks of identical shape folded.'),
-      h('div', { class: 'stack names' }, [...root.children.values()].map((c) => nameView(c, '', onPick))),
+      h('div', { class: 'layer-stack names' }, [...root.children.values()].map((c) => nameView(c, '', onPick))),
     );
   } else {
     target.append(h('p', { class: 'muted' }, 'This file holds no layers.'));
