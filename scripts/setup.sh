@@ -69,7 +69,7 @@ if [ ! -f "$marker" ] || [ package.json -nt "$marker" ] || [ package-lock.json -
 fi
 done_step "npm install"
 
-# 5. npm devDependencies of web/ (TypeScript, Playwright; no browser download: the tests use /usr/bin/chromium).
+# 6. npm devDependencies of web/ (TypeScript, Playwright; no browser download: the tests use /usr/bin/chromium).
 marker=web/node_modules/.package-lock.json
 if [ ! -f "$marker" ] || [ web/package.json -nt "$marker" ] || [ web/package-lock.json -nt "$marker" ]; then
   log "npm install (web/)"

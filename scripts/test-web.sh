@@ -19,7 +19,7 @@ node scripts/build.mjs
 echo "web: dist/pkg/loom_wasm_bg.wasm $(stat -c %s dist/pkg/loom_wasm_bg.wasm) bytes, $(gzip -9 -c dist/pkg/loom_wasm_bg.wasm | wc -c) gzipped"
 
 step "node tests"
-node --test test/
+node --test test/*.test.mjs
 
 step "Chromium tests (Playwright) and the tarball in a fresh Vite project"
 node_modules/.bin/playwright test

@@ -17,6 +17,8 @@ pub enum LoomError {
     Json { context: String, message: String },
     #[error("unknown dtype \"{0}\"")]
     UnknownDType(String),
+    #[error("unsupported dtype: {0}")]
+    UnsupportedDType(String),
     #[error("unknown {kind} \"{name}\"")]
     UnknownName { kind: &'static str, name: String },
     #[error("blob {path}: bytes {offset}..{end} lie outside the payload of {payload} bytes")]
@@ -90,7 +92,7 @@ impl LoomError {
             | LoomError::Safetensors(_)
             | LoomError::Gguf(_)
             | LoomError::UnknownFormat(_) => "bad_format",
-            LoomError::UnknownDType(_) => "unsupported_dtype",
+            LoomError::UnknownDType(_) | LoomError::UnsupportedDType(_) => "unsupported_dtype",
             LoomError::UnsupportedVersion { .. }
             | LoomError::UnknownName { .. }
             | LoomError::Unsaveable(_)
@@ -151,6 +153,7 @@ mod tests {
             ),
             (LoomError::Gguf("x".into()), "bad_format"),
             (LoomError::UnknownDType("int3".into()), "unsupported_dtype"),
+            (LoomError::UnsupportedDType("Q6_K".into()), "unsupported_dtype"),
             (
                 LoomError::UnsupportedVersion {
                     format: "GGUF",

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::error::{LoomError, Result};
 use crate::formats::detect::{self, Format};
-use crate::formats::{entity, loom_json, safetensors};
+use crate::formats::{entity, gguf, loom_json, safetensors};
 use crate::network::{Layer, Network};
 
 /// Random-access bytes: a file, a `Blob`, a buffer.
@@ -213,7 +213,7 @@ pub struct TensorRow {
 /// What [`inspect`] finds.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Inspection {
-    /// `entity`, `json` or `safetensors`.
+    /// `entity`, `json`, `safetensors`, `gguf` or `checkpoint`.
     pub format: &'static str,
     pub file_bytes: u64,
     pub header_bytes: u64,
@@ -280,10 +280,14 @@ pub fn inspect(source: &mut dyn ByteSource) -> Result<Inspection> {
             let net = loom_json::read(&all)?;
             network_inspection("json", &net, file_bytes, file_bytes, |_| None)
         }
-        Format::Gguf => return Err(LoomError::Unsupported("GGUF files (the LLM runtime reads them)".into())),
+        Format::Gguf => {
+            let (header, read) = gguf::read_header(src.inner, head)?;
+            src.read += read;
+            gguf_inspection(&header, file_bytes)
+        }
         Format::Unknown => {
             return Err(LoomError::UnknownFormat(
-                "not a Loom .entity or JSON file, nor safetensors".into(),
+                "not a Loom .entity or JSON file, nor safetensors or GGUF".into(),
             ))
         }
     };
@@ -443,6 +447,28 @@ fn inspect_safetensors(src: &mut Counting, mut head: Vec<u8>, file_bytes: u64) -
     );
     header.tensors().iter().for_each(|t| out.add_tensor(t));
     Ok(out)
+}
+
+/// Rows for a GGUF header: tensors with row-major shapes and absolute offsets, metadata as text plus
+/// `gguf.version` and `gguf.alignment`.
+pub fn gguf_inspection(header: &gguf::GgufHeader, file_bytes: u64) -> Inspection {
+    let mut metadata = header.metadata_strings();
+    metadata.insert("gguf.version".into(), header.version.to_string());
+    metadata.insert("gguf.alignment".into(), header.alignment.to_string());
+    let mut out = Inspection::tensors_only("gguf", file_bytes, header.data_start, metadata);
+    for t in &header.tensors {
+        out.total_params += t.elements;
+        out.weight_bytes += t.bytes;
+        *out.bytes_by_dtype.entry(t.ggml_type.name.to_string()).or_default() += t.bytes;
+        out.tensors.push(TensorRow {
+            name: t.name.clone(),
+            dtype: t.ggml_type.name.to_string(),
+            shape: t.shape(),
+            bytes: t.bytes,
+            offset: header.data_start + t.offset,
+        });
+    }
+    out
 }
 
 /// Inspects a training checkpoint: its weight tensors (the Adam moments are counted in `metadata`).

@@ -9,7 +9,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use js_sys::{Array, Float32Array, Object, Reflect, Uint8Array};
+use js_sys::{Array, Float32Array, Int32Array, Object, Reflect, Uint8Array};
 use serde::Serialize;
 use wasm_bindgen::prelude::*;
 
@@ -22,6 +22,7 @@ use crate::formats::safetensors::Dtype;
 use crate::gpu::{Gpu, GpuModel};
 use crate::inspect::{self, PrefixSource};
 use crate::model::LoadedModel;
+use crate::stats;
 
 #[wasm_bindgen(typescript_custom_section)]
 const TS_TYPES: &'static str = r#"
@@ -131,6 +132,15 @@ thread_local! {
 async fn shared_gpu() -> crate::Result<Arc<Gpu>> {
     if let Some(gpu) = GPU.with(|g| g.borrow().clone()) {
         return Ok(gpu);
+    }
+    // wgpu assumes `navigator.gpu` and panics without it (Node, old browsers): ask first.
+    let navigator = Reflect::get(&js_sys::global(), &"navigator".into()).unwrap_or(JsValue::UNDEFINED);
+    let has_gpu = !navigator.is_undefined()
+        && Reflect::get(&navigator, &"gpu".into()).is_ok_and(|g| !g.is_undefined() && !g.is_null());
+    if !has_gpu {
+        return Err(LoomError::NoGpu(
+            "this JavaScript environment has no WebGPU (navigator.gpu is missing)".into(),
+        ));
     }
     // GpuModel takes an Arc (shared across threads natively); in the browser there is one thread.
     #[allow(clippy::arc_with_non_send_sync)]
@@ -247,6 +257,28 @@ impl JsModel {
         to_js(&self.model.inspection)
     }
 
+    /// Summary statistics of a layer's weights (by path, e.g. `layers.0`) or of a named tensor.
+    #[wasm_bindgen(js_name = tensorStats, unchecked_return_type = "TensorStats")]
+    pub fn tensor_stats(&self, name: &str, bins: u32) -> JsResult<JsValue> {
+        to_js(&self.model.tensor_stats(name, bins as usize).map_err(js_error)?)
+    }
+
+    /// The first `n` values of a layer or tensor, with the stored codes of packed dtypes.
+    #[wasm_bindgen(js_name = tensorPreview, unchecked_return_type = "TensorPreview")]
+    pub fn tensor_preview(&self, name: &str, n: u32) -> JsResult<JsValue> {
+        let p = self.model.tensor_preview(name, n as usize).map_err(js_error)?;
+        let o = Object::new();
+        set(&o, "name", &p.name.into());
+        set(&o, "dtype", &p.dtype.into());
+        set(&o, "scale", &p.scale.map_or(JsValue::NULL, |s| f64::from(s).into()));
+        let shape: Array = p.shape.iter().map(|&d| JsValue::from(d as f64)).collect();
+        set(&o, "shape", &shape.into());
+        set(&o, "values", &Float32Array::from(&p.values[..]).into());
+        let codes = p.codes.map_or(JsValue::UNDEFINED, |c| Int32Array::from(&c[..]).into());
+        set(&o, "codes", &codes);
+        Ok(o.into())
+    }
+
     /// Runs the network on the CPU (bit-exact with Loom).
     #[wasm_bindgen(js_name = forwardCpu, unchecked_return_type = "ForwardResult")]
     pub fn forward_cpu(&mut self, input: &[f32], shape: &[u32]) -> JsResult<JsValue> {
@@ -334,6 +366,12 @@ impl JsModel {
             return Err(js_error(LoomError::Lossy(report.describe())));
         }
         Ok(bytes)
+    }
+
+    /// Per layer or tensor: same / changed / added / removed, dtypes, and the weight deltas.
+    #[wasm_bindgen(unchecked_return_type = "Diff")]
+    pub fn diff(&self, other: &JsModel) -> JsResult<JsValue> {
+        to_js(&stats::diff(&self.model, &other.model).map_err(js_error)?)
     }
 }
 

@@ -154,3 +154,103 @@ test('errors are plain objects with codes', () => {
   assert.equal(thrown(() => m.forwardCpu(new Float32Array(3), new Uint32Array([1, 5]))).code, 'invalid_input');
   assert.equal(thrown(() => L.inspectHeader(entity, -1)).code, 'invalid_input');
 });
+
+const gguf = JSON.parse(read('testdata/gguf/expected.json'));
+const ggufFiles = Object.keys(gguf.gguf_files);
+
+test('GGUF inspection matches gguf-py, through growing prefixes as over HTTP Range', () => {
+  assert.equal(ggufFiles.length, 5);
+  for (const name of ggufFiles) {
+    const bytes = read('testdata/gguf', name);
+    const theirs = gguf.gguf_files[name];
+    assert.equal(L.detectFormat(bytes.subarray(0, 16)), 'gguf');
+    // The read loop of the browser: start with 1 KiB, then read what need_more asks for.
+    let prefix = bytes.subarray(0, 1024);
+    let ins;
+    for (let round = 0; !ins; round++) {
+      assert.ok(round < 20);
+      try {
+        ins = L.inspectHeader(prefix, bytes.length);
+      } catch (e) {
+        assert.equal(e.code, 'need_more', e.message);
+        prefix = bytes.subarray(0, e.needed);
+      }
+    }
+    assert.ok(prefix.length <= 65536, `${name}: read ${prefix.length} bytes`);
+    assert.equal(ins.format, 'gguf');
+    assert.equal(ins.header_bytes, theirs.data_offset);
+    assert.equal(ins.metadata['gguf.version'], String(theirs.version));
+    assert.equal(ins.metadata['general.architecture'], theirs.metadata['general.architecture'].value);
+    assert.equal(ins.metadata['llama.block_count'], String(theirs.metadata['llama.block_count'].value));
+    assert.deepEqual(
+      ins.tensors.map((t) => [t.name, t.dtype, t.shape, t.offset, t.bytes]),
+      theirs.tensors.map((t) => [t.name, t.type, [...t.ne].reverse(), t.offset, t.bytes]),
+    );
+    const model = L.Model.fromBytes(bytes, name);
+    assert.deepEqual({ ...model.inspection(), bytes_read: 0 }, { ...ins, bytes_read: 0 });
+    assert.equal(thrown(() => model.forwardCpu(new Float32Array(4), new Uint32Array([1, 4]))).code, 'unsupported');
+    assert.equal(thrown(() => model.convert('entity')).code, 'unsupported');
+    model.free();
+  }
+});
+
+test('tensorStats and tensorPreview match numpy', () => {
+  let n = 0;
+  for (const [file, tensors] of Object.entries(gguf.stats)) {
+    const bytes = file.endsWith('loom.entity') ? read('testdata/conformance/cases', file) : read('testdata/gguf', file);
+    const model = L.Model.fromBytes(bytes, file);
+    for (const [name, theirs] of Object.entries(tensors)) {
+      const s = model.tensorStats(name, gguf.bins);
+      for (const k of ['count', 'min', 'max', 'sparsity', 'non_finite']) assert.equal(s[k], theirs[k], `${file} ${name} ${k}`);
+      for (const k of ['mean', 'std']) assert.ok(Math.abs(s[k] - theirs[k]) <= 1e-12 + 1e-9 * Math.abs(theirs[k]), `${file} ${name} ${k}`);
+      assert.deepEqual(s.histogram, theirs.histogram, `${file} ${name}`);
+      const p = model.tensorPreview(name, 8);
+      assert.ok(p.values instanceof Float32Array);
+      assert.equal(Buffer.from(p.values.buffer, p.values.byteOffset, p.values.byteLength).toString('hex'), theirs.first_f32_hex);
+      if (theirs.first_codes === null) assert.equal(p.codes, undefined, `${file} ${name}`);
+      else assert.deepEqual(Array.from(p.codes), theirs.first_codes, `${file} ${name}`);
+      n++;
+    }
+    assert.equal(thrown(() => model.tensorStats('no such tensor', 8)).code, 'unsupported');
+    model.free();
+  }
+  assert.ok(n > 100, `${n}`);
+});
+
+test('diff of two GGUF files matches numpy', () => {
+  const before = L.Model.fromBytes(read('testdata/gguf/model.f32.gguf'));
+  const after = L.Model.fromBytes(read('testdata/gguf/model.q8_0.gguf'));
+  const { entries } = before.diff(after);
+  const theirs = gguf.diff['model.f32.gguf -> model.q8_0.gguf'];
+  assert.equal(entries.length, Object.keys(theirs).length);
+  for (const e of entries) {
+    const t = theirs[e.name];
+    assert.ok(Math.abs(e.max_abs - t.max_abs) <= 1e-12, e.name);
+    assert.ok(Math.abs(e.mean_abs - t.mean_abs) <= 1e-12, e.name);
+    assert.equal(e.status, e.dtype_before === e.dtype_after && t.max_abs === 0 ? 'same' : 'changed', e.name);
+  }
+});
+
+test('fromFiles loads a training-checkpoint folder', () => {
+  const weights = read('testdata/gguf/model.f16.safetensors');
+  const m = L.Model.fromFiles(['run/weights.safetensors', 'run/notes.txt'], [weights, new Uint8Array([1])]);
+  const ins = m.inspection();
+  assert.equal(ins.format, 'checkpoint');
+  assert.ok(ins.tensors.some((t) => t.name === 'model.embed_tokens.weight' && t.dtype === 'F16'));
+  const theirs = gguf.stats['model.f16.safetensors']['model.norm.weight'];
+  assert.equal(m.tensorStats('model.norm.weight', 16).max, theirs.max);
+  assert.equal(thrown(() => L.Model.fromFiles(['notes.txt'], [new Uint8Array([1])])).code, 'invalid_input');
+  assert.equal(thrown(() => L.Model.fromFiles(['a', 'b'], [new Uint8Array([1])])).code, 'invalid_input');
+});
+
+test('gpuInfo without WebGPU says why', async () => {
+  const info = await L.gpuInfo();
+  assert.equal(info.available, false);
+  assert.equal(typeof info.reason, 'string');
+  const c = cases.find((c) => c.id === 'layer_Dense_int4');
+  const m = L.Model.fromBytes(c.file('loom.entity'));
+  await assert.rejects(m.forwardGpu(hexF32(c.input_f32_hex), new Uint32Array(c.input_shape)), { code: 'no_webgpu' });
+  // The CPU path still works after the failed GPU call.
+  const out = m.forwardCpu(hexF32(c.input_f32_hex), new Uint32Array(c.input_shape));
+  assert.deepEqual(bits(out.data), bits(hexF32(c.expected_output_f32_hex)));
+});

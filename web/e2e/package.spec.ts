@@ -106,6 +106,16 @@ for (const [path, make, format] of [
   });
 }
 
+test('inspecting a 64 MiB File slices only its header out of it', async ({ page }) => {
+  const { file, headerBytes } = safetensors(4096, 4096);
+  const r = await page.evaluate(async () => {
+    const f = new File([await (await fetch('/gen/big.safetensors')).blob()], 'big.safetensors');
+    return window.loom.inspect(f);
+  });
+  expect(r).toMatchObject({ format: 'safetensors', file_bytes: file.length, header_bytes: headerBytes });
+  expect(r.bytes_read).toBeLessThanOrEqual(64 * 1024);
+});
+
 /** Checks a downloaded copy of /gen/mid.safetensors against the generator, element by element (a preview). */
 async function checkMid(page: Page, expr: string) {
   const values = await page.evaluate(`(async () => {

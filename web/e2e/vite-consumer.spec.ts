@@ -12,7 +12,7 @@ const web = fileURLToPath(new URL('..', import.meta.url));
 const run = (cmd: string, args: string[], cwd: string) =>
   execFileSync(cmd, args, { cwd, stdio: ['ignore', 'pipe', 'pipe'], encoding: 'utf8', timeout: 240_000 });
 
-test('npm pack → fresh Vite + TS project → tsc + vite build → the page inspects a file', async ({ page }) => {
+test('npm pack → fresh Vite + TS project → tsc + vite build → the page inspects a file (build and dev server)', async ({ page }) => {
   test.setTimeout(300_000);
   const dir = mkdtempSync(join(tmpdir(), 'loom-vite-'));
   try {
@@ -45,18 +45,22 @@ document.querySelector<HTMLInputElement>('#file')!.addEventListener('change', as
     run('npm', ['install', '--no-audit', '--no-fund', '--loglevel=error', tarball, 'vite@7.3.8', 'typescript@5.9.3'], app);
     run(join(app, 'node_modules/.bin/tsc'), ['-p', '.'], app);
     run(join(app, 'node_modules/.bin/vite'), ['build'], app);
-    const port = 4179;
-    const preview = spawn(join(app, 'node_modules/.bin/vite'), ['preview', '--host', '127.0.0.1', '--port', String(port), '--strictPort'], { cwd: app, stdio: 'ignore' });
-    try {
-      await expect.poll(() => fetch(`http://127.0.0.1:${port}/`).then((r) => r.ok, () => false), { timeout: 20_000 }).toBe(true);
-      await page.goto(`http://127.0.0.1:${port}/`);
-      const c = caseById('grid_2x1x2x2');
-      await page.setInputFiles('#file', { name: 'grid.entity', mimeType: 'application/octet-stream', buffer: readFileSync(casePath(c, 'loom.entity')) });
-      await expect(page.locator('#out')).toContainText('"format"', { timeout: 20_000 });
-      const r = JSON.parse(await page.locator('#out').textContent() ?? '');
-      expect(entityInspectionMismatches(c, r)).toEqual([]);
-    } finally {
-      preview.kill();
+    // The production build (vite preview), then the dev server with the README's optimizeDeps.exclude.
+    for (const [mode, args] of [['build', ['preview']], ['dev', []]] as const) {
+      const port = 4179;
+      const server = spawn(join(app, 'node_modules/.bin/vite'), [...args, '--host', '127.0.0.1', '--port', String(port), '--strictPort'], { cwd: app, stdio: 'ignore' });
+      try {
+        await expect.poll(() => fetch(`http://127.0.0.1:${port}/`).then((r) => r.ok, () => false), { timeout: 20_000 }).toBe(true);
+        await page.goto(`http://127.0.0.1:${port}/`);
+        const c = caseById('grid_2x1x2x2');
+        await page.setInputFiles('#file', { name: 'grid.entity', mimeType: 'application/octet-stream', buffer: readFileSync(casePath(c, 'loom.entity')) });
+        await expect(page.locator('#out'), mode).toContainText('"format"', { timeout: 30_000 });
+        const r = JSON.parse(await page.locator('#out').textContent() ?? '');
+        expect(entityInspectionMismatches(c, r), mode).toEqual([]);
+      } finally {
+        server.kill();
+        await new Promise((r) => server.once('exit', r));
+      }
     }
   } finally {
     rmSync(dir, { recursive: true, force: true });

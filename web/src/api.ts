@@ -138,7 +138,14 @@ export interface Api {
 export function createApi(transport: Transport, resolveUrl: (url: string | URL) => string): Api {
   const toWire = (source: Source): WireSource => {
     checkSource(source);
-    return typeof source === 'string' || source instanceof URL ? { url: resolveUrl(source) } : source;
+    return typeof source === 'string' || source instanceof URL ? { url: checkedUrl(source) } : source;
+  };
+  const checkedUrl = (url: string | URL): string => {
+    try {
+      return resolveUrl(url);
+    } catch {
+      throw new LoomError('invalid_input', `not a URL this page can fetch: ${String(url)}`);
+    }
   };
   return {
     inspect: async (source, opts) => call(transport, 'inspect', [toWire(source), wireOptions(opts)], opts),
@@ -160,7 +167,7 @@ export function createApi(transport: Transport, resolveUrl: (url: string | URL) 
     gpuInfo: () => call(transport, 'gpuInfo', []),
     cache: {
       list: () => call(transport, 'cacheList', []),
-      delete: (url) => call(transport, 'cacheDelete', [resolveUrl(url)]),
+      delete: async (url) => call(transport, 'cacheDelete', [checkedUrl(url)]),
       clear: () => call(transport, 'cacheClear', []),
     },
     configure: (opts) => call(transport, 'configure', [opts.cacheBackend ?? 'auto']),

@@ -298,6 +298,9 @@ export async function cachedBlob(url: string): Promise<Blob | undefined> {
   return got?.meta.complete ? s!.blob(url) : undefined;
 }
 
+/** Downloads under way, per URL: a second call for the same URL waits for the first, then reads the cache. */
+const inflight = new Map<string, Promise<unknown>>();
+
 /**
  * Fetches a URL with `download` progress. With a store, the bytes go to storage as they arrive; a cut download
  * keeps what arrived and the next call asks only for the rest (Range + If-Range).
@@ -308,6 +311,21 @@ export async function download(
 ): Promise<Blob | Uint8Array> {
   const s = opts.cache ? await getStore() : null;
   if (!s) return downloadToMemory(url, opts);
+  while (inflight.has(url)) await inflight.get(url)!.catch(() => {});
+  const run = downloadToStore(s, url, opts);
+  inflight.set(url, run);
+  try {
+    return await run;
+  } finally {
+    inflight.delete(url);
+  }
+}
+
+async function downloadToStore(
+  s: Store,
+  url: string,
+  opts: { signal?: AbortSignal; onProgress?: (p: Progress) => void },
+): Promise<Blob> {
   const old = await s.get(url);
   if (old?.meta.complete) {
     opts.onProgress?.({ phase: 'download', loaded: old.bytes, total: old.bytes });

@@ -4,7 +4,7 @@ import initWasm, * as bindings from './pkg/loom_wasm.js';
 import { download, cachedBlob, listCache, deleteCached, clearCache, setCacheBackend } from './cache.js';
 import type { CacheBackend } from './cache.js';
 import { LoomError, throwIfAborted, toLoomError } from './errors.js';
-import { BlobReader, BytesReader, HttpReader, defaultName, readAll } from './source.js';
+import { BlobReader, BytesReader, HttpReader, concat, defaultName, readAll } from './source.js';
 import type { ByteReader, WireSource } from './source.js';
 import type {
   ConvertOptions, ForwardResult, GpuInfo, Inspection, LossReport, ModelDiff, Progress, TensorPreview, TensorStats,
@@ -84,10 +84,6 @@ function getModel(id: number): OpenModel {
   return m;
 }
 
-function isUrl(src: WireSource): src is { url: string } {
-  return !(src instanceof Blob) && !(src instanceof ArrayBuffer) && !ArrayBuffer.isView(src);
-}
-
 async function fileUrlBlob(url: string): Promise<Blob | undefined> {
   if (!url.startsWith('file:')) return undefined;
   if (!openFileUrl) throw new LoomError('invalid_input', `${url}: file: URLs can only be read under Node`);
@@ -111,11 +107,12 @@ async function openReader(src: WireSource, opts: EngineOptions, signal: AbortSig
 async function loadBytes(src: WireSource, opts: EngineOptions, ctx: CallContext): Promise<Uint8Array> {
   if (src instanceof ArrayBuffer) return new Uint8Array(src);
   if (ArrayBuffer.isView(src)) return src;
-  let blob: Blob | Uint8Array = src instanceof Blob ? src : ((await fileUrlBlob(src.url)) ?? new Uint8Array(0));
-  if (isUrl(src) && !(blob instanceof Blob)) {
-    blob = await download(src.url, { cache: opts.cache !== false, signal: ctx.signal, onProgress: ctx.onProgress });
-  }
-  return blob instanceof Blob ? readAll(new BlobReader(blob), ctx.onProgress, ctx.signal) : blob;
+  const data =
+    src instanceof Blob
+      ? src
+      : ((await fileUrlBlob(src.url)) ??
+        (await download(src.url, { cache: opts.cache !== false, signal: ctx.signal, onProgress: ctx.onProgress })));
+  return data instanceof Blob ? readAll(new BlobReader(data), ctx.onProgress, ctx.signal) : data;
 }
 
 async function inspect(src: WireSource, opts: EngineOptions, ctx: CallContext): Promise<Inspection> {
@@ -135,11 +132,7 @@ async function inspect(src: WireSource, opts: EngineOptions, ctx: CallContext): 
         throw new LoomError('bad_format', `the file is truncated: its header needs ${needed} bytes, it has ${reader.size}`);
       }
       throwIfAborted(ctx.signal);
-      const more = await reader.read(prefix.length, needed - prefix.length, ctx.signal);
-      const grown = new Uint8Array(prefix.length + more.length);
-      grown.set(prefix);
-      grown.set(more, prefix.length);
-      prefix = grown;
+      prefix = concat([prefix, await reader.read(prefix.length, needed - prefix.length, ctx.signal)]);
     }
   }
 }

@@ -53,6 +53,9 @@ export class HttpReader implements ByteReader {
 
   static async open(url: string, signal?: AbortSignal): Promise<HttpReader> {
     const { bytes, size } = await fetchRange(url, 0, FIRST_RANGE, signal);
+    if (!Number.isFinite(size)) {
+      throw new LoomError('network', `${url}: the server did not say how long the file is; open() downloads it whole`);
+    }
     const reader = new HttpReader(url, size, bytes);
     reader.bytesRead = bytes.length;
     return reader;
@@ -83,7 +86,11 @@ async function fetchRange(
     const range = /^bytes (\d+)-(\d+)\/(\d+|\*)$/.exec(res.headers.get('Content-Range') ?? '');
     if (!range || Number(range[1]) !== offset) {
       await res.body?.cancel();
-      throw new LoomError('network', `${url}: the server answered a Range request with a wrong Content-Range`);
+      throw new LoomError(
+        'network',
+        `${url}: the answer to a Range request has no usable Content-Range header (a server on another origin ` +
+          'must list it in Access-Control-Expose-Headers)',
+      );
     }
     const bytes = await readBody(res, signal);
     return { bytes, size: range[3] === '*' ? Number.NaN : Number(range[3]) };

@@ -5,7 +5,7 @@ import { readFileSync, writeFileSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { inspect, open, gpuInfo, LoomError } from 'loom-wasm';
+import { inspect, open, openFiles, gpuInfo, LoomError } from 'loom-wasm';
 import { cases, caseById, casePath, entityInspectionMismatches, f32FromHex, forwardCases, hexFromF32 } from './corpus.mjs';
 import { safetensors } from '../e2e/fixtures.mjs';
 
@@ -162,4 +162,50 @@ test('a GPU forward without WebGPU runs on the CPU and says why', async () => {
   assert.match(out.fallbackReason, /WebGPU|GPU/);
   assert.equal(hexFromF32(out.data), c.expected_output_f32_hex);
   await m.dispose();
+});
+
+test('openFiles loads a training-checkpoint folder (weights + Adam moments)', async () => {
+  const weights = safetensors(3, 4).file;
+  const files = [
+    new File([weights], 'weights.safetensors'),
+    new File([weights], 'optimizer_m.safetensors'),
+    new File(['{"arch": "mlp"}'], 'meta.json'),
+  ];
+  const m = await openFiles(files, { name: 'run-7' });
+  assert.equal(m.name, 'run-7');
+  assert.equal(m.inspection.format, 'checkpoint');
+  assert.deepEqual(m.inspection.tensors.map((t) => [t.name, t.dtype, t.shape]), [['w0', 'F32', [3, 4]]]);
+  assert.equal(m.inspection.metadata.adam_moment_tensors, '1');
+  await m.dispose();
+  await rejectsWith(openFiles([]), 'invalid_input', /openFiles/);
+});
+
+test('tensorPreview and tensorStats give the stored weights (Loom JSON float32 as truth); diff compares', async () => {
+  const c = caseById('layer_Dense_float32');
+  const loomJson = JSON.parse(readFileSync(casePath(c, 'loom.json'), 'utf8'));
+  const stored = loomJson.layers[0];
+  assert.equal(stored.dtype, 'float32');
+  const raw = Buffer.from(stored.weights, 'base64');
+  const want = Array.from(new Float32Array(raw.buffer.slice(raw.byteOffset, raw.byteOffset + raw.length)));
+  const m = await open(casePath(c, 'loom.entity'));
+  const p = await m.tensorPreview('layers.0', 1000);
+  assert.deepEqual(Array.from(p.values), want);
+  assert.equal(p.dtype, 'float32');
+  const s = await m.tensorStats('layers.0', { bins: 4 });
+  assert.equal(s.count, want.length);
+  assert.equal(s.min, Math.min(...want));
+  assert.equal(s.max, Math.max(...want));
+  assert.equal(s.histogram.counts.reduce((a, b) => a + b, 0), want.length);
+  assert.ok(Math.abs(s.mean - want.reduce((a, b) => a + b, 0) / want.length) < 1e-6);
+  const same = await open(casePath(c, 'loom.json'));
+  assert.deepEqual((await m.diff(same)).entries.map((e) => e.status), ['same']);
+  const { blob } = await m.convert({ format: 'entity', dtype: 'int4', allowLossy: true });
+  const q = await open(blob);
+  const [entry] = (await m.diff(q)).entries;
+  assert.equal(entry.status, 'changed');
+  assert.equal(entry.dtype_before, 'float32');
+  assert.equal(entry.dtype_after, 'int4');
+  assert.ok(entry.max_abs > 0);
+  await rejectsWith(m.tensorStats('layers.99'), 'invalid_input');
+  for (const x of [m, same, q]) await x.dispose();
 });
