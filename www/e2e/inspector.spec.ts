@@ -68,6 +68,14 @@ test('first paint comes from the header, and the sample opens in one click', asy
   await expect(page.getByTestId('grid-cell')).toHaveCount(1);
 });
 
+test('open a URL: the same network, fetched by the package', async ({ page, baseURL }) => {
+  await page.locator('#url-input').fill(`${baseURL}/sample.entity`);
+  await page.locator('#url-form button').click();
+  await expect(page.locator('body')).toHaveAttribute('data-state', 'ready');
+  await expect(summary(page)).toHaveAttribute('data-format', 'entity');
+  expect(await rowPaths(page)).toEqual(expectedLayerPaths('transformer_int8'));
+});
+
 // Loom writes JSON from a loaded .entity as loom.json, or rt_from_entity.json where the two differ.
 for (const id of ['grid_2x1x2x2', 'nested_int4', 'transformer_fp8e4m3']) {
   test(`convert ${id}/loom.entity to Loom JSON in the page: the download is Loom's bytes`, async ({ page }) => {

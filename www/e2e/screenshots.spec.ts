@@ -12,6 +12,8 @@ test.use({ viewport: { width: 1440, height: 1000 }, deviceScaleFactor: 1 });
 
 async function open(page: Page, name: string, bytes: Buffer): Promise<void> {
   await openApp(page);
+  // The sticky top bar would cover element screenshots taken below the fold.
+  await page.addStyleTag({ content: '.topbar { position: static; }' });
   await dropFiles(page, [{ name, bytes }]);
   await expect(page.locator('body')).toHaveAttribute('data-state', 'ready');
 }

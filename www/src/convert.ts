@@ -44,7 +44,7 @@ export class ConvertPanel {
     for (const el of [this.format, this.dtype]) el.addEventListener('change', () => void this.refresh());
     this.accept.addEventListener('change', () => this.updateButton());
     this.download.addEventListener('click', () => void this.save());
-    fill(target, 
+    fill(target,
       h('h2', null, 'Convert'),
       h(
         'div',
@@ -63,7 +63,7 @@ export class ConvertPanel {
     this.name = name.replace(/\.(entity|json|safetensors)$/i, '') || 'model';
     this.layerSelects.clear();
     const weighted = ins?.layers.filter((l) => l.params > 0) ?? [];
-    fill(this.perLayer, 
+    fill(this.perLayer,
       weighted.length
         ? h(
             'details',
@@ -135,28 +135,31 @@ export class ConvertPanel {
       fill(this.report, h('p', { class: 'note-ok' }, '✓ Lossless: every weight keeps its exact value.'));
       return;
     }
-    fill(this.report, 
-      h('p', { class: 'note-warn' }, `⚠ Lossy: ${loss.layers.length} layer(s) change. Review before you download.`),
+    const rows = [...loss.layers].sort((a, b) => a.path.localeCompare(b.path, 'en', { numeric: true }));
+    const table = h(
+      'table',
+      { class: 'loss-table' },
+      h('thead', null, h('tr', null, ['Layer', 'From', 'To', 'Changed weights', 'Max abs error'].map((t) => h('th', null, t)))),
       h(
-        'table',
-        { class: 'loss-table' },
-        h('thead', null, h('tr', null, ['Layer', 'From', 'To', 'Changed weights', 'Max abs error'].map((t) => h('th', null, t)))),
-        h(
-          'tbody',
-          null,
-          loss.layers.map((l) =>
-            h(
-              'tr',
-              { 'data-testid': 'loss-row' },
-              h('td', null, h('code', null, l.path)),
-              h('td', null, l.from),
-              h('td', null, l.to),
-              h('td', { class: 'num' }, `${int(l.changed)} / ${int(l.total)}`),
-              h('td', { class: 'num' }, num(l.max_abs_error)),
-            ),
+        'tbody',
+        null,
+        rows.map((l) =>
+          h(
+            'tr',
+            { 'data-testid': 'loss-row' },
+            h('td', null, h('code', null, l.path)),
+            h('td', null, l.from),
+            h('td', null, l.to),
+            h('td', { class: 'num' }, `${int(l.changed)} / ${int(l.total)}`),
+            h('td', { class: 'num' }, num(l.max_abs_error)),
           ),
         ),
       ),
+    );
+    fill(
+      this.report,
+      h('p', { class: 'note-warn' }, `⚠ Lossy: ${loss.layers.length} layer(s) change. Review before you download.`),
+      h('div', { class: 'table-wrap loss-wrap' }, table),
     );
   }
 

@@ -75,7 +75,7 @@ export class DiffPanel {
     for (const e of diff.entries) counts[e.status]++;
     const dtypeChanges = diff.entries.filter((e) => e.dtype_before && e.dtype_after && e.dtype_before !== e.dtype_after).length;
     const shown = this.onlyChanges.checked ? diff.entries.filter((e) => e.status !== 'same') : diff.entries;
-    fill(this.out, 
+    fill(this.out,
       h(
         'p',
         { class: 'diff-summary', 'data-testid': 'diff-summary', 'data-changed': counts.changed },

@@ -58,7 +58,7 @@ export class RunPanel {
     this.go.addEventListener('click', () => void this.run());
     const random = h('button', { type: 'button', class: 'btn' }, 'Random');
     random.addEventListener('click', () => this.randomize());
-    fill(target, 
+    fill(target,
       h('h2', null, 'Run'),
       this.gpuNote,
       h(
@@ -135,7 +135,7 @@ export class RunPanel {
         let max = 0;
         for (let i = 0; i < cpu.data.length; i++) max = Math.max(max, Math.abs(cpu.data[i] - gpu.data[i]));
         diffBox.dataset.maxDiff = String(max);
-        fill(diffBox, 
+        fill(diffBox,
           h('b', null, 'max |GPU − CPU| = '),
           h('code', null, num(max)),
           gpu.device === 'gpu' ? '' : ' (both ran on the CPU)',
@@ -153,7 +153,7 @@ export class RunPanel {
       box.dataset.f32Hex = f32Hex(r.data);
       box.dataset.device = r.device;
       const cpuLayers = Object.entries(r.cpu_layers ?? {});
-      fill(box, 
+      fill(box,
         h('h3', null, label, h('span', { class: 'muted' }, ` · ${r.device.toUpperCase()} · ${r.ms.toFixed(1)} ms · shape [${r.shape.join(', ')}]`)),
         r.fallbackReason ? h('p', { class: 'note-warn', 'data-testid': 'fallback-reason' }, `Ran on the CPU: ${r.fallbackReason}`) : null,
         cpuLayers.length

@@ -24,7 +24,7 @@ export function renderSummary(target: HTMLElement, name: string, ins: Inspection
   const other = Math.max(0, ins.file_bytes - ins.header_bytes - ins.weight_bytes);
   const g = ins.grid;
   const metadata = Object.entries(ins.metadata).filter(([k]) => k !== 'loom_network');
-  fill(target, 
+  fill(target,
     h(
       'div',
       { class: 'summary-head' },

@@ -95,7 +95,11 @@ export class LayerTable {
       title: loom ? 'Path' : 'Name',
       cls: 'path',
       key: (r) => r.path,
-      cell: (r) => h('span', { style: `padding-left:${r.nesting * 14}px` }, r.path),
+      // In file order nested rows show only their own step (the tree gives the rest); sorted, the full path.
+      cell: (r) =>
+        this.sortBy < 0 && r.nesting > 0
+          ? h('span', { class: 'branch', style: `padding-left:${r.nesting * 14}px`, title: r.path }, '↳ ', r.path.endsWith('.meta_observed_layer') ? 'meta_observed_layer' : r.path.split('.').slice(-2).join('.'))
+          : h('span', { title: r.path }, r.path),
     };
     this.columns = loom
       ? [
@@ -105,8 +109,8 @@ export class LayerTable {
           { title: 'Activation', key: (r) => r.activation, cell: (r) => r.activation },
           { title: 'Dtype', key: (r) => r.dtype, cell: dtypeCell },
           { title: 'Scale', cls: 'num', key: (r) => r.scale ?? -Infinity, cell: (r) => (r.scale === null ? '' : f32(r.scale)) },
-          { title: 'Params', cls: 'num', key: (r) => r.params, cell: (r) => int(r.params) },
-          { title: 'Bytes', cls: 'num', key: (r) => r.bytes, cell: (r) => bytes(r.bytes) },
+          { title: 'Params', cls: 'num', key: (r) => r.params, cell: (r) => (r.params ? int(r.params) : '—') },
+          { title: 'Bytes', cls: 'num', key: (r) => r.bytes, cell: (r) => (r.bytes ? bytes(r.bytes) : '—') },
           { title: 'Share', key: (r) => r.bytes, cell: share },
         ]
       : [
@@ -120,7 +124,7 @@ export class LayerTable {
     const bars = this.rows
       .filter((r) => r.bytes > 0)
       .map((r) => ({ label: `${r.path} (${r.dtype})`, value: r.bytes, color: dtypeColor(r.dtype), key: r.path }));
-    fill(this.chart, 
+    fill(this.chart,
       bars.length ? barChart(bars, this.fileBytes, this.onPick) : h('p', { class: 'muted' }, 'No weights stored.'),
     );
     this.render();

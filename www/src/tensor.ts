@@ -35,7 +35,7 @@ export class TensorPanel {
       const [stats, preview] = await Promise.all([model.tensorStats(path, { bins: BINS }), model.tensorPreview(path, PREVIEW)]);
       if (ticket !== this.ticket) return;
       const codes = preview.codes;
-      fill(this.target, 
+      fill(this.target,
         title,
         h(
           'p',

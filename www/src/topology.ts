@@ -119,13 +119,24 @@ function folded<T>(
   return repeats(items, key).flatMap(({ start, period, count }) => {
     const block = (k: number) => items.slice(start + k * period, start + (k + 1) * period);
     if (count === 1) return block(0).map(view);
+    const rest = h(
+      'div',
+      { class: 'repeat-all', hidden: true },
+      Array.from({ length: count - 1 }, (_, k) => h('div', { class: 'repeat-block' }, block(k + 1).map(view))),
+    );
+    const toggle = h('button', { type: 'button', class: 'link', 'aria-expanded': 'false' }, `show all ${count}`);
+    toggle.addEventListener('click', () => {
+      rest.hidden = !rest.hidden;
+      toggle.textContent = rest.hidden ? `show all ${count}` : 'fold';
+      toggle.setAttribute('aria-expanded', String(!rest.hidden));
+    });
     return [
       h(
-        'details',
+        'div',
         { class: 'repeat', 'data-testid': 'repeat-group', 'data-count': count, 'data-period': period },
         h(
-          'summary',
-          null,
+          'div',
+          { class: 'repeat-head' },
           h('span', { class: 'count' }, `×${count}`),
           h(
             'span',
@@ -133,13 +144,10 @@ function folded<T>(
             ` identical ${period > 1 ? `${period}-layer ` : ''}blocks ` +
               describe(items[start], items[start + period * count - 1], count, block(0)),
           ),
+          toggle,
         ),
         h('div', { class: 'repeat-sample' }, block(0).map(view)),
-        h(
-          'div',
-          { class: 'repeat-all' },
-          Array.from({ length: count - 1 }, (_, k) => h('div', { class: 'repeat-block' }, block(k + 1).map(view))),
-        ),
+        rest,
       ),
     ];
   });
