@@ -156,19 +156,19 @@ function openFileList(files: File[], folderName?: string): void {
   else void openSource(files, folderName ?? files[0].webkitRelativePath.split('/')[0] ?? 'checkpoint');
 }
 
-/** Files of a dropped folder, read through the entries API (DataTransfer.files lists a folder as one empty file). */
-async function readEntry(entry: FileSystemEntry, prefix = ''): Promise<File[]> {
-  if (entry.isFile) {
-    const file = await new Promise<File>((res, rej) => (entry as FileSystemFileEntry).file(res, rej));
-    return [new File([file], prefix + file.name, { type: file.type, lastModified: file.lastModified })];
-  }
-  const reader = (entry as FileSystemDirectoryEntry).createReader();
-  const out: File[] = [];
+/** The files directly in a dropped folder (a checkpoint folder is flat), read through the entries API:
+ * DataTransfer.files lists a folder as one empty file. */
+async function folderFiles(dir: FileSystemDirectoryEntry): Promise<File[]> {
+  const reader = dir.createReader();
+  const entries: FileSystemEntry[] = [];
   for (;;) {
     const batch = await new Promise<FileSystemEntry[]>((res, rej) => reader.readEntries(res, rej));
-    if (batch.length === 0) return out;
-    for (const e of batch) out.push(...(await readEntry(e, `${prefix}${entry.name}/`)));
+    if (batch.length === 0) break;
+    entries.push(...batch);
   }
+  return Promise.all(
+    entries.filter((e) => e.isFile).map((e) => new Promise<File>((res, rej) => (e as FileSystemFileEntry).file(res, rej))),
+  );
 }
 
 async function onDrop(dt: DataTransfer): Promise<void> {
@@ -176,7 +176,7 @@ async function onDrop(dt: DataTransfer): Promise<void> {
   const dir = entries.find((e) => e.isDirectory);
   if (dir) {
     try {
-      openFileList(await readEntry(dir), dir.name);
+      openFileList(await folderFiles(dir as FileSystemDirectoryEntry), dir.name);
     } catch (e) {
       showError(e);
     }

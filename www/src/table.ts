@@ -89,7 +89,7 @@ export class LayerTable {
         'div',
         { class: 'share' },
         h('i', { style: `width:${this.fileBytes ? (100 * r.bytes) / this.fileBytes : 0}%` }),
-        h('span', null, percent(r.bytes, this.fileBytes)),
+        h('span', null, r.bytes ? percent(r.bytes, this.fileBytes) : '—'),
       );
     const name: Column = {
       title: loom ? 'Path' : 'Name',
