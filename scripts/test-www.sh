@@ -4,6 +4,7 @@
 # WWW_SCREENSHOTS=1 also retakes the README's screenshots (docs/screenshots/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"   # the conversion tests compare with `cargo run --bin loom -- convert`
 t0=$SECONDS
 step() { echo "=== www: $* (t=$((SECONDS - t0))s)"; }
 

@@ -1,7 +1,11 @@
 // The inspector against Loom's corpus: layer rows and parameter counts, conversions, forward outputs, hostile files.
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { expect, test } from '@playwright/test';
 import type { Page } from '@playwright/test';
-import { caseFile, corpusCase, dropFiles, expectedLayerPaths, expectedParams, f32FromHex, f32Hex, openApp } from './corpus';
+import { ROOT, caseFile, corpusCase, dropFiles, expectedLayerPaths, expectedParams, f32FromHex, f32Hex, openApp } from './corpus';
 
 const summary = (page: Page) => page.getByTestId('summary');
 const rowPaths = (page: Page) => page.getByTestId('layer-row').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-path')));
@@ -82,16 +86,52 @@ for (const id of ['grid_2x1x2x2', 'nested_int4', 'transformer_fp8e4m3']) {
     await dropCase(page, id, 'loom.entity');
     await page.getByTestId('convert-format').selectOption('json');
     await expect(page.getByTestId('loss-report')).toHaveAttribute('data-state', 'lossless');
-    const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('convert-download').click()]);
-    expect(download.suggestedFilename()).toBe(`${id}.json`);
-    const got = await download.createReadStream().then(async (s) => {
-      const chunks: Buffer[] = [];
-      for await (const c of s) chunks.push(c as Buffer);
-      return Buffer.concat(chunks);
-    });
+    const got = await download(page);
+    expect(got.name).toBe(`${id}.json`);
     const files = corpusCase(id).files;
     const want = caseFile(id, files['rt_from_entity.json'] ? 'rt_from_entity.json' : 'loom.json');
-    expect(got.equals(want)).toBe(true);
+    expect(got.bytes.equals(want)).toBe(true);
+  });
+}
+
+/** What `loom convert IN OUT [args]` writes (the CLI of this repository, built by cargo as needed). */
+function loomConvert(input: Buffer, inName: string, outName: string, args: string[]): Buffer {
+  const dir = mkdtempSync(path.join(tmpdir(), 'www-convert-'));
+  try {
+    writeFileSync(path.join(dir, inName), input);
+    execFileSync('cargo', ['run', '-q', '--bin', 'loom', '--', 'convert', path.join(dir, inName), path.join(dir, outName), ...args], {
+      cwd: ROOT,
+      stdio: ['ignore', 'ignore', 'inherit'],
+    });
+    return readFileSync(path.join(dir, outName));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** Clicks the convert panel's download button: the file's name and bytes. */
+async function download(page: Page): Promise<{ name: string; bytes: Buffer }> {
+  const [d] = await Promise.all([page.waitForEvent('download'), page.getByTestId('convert-download').click()]);
+  const chunks: Buffer[] = [];
+  for await (const c of await d.createReadStream()) chunks.push(c as Buffer);
+  return { name: d.suggestedFilename(), bytes: Buffer.concat(chunks) };
+}
+
+for (const [format, dtype, ext] of [['entity', 'int4', 'entity'], ['safetensors', '', 'safetensors']]) {
+  test(`convert grid_2x1x2x2 to ${format}${dtype ? ` with every layer ${dtype}` : ''}: the download equals loom convert's file`, async ({ page }) => {
+    test.setTimeout(300_000); // cargo may have to build the CLI first
+    const input = caseFile('grid_2x1x2x2', 'loom.entity');
+    const want = loomConvert(input, 'in.entity', `out.${ext}`, dtype ? ['--dtype', dtype, '--allow-lossy'] : []);
+    await dropCase(page, 'grid_2x1x2x2', 'loom.entity');
+    await page.getByTestId('convert-format').selectOption(format);
+    if (dtype) {
+      await page.getByTestId('convert-dtype').selectOption(dtype);
+      await expect(page.getByTestId('loss-report')).toHaveAttribute('data-state', 'lossy');
+      await page.getByTestId('convert-accept-loss').check();
+    } else {
+      await expect(page.getByTestId('loss-report')).toHaveAttribute('data-state', 'lossless');
+    }
+    expect((await download(page)).bytes.equals(want)).toBe(true);
   });
 }
 
