@@ -1,6 +1,8 @@
 // The built package (dist/) in Chromium: the worker, corpus inspection and forward, Range reads, progress,
 // abort, the download cache with resume, and typed errors.
 import { test, expect, type Page } from '@playwright/test';
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { cases, caseById, entityInspectionMismatches, forwardCases } from '../test/corpus.mjs';
 import { elementValue, entity, safetensors } from './fixtures.mjs';
 import { CATCH, ready, resetServer, serverLog } from './helpers';
@@ -105,6 +107,24 @@ for (const [path, make, format] of [
     expect(sent / file.length).toBeLessThan(0.01);
   });
 }
+
+test('inspecting GGUF URLs reads their headers only and agrees with gguf-py', async ({ page }) => {
+  const expected = JSON.parse(readFileSync(fileURLToPath(new URL('../../testdata/gguf/expected.json', import.meta.url)), 'utf8'));
+  for (const [name, theirs] of Object.entries<any>(expected.gguf_files)) {
+    await resetServer(page);
+    const path = `/testdata/gguf/${name}`;
+    const r = await page.evaluate((u) => window.loom.inspect(u), path);
+    expect(r.format).toBe('gguf');
+    expect(r.header_bytes).toBe(theirs.data_offset);
+    expect(r.metadata['general.architecture']).toBe(theirs.metadata['general.architecture'].value);
+    expect(r.tensors.map((t) => [t.name, t.dtype, t.shape, t.offset, t.bytes])).toEqual(
+      theirs.tensors.map((t: any) => [t.name, t.type, [...t.ne].reverse(), t.offset, t.bytes]),
+    );
+    // One 64 KiB Range request covers these headers (the 367 KB f32 file is not read whole).
+    const sent = (await serverLog(page)).reduce((sum, e) => sum + e.sent, 0);
+    expect(sent).toBeLessThanOrEqual(64 * 1024);
+  }
+});
 
 test('inspecting a 64 MiB File slices only its header out of it', async ({ page }) => {
   const { file, headerBytes } = safetensors(4096, 4096);

@@ -1,4 +1,4 @@
-// The Playwright tests' web server: the built package, a test page, Loom's corpus, and synthetic models served
+// The tests' web server (PORT=0 picks a free port, printed on start): the built package, a test page, Loom's corpus, and synthetic models served
 // with Range support. It counts what it sends and can cut or slow a response, so tests can check header-only
 // reads, aborts and resumed downloads from the outside.
 import { createServer } from 'node:http';
@@ -54,7 +54,7 @@ async function fileBytes(path) {
   }
 }
 
-createServer(async (req, res) => {
+const server = createServer(async (req, res) => {
   const url = new URL(req.url, 'http://x');
   const path = url.pathname;
   if (path === '/') return res.writeHead(200, { 'Content-Type': 'text/html' }).end(PAGE);
@@ -123,4 +123,5 @@ createServer(async (req, res) => {
     return;
   }
   res.end();
-}).listen(port, '127.0.0.1', () => console.log(`test server on http://127.0.0.1:${port}`));
+});
+server.listen(port, '127.0.0.1', () => console.log(`test server on http://127.0.0.1:${server.address().port}`));

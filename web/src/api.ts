@@ -11,12 +11,11 @@ import type {
 export interface CallOptions {
   onProgress?: (p: Progress) => void;
   signal?: AbortSignal;
-  transfer?: Transferable[];
 }
 
 export interface Transport {
   /** Runs `method` on the engine; `cancel` tells the engine to stop the call (the promise is already settled). */
-  start(method: Method, args: unknown[], onProgress: (p: Progress) => void, transfer: Transferable[]): {
+  start(method: Method, args: unknown[], onProgress: (p: Progress) => void): {
     result: Promise<unknown>;
     cancel(): void;
   };
@@ -33,7 +32,7 @@ function call<T>(transport: Transport, method: Method, args: unknown[], opts: Ca
       console.error('loom-wasm: an onProgress callback threw', e);
     }
   };
-  const { result, cancel } = transport.start(method, args, report, opts.transfer ?? []);
+  const { result, cancel } = transport.start(method, args, report);
   if (!signal) return result as Promise<T>;
   return new Promise<T>((resolve, reject) => {
     const onAbort = () => {

@@ -63,6 +63,15 @@ export function toLoomError(e: unknown): LoomError {
       );
     }
     if (e instanceof TypeError && /fetch|network/i.test(text)) return new LoomError('network', text, { cause: e });
+    if (typeof WebAssembly !== 'undefined' && e instanceof WebAssembly.RuntimeError) {
+      // A trap (a Rust panic or a failed allocation) leaves the module's state undefined.
+      return new LoomError(
+        'internal',
+        `loom-wasm crashed inside WebAssembly (${text}); often the model needs more memory than the page has. ` +
+          'Reload the page before opening models again',
+        { cause: e },
+      );
+    }
     if (e instanceof RangeError && /memory|allocation|Array buffer/i.test(text)) {
       return new LoomError('out_of_memory', `out of memory: ${text}`, { cause: e });
     }

@@ -50,12 +50,13 @@ class WorkerTransport implements Transport {
     return w;
   }
 
-  start(method: Method, args: unknown[], onProgress: (p: Progress) => void, transfer: Transferable[]) {
+  start(method: Method, args: unknown[], onProgress: (p: Progress) => void) {
     const id = this.nextId++;
     const result = new Promise<unknown>((resolve, reject) => {
       const w = this.get();
       this.pending.set(id, { resolve, reject, onProgress });
-      w.postMessage({ type: 'call', id, method, args } satisfies ToWorker, transfer);
+      // Arguments are copied, not transferred: the caller's buffers stay usable.
+      w.postMessage({ type: 'call', id, method, args } satisfies ToWorker);
     });
     return {
       result,

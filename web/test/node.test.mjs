@@ -4,7 +4,8 @@ import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { pathToFileURL } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { spawn } from 'node:child_process';
 import { inspect, open, openFiles, gpuInfo, LoomError } from 'loom-wasm';
 import { cases, caseById, casePath, entityInspectionMismatches, f32FromHex, forwardCases, hexFromF32 } from './corpus.mjs';
 import { safetensors } from '../e2e/fixtures.mjs';
@@ -206,6 +207,29 @@ test('tensorPreview and tensorStats give the stored weights (Loom JSON float32 a
   assert.equal(entry.dtype_before, 'float32');
   assert.equal(entry.dtype_after, 'int4');
   assert.ok(entry.max_abs > 0);
-  await rejectsWith(m.tensorStats('layers.99'), 'invalid_input');
+  await rejectsWith(m.tensorStats('layers.99'), 'unsupported', /layers\.99/);
   for (const x of [m, same, q]) await x.dispose();
+});
+
+test('URLs in Node: inspect uses Range requests, open downloads with progress', async (t) => {
+  const server = spawn(process.execPath, [fileURLToPath(new URL('../e2e/server.mjs', import.meta.url))], {
+    env: { ...process.env, PORT: '0' },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  t.after(() => server.kill());
+  const base = await new Promise((r) => server.stdout.once('data', (d) => r(/http:\S+/.exec(String(d))[0])));
+  const { file, headerBytes } = safetensors(4096, 4096);
+  const r = await inspect(`${base}/gen/big.safetensors`);
+  assert.equal(r.header_bytes, headerBytes);
+  const sent = (await (await fetch(`${base}/__log`)).json()).reduce((s, e) => s + e.sent, 0);
+  assert.ok(sent > 0 && sent / file.length < 0.01, `${sent} bytes sent`);
+  const seen = [];
+  const c = caseById('transformer_fp4');
+  const m = await open(`${base}/testdata/conformance/${c.files['loom.entity']}`, { onProgress: (p) => seen.push(p) });
+  assert.equal(m.name, 'loom.entity');
+  const out = await m.forward(f32FromHex(c.input_f32_hex), c.input_shape);
+  assert.equal(hexFromF32(out.data), c.expected_output_f32_hex);
+  assert.deepEqual(seen.filter((p) => p.phase === 'download').at(-1), { phase: 'download', loaded: c.sizes['loom.entity'], total: c.sizes['loom.entity'] });
+  await m.dispose();
+  await rejectsWith(open(`${base}/gen/missing.entity`), 'network', /404/);
 });
