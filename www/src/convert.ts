@@ -6,7 +6,7 @@ import { fill, h } from './dom';
 import { int, num } from './format';
 import { errorText } from './errors';
 
-export const DTYPES = [
+const DTYPES = [
   'float64', 'float32', 'float16', 'bfloat16', 'fp8e4m3', 'fp8e5m2', 'int64', 'int32', 'int16', 'int8',
   'uint64', 'uint32', 'uint16', 'uint8', 'int4', 'uint4', 'fp4', 'int2', 'uint2', 'ternary', 'binary',
 ];

@@ -19,7 +19,7 @@ function seeded(seed: number): () => number {
   };
 }
 
-export function parseNumbers(text: string): number[] {
+function parseNumbers(text: string): number[] {
   const parts = text.replace(/[[\]]/g, ' ').split(/[\s,]+/).filter(Boolean);
   const out = parts.map(Number);
   const bad = parts.findIndex((p, i) => !Number.isFinite(out[i]) || p === '');

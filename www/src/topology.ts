@@ -6,7 +6,7 @@ import { dtypeColor } from './charts';
 import { fill, h } from './dom';
 import { bytes, compact } from './format';
 
-export interface LayerNode {
+interface LayerNode {
   row: LayerRow;
   /** How the parent holds this node: a parallel branch, a step of a sequence, the observed layer of a meta layer. */
   role: 'top' | 'parallel' | 'sequential' | 'meta';
@@ -25,7 +25,7 @@ function roleOf(path: string): LayerNode['role'] {
 }
 
 /** Rebuilds the layer tree from the inspection's pre-order rows (`nesting` is the depth). */
-export function layerTree(rows: LayerRow[]): LayerNode[] {
+function layerTree(rows: LayerRow[]): LayerNode[] {
   const roots: LayerNode[] = [];
   const stack: LayerNode[] = [];
   for (const row of rows) {
@@ -46,7 +46,7 @@ export function layerTree(rows: LayerRow[]): LayerNode[] {
   return roots;
 }
 
-export interface Run {
+interface Run {
   start: number;
   /** Items per block: 1 for a run of equal items, 2 for alternating pairs (attention, MLP), … */
   period: number;
@@ -58,7 +58,7 @@ const MAX_PERIOD = 4;
 
 /** Splits items into repeated blocks: at each position the period whose back-to-back repeats cover the most items
  * wins (a decoder's alternating attention and MLP layers fold as one block of two). Unrepeated items are runs of 1. */
-export function repeats<T>(items: T[], key: (t: T) => string): Run[] {
+function repeats<T>(items: T[], key: (t: T) => string): Run[] {
   const keys = items.map(key);
   const out: Run[] = [];
   let i = 0;
