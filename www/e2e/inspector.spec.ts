@@ -1,0 +1,214 @@
+// The inspector against Loom's corpus: layer rows and parameter counts, conversions, forward outputs, hostile files.
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { expect, test } from '@playwright/test';
+import type { Page } from '@playwright/test';
+import { ROOT, caseFile, corpusCase, dropFiles, expectedLayerPaths, expectedParams, f32FromHex, f32Hex, openApp } from './corpus';
+
+const summary = (page: Page) => page.getByTestId('summary');
+const rowPaths = (page: Page) => page.getByTestId('layer-row').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-path')));
+
+/** Drops one corpus file and waits until its weights are loaded. */
+async function dropCase(page: Page, id: string, file: string): Promise<void> {
+  await dropFiles(page, [{ name: `${id}.${file.split('.').pop()}`, bytes: caseFile(id, file) }]);
+  await expect(page.locator('body')).toHaveAttribute('data-state', 'ready');
+}
+
+test.beforeEach(async ({ page }) => {
+  page.on('pageerror', (e) => {
+    throw e;
+  });
+  await openApp(page);
+});
+
+// Grids (mixed dtypes, a disabled layer, packed codecs), nested parallel/sequential branches, a transformer stack,
+// single layers of the recurrent and attention families.
+for (const id of ['grid_2x1x2x2', 'grid_uniform_fp4', 'nested_int8', 'nested_ternary', 'transformer_int4', 'layer_LSTM_float16', 'layer_MultiHeadAttention_int8']) {
+  test(`drop ${id}/loom.entity: layer rows and parameters match the corpus`, async ({ page }) => {
+    await dropCase(page, id, 'loom.entity');
+    await expect(summary(page)).toHaveAttribute('data-format', 'entity');
+    await expect(summary(page)).toHaveAttribute('data-params', String(expectedParams(id)));
+    expect(await rowPaths(page)).toEqual(expectedLayerPaths(id));
+  });
+}
+
+for (const id of ['grid_2x1x2x2', 'nested_fp4', 'transformer_int8']) {
+  test(`drop ${id}/loom.json: layer rows and parameters match the corpus`, async ({ page }) => {
+    await dropCase(page, id, 'loom.json');
+    await expect(summary(page)).toHaveAttribute('data-format', 'json');
+    await expect(summary(page)).toHaveAttribute('data-params', String(expectedParams(id)));
+    expect(await rowPaths(page)).toEqual(expectedLayerPaths(id));
+  });
+}
+
+test('drop a safetensors file with every dtype: one row per tensor, parameters = values Loom decodes', async ({ page }) => {
+  const id = 'safetensors_read_all_dtypes';
+  const decoded = corpusCase(id).loom_decoded!;
+  await dropCase(page, id, 'input.safetensors');
+  await expect(summary(page)).toHaveAttribute('data-format', 'safetensors');
+  const params = Object.values(decoded).reduce((a, v) => a + v.length, 0);
+  await expect(summary(page)).toHaveAttribute('data-params', String(params));
+  expect((await rowPaths(page)).sort()).toEqual(Object.keys(decoded).sort());
+});
+
+test('drop a safetensors file Loom wrote: its one tensor', async ({ page }) => {
+  const id = 'safetensors_write_single';
+  const header = JSON.parse(corpusCase(id).header!) as Record<string, { shape: number[] }>;
+  await dropCase(page, id, 'loom.safetensors');
+  await expect(summary(page)).toHaveAttribute('data-format', 'safetensors');
+  const params = Object.values(header).reduce((a, t) => a + t.shape.reduce((x, y) => x * y, 1), 0);
+  await expect(summary(page)).toHaveAttribute('data-params', String(params));
+  expect(await rowPaths(page)).toEqual(Object.keys(header));
+});
+
+test('first paint comes from the header, and the sample opens in one click', async ({ page }) => {
+  await page.getByTestId('open-sample').click();
+  // The sample is the corpus case transformer_int8.
+  await expect(summary(page)).toHaveAttribute('data-params', String(expectedParams('transformer_int8')));
+  await expect(page.locator('body')).toHaveAttribute('data-state', 'ready');
+  expect(await rowPaths(page)).toEqual(expectedLayerPaths('transformer_int8'));
+  await expect(page.getByTestId('grid-cell')).toHaveCount(1);
+});
+
+test('open a URL: the same network, fetched by the package', async ({ page, baseURL }) => {
+  await page.locator('#url-input').fill(`${baseURL}/sample.entity`);
+  await page.locator('#url-form button').click();
+  await expect(page.locator('body')).toHaveAttribute('data-state', 'ready');
+  await expect(summary(page)).toHaveAttribute('data-format', 'entity');
+  expect(await rowPaths(page)).toEqual(expectedLayerPaths('transformer_int8'));
+});
+
+// Loom writes JSON from a loaded .entity as loom.json, or rt_from_entity.json where the two differ.
+for (const id of ['grid_2x1x2x2', 'nested_int4', 'transformer_fp8e4m3']) {
+  test(`convert ${id}/loom.entity to Loom JSON in the page: the download is Loom's bytes`, async ({ page }) => {
+    await dropCase(page, id, 'loom.entity');
+    await page.getByTestId('convert-format').selectOption('json');
+    await expect(page.getByTestId('loss-report')).toHaveAttribute('data-state', 'lossless');
+    const got = await download(page);
+    expect(got.name).toBe(`${id}.json`);
+    const files = corpusCase(id).files;
+    const want = caseFile(id, files['rt_from_entity.json'] ? 'rt_from_entity.json' : 'loom.json');
+    expect(got.bytes.equals(want)).toBe(true);
+  });
+}
+
+/** What `loom convert IN OUT [args]` writes (the CLI of this repository, built by cargo as needed). */
+function loomConvert(input: Buffer, inName: string, outName: string, args: string[]): Buffer {
+  const dir = mkdtempSync(path.join(tmpdir(), 'www-convert-'));
+  try {
+    writeFileSync(path.join(dir, inName), input);
+    execFileSync('cargo', ['run', '-q', '--bin', 'loom', '--', 'convert', path.join(dir, inName), path.join(dir, outName), ...args], {
+      cwd: ROOT,
+      stdio: ['ignore', 'ignore', 'inherit'],
+    });
+    return readFileSync(path.join(dir, outName));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** Clicks the convert panel's download button: the file's name and bytes. */
+async function download(page: Page): Promise<{ name: string; bytes: Buffer }> {
+  const [d] = await Promise.all([page.waitForEvent('download'), page.getByTestId('convert-download').click()]);
+  const chunks: Buffer[] = [];
+  for await (const c of await d.createReadStream()) chunks.push(c as Buffer);
+  return { name: d.suggestedFilename(), bytes: Buffer.concat(chunks) };
+}
+
+for (const [format, dtype, ext] of [['entity', 'int4', 'entity'], ['safetensors', '', 'safetensors']]) {
+  test(`convert grid_2x1x2x2 to ${format}${dtype ? ` with every layer ${dtype}` : ''}: the download equals loom convert's file`, async ({ page }) => {
+    test.setTimeout(300_000); // cargo may have to build the CLI first
+    const input = caseFile('grid_2x1x2x2', 'loom.entity');
+    const want = loomConvert(input, 'in.entity', `out.${ext}`, dtype ? ['--dtype', dtype, '--allow-lossy'] : []);
+    await dropCase(page, 'grid_2x1x2x2', 'loom.entity');
+    await page.getByTestId('convert-format').selectOption(format);
+    if (dtype) {
+      await page.getByTestId('convert-dtype').selectOption(dtype);
+      await expect(page.getByTestId('loss-report')).toHaveAttribute('data-state', 'lossy');
+      await page.getByTestId('convert-accept-loss').check();
+    } else {
+      await expect(page.getByTestId('loss-report')).toHaveAttribute('data-state', 'lossless');
+    }
+    expect((await download(page)).bytes.equals(want)).toBe(true);
+  });
+}
+
+test('a lossy conversion is marked before the download and needs a tick', async ({ page }) => {
+  await dropCase(page, 'grid_2x1x2x2', 'loom.entity');
+  await page.getByTestId('convert-dtype').selectOption('int2');
+  await expect(page.getByTestId('loss-report')).toHaveAttribute('data-state', 'lossy');
+  await expect(page.getByTestId('loss-row').first()).toBeVisible();
+  await expect(page.getByTestId('convert-download')).toBeDisabled();
+  await page.getByTestId('convert-accept-loss').check();
+  await expect(page.getByTestId('convert-download')).toBeEnabled();
+});
+
+// Loom's output for the network as loaded from loom.entity: the manifest's exact bytes, or where the .entity reload
+// computes differently (nested cases), the output Loom printed after that reload (shortest float32 text).
+function loomEntityOutput(id: string): number[] {
+  const c = corpusCase(id);
+  const reload = c.roundtrip?.forward_after_entity_reload;
+  return reload ? reload.map(Math.fround) : f32FromHex(c.expected_output_f32_hex!);
+}
+
+// |gpu − loom| ≤ 1e-4 + 1e-3·|loom| is the WebGPU issue's tolerance.
+for (const id of ['grid_2x1x2x2', 'transformer_int8', 'nested_int8']) {
+  test(`run ${id} in the page: CPU bits equal Loom's, WebGPU within tolerance`, async ({ page }) => {
+    const c = corpusCase(id);
+    const want = loomEntityOutput(id);
+    await dropCase(page, id, 'loom.entity');
+    await page.getByTestId('run-shape').fill(c.input_shape!.join(','));
+    await page.getByTestId('run-input').fill(c.input!.join(', '));
+    await page.getByTestId('run-button').click();
+    const cpu = page.getByTestId('cpu-output');
+    await expect(cpu).toHaveAttribute('data-f32-hex', f32Hex(want));
+    const gpu = page.getByTestId('gpu-output');
+    await expect(gpu).toHaveAttribute('data-device', 'gpu', { timeout: 60_000 });
+    const got = f32FromHex((await gpu.getAttribute('data-f32-hex'))!);
+    expect(got.length).toBe(want.length);
+    got.forEach((g, i) => expect(Math.abs(g - want[i])).toBeLessThanOrEqual(1e-4 + 1e-3 * Math.abs(want[i])));
+    await expect(page.getByTestId('run-diff')).toContainText('max |GPU − CPU|');
+  });
+}
+
+test('the tensor panel shows stats, a histogram and raw codes next to dequantized values', async ({ page }) => {
+  const id = 'layer_Dense_int4';
+  await dropCase(page, id, 'loom.entity');
+  await page.getByTestId('layer-row').first().click();
+  const panel = page.getByTestId('tensor-panel');
+  await expect(panel.getByTestId('tensor-stats')).toHaveAttribute('data-count', String(expectedParams(id)));
+  await expect(panel.getByTestId('histogram')).toBeVisible();
+  await expect(panel.getByTestId('tensor-preview').locator('th')).toHaveText(['#', 'code', 'value']);
+  await expect(panel.getByTestId('tensor-preview').locator('tbody tr')).toHaveCount(expectedParams(id));
+});
+
+test('diff against a re-quantized copy: every weighted layer changes, with its dtype change', async ({ page }) => {
+  await dropCase(page, 'nested_int8', 'loom.entity');
+  await page.getByTestId('diff-input').setInputFiles({ name: 'nested_int4.entity', mimeType: 'application/octet-stream', buffer: caseFile('nested_int4', 'loom.entity') });
+  const changed = page.locator('[data-testid="diff-row"][data-status="changed"]');
+  await expect(changed.first()).toBeVisible();
+  await expect(changed.first()).toContainText('int8 → int4');
+  // The same file against itself: nothing differs.
+  await page.getByTestId('diff-input').setInputFiles({ name: 'same.entity', mimeType: 'application/octet-stream', buffer: caseFile('nested_int8', 'loom.entity') });
+  await expect(page.getByTestId('diff-summary')).toHaveAttribute('data-changed', '0');
+});
+
+const HOSTILE: [string, Buffer][] = [
+  ['garbage.entity', Buffer.from('this is not a model at all, just some text that goes on')],
+  ['truncated.entity', caseFile('grid_2x1x2x2', 'loom.entity').subarray(0, 200)],
+  ['huge-header.safetensors', Buffer.concat([Buffer.from([0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x00, 0x00]), Buffer.from('{"a":')])],
+  ['not-loom.json', Buffer.from('{"hello": "world", "layers": 7}')],
+];
+for (const [name, bytes] of HOSTILE) {
+  test(`a hostile file (${name}) gives a message, and the page still works`, async ({ page }) => {
+    await dropFiles(page, [{ name, bytes }]);
+    await expect(page.getByTestId('error')).toBeVisible();
+    await expect(page.getByTestId('error')).not.toBeEmpty();
+    await expect(page.locator('body')).toHaveAttribute('data-state', /error|inspected/);
+    await dropCase(page, 'nested_int8', 'loom.entity');
+    await expect(page.getByTestId('error')).toBeHidden();
+    await expect(summary(page)).toHaveAttribute('data-params', String(expectedParams('nested_int8')));
+  });
+}

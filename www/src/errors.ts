@@ -1,0 +1,25 @@
+// One readable line for any failure: a LoomError's code and message, or what else was thrown.
+import { LoomError } from 'loom-wasm';
+
+const HINTS: Partial<Record<string, string>> = {
+  bad_format: 'This file is not one we can read',
+  unsupported_dtype: 'This file uses a dtype we do not support',
+  unsupported: 'Not supported',
+  invalid_input: 'Invalid input',
+  invalid_network: 'The network in this file is not valid',
+  lossy: 'This conversion would change weights',
+  no_webgpu: 'WebGPU is not available',
+  network: 'Download failed',
+  quota: 'Out of storage space',
+  out_of_memory: 'Out of memory',
+  aborted: 'Cancelled',
+};
+
+export function errorCode(e: unknown): string {
+  return e instanceof LoomError ? e.code : 'internal';
+}
+
+export function errorText(e: unknown): string {
+  if (e instanceof LoomError) return `${HINTS[e.code] ?? 'Error'}: ${e.message}`;
+  return e instanceof Error ? e.message : String(e);
+}

@@ -1,0 +1,201 @@
+// The layer table (Loom networks) or tensor table (safetensors): sortable columns, a share-of-file bar per row,
+// and a chart of bytes per layer above it. Rows carry data-testid="layer-row" and data-path for tests.
+import type { Inspection } from 'loom-wasm';
+import { barChart, dtypeColor } from './charts';
+import { fill, h } from './dom';
+import { bytes, int, f32, percent } from './format';
+
+interface Column {
+  title: string;
+  cls?: string;
+  /** Sort key; rows keep file order when no column is chosen. */
+  key: (r: Row) => string | number;
+  cell: (r: Row) => Node | string;
+}
+
+interface Row {
+  path: string;
+  nesting: number;
+  cell: string;
+  type: string;
+  activation: string;
+  dtype: string;
+  scale: number | null;
+  shape: string;
+  params: number;
+  bytes: number;
+  disabled: boolean;
+  order: number;
+}
+
+function rowsOf(ins: Inspection): Row[] {
+  if (ins.layers.length) {
+    return ins.layers.map((l, i) => ({
+      path: l.path,
+      nesting: l.nesting,
+      cell: l.nesting === 0 ? `${l.z},${l.y},${l.x},${l.l}` : '',
+      type: l.type,
+      activation: l.activation,
+      dtype: l.dtype,
+      scale: l.scale,
+      shape: '',
+      params: l.params,
+      bytes: l.bytes,
+      disabled: l.disabled,
+      order: i,
+    }));
+  }
+  return ins.tensors.map((t, i) => ({
+    path: t.name,
+    nesting: 0,
+    cell: '',
+    type: 'tensor',
+    activation: '',
+    dtype: t.dtype,
+    scale: null,
+    shape: t.shape.join(' × '),
+    params: t.shape.reduce((a, b) => a * b, 1),
+    bytes: t.bytes,
+    disabled: false,
+    order: i,
+  }));
+}
+
+export class LayerTable {
+  private rows: Row[] = [];
+  private sortBy = -1;
+  private desc = false;
+  private selected = '';
+  private columns: Column[] = [];
+  private fileBytes = 0;
+
+  constructor(
+    private readonly table: HTMLTableElement,
+    private readonly chart: HTMLElement,
+    private readonly title: HTMLElement,
+    private readonly onPick: (path: string) => void,
+  ) {}
+
+  show(ins: Inspection): void {
+    this.rows = rowsOf(ins);
+    this.fileBytes = ins.file_bytes;
+    this.sortBy = -1;
+    this.desc = false;
+    const loom = ins.layers.length > 0;
+    this.title.textContent = loom ? `Layers (${this.rows.length})` : `Tensors (${this.rows.length})`;
+    const dtypeCell = (r: Row) => h('span', { class: 'dtype', style: `--c:${dtypeColor(r.dtype)}` }, r.dtype);
+    const share = (r: Row) =>
+      h(
+        'div',
+        { class: 'share' },
+        h('i', { style: `width:${this.fileBytes ? (100 * r.bytes) / this.fileBytes : 0}%` }),
+        h('span', null, r.bytes ? percent(r.bytes, this.fileBytes) : '—'),
+      );
+    const name: Column = {
+      title: loom ? 'Path' : 'Name',
+      cls: 'path',
+      key: (r) => r.path,
+      // In file order nested rows show only their own step (the tree gives the rest); sorted, the full path.
+      cell: (r) =>
+        this.sortBy < 0 && r.nesting > 0
+          ? h('span', { class: 'branch', style: `padding-left:${r.nesting * 14}px`, title: r.path }, '↳ ', r.path.endsWith('.meta_observed_layer') ? 'meta_observed_layer' : r.path.split('.').slice(-2).join('.'))
+          : h('span', { title: r.path }, r.path),
+    };
+    this.columns = loom
+      ? [
+          name,
+          { title: '(z,y,x,l)', key: (r) => r.cell, cell: (r) => r.cell },
+          { title: 'Type', key: (r) => r.type, cell: (r) => (r.disabled ? `${r.type} (off)` : r.type) },
+          { title: 'Activation', key: (r) => r.activation, cell: (r) => r.activation },
+          { title: 'Dtype', key: (r) => r.dtype, cell: dtypeCell },
+          { title: 'Scale', cls: 'num', key: (r) => r.scale ?? -Infinity, cell: (r) => (r.scale === null ? '' : f32(r.scale)) },
+          { title: 'Params', cls: 'num', key: (r) => r.params, cell: (r) => (r.params ? int(r.params) : '—') },
+          { title: 'Bytes', cls: 'num', key: (r) => r.bytes, cell: (r) => (r.bytes ? bytes(r.bytes) : '—') },
+          { title: 'Share', key: (r) => r.bytes, cell: share },
+        ]
+      : [
+          name,
+          { title: 'Dtype', key: (r) => r.dtype, cell: dtypeCell },
+          { title: 'Shape', key: (r) => r.shape, cell: (r) => r.shape || 'scalar' },
+          { title: 'Params', cls: 'num', key: (r) => r.params, cell: (r) => int(r.params) },
+          { title: 'Bytes', cls: 'num', key: (r) => r.bytes, cell: (r) => bytes(r.bytes) },
+          { title: 'Share', key: (r) => r.bytes, cell: share },
+        ];
+    const bars = this.rows
+      .filter((r) => r.bytes > 0)
+      .map((r) => ({ label: `${r.path} (${r.dtype})`, value: r.bytes, color: dtypeColor(r.dtype), key: r.path }));
+    fill(this.chart,
+      bars.length ? barChart(bars, this.fileBytes, this.onPick) : h('p', { class: 'muted' }, 'No weights stored.'),
+    );
+    this.render();
+  }
+
+  select(path: string): void {
+    this.selected = path;
+    for (const tr of this.table.querySelectorAll<HTMLTableRowElement>('tbody tr')) {
+      tr.classList.toggle('selected', tr.dataset.path === path);
+    }
+    this.table.querySelector(`tr[data-path="${CSS.escape(path)}"]`)?.scrollIntoView({ block: 'nearest' });
+  }
+
+  private render(): void {
+    const sorted = [...this.rows];
+    if (this.sortBy >= 0) {
+      const key = this.columns[this.sortBy].key;
+      sorted.sort((a, b) => {
+        const ka = key(a);
+        const kb = key(b);
+        const c = typeof ka === 'number' && typeof kb === 'number' ? ka - kb : String(ka).localeCompare(String(kb), 'en', { numeric: true });
+        return (this.desc ? -c : c) || a.order - b.order;
+      });
+    }
+    const head = h(
+      'tr',
+      null,
+      this.columns.map((c, i) =>
+        h(
+          'th',
+          {
+            class: c.cls,
+            'aria-sort': this.sortBy === i ? (this.desc ? 'descending' : 'ascending') : 'none',
+          },
+          h(
+            'button',
+            {
+              type: 'button',
+              onclick: () => {
+                // First click sorts numbers biggest first, text A→Z; the next click reverses; a third restores file order.
+                if (this.sortBy !== i) {
+                  this.sortBy = i;
+                  this.desc = c.cls === 'num' || c.title === 'Share';
+                } else if (this.desc === (c.cls === 'num' || c.title === 'Share')) {
+                  this.desc = !this.desc;
+                } else {
+                  this.sortBy = -1;
+                }
+                this.render();
+              },
+            },
+            c.title,
+            h('span', { class: 'sort' }, this.sortBy === i ? (this.desc ? '▼' : '▲') : ''),
+          ),
+        ),
+      ),
+    );
+    const body = sorted.map((r) =>
+      h(
+        'tr',
+        {
+          'data-testid': 'layer-row',
+          'data-path': r.path,
+          'data-params': r.params,
+          'data-dtype': r.dtype,
+          class: `${r.path === this.selected ? 'selected' : ''}${r.disabled ? ' disabled' : ''}`,
+          onclick: () => this.onPick(r.path),
+        },
+        this.columns.map((c) => h('td', { class: c.cls }, c.cell(r))),
+      ),
+    );
+    fill(this.table, h('thead', null, head), h('tbody', null, body));
+  }
+}
