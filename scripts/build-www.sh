@@ -30,6 +30,7 @@ if stale web/dist/index.js web/src web/pkg web/scripts web/package.json web/tsco
 fi
 
 # The app: the sample network is served next to it (www/public is copied into www/dist by Vite).
+mkdir -p www/public
 cp -p testdata/sample/sample.entity www/public/sample.entity
 if stale www/dist/index.html www/src www/public www/index.html www/vite.config.ts www/package.json web/dist; then
   log "app (www/dist)"

@@ -78,7 +78,7 @@ if [ ! -f "$marker" ] || [ web/package.json -nt "$marker" ] || [ web/package-loc
 fi
 done_step "npm install (web/)"
 
-# 6. npm devDependencies of www/ (the demo app: Vite, TypeScript, Playwright; `loom-wasm` links to ../web).
+# 7. npm devDependencies of www/ (the demo app: Vite, TypeScript, Playwright; `loom-wasm` links to ../web).
 marker=www/node_modules/.package-lock.json
 if [ ! -f "$marker" ] || [ www/package.json -nt "$marker" ] || [ www/package-lock.json -nt "$marker" ]; then
   log "npm install (www/)"

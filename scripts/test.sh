@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # All of loom-wasm's checks, in order: format, lints, native tests, browser tests (headless Chromium), the npm
-# package (Node, Playwright, a fresh Vite project), Loom conformance corpus. Run `bash scripts/setup.sh` once first on a new machine.
+# package (Node, Playwright, a fresh Vite project), the demo app (Playwright), Loom conformance corpus. Run `bash scripts/setup.sh` once first on a new machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,6 +36,9 @@ node --test tests-wasm/node/
 
 step "npm package: Node, Chromium (Playwright) and fresh-Vite tests (scripts/test-web.sh)"
 LOOM_WEB_SKIP_PKG=1 bash scripts/test-web.sh
+
+step "demo app: Playwright suite in Chromium (scripts/test-www.sh)"
+bash scripts/test-www.sh
 
 step "conformance corpus (loom conformance testdata/conformance)"
 cargo run -q --bin loom -- conformance testdata/conformance --check all
