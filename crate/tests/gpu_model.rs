@@ -314,3 +314,26 @@ fn bad_networks_and_inputs_are_typed_errors() {
     let err = pollster::block_on(GpuModel::new(gpu(), net).unwrap().forward(&[0.5; 4], &[1, 4])).unwrap_err();
     assert!(matches!(err, LoomError::InvalidNetwork(_)), "{err:?}");
 }
+
+#[test]
+fn a_shader_the_driver_rejects_is_a_typed_error() {
+    let gpu = gpu();
+    // A type error, and a valid module without the entry point asked for.
+    let bad = "@compute @workgroup_size(1) fn main() { let x: u32 = 1.5; }";
+    let good = "@group(0) @binding(0) var<storage, read_write> y: array<f32>;\n\
+                @compute @workgroup_size(1) fn main() { y[0] = 1.0; }";
+    for (key, source, entry) in [("test/bad", bad, "main"), ("test/no-entry", good, "other")] {
+        for _ in 0..2 {
+            // Refused again on a second call: a rejected pipeline is not cached.
+            let err = gpu.pipeline(key, source, entry).unwrap_err();
+            assert!(
+                matches!(err, LoomError::Gpu(ref m) if m.starts_with(&format!("{key}: shader rejected: "))),
+                "{err:?}"
+            );
+        }
+    }
+    // The device is still usable.
+    gpu.pipeline("test/good", good, "main").unwrap();
+    let mut model = GpuModel::new(gpu, network(&[&dense(4, 3, "ReLU")])).unwrap();
+    pollster::block_on(model.forward(&[0.5; 4], &[1, 4])).unwrap();
+}

@@ -207,7 +207,8 @@ pub struct PackedWeights {
     scale: f32,
     aux: u32,
     words_per_part: u32,
-    parts: Arc<Vec<wgpu::Buffer>>,
+    /// Buffer handles (cheap to clone): views of one tensor share the buffers.
+    parts: Vec<wgpu::Buffer>,
     bytes: u64,
 }
 
@@ -301,7 +302,7 @@ impl PackedWeights {
             scale: packing.kernel_scale(scale),
             aux,
             words_per_part: words_per_part as u32,
-            parts: Arc::new(parts),
+            parts,
             bytes: bytes.len() as u64,
         })
     }

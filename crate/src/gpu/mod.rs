@@ -67,16 +67,15 @@ pub struct Gpu {
     pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
     /// Pipelines whose validation result is not known yet (in the browser the error scope resolves later).
     #[cfg(target_arch = "wasm32")]
-    unchecked: Mutex<
-        Vec<(
-            String,
-            std::pin::Pin<Box<dyn std::future::Future<Output = Option<wgpu::Error>>>>,
-        )>,
-    >,
+    unchecked: Mutex<Vec<(String, Verdict)>>,
     /// The plan of the layer being encoded (see `kernel.rs`), and the lock that keeps one encode at a time on it.
     plan: Mutex<Option<kernel::Recording>>,
     encoding: Mutex<()>,
 }
+
+/// A pending validation result of a pipeline (browser only).
+#[cfg(target_arch = "wasm32")]
+type Verdict = std::pin::Pin<Box<dyn std::future::Future<Output = Option<wgpu::Error>>>>;
 
 /// Locks `m`, ignoring poisoning: the guarded data (caches, the plan slot) stays consistent across a panic.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
