@@ -52,7 +52,14 @@ if [ "$have" != "$wanted" ] || ! command -v wasm-bindgen-test-runner >/dev/null;
 fi
 done_step "wasm-bindgen-cli $wanted"
 
-# 4. npm devDependencies of the repo root (binaryen's wasm-opt). `npm ci` fails on this registry mirror,
+# 4. wasm-pack, which scripts/build-pkg.sh runs (~6 min to build on 2 cores; skipped when present).
+if ! command -v wasm-pack >/dev/null; then
+  log "cargo install wasm-pack"
+  cargo install wasm-pack --locked
+fi
+done_step "wasm-pack"
+
+# 5. npm devDependencies of the repo root (binaryen's wasm-opt). `npm ci` fails on this registry mirror,
 #    so use `npm install` against the committed lock, and only when node_modules is older than the lock.
 marker=node_modules/.package-lock.json
 if [ ! -f "$marker" ] || [ package.json -nt "$marker" ] || [ package-lock.json -nt "$marker" ]; then
@@ -61,5 +68,14 @@ if [ ! -f "$marker" ] || [ package.json -nt "$marker" ] || [ package-lock.json -
   touch "$marker"
 fi
 done_step "npm install"
+
+# 6. npm devDependencies of web/ (TypeScript, Playwright; no browser download: the tests use /usr/bin/chromium).
+marker=web/node_modules/.package-lock.json
+if [ ! -f "$marker" ] || [ web/package.json -nt "$marker" ] || [ web/package-lock.json -nt "$marker" ]; then
+  log "npm install (web/)"
+  (cd web && npm install --no-audit --no-fund --loglevel=error)
+  touch "$marker"
+fi
+done_step "npm install (web/)"
 
 log "setup done"

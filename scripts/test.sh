@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# All of loom-wasm's checks, in order: format, lints, native tests, browser tests (headless Chromium),
-# Loom conformance corpus. Run `bash scripts/setup.sh` once first on a new machine.
+# All of loom-wasm's checks, in order: format, lints, native tests, browser tests (headless Chromium), the npm
+# package (Node, Playwright, a fresh Vite project), Loom conformance corpus. Run `bash scripts/setup.sh` once first on a new machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,6 +29,13 @@ cargo test --workspace
 step "browser tests (wasm-bindgen-test in headless Chromium)"
 # No debug info: the test .wasm is several times smaller and the runner loads it faster.
 CARGO_PROFILE_DEV_DEBUG=0 cargo test -p loom-wasm-browser-tests --target wasm32-unknown-unknown
+
+step "npm package: wasm build (scripts/build-pkg.sh), raw bindings under Node"
+bash scripts/build-pkg.sh
+node --test tests-wasm/node/
+
+step "npm package: Node, Chromium (Playwright) and fresh-Vite tests (scripts/test-web.sh)"
+LOOM_WEB_SKIP_PKG=1 bash scripts/test-web.sh
 
 step "conformance corpus (loom conformance testdata/conformance)"
 cargo run -q --bin loom -- conformance testdata/conformance --check all

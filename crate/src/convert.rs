@@ -158,14 +158,36 @@ fn active_values(net: &Network) -> BTreeMap<String, (DType, Vec<f32>)> {
 /// Converts `net` to `format`, first re-quantizing every layer with weights to `dtype` when given (from its
 /// current values, with a fresh auto-scale). Returns the file bytes and what the conversion changes.
 pub fn convert(net: &mut Network, format: OutputFormat, dtype: Option<DType>) -> Result<(Vec<u8>, LossReport)> {
+    convert_with(net, format, dtype, &BTreeMap::new())
+}
+
+/// [`convert`] with a dtype per layer path (`layers.1`, `layers.2.parallel_branches.0`) that overrides the global
+/// `dtype` for that layer. Every path must name a layer with weights.
+pub fn convert_with(
+    net: &mut Network,
+    format: OutputFormat,
+    dtype: Option<DType>,
+    layer_dtypes: &BTreeMap<String, DType>,
+) -> Result<(Vec<u8>, LossReport)> {
     let before = active_values(net);
-    if let Some(dt) = dtype {
+    if let Some(path) = layer_dtypes.keys().find(|p| !before.contains_key(*p)) {
+        return Err(LoomError::InvalidInput(format!(
+            "{path}: no layer with weights at this path"
+        )));
+    }
+    if dtype.is_some() || !layer_dtypes.is_empty() {
         if let OutputFormat::Safetensors(_) = format {
+            let dt = dtype
+                .or_else(|| layer_dtypes.values().next().copied())
+                .map_or("", DType::name);
             return Err(LoomError::InvalidInput(format!(
                 "safetensors output holds float tensors; choose F32, F16 or BF16 instead of {dt}"
             )));
         }
-        for_each_layer_mut(net, &mut |_, layer| {
+        for_each_layer_mut(net, &mut |path, layer| {
+            let Some(dt) = layer_dtypes.get(path).copied().or(dtype) else {
+                return;
+            };
             if let Some(ws) = layer.weights.as_mut() {
                 if layer.dtype != dt {
                     let mut fresh = WeightStore::from_master(ws.active(layer.dtype));

@@ -17,6 +17,8 @@ pub enum LoomError {
     Json { context: String, message: String },
     #[error("unknown dtype \"{0}\"")]
     UnknownDType(String),
+    #[error("unsupported dtype: {0}")]
+    UnsupportedDType(String),
     #[error("unknown {kind} \"{name}\"")]
     UnknownName { kind: &'static str, name: String },
     #[error("blob {path}: bytes {offset}..{end} lie outside the payload of {payload} bytes")]
@@ -64,6 +66,47 @@ pub enum LoomError {
     GpuOutOfMemory(String),
     #[error("GPU error: {0}")]
     Gpu(String),
+    #[error("GGUF: {0}")]
+    Gguf(String),
+    /// A prefix of a larger file ended too early: call again with at least the first `needed` bytes.
+    #[error("need the first {needed} bytes of the file, have {available}")]
+    NeedMore { needed: u64, available: u64 },
+}
+
+impl LoomError {
+    /// A stable short code per kind of error, for callers that branch on it (the JavaScript bindings throw
+    /// `{code, message}`).
+    pub fn code(&self) -> &'static str {
+        match self {
+            LoomError::Io(_) => "io",
+            LoomError::Truncated { .. }
+            | LoomError::BadMagic { .. }
+            | LoomError::TooLarge { .. }
+            | LoomError::Json { .. }
+            | LoomError::BlobOutOfRange { .. }
+            | LoomError::BlobOverlap { .. }
+            | LoomError::BlobLength { .. }
+            | LoomError::BadBlobPath(_)
+            | LoomError::InvalidScale { .. }
+            | LoomError::ShapeOverflow { .. }
+            | LoomError::Safetensors(_)
+            | LoomError::Gguf(_)
+            | LoomError::UnknownFormat(_) => "bad_format",
+            LoomError::UnknownDType(_) | LoomError::UnsupportedDType(_) => "unsupported_dtype",
+            LoomError::UnsupportedVersion { .. }
+            | LoomError::UnknownName { .. }
+            | LoomError::Unsaveable(_)
+            | LoomError::Unsupported(_) => "unsupported",
+            LoomError::InvalidNetwork(_) => "invalid_network",
+            LoomError::InvalidInput(_) => "invalid_input",
+            LoomError::Lossy(_) => "lossy",
+            LoomError::NoGpu(_) => "no_webgpu",
+            LoomError::GpuDeviceLost(_) => "device_lost",
+            LoomError::GpuOutOfMemory(_) => "out_of_memory",
+            LoomError::Gpu(_) => "gpu",
+            LoomError::NeedMore { .. } => "need_more",
+        }
+    }
 }
 
 impl From<std::io::Error> for LoomError {
@@ -78,5 +121,65 @@ pub(crate) fn json_err(context: &str, e: impl std::fmt::Display) -> LoomError {
     LoomError::Json {
         context: context.to_string(),
         message: e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_by_kind() {
+        let cases = [
+            (LoomError::BadMagic { format: "ENTITY" }, "bad_format"),
+            (
+                LoomError::Truncated {
+                    what: "x".into(),
+                    needed: 9,
+                    available: 8,
+                },
+                "bad_format",
+            ),
+            (LoomError::UnknownFormat("x".into()), "bad_format"),
+            (json_err("header", "eof"), "bad_format"),
+            (
+                LoomError::BlobOutOfRange {
+                    path: "layers.0".into(),
+                    offset: 0,
+                    end: 9,
+                    payload: 8,
+                },
+                "bad_format",
+            ),
+            (LoomError::Gguf("x".into()), "bad_format"),
+            (LoomError::UnknownDType("int3".into()), "unsupported_dtype"),
+            (LoomError::UnsupportedDType("Q6_K".into()), "unsupported_dtype"),
+            (
+                LoomError::UnsupportedVersion {
+                    format: "GGUF",
+                    version: 1,
+                },
+                "unsupported",
+            ),
+            (LoomError::Unsupported("x".into()), "unsupported"),
+            (LoomError::InvalidInput("x".into()), "invalid_input"),
+            (LoomError::InvalidNetwork("x".into()), "invalid_network"),
+            (LoomError::Lossy("x".into()), "lossy"),
+            (LoomError::NoGpu("x".into()), "no_webgpu"),
+            (LoomError::GpuDeviceLost("x".into()), "device_lost"),
+            (LoomError::GpuOutOfMemory("x".into()), "out_of_memory"),
+            (LoomError::Gpu("x".into()), "gpu"),
+            (
+                LoomError::NeedMore {
+                    needed: 100,
+                    available: 10,
+                },
+                "need_more",
+            ),
+            (LoomError::Io("x".into()), "io"),
+        ];
+        for (e, code) in cases {
+            assert_eq!(e.code(), code, "{e}");
+        }
     }
 }

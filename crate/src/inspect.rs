@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::error::{LoomError, Result};
 use crate::formats::detect::{self, Format};
-use crate::formats::{entity, loom_json, safetensors};
+use crate::formats::{entity, gguf, loom_json, safetensors};
 use crate::network::{Layer, Network};
 
 /// Random-access bytes: a file, a `Blob`, a buffer.
@@ -20,6 +20,79 @@ pub trait ByteSource {
     }
     /// Reads exactly `buf.len()` bytes at `offset`.
     fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<()>;
+    /// Bytes readable now without a [`LoomError::NeedMore`] (all of them, except for a [`PrefixSource`]).
+    fn available(&self) -> u64 {
+        self.len()
+    }
+    /// Checks, before a buffer is allocated for it, that a read ending at `end` can succeed.
+    fn check_end(&self, end: u64) -> Result<()> {
+        if end > self.len() {
+            return Err(LoomError::Truncated {
+                what: "file".into(),
+                needed: end,
+                available: self.len(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The first bytes of a larger file (an HTTP Range read, a `Blob.slice`), with the real total length. A read
+/// past the prefix fails with [`LoomError::NeedMore`], whose `needed` at least doubles the prefix (never past
+/// the end), so a caller that reads `needed` bytes and calls again is done in a few rounds.
+pub struct PrefixSource<'a> {
+    prefix: &'a [u8],
+    total: u64,
+}
+
+/// The smallest `needed` a [`PrefixSource`] asks for.
+pub const MIN_PREFIX_STEP: u64 = 64 << 10;
+
+impl<'a> PrefixSource<'a> {
+    pub fn new(prefix: &'a [u8], total: u64) -> Result<PrefixSource<'a>> {
+        if prefix.len() as u64 > total {
+            return Err(LoomError::InvalidInput(format!(
+                "a prefix of {} bytes is longer than the file's {total} bytes",
+                prefix.len()
+            )));
+        }
+        Ok(PrefixSource { prefix, total })
+    }
+}
+
+impl ByteSource for PrefixSource<'_> {
+    fn len(&self) -> u64 {
+        self.total
+    }
+
+    fn available(&self) -> u64 {
+        self.prefix.len() as u64
+    }
+
+    fn check_end(&self, end: u64) -> Result<()> {
+        let have = self.prefix.len() as u64;
+        if end > self.total {
+            return Err(LoomError::Truncated {
+                what: "file".into(),
+                needed: end,
+                available: self.total,
+            });
+        }
+        if end > have {
+            let needed = end.max(have.saturating_mul(2)).max(MIN_PREFIX_STEP).min(self.total);
+            return Err(LoomError::NeedMore {
+                needed,
+                available: have,
+            });
+        }
+        Ok(())
+    }
+
+    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.check_end(offset.saturating_add(buf.len() as u64))?;
+        let mut prefix = self.prefix;
+        prefix.read_at(offset, buf)
+    }
 }
 
 impl ByteSource for &[u8] {
@@ -87,15 +160,7 @@ struct Counting<'a> {
 
 impl Counting<'_> {
     fn read(&mut self, offset: u64, len: u64) -> Result<Vec<u8>> {
-        let available = self.inner.len();
-        let end = offset.saturating_add(len);
-        if end > available {
-            return Err(LoomError::Truncated {
-                what: "file".into(),
-                needed: end,
-                available,
-            });
-        }
+        self.inner.check_end(offset.saturating_add(len))?;
         let mut buf = vec![0; len as usize];
         self.inner.read_at(offset, &mut buf)?;
         self.read += len;
@@ -148,7 +213,7 @@ pub struct TensorRow {
 /// What [`inspect`] finds.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Inspection {
-    /// `entity`, `json` or `safetensors`.
+    /// `entity`, `json`, `safetensors`, `gguf` or `checkpoint`.
     pub format: &'static str,
     pub file_bytes: u64,
     pub header_bytes: u64,
@@ -215,10 +280,14 @@ pub fn inspect(source: &mut dyn ByteSource) -> Result<Inspection> {
             let net = loom_json::read(&all)?;
             network_inspection("json", &net, file_bytes, file_bytes, |_| None)
         }
-        Format::Gguf => return Err(LoomError::Unsupported("GGUF files (the LLM runtime reads them)".into())),
+        Format::Gguf => {
+            let (header, read) = gguf::read_header(src.inner, head)?;
+            src.read += read;
+            gguf_inspection(&header, file_bytes)
+        }
         Format::Unknown => {
             return Err(LoomError::UnknownFormat(
-                "not a Loom .entity or JSON file, nor safetensors".into(),
+                "not a Loom .entity or JSON file, nor safetensors or GGUF".into(),
             ))
         }
     };
@@ -378,6 +447,28 @@ fn inspect_safetensors(src: &mut Counting, mut head: Vec<u8>, file_bytes: u64) -
     );
     header.tensors().iter().for_each(|t| out.add_tensor(t));
     Ok(out)
+}
+
+/// Rows for a GGUF header: tensors with row-major shapes and absolute offsets, metadata as text plus
+/// `gguf.version` and `gguf.alignment`.
+pub fn gguf_inspection(header: &gguf::GgufHeader, file_bytes: u64) -> Inspection {
+    let mut metadata = header.metadata_strings();
+    metadata.insert("gguf.version".into(), header.version.to_string());
+    metadata.insert("gguf.alignment".into(), header.alignment.to_string());
+    let mut out = Inspection::tensors_only("gguf", file_bytes, header.data_start, metadata);
+    for t in &header.tensors {
+        out.total_params += t.elements;
+        out.weight_bytes += t.bytes;
+        *out.bytes_by_dtype.entry(t.ggml_type.name.to_string()).or_default() += t.bytes;
+        out.tensors.push(TensorRow {
+            name: t.name.clone(),
+            dtype: t.ggml_type.name.to_string(),
+            shape: t.shape(),
+            bytes: t.bytes,
+            offset: header.data_start + t.offset,
+        });
+    }
+    out
 }
 
 /// Inspects a training checkpoint: its weight tensors (the Adam moments are counted in `metadata`).

@@ -11,7 +11,12 @@ pub mod error;
 pub mod formats;
 pub mod gpu;
 pub mod inspect;
+pub mod model;
 pub mod network;
+pub mod stats;
+
+#[cfg(target_arch = "wasm32")]
+pub mod wasm;
 
 #[cfg(not(target_arch = "wasm32"))]
 pub mod cli;

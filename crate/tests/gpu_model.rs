@@ -186,20 +186,51 @@ fn decode_steps_reuse_every_bind_group_and_buffer() {
 }
 
 #[test]
-fn a_layer_without_a_gpu_kernel_runs_on_the_cpu_between_gpu_layers() {
-    // RNN has no GPU kernel on this branch: the forward submits and reads back before it, runs it on the CPU and
-    // uploads its output. (When a family gains a kernel, use one that still has none.)
+fn conv_recurrent_kmeans_and_sparse_softmax_layers_stay_on_the_gpu() {
     let net = network(&[
-        &dense(6, 6, "Tanh"),
-        r#""type":"RNN","activation":"Tanh","input_height":3,"output_height":4,"seq_length":2"#,
-        &dense(8, 5, "Linear"),
+        r#""type":"CNN1","activation":"ReLU","input_channels":2,"input_height":6,"filters":2,"output_height":6,
+        "kernel_size":3,"stride":1,"padding":1"#,
+        r#""type":"RNN","activation":"Tanh","input_height":6,"output_height":4,"seq_length":2"#,
+        r#""type":"LSTM","input_height":4,"output_height":3,"seq_length":2"#,
+        &dense(6, 5, "Linear"),
+        r#""type":"Softmax","softmax_type":"Sparse""#,
+        r#""type":"KMeans","activation":"Linear","input_height":10,"num_clusters":3"#,
     ]);
     let mut cpu = CpuModel::new(net.clone());
     let mut model = GpuModel::new(gpu(), net).unwrap();
-    let x = data(5, 12, -1.0, 1.0);
-    let stats = check("Dense → RNN (CPU) → Dense", &mut model, &mut cpu, &x, &[2, 6]);
-    assert_eq!(model.cpu_layers().keys().collect::<Vec<_>>(), ["layers.1"]);
-    assert_eq!((stats.submits, stats.readbacks), (2, 2));
+    let x = data(8, 24, -1.0, 1.0);
+    let stats = check(
+        "CNN1 → RNN → LSTM → Dense → sparsemax → KMeans",
+        &mut model,
+        &mut cpu,
+        &x,
+        &[2, 12],
+    );
+    assert!(model.cpu_layers().is_empty(), "{:?}", model.cpu_layers());
+    assert_eq!((stats.submits, stats.readbacks), (1, 1));
+    let x = data(9, 24, -1.0, 1.0);
+    let stats = check("again", &mut model, &mut cpu, &x, &[2, 12]);
+    assert_eq!((stats.bind_groups, stats.buffers), (0, 0));
+}
+
+#[test]
+fn a_layer_the_device_cannot_hold_runs_on_the_cpu_between_gpu_layers() {
+    // Storage bindings capped at 1 KiB: the 64→20 Dense's 5 KiB of weights would need 5 bindings (the matvec reads
+    // at most 4), so it runs on the CPU; the forward submits and reads back before it, and uploads its output.
+    let gpu = Arc::new(pollster::block_on(Gpu::with_max_binding(1024)).unwrap());
+    let net = network(&[&dense(16, 64, "Tanh"), &dense(64, 20, "Silu"), &dense(20, 8, "Linear")]);
+    let mut cpu = CpuModel::new(net.clone());
+    let mut model = GpuModel::new(gpu, net).unwrap();
+    let x = data(5, 32, -1.0, 1.0);
+    let stats = check("Dense → Dense (CPU) → Dense", &mut model, &mut cpu, &x, &[2, 16]);
+    let reasons: Vec<(&String, &String)> = model.cpu_layers().iter().collect();
+    assert_eq!(reasons.len(), 1);
+    assert_eq!(reasons[0].0, "layers.1");
+    assert!(reasons[0].1.contains("bindings"), "{}", reasons[0].1);
+    assert_eq!((stats.submits, stats.readbacks, stats.dispatches), (2, 2, 2));
+    // The CPU layer's upload reuses its plan too.
+    let stats = check("again", &mut model, &mut cpu, &x, &[2, 16]);
+    assert_eq!((stats.bind_groups, stats.buffers), (0, 0));
 }
 
 #[test]

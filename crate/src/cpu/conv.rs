@@ -12,21 +12,23 @@ use crate::dtype::DType;
 use crate::error::{LoomError, Result};
 use crate::network::{Layer, LayerType};
 
-/// One convolution's geometry, every dimension in `[D, H, W]` order.
-struct Geometry {
-    batch: usize,
-    channels: usize,
-    filters: usize,
-    input: [usize; 3],
-    output: [usize; 3],
-    kernel: [usize; 3],
-    stride: [i64; 3],
-    padding: [i64; 3],
+/// One convolution's geometry, every dimension in `[D, H, W]` order (shared with the GPU host, which validates
+/// exactly as this forward does).
+pub(crate) struct ConvGeometry {
+    pub batch: usize,
+    pub channels: usize,
+    pub filters: usize,
+    pub input: [usize; 3],
+    pub output: [usize; 3],
+    pub kernel: [usize; 3],
+    pub stride: [i64; 3],
+    pub padding: [i64; 3],
 }
 
-impl Geometry {
-    /// Reads the fields `layer`'s type uses (spec §6.2) and checks the input and the weights against them.
-    fn new(layer: &Layer, path: &str, x: &Tensor, weight_count: usize) -> Result<Geometry> {
+impl ConvGeometry {
+    /// Reads the fields `layer`'s type uses (spec §6.2) and checks an input of `shape` holding `len` values and the
+    /// weights against them.
+    pub fn new(layer: &Layer, path: &str, shape: &[usize], len: usize, weight_count: usize) -> Result<ConvGeometry> {
         let t = layer.layer_type;
         let d = |v: i64, what: &str| dim(v, what, path);
         let (n, input, output) = match t {
@@ -69,7 +71,7 @@ impl Geometry {
         };
         // Loom loops over `kernel_size` as stored: 0 means no taps (the weight count alone treats 0 as 1).
         let k = d(layer.kernel_size, "kernel_size")?;
-        let g = Geometry {
+        let g = ConvGeometry {
             batch: 0,
             channels: d(layer.input_channels, "input_channels")?,
             filters: d(layer.filters, "filters")?,
@@ -79,20 +81,21 @@ impl Geometry {
             stride: spread(n, layer.stride, 1),
             padding: spread(n, layer.padding, 0),
         };
-        let shape: Vec<usize> = input[3 - n..].to_vec();
         let expected = format!(
             "[batch, {}, {}]",
             g.channels,
-            shape.iter().map(usize::to_string).collect::<Vec<_>>().join(", ")
+            input[3 - n..]
+                .iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
         );
-        let batch = batch(x, path, t, &expected)?;
+        let batch = batch(shape, path, t, &expected)?;
         let per_item = product(&[g.channels, input[0], input[1], input[2]], "input size", path)?;
         let needed = product(&[batch, per_item], "input size", path)?;
-        if x.data.len() < needed {
+        if len < needed {
             return Err(LoomError::InvalidInput(format!(
-                "{path}: {t} expects {expected} = {needed} values for batch {batch}, got {} (shape {:?})",
-                x.data.len(),
-                x.shape
+                "{path}: {t} expects {expected} = {needed} values for batch {batch}, got {len} (shape {shape:?})"
             )));
         }
         let taps = product(
@@ -105,15 +108,15 @@ impl Geometry {
                 "{path}: {t} needs {taps} weights, the layer has {weight_count}"
             )));
         }
-        Ok(Geometry { batch, ..g })
+        Ok(ConvGeometry { batch, ..g })
     }
 
-    fn output_len(&self, path: &str) -> Result<usize> {
+    pub fn output_len(&self, path: &str) -> Result<usize> {
         let o = self.output;
         product(&[self.batch, self.filters, o[0], o[1], o[2]], "output size", path)
     }
 
-    fn output_shape(&self, layer: LayerType) -> Vec<usize> {
+    pub fn output_shape(&self, layer: LayerType) -> Vec<usize> {
         let skip = match layer {
             LayerType::CNN1 | LayerType::ConvTransposed1D => 2,
             LayerType::CNN2 | LayerType::ConvTransposed2D => 1,
@@ -148,7 +151,7 @@ fn tap(pos: usize, stride: i64, k: usize, padding: i64, len: usize) -> Option<us
 /// forces it), with zero padding.
 pub(crate) fn cnn(layer: &Layer, path: &str, x: &Tensor, state: &mut State) -> Result<Tensor> {
     let w = weights(layer, path, state)?;
-    let g = Geometry::new(layer, path, x, w.len())?;
+    let g = ConvGeometry::new(layer, path, &x.shape, x.data.len(), w.len())?;
     let mut out = zeros(g.output_len(path)?, path)?;
     let ([id, ih, iw], [od, oh, ow], [kd, kh, kw]) = (g.input, g.output, g.kernel);
     let (c_n, f_n) = (g.channels, g.filters);
@@ -196,7 +199,7 @@ pub(crate) fn cnn(layer: &Layer, path: &str, x: &Tensor, state: &mut State) -> R
 /// dtypes fall through every branch and return zeros without the activation.
 pub(crate) fn conv_transposed(layer: &Layer, path: &str, x: &Tensor, state: &mut State) -> Result<Tensor> {
     let w = weights64(layer, path, state)?;
-    let g = Geometry::new(layer, path, x, w.len())?;
+    let g = ConvGeometry::new(layer, path, &x.shape, x.data.len(), w.len())?;
     let mut out = zeros(g.output_len(path)?, path)?;
     if !matches!(layer.dtype, DType::Float32 | DType::Float64) {
         return Tensor::new(out, g.output_shape(layer.layer_type));

@@ -25,38 +25,68 @@ pub(crate) fn embedding(layer: &Layer, path: &str, x: &Tensor, state: &mut State
     Tensor::new(out, shape)
 }
 
+/// A KMeans layer's settings, checked against `inputs` values and `centers` centre values (shared with the GPU host,
+/// which validates exactly as this forward does).
+pub(crate) struct KMeansConfig {
+    pub clusters: usize,
+    /// `2T²` (T = `kmeans_temperature`, 1 when unset), rounded to f32 from f64 as Loom does.
+    pub denom: f32,
+    /// Loom leaves the logits at 0 for the integer dtypes (a uniform output).
+    pub integer: bool,
+    /// `output_mode` "features": the probability-weighted centre instead of the probabilities.
+    pub features: bool,
+}
+
+impl KMeansConfig {
+    pub fn new(layer: &Layer, path: &str, inputs: usize, centers: usize) -> Result<KMeansConfig> {
+        let k = dim(layer.num_clusters, "num_clusters", path)?;
+        if k == 0 || k.checked_mul(inputs).is_none_or(|n| centers < n) {
+            return Err(LoomError::InvalidInput(format!(
+                "{path}: KMeans has {centers} centre values for {k} clusters of {inputs} inputs"
+            )));
+        }
+        let t = if layer.kmeans_temperature != 0.0 {
+            layer.kmeans_temperature
+        } else {
+            1.0
+        };
+        Ok(KMeansConfig {
+            clusters: k,
+            denom: (2.0 * t * t) as f32,
+            integer: matches!(
+                layer.dtype,
+                DType::Int8
+                    | DType::Uint8
+                    | DType::Int16
+                    | DType::Uint16
+                    | DType::Int32
+                    | DType::Uint32
+                    | DType::Int64
+                    | DType::Uint64
+            ),
+            features: layer.output_mode == "features",
+        })
+    }
+
+    /// Output values for `inputs` input values.
+    pub fn outputs(&self, inputs: usize) -> usize {
+        if self.features {
+            inputs
+        } else {
+            self.clusters
+        }
+    }
+}
+
 /// Logits `-Σ(x−c)² / (2T²)` accumulated in f32, an f32 softmax, then probabilities or (`features`) the
-/// probability-weighted centre. Loom leaves the logits at 0 for the integer dtypes (a uniform output).
+/// probability-weighted centre. The whole input is one point.
 pub(crate) fn kmeans(layer: &Layer, path: &str, x: &Tensor, state: &mut State) -> Result<Tensor> {
-    let k = dim(layer.num_clusters, "num_clusters", path)?;
     let d = x.data.len();
     let centers = weights(layer, path, state)?;
-    if k == 0 || centers.len() < k * d {
-        return Err(LoomError::InvalidInput(format!(
-            "{path}: KMeans has {} centre values for {k} clusters of {d} inputs",
-            centers.len()
-        )));
-    }
-    let t = if layer.kmeans_temperature != 0.0 {
-        layer.kmeans_temperature
-    } else {
-        1.0
-    };
-    let denom = (2.0 * t * t) as f32;
-    let integer = matches!(
-        layer.dtype,
-        DType::Int8
-            | DType::Uint8
-            | DType::Int16
-            | DType::Uint16
-            | DType::Int32
-            | DType::Uint32
-            | DType::Int64
-            | DType::Uint64
-    );
-    let logits: Vec<f32> = (0..k)
+    let cfg = KMeansConfig::new(layer, path, d, centers.len())?;
+    let logits: Vec<f32> = (0..cfg.clusters)
         .map(|c| {
-            if integer {
+            if cfg.integer {
                 return 0.0;
             }
             let dist = x
@@ -67,13 +97,13 @@ pub(crate) fn kmeans(layer: &Layer, path: &str, x: &Tensor, state: &mut State) -
                     let diff = a - b;
                     acc + diff * diff
                 });
-            -dist / denom
+            -dist / cfg.denom
         })
         .collect();
     let probs = softmax_f32(&logits);
-    let out: Vec<f32> = if layer.output_mode == "features" {
+    let out: Vec<f32> = if cfg.features {
         (0..d)
-            .map(|f| (0..k).fold(0f32, |acc, c| acc + probs[c] * centers[c * d + f]))
+            .map(|f| (0..cfg.clusters).fold(0f32, |acc, c| acc + probs[c] * centers[c * d + f]))
             .collect()
     } else {
         probs

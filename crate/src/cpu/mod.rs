@@ -18,6 +18,10 @@ use std::sync::Arc;
 
 pub use activation::activate;
 pub(crate) use attention::mha_layout;
+pub(crate) use conv::ConvGeometry;
+pub(crate) use dense::tile;
+pub(crate) use embedding::KMeansConfig;
+pub(crate) use recurrent::RecurrentDims;
 
 use crate::error::{LoomError, Result};
 use crate::network::{Layer, LayerType, Network};
@@ -122,8 +126,8 @@ pub(crate) fn zeros(len: usize, path: &str) -> Result<Vec<f32>> {
 }
 
 /// The batch size, `shape[0]`: Loom indexes it without a check, so a scalar input is refused.
-pub(crate) fn batch(x: &Tensor, path: &str, layer: LayerType, expected: &str) -> Result<usize> {
-    x.shape
+pub(crate) fn batch(shape: &[usize], path: &str, layer: LayerType, expected: &str) -> Result<usize> {
+    shape
         .first()
         .copied()
         .ok_or_else(|| LoomError::InvalidInput(format!("{path}: {layer} needs a {expected} input, got a scalar")))

@@ -6,29 +6,36 @@ use super::{batch, dim, gomath, product, weights, zeros, State, Tensor};
 use crate::error::{LoomError, Result};
 use crate::network::Layer;
 
-/// Sizes shared by both layers, checked against the input and the weights.
-struct Dims {
-    batch: usize,
-    steps: usize,
-    input: usize,
-    hidden: usize,
+/// Sizes shared by both layers, checked against the input and the weights (shared with the GPU host, which
+/// validates exactly as this forward does).
+pub(crate) struct RecurrentDims {
+    pub batch: usize,
+    pub steps: usize,
+    pub input: usize,
+    pub hidden: usize,
 }
 
-impl Dims {
-    /// `gates` weight blocks of `[Wih | Whh | b]` follow each other in the store.
-    fn new(layer: &Layer, path: &str, x: &Tensor, weight_count: usize, gates: usize) -> Result<Dims> {
+impl RecurrentDims {
+    /// An input of `shape` holding `len` values; `gates` weight blocks of `[Wih | Whh | b]` follow each other in the
+    /// store.
+    pub fn new(
+        layer: &Layer,
+        path: &str,
+        shape: &[usize],
+        len: usize,
+        weight_count: usize,
+        gates: usize,
+    ) -> Result<RecurrentDims> {
         let input = dim(layer.input_height, "input_height", path)?;
         let hidden = dim(layer.output_height, "output_height", path)?;
         let steps = dim(layer.seq_length, "seq_length", path)?;
         let t = layer.layer_type;
         let expected = format!("[batch, {steps}, {input}]");
-        let batch = batch(x, path, t, &expected)?;
+        let batch = batch(shape, path, t, &expected)?;
         let needed = product(&[batch, steps, input], "input size", path)?;
-        if x.data.len() < needed {
+        if len < needed {
             return Err(LoomError::InvalidInput(format!(
-                "{path}: {t} expects {expected} = {needed} values for batch {batch}, got {} (shape {:?})",
-                x.data.len(),
-                x.shape
+                "{path}: {t} expects {expected} = {needed} values for batch {batch}, got {len} (shape {shape:?})"
             )));
         }
         let row = input
@@ -43,7 +50,7 @@ impl Dims {
             )));
         }
         product(&[batch, steps, hidden], "output size", path)?;
-        Ok(Dims {
+        Ok(RecurrentDims {
             batch,
             steps,
             input,
@@ -60,7 +67,7 @@ struct Gate<'a> {
 }
 
 impl<'a> Gate<'a> {
-    fn new(w: &'a [f32], d: &Dims, g: usize) -> Gate<'a> {
+    fn new(w: &'a [f32], d: &RecurrentDims, g: usize) -> Gate<'a> {
         let (ih, hh) = (d.hidden * d.input, d.hidden * d.hidden);
         let start = g * (ih + hh + d.hidden);
         Gate {
@@ -75,7 +82,7 @@ impl<'a> Gate<'a> {
 /// it; Loom's tiles do not round), with `h_{t−1}` the rounded f32 output. Always tanh.
 pub(crate) fn rnn(layer: &Layer, path: &str, x: &Tensor, state: &mut State) -> Result<Tensor> {
     let w = weights(layer, path, state)?;
-    let d = Dims::new(layer, path, x, w.len(), 1)?;
+    let d = RecurrentDims::new(layer, path, &x.shape, x.data.len(), w.len(), 1)?;
     let gate = Gate::new(&w, &d, 0);
     let mut out = zeros(d.batch * d.steps * d.hidden, path)?;
     let mut h_prev = vec![0f32; d.hidden];
@@ -118,7 +125,7 @@ fn tiled_add<A: Copy + Into<f64>>(mut y: f32, a: &[A], w: &[f32], t: usize) -> f
 /// g = tanh, `c = f·c_prev + i·g`, `h = o·tanh(c)`. `h` and `c` are carried in f64, unrounded; the output is f32(h).
 pub(crate) fn lstm(layer: &Layer, path: &str, x: &Tensor, state: &mut State) -> Result<Tensor> {
     let w = weights(layer, path, state)?;
-    let d = Dims::new(layer, path, x, w.len(), 4)?;
+    let d = RecurrentDims::new(layer, path, &x.shape, x.data.len(), w.len(), 4)?;
     let gates = [0, 1, 2, 3].map(|g| Gate::new(&w, &d, g));
     let t = tile(layer);
     let mut out = zeros(d.batch * d.steps * d.hidden, path)?;

@@ -4,13 +4,16 @@
 
 mod argmax;
 mod attention;
+mod conv;
 mod elementwise;
 mod embedding;
 mod kernel;
+mod kmeans;
 mod matvec;
 mod mha;
 mod model;
 mod norm;
+mod recurrent;
 mod rope;
 mod softmax;
 mod tensor;
@@ -21,12 +24,15 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 pub use argmax::{first_argmax, Argmax};
 pub use attention::{AttendArgs, Attention, KvCache};
+pub use conv::{Conv, ConvWeights};
 pub use elementwise::Elementwise;
 pub use embedding::{Embedding, EmbeddingTable};
+pub use kmeans::{KMeans, KMeansWeights};
 pub use matvec::{dense_weights, packed_values, MatVec, PackedWeights, Packing, MAX_WEIGHT_BINDINGS};
 pub use mha::{Mha, MHA_MAX_SEQ};
 pub use model::{ForwardStats, GpuModel};
 pub use norm::{Norm, LAYER_NORM_EPS, RMS_NORM_EPS};
+pub use recurrent::{Recurrent, RecurrentWeights};
 pub use rope::{rope_table, Rope};
 pub use softmax::Softmax;
 pub use tensor::GpuTensor;
@@ -86,6 +92,16 @@ impl Gpu {
     /// Requests an adapter (natively honouring `WGPU_BACKEND` / `WGPU_ADAPTER_NAME`) and a device with the
     /// adapter's own limits. No adapter is [`LoomError::NoGpu`], with the reason.
     pub async fn new() -> Result<Gpu> {
+        Gpu::request(None).await
+    }
+
+    /// [`Gpu::new`] with the storage-binding limit (and the largest buffer) capped at `max_binding` bytes, to run
+    /// under a smaller device's limits than the adapter's (e.g. a browser's 128 MiB default, or far less in tests).
+    pub async fn with_max_binding(max_binding: u64) -> Result<Gpu> {
+        Gpu::request(Some(max_binding)).await
+    }
+
+    async fn request(max_binding: Option<u64>) -> Result<Gpu> {
         let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
         let adapter = instance
             .request_adapter(&wgpu::RequestAdapterOptions {
@@ -95,7 +111,11 @@ impl Gpu {
             .await
             .map_err(|e| LoomError::NoGpu(format!("no WebGPU/Vulkan adapter: {e}")))?;
         let info = adapter.get_info();
-        let limits = adapter.limits();
+        let mut limits = adapter.limits();
+        if let Some(max) = max_binding {
+            limits.max_storage_buffer_binding_size = limits.max_storage_buffer_binding_size.min(max);
+            limits.max_buffer_size = limits.max_buffer_size.min(max);
+        }
         let features = adapter.features() & (wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP);
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {

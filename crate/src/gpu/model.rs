@@ -5,12 +5,13 @@
 //! decodes them) and then encoded by every forward, synchronously, under the layer's plan (`kernel.rs`: its bind
 //! groups, uniforms and output buffers for one input shape, reused by the next forward of that shape). Combinators
 //! run on the GPU too: Residual and Parallel `add` / `avg` with the elementwise kernels, `concat` with buffer copies,
-//! `filter` as a cleared buffer, Sequential and Metacognition by walking their layers. Families without a GPU kernel
-//! yet run on the CPU: the forward submits what it has recorded, reads the layer's input back, runs
-//! [`cpu::forward_layer`] and uploads the result ([`GpuModel::cpu_layers`] says which layers and why).
+//! `filter` as a cleared buffer, Sequential and Metacognition by walking their layers. A layer the device cannot run
+//! (its prepare says `Unsupported`, e.g. weights past the device's binding limits) runs on the CPU: the forward
+//! submits what it has recorded, reads the layer's input back, runs [`cpu::forward_layer`] and uploads the result
+//! ([`GpuModel::cpu_layers`] says which layers and why).
 //!
-//! Adding a family: a [`Prepared`] variant holding what its prepare uploaded, an arm in [`prepare_layer`] (async)
-//! and an arm in [`Prepared::encode`] (sync).
+//! Adding a family: its host's kernels in [`Kernels`], a [`Prepared`] variant holding what its prepare uploaded, an
+//! arm in [`prepare_layer`] (async) and an arm in [`Prepared::encode`] (sync).
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -20,10 +21,13 @@ use std::sync::Arc;
 use super::kernel::{u32_dim, Plan, PlanCounts};
 use super::matvec::{dense_weights, MatVec, PackedWeights};
 use super::norm::NormWeights;
-use super::{Elementwise, Embedding, EmbeddingTable, Gpu, GpuTensor, Mha, Norm, Softmax};
+use super::{
+    Conv, ConvWeights, Elementwise, Embedding, EmbeddingTable, Gpu, GpuTensor, KMeans, KMeansWeights, Mha, Norm,
+    Recurrent, RecurrentWeights, Softmax,
+};
 use crate::cpu::{self, Tensor};
 use crate::error::{LoomError, Result};
-use crate::network::{Activation, Layer, LayerType, Network, SoftmaxType};
+use crate::network::{Activation, Layer, LayerType, Network};
 
 /// Plans kept per layer (input shapes seen most recently: a decode step's and a few prefill lengths).
 const PLANS_PER_LAYER: usize = 4;
@@ -59,6 +63,9 @@ enum Prepared {
     Norm(NormWeights),
     Embedding(EmbeddingTable),
     Softmax,
+    Conv(ConvWeights),
+    Recurrent(RecurrentWeights),
+    KMeans(KMeansWeights),
     Cpu(String),
 }
 
@@ -68,6 +75,9 @@ struct Kernels {
     softmax: Softmax,
     embedding: Embedding,
     elementwise: Elementwise,
+    conv: Conv,
+    recurrent: Recurrent,
+    kmeans: KMeans,
 }
 
 /// A network ready for GPU inference, with the state kept between calls (weights on the GPU, KV caches, plans).
@@ -100,6 +110,9 @@ impl GpuModel {
             softmax: Softmax::new(&gpu)?,
             embedding: Embedding::new(&gpu)?,
             elementwise: Elementwise::new(&gpu)?,
+            conv: Conv::new(&gpu)?,
+            recurrent: Recurrent::new(&gpu)?,
+            kmeans: KMeans::new(&gpu)?,
         };
         Ok(GpuModel {
             net,
@@ -207,7 +220,7 @@ impl Runner {
         if self.layers.contains_key(path) {
             return Ok(());
         }
-        let prepared = match prepare_layer(&self.gpu, layer).await {
+        let prepared = match prepare_layer(&self.gpu, &self.kernels, layer, path).await {
             Ok(p) => p,
             // A layer this device cannot run (e.g. weights over its binding limits) still runs, on the CPU.
             Err(LoomError::Unsupported(why)) => Prepared::Cpu(format!("the GPU cannot run it: {why}")),
@@ -330,7 +343,7 @@ impl Runner {
                             .layers
                             .get_mut(&path)
                             .ok_or_else(|| LoomError::Gpu(format!("{path} was not prepared before the forward")))?;
-                        prepared.encode(&run.gpu, &run.kernels, encoder, layer, &x)
+                        prepared.encode(&run.gpu, &run.kernels, encoder, layer, &path, &x)
                     })
                     .map_err(|e| at(&path, e)),
             }
@@ -421,8 +434,8 @@ fn no_layer(path: &str) -> LoomError {
     LoomError::InvalidInput(format!("the network has no layer at {path:?}"))
 }
 
-/// Uploads what `layer`'s forward reads on the GPU.
-async fn prepare_layer(gpu: &Gpu, layer: &Layer) -> Result<Prepared> {
+/// Uploads what `layer`'s forward reads on the GPU. Every family has a kernel; combinators are never prepared.
+async fn prepare_layer(gpu: &Gpu, k: &Kernels, layer: &Layer, path: &str) -> Result<Prepared> {
     Ok(match layer.layer_type {
         LayerType::Dense => {
             let n_in = dim(layer.input_height, "input_height")?;
@@ -437,15 +450,21 @@ async fn prepare_layer(gpu: &Gpu, layer: &Layer) -> Result<Prepared> {
         LayerType::MultiHeadAttention => Prepared::Mha(Box::new(Mha::new(gpu, layer).await?)),
         LayerType::RMSNorm | LayerType::LayerNorm => Prepared::Norm(Norm::prepare(gpu, layer).await?),
         LayerType::Embedding => Prepared::Embedding(Embedding::prepare(gpu, layer).await?),
-        LayerType::Softmax => match layer.softmax_type {
-            SoftmaxType::Sparse | SoftmaxType::Entmax => Prepared::Cpu(format!(
-                "{} softmax needs a sort; no GPU kernel yet",
-                layer.softmax_type
-            )),
-            SoftmaxType::Gumbel => Prepared::Cpu("Gumbel softmax draws noise; no GPU kernel".into()),
-            _ => Prepared::Softmax,
-        },
-        other => Prepared::Cpu(format!("no GPU kernel for {other} layers yet")),
+        LayerType::Softmax => Prepared::Softmax,
+        LayerType::CNN1
+        | LayerType::CNN2
+        | LayerType::CNN3
+        | LayerType::ConvTransposed1D
+        | LayerType::ConvTransposed2D
+        | LayerType::ConvTransposed3D => Prepared::Conv(k.conv.prepare(gpu, layer, path).await?),
+        LayerType::RNN | LayerType::LSTM => Prepared::Recurrent(k.recurrent.prepare(gpu, layer, path).await?),
+        LayerType::KMeans => Prepared::KMeans(k.kmeans.prepare(gpu, layer, path).await?),
+        LayerType::Residual | LayerType::Parallel | LayerType::Sequential | LayerType::Metacognition => {
+            return Err(LoomError::Gpu(format!(
+                "{path}: a {} layer has nothing to prepare",
+                layer.layer_type
+            )))
+        }
     })
 }
 
@@ -457,6 +476,7 @@ impl Prepared {
         k: &Kernels,
         encoder: &mut wgpu::CommandEncoder,
         layer: &Layer,
+        path: &str,
         x: &GpuTensor,
     ) -> Result<GpuTensor> {
         match self {
@@ -465,9 +485,12 @@ impl Prepared {
             Prepared::Mha(m) => m.encode(gpu, encoder, x),
             Prepared::Norm(w) => k.norm.encode_layer(gpu, encoder, layer, w, x),
             Prepared::Embedding(t) => k.embedding.encode_layer(gpu, encoder, layer, t, x),
-            Prepared::Softmax => softmax(gpu, &k.softmax, encoder, layer, x),
+            Prepared::Softmax => k.softmax.encode_layer(gpu, encoder, layer, path, x),
+            Prepared::Conv(w) => k.conv.encode(gpu, encoder, layer, path, w, x),
+            Prepared::Recurrent(w) => k.recurrent.encode(gpu, encoder, layer, path, w, x),
+            Prepared::KMeans(w) => k.kmeans.encode(gpu, encoder, layer, path, w, x),
             Prepared::Cpu(reason) => Err(LoomError::Gpu(format!(
-                "a layer that runs on the CPU ({reason}) was encoded"
+                "{path} runs on the CPU ({reason}) but was encoded"
             ))),
         }
     }
@@ -562,64 +585,6 @@ impl Swiglu {
     }
 }
 
-/// A Loom Softmax layer (Standard, Temperature, Grid, Hierarchical, Masked, Adaptive, Mixture): the whole tensor as
-/// one row, or rows of `softmax_cols` for Grid and Hierarchical; Temperature divides by `temperature` (1 when unset).
-fn softmax(
-    gpu: &Gpu,
-    kernel: &Softmax,
-    encoder: &mut wgpu::CommandEncoder,
-    layer: &Layer,
-    x: &GpuTensor,
-) -> Result<GpuTensor> {
-    let t = match layer.softmax_type {
-        SoftmaxType::Temperature if layer.temperature != 0.0 => layer.temperature as f32,
-        _ => 1.0,
-    };
-    let len = x.len();
-    if len == 0 {
-        return Ok(x.clone());
-    }
-    let per_row = matches!(layer.softmax_type, SoftmaxType::Grid | SoftmaxType::Hierarchical);
-    let n = match usize::try_from(layer.softmax_cols) {
-        Ok(cols) if per_row && cols > 0 => cols.min(len),
-        _ => len,
-    };
-    let y = GpuTensor::scratch(gpu, x.shape.clone())?;
-    let whole = len / n * n;
-    let n32 = u32_dim(n, "softmax row")?;
-    kernel.encode(
-        gpu,
-        encoder,
-        &x.buffer,
-        &y.buffer,
-        u32_dim(whole / n, "softmax rows")?,
-        n32,
-        t,
-    )?;
-    if whole < len {
-        // The CPU's chunks(cols) leaves a shorter last row; the kernel reads rows from the start of its input, so
-        // that row goes through a pair of small buffers.
-        let rest = len - whole;
-        let (tail_in, tail_out) = (
-            GpuTensor::scratch(gpu, vec![rest])?,
-            GpuTensor::scratch(gpu, vec![rest])?,
-        );
-        let (at, bytes) = (4 * whole as u64, 4 * rest as u64);
-        encoder.copy_buffer_to_buffer(&x.buffer, at, &tail_in.buffer, 0, bytes);
-        kernel.encode(
-            gpu,
-            encoder,
-            &tail_in.buffer,
-            &tail_out.buffer,
-            1,
-            u32_dim(rest, "softmax row")?,
-            t,
-        )?;
-        encoder.copy_buffer_to_buffer(&tail_out.buffer, 0, &y.buffer, at, bytes);
-    }
-    Ok(y)
-}
-
 /// Residual: `x + skip` in f32 (exact, as the CPU's) when a skip of equal length exists, else the identity.
 fn residual(
     gpu: &Gpu,
@@ -708,11 +673,18 @@ fn dim(v: i64, what: &str) -> Result<usize> {
     usize::try_from(v).map_err(|_| LoomError::InvalidNetwork(format!("{what} is {v}")))
 }
 
-/// Prefixes a layer's own errors with its path.
+/// Prefixes a layer's own errors with its path (unless the host already did).
 fn at(path: &str, e: LoomError) -> LoomError {
+    let prefixed = |m: String| {
+        if m.starts_with(&format!("{path}:")) {
+            m
+        } else {
+            format!("{path}: {m}")
+        }
+    };
     match e {
-        LoomError::InvalidNetwork(m) => LoomError::InvalidNetwork(format!("{path}: {m}")),
-        LoomError::InvalidInput(m) => LoomError::InvalidInput(format!("{path}: {m}")),
+        LoomError::InvalidNetwork(m) => LoomError::InvalidNetwork(prefixed(m)),
+        LoomError::InvalidInput(m) => LoomError::InvalidInput(prefixed(m)),
         e => e,
     }
 }

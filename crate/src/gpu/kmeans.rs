@@ -1,0 +1,90 @@
+//! Host for `shaders/kmeans.wgsl`: the KMeans layer's soft assignment. CPU twin: `crate::cpu` embedding.rs
+//! `kmeans`, whose settings and checks this host shares ([`KMeansConfig`]). Both are f32; the GPU's `exp`, division
+//! and tree sums differ from the CPU's by a few ulp. Centres go up dequantized as f32.
+
+use std::sync::Arc;
+
+use super::kernel::{dispatch, storage_f32, u32_dim};
+use super::{activation_id, Gpu, GpuTensor, ACTIVATION_WGSL, REDUCE_WGSL};
+use crate::cpu::{self, KMeansConfig, Tensor};
+use crate::error::{LoomError, Result};
+use crate::network::{Layer, LayerType};
+
+const KMEANS_WGSL: &str = include_str!("../../../shaders/kmeans.wgsl");
+
+/// A KMeans layer's centres on the GPU: `num_clusters` rows of f32 values (`GetActive`).
+pub struct KMeansWeights {
+    buffer: wgpu::Buffer,
+    count: usize,
+}
+
+/// The KMeans kernel.
+pub struct KMeans {
+    pipeline: Arc<wgpu::ComputePipeline>,
+}
+
+impl KMeans {
+    pub fn new(gpu: &Gpu) -> Result<KMeans> {
+        let source = format!("{ACTIVATION_WGSL}\n{REDUCE_WGSL}\n{KMEANS_WGSL}");
+        Ok(KMeans {
+            pipeline: gpu.pipeline("kmeans", &source, "kmeans")?,
+        })
+    }
+
+    /// Uploads `layer`'s dequantized centres.
+    pub async fn prepare(&self, gpu: &Gpu, layer: &Layer, path: &str) -> Result<KMeansWeights> {
+        check_type(layer, path)?;
+        let w = cpu::weights(layer, path, &mut cpu::State::default())?;
+        let buffer = storage_f32(gpu, &format!("{path} centres"), &w, w.len()).await?;
+        Ok(KMeansWeights { buffer, count: w.len() })
+    }
+
+    /// Records the layer on `x` (all of it one point, as Loom reads it) into a new `[1, n]` activation: the
+    /// `num_clusters` probabilities, or with `output_mode` "features" the `x.len()` weighted-centre values.
+    pub fn encode(
+        &self,
+        gpu: &Gpu,
+        encoder: &mut wgpu::CommandEncoder,
+        layer: &Layer,
+        path: &str,
+        w: &KMeansWeights,
+        x: &GpuTensor,
+    ) -> Result<GpuTensor> {
+        check_type(layer, path)?;
+        let d = x.len();
+        let cfg = KMeansConfig::new(layer, path, d, w.count)?;
+        let y = GpuTensor::scratch(gpu, vec![1, cfg.outputs(d)])?;
+        let probs = GpuTensor::scratch(gpu, vec![cfg.clusters])?;
+        let words = [
+            u32_dim(cfg.clusters, &format!("{path}: num_clusters"))?,
+            u32_dim(d, &format!("{path}: input size"))?,
+            u32::from(cfg.features),
+            u32::from(cfg.integer),
+            activation_id(layer.activation),
+            cfg.denom.to_bits(),
+        ];
+        let buffers = [(1, &*x.buffer), (2, &w.buffer), (3, &*y.buffer), (4, &*probs.buffer)];
+        dispatch(gpu, encoder, &self.pipeline, &words, &buffers, (1, 1));
+        Ok(y)
+    }
+
+    /// One-shot: uploads the centres and `x`, runs the layer, reads the result back.
+    pub async fn forward(&self, gpu: &Gpu, layer: &Layer, path: &str, x: &Tensor) -> Result<Tensor> {
+        let w = self.prepare(gpu, layer, path).await?;
+        let xg = GpuTensor::upload(gpu, x).await?;
+        let mut encoder = gpu.device.create_command_encoder(&Default::default());
+        let y = self.encode(gpu, &mut encoder, layer, path, &w, &xg)?;
+        gpu.queue.submit([encoder.finish()]);
+        y.read(gpu).await
+    }
+}
+
+fn check_type(layer: &Layer, path: &str) -> Result<()> {
+    if layer.layer_type != LayerType::KMeans {
+        return Err(LoomError::InvalidInput(format!(
+            "{path}: {} is not a KMeans layer",
+            layer.layer_type
+        )));
+    }
+    Ok(())
+}

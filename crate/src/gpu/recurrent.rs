@@ -1,0 +1,119 @@
+//! Host for `shaders/recurrent.wgsl`: RNN and LSTM. CPU twin: `crate::cpu` recurrent.rs, whose sizes and checks
+//! this host shares ([`RecurrentDims`]). The CPU sums in f64 (LSTM: f64 tiles rounded to f32) and carries LSTM
+//! state in f64; the GPU does all of it in f32, so results agree within a tolerance (`crate/tests/gpu_recurrent.rs`).
+//!
+//! State: none between calls. Loom's forward starts every batch row of every call from zero h and c, so step 0 reads
+//! no previous output and no cell value; within a call one dispatch per step reads the previous step's output (and,
+//! for LSTM, the cell state in a scratch buffer of the call). Weights go up dequantized as f32.
+
+use std::sync::Arc;
+
+use super::kernel::{check_binding, dispatch, grid_for, storage_f32, u32_dim};
+use super::{Gpu, GpuTensor};
+use crate::cpu::{self, RecurrentDims, Tensor};
+use crate::error::{LoomError, Result};
+use crate::network::{Layer, LayerType};
+
+const RECURRENT_WGSL: &str = include_str!("../../../shaders/recurrent.wgsl");
+const LANES: u32 = 64;
+
+/// An RNN or LSTM layer's weights on the GPU: per gate `[Wih | Whh | b]`, f32 (`GetActive`).
+pub struct RecurrentWeights {
+    buffer: wgpu::Buffer,
+    count: usize,
+}
+
+/// The RNN and LSTM kernels.
+pub struct Recurrent {
+    rnn: Arc<wgpu::ComputePipeline>,
+    lstm: Arc<wgpu::ComputePipeline>,
+}
+
+impl Recurrent {
+    pub fn new(gpu: &Gpu) -> Result<Recurrent> {
+        Ok(Recurrent {
+            rnn: gpu.pipeline("recurrent_rnn", RECURRENT_WGSL, "rnn")?,
+            lstm: gpu.pipeline("recurrent_lstm", RECURRENT_WGSL, "lstm")?,
+        })
+    }
+
+    /// Uploads `layer`'s dequantized weights.
+    pub async fn prepare(&self, gpu: &Gpu, layer: &Layer, path: &str) -> Result<RecurrentWeights> {
+        gates(layer, path)?;
+        let w = cpu::weights(layer, path, &mut cpu::State::default())?;
+        let buffer = storage_f32(gpu, &format!("{path} weights"), &w, w.len()).await?;
+        Ok(RecurrentWeights { buffer, count: w.len() })
+    }
+
+    /// Records the layer on `x` (`[batch, seq_length, input_height]`, checked as the CPU checks it) into a new
+    /// `[batch, seq_length, output_height]` activation. The layer's activation is never applied, as in Loom.
+    pub fn encode(
+        &self,
+        gpu: &Gpu,
+        encoder: &mut wgpu::CommandEncoder,
+        layer: &Layer,
+        path: &str,
+        w: &RecurrentWeights,
+        x: &GpuTensor,
+    ) -> Result<GpuTensor> {
+        let gates = gates(layer, path)?;
+        let d = RecurrentDims::new(layer, path, &x.shape, x.len(), w.count, gates)?;
+        let y = GpuTensor::scratch(gpu, vec![d.batch, d.steps, d.hidden])?;
+        if y.is_empty() {
+            return Ok(y);
+        }
+        let u = |v: usize, what: &str| u32_dim(v, &format!("{path}: {what}"));
+        // A tile longer than the row is one tile; capping it keeps the shader's tile loop from wrapping.
+        let tile = cpu::tile(layer).min(d.input.max(d.hidden).max(1));
+        let (batch, steps) = (u(d.batch, "batch")?, u(d.steps, "seq_length")?);
+        let (input, hidden, tile) = (
+            u(d.input, "input_height")?,
+            u(d.hidden, "output_height")?,
+            u(tile, "tile_size")?,
+        );
+        // One thread per (batch row, hidden unit); batch·hidden is at most the output size, so it cannot overflow.
+        let units = d.batch * d.hidden;
+        let groups = grid_for(gpu, units as u64, LANES, path)?;
+        let cell = if gates == 1 {
+            None
+        } else {
+            check_binding(gpu, &format!("{path} cell state"), 4 * units as u64)?;
+            Some(GpuTensor::scratch(gpu, vec![units])?)
+        };
+        for t in 0..steps {
+            let words = [batch, steps, input, hidden, tile, t];
+            match &cell {
+                None => {
+                    let buffers = [(1, &*x.buffer), (2, &w.buffer), (3, &*y.buffer)];
+                    dispatch(gpu, encoder, &self.rnn, &words, &buffers, groups);
+                }
+                Some(cell) => {
+                    let buffers = [(1, &*x.buffer), (2, &w.buffer), (3, &*y.buffer), (4, &*cell.buffer)];
+                    dispatch(gpu, encoder, &self.lstm, &words, &buffers, groups);
+                }
+            }
+        }
+        Ok(y)
+    }
+
+    /// One-shot: uploads the weights and `x`, runs the layer, reads the result back.
+    pub async fn forward(&self, gpu: &Gpu, layer: &Layer, path: &str, x: &Tensor) -> Result<Tensor> {
+        let w = self.prepare(gpu, layer, path).await?;
+        let xg = GpuTensor::upload(gpu, x).await?;
+        let mut encoder = gpu.device.create_command_encoder(&Default::default());
+        let y = self.encode(gpu, &mut encoder, layer, path, &w, &xg)?;
+        gpu.queue.submit([encoder.finish()]);
+        y.read(gpu).await
+    }
+}
+
+/// Weight blocks per layer type: RNN 1, LSTM 4 (i, f, g, o); any other type is refused.
+fn gates(layer: &Layer, path: &str) -> Result<usize> {
+    match layer.layer_type {
+        LayerType::RNN => Ok(1),
+        LayerType::LSTM => Ok(4),
+        other => Err(LoomError::InvalidInput(format!(
+            "{path}: {other} is not an RNN or LSTM layer"
+        ))),
+    }
+}

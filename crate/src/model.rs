@@ -1,0 +1,351 @@
+//! A file of any supported format held whole in memory, as the bindings and the inspector use it: a Loom network
+//! (runnable and convertible) or named tensors only (safetensors without our topology, GGUF, a training
+//! checkpoint), with its inspection.
+
+use bytes::Bytes;
+
+use crate::convert::{self, TOPOLOGY_KEY};
+use crate::dtype::{self, ggml, DType};
+use crate::error::{LoomError, Result};
+use crate::formats::checkpoint::Checkpoint;
+use crate::formats::detect::{self, Format};
+use crate::formats::gguf::{self, GgufHeader, GgufTensorInfo, TensorType};
+use crate::formats::safetensors::{self as st, SafetensorsFile};
+use crate::inspect::{self, Inspection};
+use crate::network::{Network, WeightStore};
+use crate::stats;
+
+/// What a loaded file holds.
+pub enum Contents {
+    /// A Loom network (`.entity`, Loom JSON, or safetensors carrying our topology).
+    Network(Network),
+    /// A safetensors file without Loom topology.
+    Safetensors(SafetensorsFile<Bytes>),
+    /// A training-checkpoint folder.
+    Checkpoint(Checkpoint),
+    /// A GGUF file: its header and the whole file.
+    Gguf { header: GgufHeader, bytes: Bytes },
+}
+
+/// A loaded file: its contents and its inspection.
+pub struct LoadedModel {
+    pub name: String,
+    pub contents: Contents,
+    pub inspection: Inspection,
+}
+
+impl LoadedModel {
+    /// Loads any supported file from its bytes (kept, not copied: `.entity` weights stay slices of them).
+    pub fn from_bytes(bytes: Bytes, name: &str) -> Result<LoadedModel> {
+        if detect::detect(&bytes) == Format::Gguf {
+            let header = gguf::read_header_bytes(&bytes)?;
+            let mut inspection = inspect::gguf_inspection(&header, bytes.len() as u64);
+            inspection.bytes_read = bytes.len() as u64;
+            return Ok(LoadedModel {
+                name: name.to_string(),
+                contents: Contents::Gguf { header, bytes },
+                inspection,
+            });
+        }
+        let inspection = inspect::inspect_bytes(&bytes)?;
+        let contents = match detect::detect(&bytes) {
+            Format::Safetensors if !inspection.metadata.contains_key(TOPOLOGY_KEY) => {
+                Contents::Safetensors(SafetensorsFile::from_bytes(bytes)?)
+            }
+            _ => Contents::Network(convert::read_network(bytes)?),
+        };
+        Ok(LoadedModel {
+            name: name.to_string(),
+            contents,
+            inspection,
+        })
+    }
+
+    /// Loads a training-checkpoint folder from `(relative path, contents)` pairs.
+    pub fn from_files(files: Vec<(String, Vec<u8>)>, name: &str) -> Result<LoadedModel> {
+        let ckpt = Checkpoint::from_files(files)?;
+        Ok(LoadedModel {
+            name: name.to_string(),
+            inspection: inspect::inspect_checkpoint(&ckpt),
+            contents: Contents::Checkpoint(ckpt),
+        })
+    }
+
+    /// The Loom network, for what only a network can do (run it, convert it).
+    pub fn network(&self) -> Result<&Network> {
+        match &self.contents {
+            Contents::Network(net) => Ok(net),
+            _ => Err(LoomError::Unsupported(format!(
+                "{} holds tensors without a Loom topology: it can be inspected, not run or converted",
+                self.inspection.format
+            ))),
+        }
+    }
+}
+
+/// One weight tensor of a loaded file: a Loom layer (by path, values as `GetActive` gives them) or a stored tensor.
+pub struct WeightTensor<'a> {
+    pub name: String,
+    pub dtype: String,
+    pub shape: Vec<u64>,
+    /// A Loom layer's scale.
+    pub scale: Option<f32>,
+    pub count: usize,
+    data: Data<'a>,
+}
+
+enum Data<'a> {
+    /// A Loom layer's dequantized values and a copy of its native bytes (absent for a float32 master).
+    Loom {
+        values: Vec<f32>,
+        dtype: DType,
+        native: Option<Vec<u8>>,
+    },
+    Safetensors {
+        dtype: st::Dtype,
+        bytes: &'a [u8],
+    },
+    Gguf {
+        ty: TensorType,
+        bytes: &'a [u8],
+    },
+}
+
+impl WeightTensor<'_> {
+    /// Values `start..start + len` (`start` a multiple of [`crate::stats::CHUNK`], or 0), dequantized to f32.
+    pub fn values(&self, start: usize, len: usize) -> Result<Vec<f32>> {
+        let end = start
+            .checked_add(len)
+            .filter(|&e| e <= self.count)
+            .ok_or_else(|| LoomError::InvalidInput(format!("{}: values {start}..+{len} out of range", self.name)))?;
+        match &self.data {
+            Data::Loom { values, .. } => Ok(values[start..end].to_vec()),
+            Data::Safetensors { dtype, bytes } => {
+                let bits = dtype.bitsize();
+                let slice = &bytes[start * bits / 8..(end * bits).div_ceil(8)];
+                let mut v = st::decode(*dtype, slice, st::Semantics::Standard).map_err(|e| match e {
+                    LoomError::Unsupported(m) => LoomError::UnsupportedDType(m),
+                    e => e,
+                })?;
+                v.truncate(len);
+                Ok(v)
+            }
+            Data::Gguf { ty, bytes } => {
+                let block = ty.block as usize;
+                let bb = ty.block_bytes as usize;
+                let slice = &bytes[start / block * bb..end.div_ceil(block) * bb];
+                let le2 = |c: &[u8]| u16::from_le_bytes([c[0], c[1]]);
+                match ty.name {
+                    "F32" => Ok(slice
+                        .chunks_exact(4)
+                        .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
+                        .collect()),
+                    "F16" => Ok(slice
+                        .chunks_exact(2)
+                        .map(|c| half::f16::from_bits(le2(c)).to_f32())
+                        .collect()),
+                    "BF16" => Ok(slice
+                        .chunks_exact(2)
+                        .map(|c| half::bf16::from_bits(le2(c)).to_f32())
+                        .collect()),
+                    "Q4_0" => ggml::dequantize(ggml::GgmlType::Q4_0, slice, len),
+                    "Q4_1" => ggml::dequantize(ggml::GgmlType::Q4_1, slice, len),
+                    "Q8_0" => ggml::dequantize(ggml::GgmlType::Q8_0, slice, len),
+                    other => Err(LoomError::UnsupportedDType(format!(
+                        "{}: dequantizing GGUF {other} tensors",
+                        self.name
+                    ))),
+                }
+            }
+        }
+    }
+
+    /// The stored integer codes of the first `n` elements, for narrow dtypes: Loom's sub-32-bit dtypes (int4
+    /// sign-extended, uint4, fp8 bytes, f16 bits…), safetensors 8/16-bit types, GGUF quants (Q4 nibbles in value
+    /// order, Q8_0 signed bytes) and F16/BF16 bits.
+    pub fn codes(&self, n: usize) -> Option<Vec<i32>> {
+        let n = n.min(self.count);
+        let u16s = |b: &[u8]| -> Vec<i32> {
+            b.chunks_exact(2)
+                .take(n)
+                .map(|c| i32::from(u16::from_le_bytes([c[0], c[1]])))
+                .collect()
+        };
+        let i16s = |b: &[u8]| -> Vec<i32> {
+            b.chunks_exact(2)
+                .take(n)
+                .map(|c| i32::from(i16::from_le_bytes([c[0], c[1]])))
+                .collect()
+        };
+        let u8s = |b: &[u8]| -> Vec<i32> { b.iter().take(n).map(|&c| i32::from(c)).collect() };
+        let i8s = |b: &[u8]| -> Vec<i32> { b.iter().take(n).map(|&c| i32::from(c as i8)).collect() };
+        match &self.data {
+            Data::Loom { dtype, native, .. } => {
+                let bytes = native.as_deref()?;
+                match dtype {
+                    DType::Int16 => Some(i16s(bytes)),
+                    DType::Float16 | DType::BFloat16 | DType::Uint16 => Some(u16s(bytes)),
+                    dt if dt.bits() > 8 => None,
+                    DType::Int8 | DType::Int4 | DType::Int2 | DType::Ternary | DType::Binary => {
+                        let packed = &bytes[..dtype.packed_len(n)?.min(bytes.len())];
+                        Some(i8s(&dtype::unpack_codes(*dtype, packed)))
+                    }
+                    dt => {
+                        let packed = &bytes[..dt.packed_len(n)?.min(bytes.len())];
+                        Some(u8s(&dtype::unpack_codes(*dt, packed)))
+                    }
+                }
+            }
+            Data::Safetensors { dtype, bytes } => match dtype {
+                st::Dtype::F16 | st::Dtype::BF16 | st::Dtype::U16 => Some(u16s(bytes)),
+                st::Dtype::I16 => Some(i16s(bytes)),
+                st::Dtype::I8 => Some(i8s(bytes)),
+                st::Dtype::U8 | st::Dtype::F8_E4M3 | st::Dtype::F8_E5M2 => Some(u8s(bytes)),
+                _ => None,
+            },
+            Data::Gguf { ty, bytes } => match ty.name {
+                "F16" | "BF16" => Some(u16s(bytes)),
+                "Q4_0" | "Q4_1" => {
+                    let qs = if ty.name == "Q4_0" { 2 } else { 4 };
+                    let mut out = Vec::with_capacity(n.next_multiple_of(32));
+                    for block in bytes.chunks_exact(ty.block_bytes as usize).take(n.div_ceil(32)) {
+                        let q = &block[qs..qs + 16];
+                        out.extend(q.iter().map(|b| i32::from(b & 0xF)));
+                        out.extend(q.iter().map(|b| i32::from(b >> 4)));
+                    }
+                    out.truncate(n);
+                    Some(out)
+                }
+                "Q8_0" => {
+                    let mut out: Vec<i32> = bytes
+                        .chunks_exact(34)
+                        .take(n.div_ceil(32))
+                        .flat_map(|b| b[2..].iter().map(|&q| i32::from(q as i8)))
+                        .collect();
+                    out.truncate(n);
+                    Some(out)
+                }
+                _ => None,
+            },
+        }
+    }
+
+    /// The bytes the file stores for this tensor (a Loom float32 master has none).
+    pub fn stored_bytes(&self) -> Option<&[u8]> {
+        match &self.data {
+            Data::Loom { native, .. } => native.as_deref(),
+            Data::Safetensors { bytes, .. } | Data::Gguf { bytes, .. } => Some(bytes),
+        }
+    }
+}
+
+impl LoadedModel {
+    /// Every weight tensor: layers with weights (by path) for a network, stored tensors otherwise.
+    pub fn weight_tensors(&self) -> Result<Vec<WeightTensor<'_>>> {
+        let mut out = Vec::new();
+        match &self.contents {
+            Contents::Network(net) => net.for_each_layer(&mut |path, layer| {
+                if let Some(ws) = &layer.weights {
+                    out.push(loom_tensor(path, layer.dtype, ws));
+                }
+            }),
+            Contents::Safetensors(file) => out.extend(file.tensors().map(|t| safetensors_tensor(t.info(), t.bytes()))),
+            Contents::Checkpoint(ckpt) => out.extend(
+                ckpt.tensors()
+                    .map(|t| safetensors_tensor(t.weight.info(), t.weight.bytes())),
+            ),
+            Contents::Gguf { header, bytes } => {
+                for t in &header.tensors {
+                    out.push(gguf_tensor(header, t, bytes)?);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The layer at path `name` (`layers.0`) of a network, or the tensor called `name`.
+    pub fn tensor(&self, name: &str) -> Result<WeightTensor<'_>> {
+        let missing = || LoomError::UnknownName {
+            kind: "layer with weights or tensor",
+            name: name.to_string(),
+        };
+        match &self.contents {
+            Contents::Network(net) => {
+                let mut found = None;
+                net.for_each_layer(&mut |path, layer| {
+                    if let (true, Some(ws)) = (path == name, &layer.weights) {
+                        found = Some(loom_tensor(path, layer.dtype, ws));
+                    }
+                });
+                found.ok_or_else(missing)
+            }
+            Contents::Safetensors(file) => {
+                let t = file.tensor(name)?;
+                Ok(safetensors_tensor(t.info(), t.bytes()))
+            }
+            Contents::Checkpoint(ckpt) => {
+                let t = ckpt.tensor(name).ok_or_else(missing)?;
+                Ok(safetensors_tensor(t.weight.info(), t.weight.bytes()))
+            }
+            Contents::Gguf { header, bytes } => gguf_tensor(header, header.tensor(name).ok_or_else(missing)?, bytes),
+        }
+    }
+
+    /// Statistics of [`LoadedModel::tensor`]`(name)` with a `bins`-bin histogram.
+    pub fn tensor_stats(&self, name: &str, bins: usize) -> Result<stats::TensorStats> {
+        stats::tensor_stats(&self.tensor(name)?, bins)
+    }
+
+    /// The first `n` values and codes of [`LoadedModel::tensor`]`(name)`.
+    pub fn tensor_preview(&self, name: &str, n: usize) -> Result<stats::Preview> {
+        stats::preview(&self.tensor(name)?, n)
+    }
+}
+
+fn loom_tensor(path: &str, dtype: DType, ws: &WeightStore) -> WeightTensor<'static> {
+    let values = ws.active(dtype);
+    WeightTensor {
+        name: path.to_string(),
+        dtype: dtype.name().to_string(),
+        shape: vec![values.len() as u64],
+        scale: Some(ws.scale()),
+        count: values.len(),
+        data: Data::Loom {
+            values,
+            dtype,
+            native: ws.version(dtype).map(<[u8]>::to_vec),
+        },
+    }
+}
+
+fn safetensors_tensor<'a>(info: &st::TensorInfo, bytes: &'a [u8]) -> WeightTensor<'a> {
+    WeightTensor {
+        name: info.name.clone(),
+        dtype: info.dtype.to_string(),
+        shape: info.shape.clone(),
+        scale: None,
+        count: info.elements as usize,
+        data: Data::Safetensors {
+            dtype: info.dtype,
+            bytes,
+        },
+    }
+}
+
+fn gguf_tensor<'a>(header: &GgufHeader, t: &GgufTensorInfo, file: &'a [u8]) -> Result<WeightTensor<'a>> {
+    let start = header.data_start + t.offset;
+    // In range: the header reader checked every tensor against the file length.
+    let bytes = &file[start as usize..(start + t.bytes) as usize];
+    Ok(WeightTensor {
+        name: t.name.clone(),
+        dtype: t.ggml_type.name.to_string(),
+        shape: t.shape(),
+        scale: None,
+        count: usize::try_from(t.elements).map_err(|_| LoomError::TooLarge {
+            what: t.name.clone(),
+            len: t.elements,
+            max: usize::MAX as u64,
+        })?,
+        data: Data::Gguf { ty: t.ggml_type, bytes },
+    })
+}

@@ -1,0 +1,276 @@
+//! Weight statistics, previews and model diffs over dequantized values (for Loom layers, `GetActive`: what the CPU
+//! forward reads). Tensors are read in chunks, so a large GGUF tensor is never dequantized whole.
+
+use serde::Serialize;
+
+use crate::error::{LoomError, Result};
+use crate::model::{LoadedModel, WeightTensor};
+
+/// Elements per chunk: a multiple of every ggml block size.
+pub const CHUNK: usize = 1 << 16;
+
+/// Counts of values in equal bins over `[min, max]` (numpy's `histogram`: the last bin includes `max`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Histogram {
+    pub min: f64,
+    pub max: f64,
+    pub counts: Vec<u64>,
+}
+
+/// Summary of a tensor's values. Non-finite values are counted, and left out of everything else.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TensorStats {
+    pub count: u64,
+    pub min: f64,
+    pub max: f64,
+    pub mean: f64,
+    /// Population standard deviation.
+    pub std: f64,
+    /// Share of values that are exactly zero.
+    pub sparsity: f64,
+    pub non_finite: u64,
+    pub histogram: Histogram,
+}
+
+/// The first values of a tensor next to its stored codes.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Preview {
+    pub name: String,
+    pub dtype: String,
+    pub scale: Option<f32>,
+    pub shape: Vec<u64>,
+    pub values: Vec<f32>,
+    /// The stored integer codes of narrow dtypes (int4 nibbles, fp8 bytes, f16 bits, ggml quants).
+    pub codes: Option<Vec<i32>>,
+}
+
+/// `bins + 1` edges from `lo` to `hi` as `numpy.linspace` computes them.
+fn edges(lo: f64, hi: f64, bins: usize) -> Vec<f64> {
+    let step = (hi - lo) / bins as f64;
+    let mut e: Vec<f64> = (0..=bins)
+        .map(|i| if step == 0.0 { i as f64 / bins as f64 * (hi - lo) } else { i as f64 * step } + lo)
+        .collect();
+    e[bins] = hi;
+    e
+}
+
+/// The bin of `x` (within `[lo, hi]`), with numpy's corrections for values within an ulp of an edge.
+fn bin_of(x: f64, lo: f64, hi: f64, edges: &[f64]) -> usize {
+    let bins = edges.len() - 1;
+    let mut i = ((x - lo) / (hi - lo) * bins as f64) as usize;
+    if i >= bins {
+        i = bins - 1;
+    }
+    if x < edges[i] {
+        i = i.saturating_sub(1);
+    } else if x >= edges[i + 1] && i != bins - 1 {
+        i += 1;
+    }
+    i
+}
+
+/// Statistics of `tensor`'s values with a `bins`-bin histogram.
+pub fn tensor_stats(tensor: &WeightTensor, bins: usize) -> Result<TensorStats> {
+    if bins == 0 || bins > 1 << 16 {
+        return Err(LoomError::InvalidInput(format!("{bins} histogram bins (1 to 65536)")));
+    }
+    let (mut finite, mut zeros) = (0u64, 0u64);
+    let (mut lo, mut hi, mut sum) = (f64::INFINITY, f64::NEG_INFINITY, 0f64);
+    for_each_chunk(tensor, |chunk| {
+        for &v in chunk {
+            let v = f64::from(v);
+            zeros += u64::from(v == 0.0);
+            if v.is_finite() {
+                finite += 1;
+                lo = lo.min(v);
+                hi = hi.max(v);
+                sum += v;
+            }
+        }
+    })?;
+    let count = tensor.count as u64;
+    if finite == 0 {
+        let nan = f64::NAN;
+        return Ok(TensorStats {
+            count,
+            min: nan,
+            max: nan,
+            mean: nan,
+            std: nan,
+            sparsity: if count == 0 { 0.0 } else { zeros as f64 / count as f64 },
+            non_finite: count,
+            histogram: Histogram {
+                min: nan,
+                max: nan,
+                counts: vec![0; bins],
+            },
+        });
+    }
+    let mean = sum / finite as f64;
+    // numpy widens a zero-width range by 0.5 on each side.
+    let (h_lo, h_hi) = if lo < hi { (lo, hi) } else { (lo - 0.5, hi + 0.5) };
+    let e = edges(h_lo, h_hi, bins);
+    let mut counts = vec![0u64; bins];
+    let mut squares = 0f64;
+    for_each_chunk(tensor, |chunk| {
+        for &v in chunk {
+            let v = f64::from(v);
+            if v.is_finite() {
+                squares += (v - mean) * (v - mean);
+                counts[bin_of(v, h_lo, h_hi, &e)] += 1;
+            }
+        }
+    })?;
+    Ok(TensorStats {
+        count,
+        min: lo,
+        max: hi,
+        mean,
+        std: (squares / finite as f64).sqrt(),
+        sparsity: zeros as f64 / count as f64,
+        non_finite: count - finite,
+        histogram: Histogram {
+            min: h_lo,
+            max: h_hi,
+            counts,
+        },
+    })
+}
+
+fn for_each_chunk(tensor: &WeightTensor, mut f: impl FnMut(&[f32])) -> Result<()> {
+    let mut start = 0;
+    while start < tensor.count {
+        let len = CHUNK.min(tensor.count - start);
+        f(&tensor.values(start, len)?);
+        start += len;
+    }
+    Ok(())
+}
+
+/// The first `n` values of `tensor` and, for narrow dtypes, their stored codes.
+pub fn preview(tensor: &WeightTensor, n: usize) -> Result<Preview> {
+    let n = n.min(tensor.count);
+    Ok(Preview {
+        name: tensor.name.clone(),
+        dtype: tensor.dtype.clone(),
+        scale: tensor.scale,
+        shape: tensor.shape.clone(),
+        values: tensor.values(0, n)?,
+        codes: tensor.codes(n),
+    })
+}
+
+/// How one layer or tensor differs between two models.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DiffEntry {
+    pub name: String,
+    /// `same`, `changed`, `added` or `removed`.
+    pub status: &'static str,
+    pub dtype_before: Option<String>,
+    pub dtype_after: Option<String>,
+    /// Largest and mean absolute difference of the values, when both sides have as many values and they can be
+    /// dequantized.
+    pub max_abs: Option<f64>,
+    pub mean_abs: Option<f64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Diff {
+    pub entries: Vec<DiffEntry>,
+}
+
+/// Compares the weights of two models, matching layers by path and tensors by name: entries in `before`'s order,
+/// then those only `after` has.
+pub fn diff(before: &LoadedModel, after: &LoadedModel) -> Result<Diff> {
+    let old = before.weight_tensors()?;
+    let new = after.weight_tensors()?;
+    let mut entries = Vec::new();
+    for a in &old {
+        let Some(b) = new.iter().find(|b| b.name == a.name) else {
+            entries.push(DiffEntry {
+                name: a.name.clone(),
+                status: "removed",
+                dtype_before: Some(a.dtype.clone()),
+                dtype_after: None,
+                max_abs: None,
+                mean_abs: None,
+            });
+            continue;
+        };
+        entries.push(compare(a, b)?);
+    }
+    for b in new.iter().filter(|b| !old.iter().any(|a| a.name == b.name)) {
+        entries.push(DiffEntry {
+            name: b.name.clone(),
+            status: "added",
+            dtype_before: None,
+            dtype_after: Some(b.dtype.clone()),
+            max_abs: None,
+            mean_abs: None,
+        });
+    }
+    Ok(Diff { entries })
+}
+
+fn compare(a: &WeightTensor, b: &WeightTensor) -> Result<DiffEntry> {
+    let mut entry = DiffEntry {
+        name: a.name.clone(),
+        status: "changed",
+        dtype_before: Some(a.dtype.clone()),
+        dtype_after: Some(b.dtype.clone()),
+        max_abs: None,
+        mean_abs: None,
+    };
+    if a.count != b.count || a.shape != b.shape {
+        return Ok(entry);
+    }
+    let mut identical = a.dtype == b.dtype;
+    let (mut max_abs, mut sum_abs) = (0f64, 0f64);
+    let mut start = 0;
+    while start < a.count {
+        let len = CHUNK.min(a.count - start);
+        let (va, vb) = match (a.values(start, len), b.values(start, len)) {
+            (Ok(va), Ok(vb)) => (va, vb),
+            // Values we cannot dequantize: compare what is stored.
+            (Err(LoomError::UnsupportedDType(_)), _) | (_, Err(LoomError::UnsupportedDType(_))) => {
+                if identical && a.stored_bytes() == b.stored_bytes() && a.stored_bytes().is_some() {
+                    entry.status = "same";
+                }
+                return Ok(entry);
+            }
+            (Err(e), _) | (_, Err(e)) => return Err(e),
+        };
+        for (x, y) in va.iter().zip(&vb) {
+            if x.to_bits() != y.to_bits() && !(x.is_nan() && y.is_nan()) {
+                identical = false;
+            }
+            let d = (f64::from(*x) - f64::from(*y)).abs();
+            if d.is_finite() {
+                max_abs = max_abs.max(d);
+                sum_abs += d;
+            }
+        }
+        start += len;
+    }
+    entry.max_abs = Some(max_abs);
+    entry.mean_abs = Some(if a.count == 0 { 0.0 } else { sum_abs / a.count as f64 });
+    if identical {
+        entry.status = "same";
+    }
+    Ok(entry)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn edges_like_numpy_linspace() {
+        assert_eq!(edges(0.0, 1.0, 4), vec![0.0, 0.25, 0.5, 0.75, 1.0]);
+        // Values on interior edges go to the upper bin, the maximum to the last bin.
+        let e = edges(-1.0, 1.0, 4);
+        assert_eq!(bin_of(-0.5, -1.0, 1.0, &e), 1);
+        assert_eq!(bin_of(1.0, -1.0, 1.0, &e), 3);
+        assert_eq!(bin_of(-1.0, -1.0, 1.0, &e), 0);
+    }
+}

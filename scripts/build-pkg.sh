@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Builds the npm package's wasm core into web/pkg: `wasm-pack build --target web --release` (cargo → wasm-bindgen
+# → wasm-opt from the repo root's npm `binaryen`), then prints the raw and gzipped .wasm size and fails when the
+# gzipped wasm exceeds 1.5 MB. `scripts/setup.sh` installs wasm-pack and binaryen.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PWD/node_modules/.bin:$PATH"
+for tool in wasm-pack wasm-bindgen wasm-opt; do
+  command -v "$tool" >/dev/null || { echo "build-pkg: $tool not found; run scripts/setup.sh" >&2; exit 1; }
+done
+
+wasm-pack build crate --target web --release --out-dir ../web/pkg
+
+wasm=web/pkg/loom_wasm_bg.wasm
+raw=$(stat -c %s "$wasm")
+gz=$(gzip -9 -c "$wasm" | wc -c)
+limit=1500000
+echo "build-pkg: $wasm $raw bytes raw, $gz bytes gzipped (limit $limit)"
+if [ "$gz" -gt "$limit" ]; then
+  echo "build-pkg: the gzipped wasm is over the limit" >&2
+  exit 1
+fi

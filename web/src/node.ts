@@ -1,0 +1,39 @@
+// Node entry: no Web Worker, the engine runs in the calling thread; files are read lazily with fs.openAsBlob.
+import { openAsBlob } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import { isAbsolute, resolve } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { createApi } from './api.js';
+import { configureEngine, handle } from './engine.js';
+import { initSync } from './pkg/loom_wasm.js';
+
+export { LoomError } from './errors.js';
+export type { LoomErrorCode } from './errors.js';
+export type { CacheBackend } from './cache.js';
+export type * from './types.js';
+
+configureEngine({
+  loadWasm: async () => initSync({ module: await readFile(new URL('./pkg/loom_wasm_bg.wasm', import.meta.url)) }),
+  openFileUrl: (url) => openAsBlob(fileURLToPath(url)),
+  cacheBackend: 'none',
+});
+
+const api = createApi(
+  {
+    start(method, args, onProgress) {
+      const controller = new AbortController();
+      return {
+        result: handle(method, args, { signal: controller.signal, onProgress }),
+        cancel: () => controller.abort(),
+      };
+    },
+  },
+  // In Node a string that is not a URL is a file path.
+  (url) => {
+    if (url instanceof URL) return url.href;
+    if (/^[a-z][a-z0-9+.-]+:/i.test(url) && !isAbsolute(url)) return new URL(url).href;
+    return pathToFileURL(resolve(url)).href;
+  },
+);
+
+export const { inspect, open, openFiles, gpuInfo, cache, configure } = api;
