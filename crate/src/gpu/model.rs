@@ -136,7 +136,7 @@ impl GpuModel {
         &self.net
     }
 
-    /// Layers prepared to run on the CPU (path → reason): families with no GPU kernel yet.
+    /// Layers prepared to run on the CPU (path → reason): layers the device cannot hold, e.g. weights past its limits.
     pub fn cpu_layers(&self) -> &BTreeMap<String, String> {
         &self.run.cpu_layers
     }
@@ -350,7 +350,7 @@ impl Runner {
         })
     }
 
-    /// A layer with no GPU kernel: submits what is recorded, reads `x` back, runs the CPU forward and uploads its
+    /// A layer that runs on the CPU: submits what is recorded, reads `x` back, runs the CPU forward and uploads its
     /// output for the layers after it.
     async fn on_cpu(
         &mut self,
