@@ -6,11 +6,13 @@
 // kv_update: copies `tokens` new K and V rows ([token][kv_heads·head_dim], from token `first` of k and v) into the
 //   cache at positions pos0.. . When a dispatch wraps the cache, only the last token to reach a row writes it, as the
 //   CPU's sequential writes leave it.
-// attend: one 64-lane workgroup per (head, token): the query of token `first + t` at position pos0 + t attends to the
-//   positions 0..=pos0 + t (causal; prefill and one-token decode are the same kernel). GQA: head h reads KV head
-//   h / (heads / kv_heads). Scores q·k · scale; softmax from an initial max of −1e9 as Loom's, computed online over
-//   chunks of 256 positions (rescaling the running sum and output when the max grows); out = Σ e·v / Σ e.
-//   head_dim ≤ 256. A head past the last KV head (heads not a multiple of kv_heads) reads the cache as Loom's flat
+// attend: one 64-lane workgroup per (head, token, chunk of 256 head dims): the query of token `first + t` at position
+//   pos0 + t attends to the positions 0..=pos0 + t (causal; prefill and one-token decode are the same kernel). GQA:
+//   head h reads KV head h / (heads / kv_heads). Scores q·k · scale; softmax from an initial max of −1e9 as Loom's,
+//   computed online over chunks of 256 positions (rescaling the running sum and output when the max grows);
+//   out = Σ e·v / Σ e. Any head_dim: the scores sum the query in chunks of 256 dims staged in shared memory, and
+//   workgroup z writes output dims 256·z .. 256·z + 255 (wider heads recompute the scores once per chunk). A head
+//   past the last KV head (heads not a multiple of kv_heads) reads the cache as Loom's flat
 //   [pos][kv_heads·head_dim] layout would, i.e. into the next position's row.
 
 struct Params {
@@ -41,7 +43,7 @@ struct Params {
 @group(0) @binding(8) var<storage, read_write> out: array<f32>;
 
 const CHUNK: u32 = 256u;
-const MAX_HEAD_DIM: u32 = 256u;
+const HEAD_CHUNK: u32 = 256u;
 
 @compute @workgroup_size(64)
 fn kv_update(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -62,7 +64,7 @@ fn kv_update(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgro
     v_cache_w[dst] = v_new[src];
 }
 
-var<workgroup> qs: array<f32, MAX_HEAD_DIM>;
+var<workgroup> qs: array<f32, HEAD_CHUNK>;
 var<workgroup> sc: array<f32, CHUNK>;
 
 // Index of element i of KV head `kvh` at timeline position `pos`.
@@ -81,27 +83,39 @@ fn kv_at(pos: u32, kvh: u32, i: u32) -> u32 {
 fn attend(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lane: u32) {
     let h = wg.x;
     let t = wg.y;
+    let d0 = wg.z * HEAD_CHUNK; // the output dims this workgroup writes start here
     let hd = p.head_dim;
     let n = p.pos0 + t + 1u;
     let kvh = h / (p.heads / p.kv_heads);
     let qb = (p.first + t) * p.q_stride + h * hd;
-    for (var i = lane; i < hd; i += 64u) {
-        qs[i] = q[qb + i];
-    }
-    workgroupBarrier();
 
     var m = -1e9;
     var l = 0.0;
     var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
     for (var c0 = 0u; c0 < n; c0 += CHUNK) {
         let cn = min(CHUNK, n - c0);
+        // Scores of this chunk's positions, the query staged HEAD_CHUNK dims at a time (one stage when hd ≤ 256).
+        for (var j = lane; j < cn; j += 64u) {
+            sc[j] = 0.0;
+        }
+        for (var h0 = 0u; h0 < hd; h0 += HEAD_CHUNK) {
+            let hn = min(HEAD_CHUNK, hd - h0);
+            workgroupBarrier();
+            for (var i = lane; i < hn; i += 64u) {
+                qs[i] = q[qb + h0 + i];
+            }
+            workgroupBarrier();
+            for (var j = lane; j < cn; j += 64u) {
+                var dot = 0.0;
+                for (var i = 0u; i < hn; i++) {
+                    dot += qs[i] * k_cache[kv_at(c0 + j, kvh, h0 + i)];
+                }
+                sc[j] += dot;
+            }
+        }
         var local_max = -1e9;
         for (var j = lane; j < cn; j += 64u) {
-            var dot = 0.0;
-            for (var i = 0u; i < hd; i++) {
-                dot += qs[i] * k_cache[kv_at(c0 + j, kvh, i)];
-            }
-            let s = dot * p.scale;
+            let s = sc[j] * p.scale;
             sc[j] = s;
             local_max = max(local_max, s);
         }
@@ -115,7 +129,7 @@ fn attend(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index)
         }
         l = l * alpha + sum64(local_sum, lane);
         for (var k = 0u; k < 4u; k++) {
-            let d = lane + 64u * k;
+            let d = d0 + lane + 64u * k;
             if d < hd {
                 var a = acc[k] * alpha;
                 for (var j = 0u; j < cn; j++) {
@@ -129,7 +143,7 @@ fn attend(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index)
     }
     let ob = (p.first + t) * p.out_stride + h * hd;
     for (var k = 0u; k < 4u; k++) {
-        let d = lane + 64u * k;
+        let d = d0 + lane + 64u * k;
         if d < hd {
             out[ob + d] = acc[k] / l;
         }

@@ -4,13 +4,14 @@
 //   add_inplace: y[i] += b[i % nb]            (bias after a matvec)
 //   act:         y[i] = activate(a[i])
 //   swiglu:      y[i] = silu(a[i]) · b[i]     (SwiGLU's gate·up product: a = gate, b = up)
-// f32 throughout: add is exact (the CPU adds in f32 too); act and swiglu round differently from the CPU's f64.
+//   scale:       y[i] *= factor               (a Parallel layer's avg)
+// f32 throughout: add is exact (the CPU adds in f32 too); act, swiglu and scale round differently from the CPU's f64.
 
 struct Params {
     n: u32,
     nb: u32,
     act: u32,
-    _pad: u32,
+    factor: f32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -52,5 +53,13 @@ fn swiglu(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups
     if i < p.n {
         let g = a[i];
         y[i] = g / (1.0 + exp(-g)) * b[i];
+    }
+}
+
+@compute @workgroup_size(256)
+fn scale(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat(gid, nwg);
+    if i < p.n {
+        y[i] = y[i] * p.factor;
     }
 }

@@ -1,4 +1,6 @@
-// The matvec family: y[b][o] = act(scale · Σ_i x[b][i] · W[o][i]) with W row-major [n_out][n_in], read packed.
+// The matvec family: y[b][o] = act(scale · Σ_i x[b][i] · W[o][i] + scale · B[o]) with W row-major [n_out][n_in],
+// read packed: W is the matrix starting at element `first` of a stored tensor (a layer's store may hold several
+// matrices and their biases back to back), B the optional bias row at element `bias` of the same tensor.
 //
 // The weights stay in their stored bytes (Loom's native packing, Loom's Q4_0 payload, or llama.cpp blocks), bound
 // as raw u32 words, possibly split across several bindings (`word(i)` hides the split). They are decoded in the
@@ -37,7 +39,13 @@ struct Params {
     // Loom Q4_0: the number of scales (the packed words follow them).
     aux: u32,
     batch: u32,
+    // Element of the stored tensor where W[0][0] is; rows may start inside a unit (a word of sub-byte codes).
+    first: u32,
+    // Element where the bias row starts, or NO_BIAS.
+    bias: u32,
 }
+
+const NO_BIAS: u32 = 0xFFFFFFFFu;
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
@@ -486,8 +494,8 @@ fn matvec(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) li
     b0 = wg.y * BT;
     var acc = XV();
     if o < p.n_out {
-        // Row o is elements [start, end) of the flat tensor; xv(i) reads its column i of x.
-        let start = o * p.n_in;
+        // Row o is elements [start, end) of the stored tensor; xv(i) reads its column i of x.
+        let start = p.first + o * p.n_in;
         let end = start + p.n_in;
         let ua = (start + EPU - 1u) / EPU; // first whole unit
         let ub = end / EPU; // one past the last whole unit
@@ -518,9 +526,14 @@ fn matvec(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) li
     }
     if lid.x == 0u && o < p.n_out {
         let sum = partial[0] * p.scale;
+        var b = 0.0;
+        if p.bias != NO_BIAS {
+            let e = p.bias + o;
+            b = unit_value(e / EPU, e % EPU) * p.scale;
+        }
         for (var r = 0u; r < BT; r++) {
             if b0 + r < p.batch {
-                y[(b0 + r) * p.n_out + o] = activate(component(sum, r), p.act);
+                y[(b0 + r) * p.n_out + o] = activate(component(sum, r) + b, p.act);
             }
         }
     }

@@ -4,14 +4,15 @@
 
 use std::sync::Arc;
 
-use super::kernel::{check_binding, dispatch, grid_for, storage_f32, u32_dim};
+use super::kernel::{check_binding, dispatch, dispatch_3d, grid_for, storage_f32, u32_dim};
 use super::{Gpu, REDUCE_WGSL};
 use crate::error::{LoomError, Result};
 
 const ATTENTION_WGSL: &str = include_str!("../../../shaders/attention.wgsl");
 
-/// The largest head the attention kernel handles (its shared query row and 4 output values per lane).
-pub const MAX_HEAD_DIM: usize = 256;
+/// Head dimensions one attention workgroup stages and outputs (its shared query chunk, 4 values per lane); wider heads
+/// take several workgroups along z, each producing one chunk of the output.
+const HEAD_CHUNK: u32 = 256;
 
 /// K and V caches on the GPU, `[kv_head][max_seq][head_dim]` f32 each; timeline position `p` is row `p % max_seq`.
 pub struct KvCache {
@@ -138,11 +139,6 @@ impl Attention {
             return Ok(());
         }
         let hd = cache.head_dim;
-        if hd as usize > MAX_HEAD_DIM {
-            return Err(LoomError::Unsupported(format!(
-                "attention with head_dim {hd} (the GPU kernel handles up to {MAX_HEAD_DIM})"
-            )));
-        }
         if cache.kv_heads == 0 || args.heads / cache.kv_heads == 0 {
             return Err(LoomError::InvalidInput(format!(
                 "{} heads cannot share {} kv heads",
@@ -157,7 +153,8 @@ impl Attention {
             )));
         }
         let max = gpu.limits.max_compute_workgroups_per_dimension;
-        if args.heads > max || args.tokens > max {
+        let chunks = hd.div_ceil(HEAD_CHUNK);
+        if args.heads > max || args.tokens > max || chunks > max {
             return Err(LoomError::Unsupported(format!(
                 "attention of {} heads × {} tokens exceeds {max} workgroups per dimension",
                 args.heads, args.tokens
@@ -175,13 +172,13 @@ impl Attention {
             args.out_stride,
             args.scale.to_bits(),
         ];
-        dispatch(
+        dispatch_3d(
             gpu,
             encoder,
             &self.attend,
             &words,
             &[(5, q), (6, &cache.k), (7, &cache.v), (8, out)],
-            (args.heads, args.tokens),
+            (args.heads, args.tokens, chunks),
         );
         Ok(())
     }

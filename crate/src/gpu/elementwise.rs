@@ -1,4 +1,5 @@
-//! Host for `shaders/elementwise.wgsl`: residual and bias adds, activations, SwiGLU's `silu(gate)·up` product.
+//! Host for `shaders/elementwise.wgsl`: residual and bias adds, activations, SwiGLU's `silu(gate)·up` product, and
+//! scaling in place (a Parallel layer's `avg`).
 //! CPU twins: Residual (`x + skip` in f32, so the add is exact), `crate::cpu::activate`, and the SwiGLU layer's inner
 //! product `f32(g·σ(g)·u)` (f64 there, f32 here).
 
@@ -18,6 +19,7 @@ pub struct Elementwise {
     add_inplace: Arc<wgpu::ComputePipeline>,
     act: Arc<wgpu::ComputePipeline>,
     swiglu: Arc<wgpu::ComputePipeline>,
+    scale: Arc<wgpu::ComputePipeline>,
 }
 
 impl Elementwise {
@@ -28,6 +30,7 @@ impl Elementwise {
             add_inplace: gpu.pipeline("elementwise_add_inplace", &source, "add_inplace")?,
             act: gpu.pipeline("elementwise_act", &source, "act")?,
             swiglu: gpu.pipeline("elementwise_swiglu", &source, "swiglu")?,
+            scale: gpu.pipeline("elementwise_scale", &source, "scale")?,
         })
     }
 
@@ -111,6 +114,23 @@ impl Elementwise {
         }
         let g = grid_for(gpu, u64::from(n), LANES, "SwiGLU product")?;
         dispatch(gpu, encoder, &self.swiglu, &[n, 1], &[(1, gate), (2, up), (3, y)], g);
+        Ok(())
+    }
+
+    /// Records `y[i] *= factor` for `n` values (f32; Loom's Parallel `avg` multiplies by a float64 `1/n`).
+    pub fn encode_scale(
+        &self,
+        gpu: &Gpu,
+        encoder: &mut wgpu::CommandEncoder,
+        y: &wgpu::Buffer,
+        n: u32,
+        factor: f32,
+    ) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        let g = grid_for(gpu, u64::from(n), LANES, "scale")?;
+        dispatch(gpu, encoder, &self.scale, &[n, 1, 0, factor.to_bits()], &[(3, y)], g);
         Ok(())
     }
 

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::kernel::{check_binding, dispatch, grid_for, storage_f32, u32_dim};
-use super::{activation_id, Gpu, ACTIVATION_WGSL};
+use super::{activation_id, Gpu, GpuTensor, ACTIVATION_WGSL};
 use crate::cpu::Tensor;
 use crate::error::{LoomError, Result};
 use crate::network::{Activation, Layer, LayerType};
@@ -145,8 +145,8 @@ impl Embedding {
         Ok(out)
     }
 
-    /// A Loom Embedding layer on `x` (one id per value): output shape `x.shape + [embedding_dim]`.
-    pub async fn forward(&self, gpu: &Gpu, layer: &Layer, x: &Tensor) -> Result<Tensor> {
+    /// Uploads a Loom Embedding layer's table once.
+    pub async fn prepare(gpu: &Gpu, layer: &Layer) -> Result<EmbeddingTable> {
         if layer.layer_type != LayerType::Embedding {
             return Err(LoomError::InvalidInput(format!(
                 "{} is not an Embedding layer",
@@ -165,10 +165,34 @@ impl Embedding {
             .as_ref()
             .ok_or_else(|| LoomError::InvalidNetwork("the Embedding layer has no weights".into()))?
             .active(layer.dtype);
-        let table = EmbeddingTable::upload(gpu, &w, vocab, d).await?;
-        let data = self.run(gpu, &table, &x.data, layer.activation).await?;
+        EmbeddingTable::upload(gpu, &w, vocab, d).await
+    }
+
+    /// Records the layer on `x` (one id per value): output shape `x.shape + [embedding_dim]`.
+    pub fn encode_layer(
+        &self,
+        gpu: &Gpu,
+        encoder: &mut wgpu::CommandEncoder,
+        layer: &Layer,
+        table: &EmbeddingTable,
+        x: &GpuTensor,
+    ) -> Result<GpuTensor> {
         let mut shape = x.shape.clone();
-        shape.push(d);
-        Tensor::new(data, shape)
+        shape.push(table.dim());
+        let y = GpuTensor::scratch(gpu, shape)?;
+        let tokens = u32_dim(x.len(), "ids")?;
+        self.encode(gpu, encoder, table, &x.buffer, &y.buffer, tokens, layer.activation)?;
+        Ok(y)
+    }
+
+    /// One-shot forward of a Loom Embedding layer on `x` (uploads the table and the ids, reads back).
+    pub async fn forward(&self, gpu: &Gpu, layer: &Layer, x: &Tensor) -> Result<Tensor> {
+        let table = Embedding::prepare(gpu, layer).await?;
+        let xb = GpuTensor::upload(gpu, x).await?;
+        let mut encoder = gpu.device.create_command_encoder(&Default::default());
+        let y = self.encode_layer(gpu, &mut encoder, layer, &table, &xb)?;
+        let mut data: Vec<f32> = bytemuck::pod_collect_to_vec(&gpu.submit_and_read(encoder, &y.buffer).await?);
+        data.truncate(y.len());
+        Tensor::new(data, y.shape)
     }
 }

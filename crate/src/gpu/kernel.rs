@@ -3,10 +3,18 @@
 //! scratch buffers.
 //!
 //! Every kernel binds its parameters at binding 0 and its buffers at the binding numbers its WGSL declares; one
-//! [`dispatch`] records one compute pass. Uniform blocks and bind groups are small and made per dispatch (a forward
-//! pass with many layers still submits once); weights, KV caches and activations live in buffers the hosts create once.
+//! [`dispatch`] records one compute pass.
+//!
+//! Plans: `GpuModel` encodes each layer inside [`Gpu::with_plan`], handing it that layer's [`Plan`] for the input
+//! shape. While a plan is active, [`dispatch`] takes its n-th bind group (with its uniform block) from the plan and
+//! [`GpuTensor::scratch`](super::GpuTensor::scratch) its n-th output buffer, creating them only the first time, or
+//! when what the layer binds has changed. A uniform block whose words changed (a decode step's position) is
+//! rewritten in place with `queue.write_buffer`, which the queue orders before the submit that uses it; a plan is
+//! used once per submit (a layer runs once per forward), so no rewrite overtakes a pending use. A second forward on
+//! the same shape thus creates no buffers and no bind groups. Without a plan (one-shot runs, tests) everything is
+//! created per call.
 
-use super::Gpu;
+use super::{lock, Gpu, GpuTensor};
 use crate::error::{LoomError, Result};
 
 /// Words every parameter block is padded to: at least the largest `Params` struct of the kernels (48 bytes), so
@@ -67,24 +75,180 @@ pub(crate) fn dispatch(
     buffers: &[(u32, &wgpu::Buffer)],
     groups: (u32, u32),
 ) {
-    let uniform = gpu.uniform("params", &params(words));
-    let mut entries = vec![wgpu::BindGroupEntry {
-        binding: 0,
-        resource: uniform.as_entire_binding(),
-    }];
-    entries.extend(buffers.iter().map(|(binding, b)| wgpu::BindGroupEntry {
-        binding: *binding,
-        resource: b.as_entire_binding(),
-    }));
-    let bind = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: None,
-        layout: &pipeline.get_bind_group_layout(0),
-        entries: &entries,
-    });
+    dispatch_3d(gpu, encoder, pipeline, words, buffers, (groups.0, groups.1, 1));
+}
+
+/// [`dispatch`] over a 3-D grid of workgroups.
+pub(crate) fn dispatch_3d(
+    gpu: &Gpu,
+    encoder: &mut wgpu::CommandEncoder,
+    pipeline: &wgpu::ComputePipeline,
+    words: &[u32],
+    buffers: &[(u32, &wgpu::Buffer)],
+    groups: (u32, u32, u32),
+) {
+    let group = gpu.bind_group(pipeline, &params(words), buffers);
     let mut pass = encoder.begin_compute_pass(&Default::default());
     pass.set_pipeline(pipeline);
-    pass.set_bind_group(0, &bind, &[]);
-    pass.dispatch_workgroups(groups.0, groups.1, 1);
+    pass.set_bind_group(0, &group, &[]);
+    pass.dispatch_workgroups(groups.0, groups.1, groups.2);
+}
+
+/// What one layer's encode created, in the order it asked: bind groups with their uniform blocks, and outputs.
+#[derive(Default)]
+pub(crate) struct Plan {
+    binds: Vec<Bound>,
+    outputs: Vec<GpuTensor>,
+}
+
+/// A bind group and what it binds (the buffers are kept so that their identities stay unique while cached).
+struct Bound {
+    pipeline: wgpu::ComputePipeline,
+    buffers: Vec<(u32, wgpu::Buffer)>,
+    params: Vec<u8>,
+    uniform: wgpu::Buffer,
+    group: wgpu::BindGroup,
+}
+
+/// What an encode did under its plan.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct PlanCounts {
+    pub dispatches: u32,
+    pub bind_groups: u32,
+    /// Output and uniform buffers created.
+    pub buffers: u32,
+}
+
+/// The active plan and how far the encode has drawn on it.
+pub(crate) struct Recording {
+    plan: Plan,
+    next_bind: usize,
+    next_output: usize,
+    counts: PlanCounts,
+}
+
+impl Gpu {
+    /// Runs `encode` with `plan` active (see the module docs). Returns its result, the plan as it now stands, and
+    /// what it created. One encode at a time per device; `encode` must not call this again.
+    pub(crate) fn with_plan<R>(&self, plan: Plan, encode: impl FnOnce() -> R) -> (R, Plan, PlanCounts) {
+        let _one_at_a_time = lock(&self.encoding);
+        *lock(&self.plan) = Some(Recording {
+            plan,
+            next_bind: 0,
+            next_output: 0,
+            counts: PlanCounts::default(),
+        });
+        let out = encode();
+        let mut rec = lock(&self.plan).take().expect("installed above");
+        // What this encode no longer asked for is stale.
+        rec.plan.binds.truncate(rec.next_bind);
+        rec.plan.outputs.truncate(rec.next_output);
+        (out, rec.plan, rec.counts)
+    }
+
+    /// The bind group for one dispatch: the active plan's next one when it binds the same pipeline and buffers
+    /// (its uniform rewritten if the words changed), else a new one.
+    fn bind_group(
+        &self,
+        pipeline: &wgpu::ComputePipeline,
+        params: &[u8],
+        buffers: &[(u32, &wgpu::Buffer)],
+    ) -> wgpu::BindGroup {
+        let mut slot = lock(&self.plan);
+        let Some(rec) = slot.as_mut() else {
+            return self.new_bind_group(pipeline, params, buffers).1;
+        };
+        rec.counts.dispatches += 1;
+        let i = rec.next_bind;
+        rec.next_bind += 1;
+        if let Some(b) = rec.plan.binds.get_mut(i) {
+            let same = b.pipeline == *pipeline
+                && b.params.len() == params.len()
+                && b.buffers.len() == buffers.len()
+                && b.buffers.iter().zip(buffers).all(|((i, a), (j, b))| i == j && a == *b);
+            if same {
+                if b.params != params {
+                    self.queue.write_buffer(&b.uniform, 0, params);
+                    b.params = params.to_vec();
+                }
+                return b.group.clone();
+            }
+        }
+        let (uniform, group) = self.new_bind_group(pipeline, params, buffers);
+        rec.counts.bind_groups += 1;
+        rec.counts.buffers += 1;
+        let bound = Bound {
+            pipeline: pipeline.clone(),
+            buffers: buffers.iter().map(|(i, b)| (*i, (*b).clone())).collect(),
+            params: params.to_vec(),
+            uniform,
+            group: group.clone(),
+        };
+        if i < rec.plan.binds.len() {
+            rec.plan.binds[i] = bound;
+        } else {
+            rec.plan.binds.push(bound);
+        }
+        group
+    }
+
+    fn new_bind_group(
+        &self,
+        pipeline: &wgpu::ComputePipeline,
+        params: &[u8],
+        buffers: &[(u32, &wgpu::Buffer)],
+    ) -> (wgpu::Buffer, wgpu::BindGroup) {
+        let uniform = self.uniform("params", params);
+        let mut entries = vec![wgpu::BindGroupEntry {
+            binding: 0,
+            resource: uniform.as_entire_binding(),
+        }];
+        entries.extend(buffers.iter().map(|(binding, b)| wgpu::BindGroupEntry {
+            binding: *binding,
+            resource: b.as_entire_binding(),
+        }));
+        let group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &entries,
+        });
+        (uniform, group)
+    }
+
+    /// A storage buffer of `bytes` for a kernel output of `shape`: the active plan's next output when it has that
+    /// shape, else a new one. A reused buffer holds the last forward's values.
+    pub(crate) fn output_tensor(&self, shape: Vec<usize>, bytes: u64) -> GpuTensor {
+        let mut slot = lock(&self.plan);
+        let Some(rec) = slot.as_mut() else {
+            return self.new_output(shape, bytes);
+        };
+        let i = rec.next_output;
+        rec.next_output += 1;
+        if let Some(t) = rec.plan.outputs.get(i).filter(|t| t.shape == shape) {
+            return t.clone();
+        }
+        let t = self.new_output(shape, bytes);
+        rec.counts.buffers += 1;
+        if i < rec.plan.outputs.len() {
+            rec.plan.outputs[i] = t.clone();
+        } else {
+            rec.plan.outputs.push(t.clone());
+        }
+        t
+    }
+
+    fn new_output(&self, shape: Vec<usize>, bytes: u64) -> GpuTensor {
+        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("activation"),
+            size: bytes.max(4).next_multiple_of(4),
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        GpuTensor {
+            buffer: std::sync::Arc::new(buffer),
+            shape,
+        }
+    }
 }
 
 /// A `u32` kernel dimension, refusing what does not fit.

@@ -10,6 +10,7 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
+use super::kernel::dispatch_3d;
 use super::{activation_id, Gpu, ACTIVATION_WGSL};
 use crate::dtype::ggml::{self, GgmlType};
 use crate::dtype::{q4_0, DType};
@@ -165,13 +166,14 @@ impl Packing {
     }
 }
 
-/// The weights a Dense layer's forward reads (Loom's `GetActive`): the packing, its bytes and the layer scale.
-/// A layer whose dtype version does not exist yet forwards its float32 master, as Loom does.
+/// The weights a layer's forward reads (Loom's `GetActive`), packed as stored: the packing, its bytes and the layer
+/// scale. A layer whose dtype version does not exist yet forwards its float32 master, as Loom does. Dense, SwiGLU
+/// and MultiHeadAttention read their whole store this way.
 pub fn dense_weights(layer: &Layer) -> Result<(Packing, Cow<'_, [u8]>, f32)> {
     let ws = layer
         .weights
         .as_ref()
-        .ok_or_else(|| LoomError::InvalidNetwork("the Dense layer has no weights".into()))?;
+        .ok_or_else(|| LoomError::InvalidNetwork(format!("the {} layer has no weights", layer.layer_type)))?;
     let dt = layer.dtype;
     match ws.version(dt) {
         Some(bytes) if dt != DType::Float32 => Ok((Packing::Loom(dt), Cow::Borrowed(bytes), ws.scale())),
@@ -185,14 +187,27 @@ pub fn dense_weights(layer: &Layer) -> Result<(Packing, Cow<'_, [u8]>, f32)> {
     }
 }
 
-/// A weight tensor `[n_out][n_in]` uploaded in its stored bytes, split across bindings when it is too large for one.
+/// Marks "no bias" in the kernel's `bias` parameter.
+const NO_BIAS: u32 = u32::MAX;
+
+/// A stored weight tensor on the GPU in its packed bytes (split across bindings when it is too large for one), seen
+/// as the `[n_out][n_in]` matrix that starts at element `first`, optionally with a bias row of `n_out` elements at
+/// element `bias` of the same tensor (decoded and scaled as the weights are). Views of one tensor share its buffers,
+/// so a layer whose store holds several matrices and biases (SwiGLU, MultiHeadAttention) uploads it once. Views
+/// address elements, not bytes: a matrix of a sub-byte dtype may start inside a word.
+#[derive(Clone)]
 pub struct PackedWeights {
     pub packing: Packing,
     pub n_in: usize,
     pub n_out: usize,
+    first: u32,
+    bias: u32,
+    /// Elements in the stored tensor.
+    len: usize,
     scale: f32,
     aux: u32,
     words_per_part: u32,
+    /// Buffer handles (cheap to clone): views of one tensor share the buffers.
     parts: Vec<wgpu::Buffer>,
     bytes: u64,
 }
@@ -223,13 +238,39 @@ impl PackedWeights {
         n_out: usize,
         max_binding_bytes: u64,
     ) -> Result<PackedWeights> {
-        let n = n_in
-            .checked_mul(n_out)
-            .filter(|n| *n <= (u32::MAX - 64) as usize)
-            .ok_or_else(|| {
-                LoomError::Unsupported(format!("matvec of {n_out}×{n_in} weights: more than 2^32 elements"))
-            })?;
-        let aux = packing.check(bytes, n)?;
+        let n = n_in.checked_mul(n_out).ok_or_else(|| too_many(n_in, n_out))?;
+        let tensor = PackedWeights::upload_tensor_split(gpu, packing, bytes, scale, n, max_binding_bytes).await?;
+        tensor.matrix(0, n_in, n_out, None)
+    }
+
+    /// Uploads a stored tensor of `len` elements (a layer's whole store), to be read through [`PackedWeights::matrix`]
+    /// views.
+    pub async fn upload_tensor(
+        gpu: &Gpu,
+        packing: Packing,
+        bytes: &[u8],
+        scale: f32,
+        len: usize,
+    ) -> Result<PackedWeights> {
+        let limit = gpu.limits.max_storage_buffer_binding_size;
+        PackedWeights::upload_tensor_split(gpu, packing, bytes, scale, len, limit).await
+    }
+
+    async fn upload_tensor_split(
+        gpu: &Gpu,
+        packing: Packing,
+        bytes: &[u8],
+        scale: f32,
+        len: usize,
+        max_binding_bytes: u64,
+    ) -> Result<PackedWeights> {
+        // The kernel indexes elements in u32, with room to round up to a whole unit.
+        if len > (u32::MAX - 64) as usize {
+            return Err(LoomError::Unsupported(format!(
+                "matvec weights of {len} elements: more than 2^32"
+            )));
+        }
+        let aux = packing.check(bytes, len)?;
         let words = bytes.len().div_ceil(4) as u64;
         if words > u64::from(u32::MAX) {
             return Err(LoomError::Unsupported("matvec weights over 16 GiB".into()));
@@ -253,13 +294,37 @@ impl PackedWeights {
         }
         Ok(PackedWeights {
             packing,
-            n_in,
-            n_out,
+            n_in: len,
+            n_out: 1,
+            first: 0,
+            bias: NO_BIAS,
+            len,
             scale: packing.kernel_scale(scale),
             aux,
             words_per_part: words_per_part as u32,
             parts,
             bytes: bytes.len() as u64,
+        })
+    }
+
+    /// The `[n_out][n_in]` matrix at element `first` of the same stored tensor, plus `n_out` bias values at element
+    /// `bias` when given; both must lie inside the tensor.
+    pub fn matrix(&self, first: usize, n_in: usize, n_out: usize, bias: Option<usize>) -> Result<PackedWeights> {
+        let n = n_in.checked_mul(n_out).ok_or_else(|| too_many(n_in, n_out))?;
+        let inside = |start: usize, n: usize| start.checked_add(n).is_some_and(|end| end <= self.len);
+        if !inside(first, n) || bias.is_some_and(|b| !inside(b, n_out)) {
+            return Err(LoomError::InvalidNetwork(format!(
+                "a {n_out}×{n_in} matrix at element {first} (bias at {bias:?}) does not fit {} weights",
+                self.len
+            )));
+        }
+        Ok(PackedWeights {
+            n_in,
+            n_out,
+            first: first as u32,
+            bias: bias.map_or(NO_BIAS, |b| b as u32),
+            parts: self.parts.clone(),
+            ..*self
         })
     }
 
@@ -272,6 +337,10 @@ impl PackedWeights {
     pub fn byte_len(&self) -> u64 {
         self.bytes
     }
+}
+
+fn too_many(n_in: usize, n_out: usize) -> LoomError {
+    LoomError::Unsupported(format!("matvec of {n_out}×{n_in} weights: more than 2^32 elements"))
 }
 
 /// A matrix-vector kernel for one weight encoding.
@@ -361,7 +430,7 @@ impl MatVec {
             return Ok(());
         }
         let pipeline = self.pipeline(gpu, w.parts.len(), bt)?;
-        let params: [u32; 8] = [
+        let words = [
             w.n_in as u32,
             n_out,
             activation_id(act),
@@ -370,15 +439,19 @@ impl MatVec {
             w.words_per_part,
             w.aux,
             batch,
+            w.first,
+            w.bias,
         ];
-        let params = gpu.uniform("matvec params", bytemuck::cast_slice(&params));
-        let mut buffers = vec![&params, x, y];
-        buffers.extend(w.parts.iter());
-        let bind = gpu.bind(&pipeline, &buffers);
-        let mut pass = encoder.begin_compute_pass(&Default::default());
-        pass.set_pipeline(&pipeline);
-        pass.set_bind_group(0, &bind, &[]);
-        pass.dispatch_workgroups(groups_x, groups_y, groups_z);
+        let mut buffers = vec![(1, x), (2, y)];
+        buffers.extend(w.parts.iter().enumerate().map(|(k, b)| (3 + k as u32, b)));
+        dispatch_3d(
+            gpu,
+            encoder,
+            &pipeline,
+            &words,
+            &buffers,
+            (groups_x, groups_y, groups_z),
+        );
         Ok(())
     }
 

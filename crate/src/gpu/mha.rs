@@ -1,5 +1,6 @@
-//! A Loom MultiHeadAttention layer on the GPU: matvec projections with biases, optional per-head Q/K RMSNorm, RoPE,
-//! the KV cache update and causal GQA attention, and the output projection, all recorded into one command encoder.
+//! A Loom MultiHeadAttention layer on the GPU: matvec projections with their biases (read packed from the layer's
+//! store as stored, dequantized in the kernel), optional per-head Q/K RMSNorm, RoPE, the KV cache update and causal
+//! GQA attention, and the output projection, all recorded into one command encoder.
 //! CPU twin: `crate::cpu` attention.rs (`CpuModel` forward of the same layer), whose maths is f64 with Loom's
 //! roundings; here everything is f32, so outputs agree within a tolerance (see `crate/tests/gpu_attention.rs`).
 //!
@@ -9,14 +10,12 @@
 //! cache while any other call starts a new one. Loom's input layouts (`[batch, seq, d]`, `[seq, d]`, others read as
 //! `seq_length` rows) are parsed as the CPU parses them.
 
-use super::attention::{AttendArgs, Attention, KvCache, MAX_HEAD_DIM};
-use super::elementwise::Elementwise;
-use super::kernel::{check_binding, storage_f32, u32_dim};
+use super::attention::{AttendArgs, Attention, KvCache};
+use super::kernel::{storage_f32, u32_dim};
 use super::norm::{Norm, RMS_NORM_EPS};
 use super::rope::Rope;
-use super::{Gpu, MatVec, PackedWeights, Packing};
+use super::{dense_weights, Gpu, GpuTensor, MatVec, PackedWeights};
 use crate::cpu::Tensor;
-use crate::dtype::DType;
 use crate::error::{LoomError, Result};
 use crate::network::{Activation, Layer, LayerType};
 
@@ -67,11 +66,6 @@ impl Dims {
                 "{heads} heads cannot share {kv_heads} kv heads (Loom would divide by zero)"
             )));
         }
-        if hd > MAX_HEAD_DIM {
-            return Err(LoomError::Unsupported(format!(
-                "head_dim {hd}: the GPU attention kernel handles up to {MAX_HEAD_DIM}"
-            )));
-        }
         let theta = if layer.rope_freq_base > 0.0 {
             layer.rope_freq_base
         } else {
@@ -100,26 +94,6 @@ impl Dims {
     }
 }
 
-/// Per-call intermediates, grown to the largest call seen.
-struct Scratch {
-    tokens: usize,
-    q: wgpu::Buffer,
-    k: wgpu::Buffer,
-    v: wgpu::Buffer,
-    /// Q and K after their RMSNorm (only with `q_norm` / `k_norm`).
-    qn: Option<wgpu::Buffer>,
-    kn: Option<wgpu::Buffer>,
-    /// `[token][q]`: attention rows; the columns past `heads·hd` stay zero, as the CPU's.
-    att: wgpu::Buffer,
-}
-
-/// [`Mha::forward`]'s own input and output buffers, `[tokens][d_model]` each.
-struct Io {
-    tokens: usize,
-    x: wgpu::Buffer,
-    y: wgpu::Buffer,
-}
-
 /// A per-head RMSNorm's γ on the GPU and how many γ rows it cycles through.
 struct HeadNorm {
     gamma: wgpu::Buffer,
@@ -130,31 +104,25 @@ struct HeadNorm {
 pub struct Mha {
     dims: Dims,
     max_seq: usize,
+    /// Views of the layer's one packed store `Wq, Wk, Wv, Wo, bq, bk, bv, bo`, each projection with its bias.
     wq: PackedWeights,
     wk: PackedWeights,
     wv: PackedWeights,
     wo: PackedWeights,
-    bq: wgpu::Buffer,
-    bk: wgpu::Buffer,
-    bv: wgpu::Buffer,
-    bo: wgpu::Buffer,
     q_norm: Option<HeadNorm>,
     k_norm: Option<HeadNorm>,
     cache: KvCache,
     /// The next timeline position; 0 means a cold cache.
     offset: usize,
-    scratch: Option<Scratch>,
-    io: Option<Io>,
     matvec: MatVec,
-    elementwise: Elementwise,
     norm: Norm,
     rope: Rope,
     attention: Attention,
 }
 
 impl Mha {
-    /// Uploads a Loom MultiHeadAttention layer (its weights as `GetActive` gives them, and its `q_norm` / `k_norm`
-    /// blobs) with a cold 512-row cache.
+    /// Uploads a Loom MultiHeadAttention layer (its store packed as `GetActive` reads it, and its `q_norm` /
+    /// `k_norm` blobs) with a cold 512-row cache.
     pub async fn new(gpu: &Gpu, layer: &Layer) -> Result<Mha> {
         if layer.layer_type != LayerType::MultiHeadAttention {
             return Err(LoomError::InvalidInput(format!(
@@ -163,48 +131,34 @@ impl Mha {
             )));
         }
         let c = Dims::new(layer)?;
-        let w = layer
-            .weights
-            .as_ref()
-            .ok_or_else(|| {
-                LoomError::InvalidNetwork("the MultiHeadAttention layer has no weights (Loom would panic here)".into())
-            })?
-            .active(layer.dtype);
+        let len = layer.weights.as_ref().map_or(0, |w| w.len());
+        let (packing, bytes, scale) = dense_weights(layer).map_err(|_| {
+            LoomError::InvalidNetwork("the MultiHeadAttention layer has no weights (Loom would panic here)".into())
+        })?;
         let sizes = [c.q * c.d, c.kv * c.d, c.kv * c.d, c.d * c.q, c.q, c.kv, c.kv, c.d];
         let needed: usize = sizes.iter().sum();
-        if needed > w.len() {
+        if needed > len {
             return Err(LoomError::InvalidNetwork(format!(
-                "MultiHeadAttention with d_model {}, query {} and kv {} needs {needed} weights, it has {}",
-                c.d,
-                c.q,
-                c.kv,
-                w.len()
+                "MultiHeadAttention with d_model {}, query {} and kv {} needs {needed} weights, it has {len}",
+                c.d, c.q, c.kv
             )));
         }
-        let mut segments = Vec::with_capacity(8);
-        let mut rest = &w[..];
-        for n in sizes {
-            let (head, tail) = rest.split_at(n);
-            segments.push(head);
-            rest = tail;
-        }
-        // Projections as float32 matvec weights `[n_out][n_in]`; only the first heads·head_dim rows of Wq are used.
+        // Where each segment starts in the store.
+        let at: Vec<usize> = sizes
+            .iter()
+            .scan(0, |start, n| {
+                let here = *start;
+                *start += n;
+                Some(here)
+            })
+            .collect();
+        let store = PackedWeights::upload_tensor(gpu, packing, &bytes, scale, len).await?;
+        // Projections `[n_out][n_in]`; only the first heads·head_dim rows of Wq (and of bq) are used.
         let hw = c.heads * c.hd;
-        let f32_weights = |values: &[f32], n_in: usize, n_out: usize| {
-            let bytes = crate::network::f32_bytes(&values[..n_in * n_out]);
-            async move { PackedWeights::upload(gpu, Packing::Loom(DType::Float32), &bytes, 1.0, n_in, n_out).await }
-        };
-        let wq = f32_weights(segments[0], c.d, hw).await?;
-        let wk = f32_weights(segments[1], c.d, c.kv).await?;
-        let wv = f32_weights(segments[2], c.d, c.kv).await?;
-        let wo = f32_weights(segments[3], c.q, c.d).await?;
-        let bias = |values: &'static str, i: usize| storage_f32(gpu, values, segments[i], segments[i].len());
-        let (bq, bk, bv, bo) = (
-            bias("bq", 4).await?,
-            bias("bk", 5).await?,
-            bias("bv", 6).await?,
-            bias("bo", 7).await?,
-        );
+        let wq = store.matrix(at[0], c.d, hw, Some(at[4]))?;
+        let wk = store.matrix(at[1], c.d, c.kv, Some(at[5]))?;
+        let wv = store.matrix(at[2], c.d, c.kv, Some(at[6]))?;
+        let wo = store.matrix(at[3], c.q, c.d, Some(at[7]))?;
         let q_norm = head_norm(gpu, layer, "q_norm", c.heads, c.hd).await?;
         let k_norm = head_norm(gpu, layer, "k_norm", c.kv_heads, c.hd).await?;
         Ok(Mha {
@@ -214,18 +168,11 @@ impl Mha {
             wk,
             wv,
             wo,
-            bq,
-            bk,
-            bv,
-            bo,
             q_norm,
             k_norm,
             cache: KvCache::new(gpu, c.kv_heads, c.hd, MHA_MAX_SEQ).await?,
             offset: 0,
-            scratch: None,
-            io: None,
-            matvec: MatVec::f32(gpu)?,
-            elementwise: Elementwise::new(gpu)?,
+            matvec: MatVec::auto(gpu, packing)?,
             norm: Norm::new(gpu)?,
             rope: Rope::new(gpu)?,
             attention: Attention::new(gpu)?,
@@ -247,77 +194,36 @@ impl Mha {
         &self.cache
     }
 
-    /// Makes room for calls of up to `tokens` tokens (`batch · seq`); [`Mha::encode`] needs it first.
-    pub async fn reserve(&mut self, gpu: &Gpu, tokens: usize) -> Result<()> {
-        if self.scratch.as_ref().is_some_and(|s| s.tokens >= tokens) {
-            return Ok(());
-        }
+    /// Records the layer on `x` as `CpuModel` runs it (Loom's layouts: `[batch, seq, d]`, `[seq, d]`, others read
+    /// as `seq_length` rows) and returns its output: the input's shape with the last dimension replaced by
+    /// `d_model`. Advances the timeline, so submit the encoder before this layer is recorded again (every call binds
+    /// its own RoPE table and positions, but the cache is shared).
+    pub fn encode(&mut self, gpu: &Gpu, encoder: &mut wgpu::CommandEncoder, x: &GpuTensor) -> Result<GpuTensor> {
         let c = self.dims;
-        let hw = c.heads * c.hd;
-        let buf = |width: usize, label: &'static str| {
-            let bytes = 4 * (tokens.max(1) as u64) * (width.max(1) as u64);
-            async move {
-                check_binding(gpu, label, bytes)?;
-                gpu.output(label, bytes).await
-            }
-        };
-        self.scratch = Some(Scratch {
-            tokens,
-            q: buf(hw, "mha q").await?,
-            k: buf(c.kv, "mha k").await?,
-            v: buf(c.kv, "mha v").await?,
-            qn: match self.q_norm {
-                Some(_) => Some(buf(hw, "mha q normed").await?),
-                None => None,
-            },
-            kn: match self.k_norm {
-                Some(_) => Some(buf(c.kv, "mha k normed").await?),
-                None => None,
-            },
-            att: buf(c.q, "mha attention").await?,
-        });
-        Ok(())
-    }
-
-    /// Records the layer on `batch × seq` tokens: `x` holds `[tokens][d_model]` inputs and receives nothing, `y`
-    /// receives `[tokens][d_model]` outputs (a caller's buffers, e.g. the previous and next layer's activations).
-    /// Advances the timeline. [`Mha::reserve`] room for `tokens` first, and submit the encoder before the next call
-    /// of this layer is recorded (each call binds its own RoPE table and parameters, but the cache is shared).
-    pub fn encode(
-        &mut self,
-        gpu: &Gpu,
-        encoder: &mut wgpu::CommandEncoder,
-        x: &wgpu::Buffer,
-        y: &wgpu::Buffer,
-        batch: usize,
-        seq: usize,
-    ) -> Result<()> {
-        let c = self.dims;
+        let (batch, seq) = c.layout(&x.shape, x.len())?;
+        let mut out_shape = x.shape.clone();
+        *out_shape.last_mut().expect("layout refuses scalars") = c.d;
+        let out_len = out_shape
+            .iter()
+            .try_fold(1usize, |a, v| a.checked_mul(*v))
+            .ok_or_else(|| LoomError::InvalidInput(format!("output shape {out_shape:?} overflows")))?;
         let tokens = batch
             .checked_mul(seq)
             .ok_or_else(|| LoomError::InvalidInput("batch × seq overflows".into()))?;
-        let io_bytes = 4 * (tokens as u64).saturating_mul(c.d as u64);
-        if x.size() < io_bytes || y.size() < io_bytes {
+        let used = tokens
+            .checked_mul(c.d)
+            .ok_or_else(|| LoomError::InvalidInput("input size overflows".into()))?;
+        if used > x.len() || used > out_len {
             return Err(LoomError::InvalidInput(format!(
-                "MultiHeadAttention on {tokens} tokens of {} needs {io_bytes}-byte input and output buffers, got {} \
-                 and {}",
-                c.d,
-                x.size(),
-                y.size()
+                "MultiHeadAttention reads {batch}×{seq}×{} values from an input of shape {:?} (Loom would panic)",
+                c.d, x.shape
             )));
         }
         let warm = batch == 1 && seq == 1 && self.offset > 0;
         let start = if warm { self.offset } else { 0 };
-        if !warm {
-            self.cache.clear(encoder);
-        }
-        if tokens == 0 {
-            self.offset = start;
-            return Ok(());
-        }
         // A head past the last kv head (heads not a multiple of kv_heads) reads the next cache row, as Loom does;
         // Loom panics when that runs off the cache's end.
-        if c.heads > 0 {
+        if c.heads > 0 && tokens > 0 {
             let last_row = (start + tokens - 1).min(self.max_seq - 1);
             let end = (c.heads - 1) / (c.heads / c.kv_heads) * c.hd + c.hd;
             if last_row * c.kv + end > self.max_seq * c.kv {
@@ -327,68 +233,84 @@ impl Mha {
                 )));
             }
         }
-        let s = match &self.scratch {
-            Some(s) if s.tokens >= tokens => s,
-            _ => {
-                return Err(LoomError::InvalidInput(format!(
-                    "MultiHeadAttention: reserve room for {tokens} tokens before encoding"
-                )))
-            }
-        };
         let hw = c.heads * c.hd;
         let t32 = u32_dim(tokens, "tokens")?;
-        let (d, q, kv) = (
-            u32_dim(c.d, "d_model")?,
-            u32_dim(c.q, "query_dim")?,
-            u32_dim(c.kv, "kv width")?,
-        );
+        let q = u32_dim(c.q, "query_dim")?;
         let (hw32, hd) = (u32_dim(hw, "heads·head_dim")?, u32_dim(c.hd, "head_dim")?);
         let (heads, kv_heads) = (u32_dim(c.heads, "heads")?, u32_dim(c.kv_heads, "kv heads")?);
+        let kv = u32_dim(c.kv, "kv width")?;
+        // Past the tokens read (or every value, for no tokens) the output stays zero, as the CPU's: a new buffer is
+        // zeroed and the tail of a reused one is never written.
+        let y = GpuTensor::scratch(gpu, out_shape)?;
+        if !warm {
+            self.cache.clear(encoder);
+        }
+        if tokens == 0 {
+            self.offset = start;
+            return Ok(y);
+        }
         let lin = Activation::Linear;
-        let n = |width: u32| u32_dim(tokens * width as usize, "activation size");
 
-        // Projections, bias added after the matvec.
-        let ew = &self.elementwise;
-        self.matvec.encode(gpu, encoder, x, &self.wq, &s.q, t32, lin)?;
-        ew.encode_add_inplace(gpu, encoder, &s.q, &self.bq, n(hw32)?, hw32.max(1))?;
-        self.matvec.encode(gpu, encoder, x, &self.wk, &s.k, t32, lin)?;
-        ew.encode_add_inplace(gpu, encoder, &s.k, &self.bk, n(kv)?, kv.max(1))?;
-        self.matvec.encode(gpu, encoder, x, &self.wv, &s.v, t32, lin)?;
-        ew.encode_add_inplace(gpu, encoder, &s.v, &self.bv, n(kv)?, kv.max(1))?;
+        // Projections with their biases.
+        let qp = GpuTensor::scratch(gpu, vec![tokens, hw])?;
+        let kp = GpuTensor::scratch(gpu, vec![tokens, c.kv])?;
+        let vp = GpuTensor::scratch(gpu, vec![tokens, c.kv])?;
+        self.matvec
+            .encode(gpu, encoder, &x.buffer, &self.wq, &qp.buffer, t32, lin)?;
+        self.matvec
+            .encode(gpu, encoder, &x.buffer, &self.wk, &kp.buffer, t32, lin)?;
+        self.matvec
+            .encode(gpu, encoder, &x.buffer, &self.wv, &vp.buffer, t32, lin)?;
 
         // Per-head RMSNorm of Q and K (HF imports), then RoPE on both.
-        let qs = match (&self.q_norm, &s.qn) {
-            (Some(g), Some(qn)) => {
-                self.norm
-                    .encode_rms(gpu, encoder, &s.q, &g.gamma, qn, t32 * heads, hd, g.rows, RMS_NORM_EPS)?;
-                qn
-            }
-            _ => &s.q,
-        };
-        let ks = match (&self.k_norm, &s.kn) {
-            (Some(g), Some(kn)) => {
+        let qs = match &self.q_norm {
+            Some(g) => {
+                let qn = GpuTensor::scratch(gpu, vec![tokens, hw])?;
+                let rows = t32 * heads;
                 self.norm.encode_rms(
                     gpu,
                     encoder,
-                    &s.k,
+                    &qp.buffer,
                     &g.gamma,
-                    kn,
-                    t32 * kv_heads,
+                    &qn.buffer,
+                    rows,
+                    hd,
+                    g.rows,
+                    RMS_NORM_EPS,
+                )?;
+                qn
+            }
+            None => qp,
+        };
+        let ks = match &self.k_norm {
+            Some(g) => {
+                let kn = GpuTensor::scratch(gpu, vec![tokens, c.kv])?;
+                let rows = t32 * kv_heads;
+                self.norm.encode_rms(
+                    gpu,
+                    encoder,
+                    &kp.buffer,
+                    &g.gamma,
+                    &kn.buffer,
+                    rows,
                     hd,
                     g.rows,
                     RMS_NORM_EPS,
                 )?;
                 kn
             }
-            _ => &s.k,
+            None => kp,
         };
         let table = self.rope.table(gpu, c.theta, c.hd, start, tokens)?;
-        self.rope.encode(gpu, encoder, qs, &table, t32, heads, hd, hw32, 0)?;
-        self.rope.encode(gpu, encoder, ks, &table, t32, kv_heads, hd, kv, 0)?;
+        self.rope
+            .encode(gpu, encoder, &qs.buffer, &table.buffer, t32, heads, hd, hw32, 0)?;
+        self.rope
+            .encode(gpu, encoder, &ks.buffer, &table.buffer, t32, kv_heads, hd, kv, 0)?;
 
         // K/V into the cache and attention. Batch rows share one timeline: when nothing wraps and every head has
         // its own kv head, all rows go at once (no query reads a row written after it on the CPU); otherwise row by
-        // row, as the CPU does.
+        // row, as the CPU does. `att` is `[token][q]`: the columns past heads·hd stay zero, as the CPU's.
+        let att = GpuTensor::scratch(gpu, vec![tokens, c.q])?;
         let scale = (1.0 / (c.hd as f64).sqrt()) as f32;
         let together = start + tokens <= self.max_seq && c.heads.is_multiple_of(c.kv_heads);
         let (groups, per) = if together { (1, tokens) } else { (batch, seq) };
@@ -397,7 +319,7 @@ impl Mha {
             let pos0 = u32_dim(start + b * per, "position")?;
             let per32 = u32_dim(per, "tokens")?;
             self.attention
-                .encode_kv_update(gpu, encoder, &self.cache, ks, &s.v, per32, first, pos0)?;
+                .encode_kv_update(gpu, encoder, &self.cache, &ks.buffer, &vp.buffer, per32, first, pos0)?;
             let args = AttendArgs {
                 tokens: per32,
                 first,
@@ -408,63 +330,27 @@ impl Mha {
                 scale,
             };
             self.attention
-                .encode_attend(gpu, encoder, &self.cache, qs, &s.att, args)?;
+                .encode_attend(gpu, encoder, &self.cache, &qs.buffer, &att.buffer, args)?;
         }
 
-        // Output projection and bias.
-        self.matvec.encode(gpu, encoder, &s.att, &self.wo, y, t32, lin)?;
-        ew.encode_add_inplace(gpu, encoder, y, &self.bo, n(d)?, d)?;
+        // Output projection with its bias.
+        self.matvec
+            .encode(gpu, encoder, &att.buffer, &self.wo, &y.buffer, t32, lin)?;
         self.offset = start + tokens;
-        Ok(())
+        Ok(y)
     }
 
-    /// Forward of `x` with shape `shape`, as `CpuModel` runs this layer: the output has the input's shape with the
-    /// last dimension replaced by `d_model`; the KV cache carries over to the next call.
+    /// One-shot forward of `x` shaped `shape` (uploads, encodes, submits and reads back); the KV cache carries over
+    /// to the next call.
     pub async fn forward(&mut self, gpu: &Gpu, x: &[f32], shape: &[usize]) -> Result<Tensor> {
-        let c = self.dims;
-        let (batch, seq) = c.layout(shape, x.len())?;
-        let mut out_shape = shape.to_vec();
-        *out_shape.last_mut().expect("layout refuses scalars") = c.d;
-        let out_len = out_shape
-            .iter()
-            .try_fold(1usize, |a, v| a.checked_mul(*v))
-            .ok_or_else(|| LoomError::InvalidInput(format!("output shape {out_shape:?} overflows")))?;
-        let used = batch
-            .checked_mul(seq)
-            .and_then(|t| t.checked_mul(c.d))
-            .ok_or_else(|| LoomError::InvalidInput("input size overflows".into()))?;
-        if used > x.len() || used > out_len {
-            return Err(LoomError::InvalidInput(format!(
-                "MultiHeadAttention reads {batch}×{seq}×{} values from an input of shape {shape:?} (Loom would panic)",
-                c.d
-            )));
-        }
-        let tokens = batch * seq;
-        self.reserve(gpu, tokens).await?;
-        let io = match self.io.take() {
-            Some(io) if io.tokens >= tokens => io,
-            _ => {
-                let bytes = 4 * (tokens.max(1) as u64) * (c.d as u64);
-                check_binding(gpu, "mha x", bytes)?;
-                Io {
-                    tokens,
-                    x: gpu.output("mha x", bytes).await?,
-                    y: gpu.output("mha y", bytes).await?,
-                }
-            }
-        };
-        gpu.queue.write_buffer(&io.x, 0, bytemuck::cast_slice(&x[..used]));
+        let input = Tensor::new(x.to_vec(), shape.to_vec())
+            .map_err(|_| LoomError::InvalidInput(format!("{} values for the input shape {shape:?}", x.len())))?;
+        let xb = GpuTensor::upload(gpu, &input).await?;
         let mut encoder = gpu.device.create_command_encoder(&Default::default());
-        let recorded = self.encode(gpu, &mut encoder, &io.x, &io.y, batch, seq);
-        let io = self.io.insert(io);
-        recorded?;
-        gpu.queue.submit([encoder.finish()]);
-        let mut out = vec![0f32; out_len];
-        if used > 0 {
-            let y = gpu.read_f32(&io.y).await?;
-            out[..used].copy_from_slice(&y[..used]);
-        }
-        Tensor::new(out, out_shape)
+        let y = self.encode(gpu, &mut encoder, &xb)?;
+        let mut data: Vec<f32> = bytemuck::pod_collect_to_vec(&gpu.submit_and_read(encoder, &y.buffer).await?);
+        data.truncate(y.len());
+        Tensor::new(data, y.shape)
     }
 }
 

@@ -20,17 +20,17 @@ mod tensor;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 pub use argmax::{first_argmax, Argmax};
-pub use attention::{AttendArgs, Attention, KvCache, MAX_HEAD_DIM};
+pub use attention::{AttendArgs, Attention, KvCache};
 pub use conv::{Conv, ConvWeights};
 pub use elementwise::Elementwise;
 pub use embedding::{Embedding, EmbeddingTable};
 pub use kmeans::{KMeans, KMeansWeights};
 pub use matvec::{dense_weights, packed_values, MatVec, PackedWeights, Packing, MAX_WEIGHT_BINDINGS};
 pub use mha::{Mha, MHA_MAX_SEQ};
-pub use model::GpuModel;
+pub use model::{ForwardStats, GpuModel};
 pub use norm::{Norm, LAYER_NORM_EPS, RMS_NORM_EPS};
 pub use recurrent::{Recurrent, RecurrentWeights};
 pub use rope::{rope_table, Rope};
@@ -71,12 +71,37 @@ pub struct Gpu {
     pub has_subgroups: bool,
     lost: Arc<AtomicBool>,
     pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
+    /// Pipelines whose validation result is not known yet (in the browser the error scope resolves later).
+    #[cfg(target_arch = "wasm32")]
+    unchecked: Mutex<Vec<(String, Verdict)>>,
+    /// The plan of the layer being encoded (see `kernel.rs`), and the lock that keeps one encode at a time on it.
+    plan: Mutex<Option<kernel::Recording>>,
+    encoding: Mutex<()>,
+}
+
+/// A pending validation result of a pipeline (browser only).
+#[cfg(target_arch = "wasm32")]
+type Verdict = std::pin::Pin<Box<dyn std::future::Future<Output = Option<wgpu::Error>>>>;
+
+/// Locks `m`, ignoring poisoning: the guarded data (caches, the plan slot) stays consistent across a panic.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Gpu {
     /// Requests an adapter (natively honouring `WGPU_BACKEND` / `WGPU_ADAPTER_NAME`) and a device with the
     /// adapter's own limits. No adapter is [`LoomError::NoGpu`], with the reason.
     pub async fn new() -> Result<Gpu> {
+        Gpu::request(None).await
+    }
+
+    /// [`Gpu::new`] with the storage-binding limit (and the largest buffer) capped at `max_binding` bytes, to run
+    /// under a smaller device's limits than the adapter's (e.g. a browser's 128 MiB default, or far less in tests).
+    pub async fn with_max_binding(max_binding: u64) -> Result<Gpu> {
+        Gpu::request(Some(max_binding)).await
+    }
+
+    async fn request(max_binding: Option<u64>) -> Result<Gpu> {
         let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
         let adapter = instance
             .request_adapter(&wgpu::RequestAdapterOptions {
@@ -86,7 +111,11 @@ impl Gpu {
             .await
             .map_err(|e| LoomError::NoGpu(format!("no WebGPU/Vulkan adapter: {e}")))?;
         let info = adapter.get_info();
-        let limits = adapter.limits();
+        let mut limits = adapter.limits();
+        if let Some(max) = max_binding {
+            limits.max_storage_buffer_binding_size = limits.max_storage_buffer_binding_size.min(max);
+            limits.max_buffer_size = limits.max_buffer_size.min(max);
+        }
         let features = adapter.features() & (wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP);
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
@@ -109,19 +138,25 @@ impl Gpu {
             has_subgroups: features.contains(wgpu::Features::SUBGROUP),
             lost,
             pipelines: Mutex::new(HashMap::new()),
+            #[cfg(target_arch = "wasm32")]
+            unchecked: Mutex::new(Vec::new()),
+            plan: Mutex::new(None),
+            encoding: Mutex::new(()),
         })
     }
 
-    /// A compute pipeline for `entry` in `source`, compiled once and reused.
+    /// A compute pipeline for `entry` in `source`, compiled once and reused. Compilation runs under a validation
+    /// error scope, so a shader the driver (naga, or Tint in the browser) rejects is a [`LoomError::Gpu`] ("… shader
+    /// rejected: …"), never a panic. Natively the scope resolves at once and this call returns the error; in the
+    /// browser it resolves later, so the error comes from [`Gpu::check_pipelines`], which every readback awaits
+    /// before it submits.
     pub fn pipeline(&self, key: &str, source: &str, entry: &str) -> Result<Arc<wgpu::ComputePipeline>> {
         self.check_alive()?;
-        let mut cache = self
-            .pipelines
-            .lock()
-            .map_err(|_| LoomError::Gpu("pipeline cache poisoned".into()))?;
+        let mut cache = lock(&self.pipelines);
         if let Some(p) = cache.get(key) {
             return Ok(p.clone());
         }
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some(key),
             source: wgpu::ShaderSource::Wgsl(source.into()),
@@ -134,8 +169,31 @@ impl Gpu {
             compilation_options: Default::default(),
             cache: None,
         }));
+        let verdict = scope.pop();
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Some(e) = pollster::block_on(verdict) {
+            return Err(rejected(key, &e));
+        }
+        #[cfg(target_arch = "wasm32")]
+        lock(&self.unchecked).push((key.to_string(), Box::pin(verdict)));
         cache.insert(key.to_string(), pipeline.clone());
         Ok(pipeline)
+    }
+
+    /// Waits for the validation of pipelines created since the last call (browser only; natively
+    /// [`Gpu::pipeline`] already refused a bad shader). A rejected one leaves the cache and is the error.
+    pub async fn check_pipelines(&self) -> Result<()> {
+        #[cfg(target_arch = "wasm32")]
+        loop {
+            let Some((key, verdict)) = lock(&self.unchecked).pop() else {
+                break;
+            };
+            if let Some(e) = verdict.await {
+                lock(&self.pipelines).remove(&key);
+                return Err(rejected(&key, &e));
+            }
+        }
+        Ok(())
     }
 
     fn check_alive(&self) -> Result<()> {
@@ -181,19 +239,27 @@ impl Gpu {
         self.upload(label, &vec![0u8; size as usize]).await
     }
 
-    /// A small uniform buffer.
+    /// A small uniform buffer (rewritable: a plan updates its words in place).
     pub fn uniform(&self, label: &str, bytes: &[u8]) -> wgpu::Buffer {
         use wgpu::util::DeviceExt;
         self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
             label: Some(label),
             contents: bytes,
-            usage: wgpu::BufferUsages::UNIFORM,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
         })
     }
 
     /// Copies `buffer` back to the host (waits for queued work).
     pub async fn read(&self, buffer: &wgpu::Buffer) -> Result<Vec<u8>> {
+        let encoder = self.device.create_command_encoder(&Default::default());
+        self.submit_and_read(encoder, buffer).await
+    }
+
+    /// Records copying `buffer` to a mappable staging buffer at the end of `encoder`, submits it (one submit for
+    /// the work and the copy) and waits for the bytes. A rejected shader is the error, before anything is submitted.
+    pub async fn submit_and_read(&self, mut encoder: wgpu::CommandEncoder, buffer: &wgpu::Buffer) -> Result<Vec<u8>> {
         self.check_alive()?;
+        self.check_pipelines().await?;
         let size = buffer.size();
         let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("readback"),
@@ -201,7 +267,6 @@ impl Gpu {
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
-        let mut encoder = self.device.create_command_encoder(&Default::default());
         encoder.copy_buffer_to_buffer(buffer, 0, &staging, 0, size);
         self.queue.submit([encoder.finish()]);
         let slice = staging.slice(..);
@@ -230,21 +295,9 @@ impl Gpu {
     pub async fn read_f32(&self, buffer: &wgpu::Buffer) -> Result<Vec<f32>> {
         Ok(bytemuck::pod_collect_to_vec(&self.read(buffer).await?))
     }
+}
 
-    /// A bind group of `buffers` at bindings 0.. for `pipeline`'s group 0.
-    pub fn bind(&self, pipeline: &wgpu::ComputePipeline, buffers: &[&wgpu::Buffer]) -> wgpu::BindGroup {
-        let entries: Vec<wgpu::BindGroupEntry> = buffers
-            .iter()
-            .enumerate()
-            .map(|(i, b)| wgpu::BindGroupEntry {
-                binding: i as u32,
-                resource: b.as_entire_binding(),
-            })
-            .collect();
-        self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: None,
-            layout: &pipeline.get_bind_group_layout(0),
-            entries: &entries,
-        })
-    }
+/// The error for a shader the driver refused.
+fn rejected(key: &str, e: &wgpu::Error) -> LoomError {
+    LoomError::Gpu(format!("{key}: shader rejected: {e}"))
 }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::kernel::{check_binding, dispatch, grid, storage_f32, u32_dim};
-use super::{Gpu, REDUCE_WGSL};
+use super::{Gpu, GpuTensor, REDUCE_WGSL};
 use crate::cpu::Tensor;
 use crate::error::{LoomError, Result};
 use crate::network::{Layer, LayerType};
@@ -15,6 +15,13 @@ const NORM_WGSL: &str = include_str!("../../../shaders/norm.wgsl");
 pub const RMS_NORM_EPS: f32 = 1e-6;
 /// Loom's LayerNorm epsilon.
 pub const LAYER_NORM_EPS: f32 = 1e-5;
+
+/// A norm layer's parameters on the GPU: γ (then β for LayerNorm), and how many γ values there are.
+pub struct NormWeights {
+    rms: bool,
+    params: usize,
+    weights: wgpu::Buffer,
+}
 
 /// The RMSNorm and LayerNorm kernels.
 pub struct Norm {
@@ -60,7 +67,7 @@ impl Norm {
 
     /// Records LayerNorm of `rows` rows of `n` values: `w` holds γ at 0 and β at `beta_offset`.
     #[allow(clippy::too_many_arguments)]
-    pub fn encode_layer(
+    pub fn encode_layer_norm(
         &self,
         gpu: &Gpu,
         encoder: &mut wgpu::CommandEncoder,
@@ -102,9 +109,8 @@ impl Norm {
         self.run(gpu, x, &w, n, rows, n, eps, false).await
     }
 
-    /// A Loom RMSNorm or LayerNorm layer on `x`, with the CPU's row rule (rows of `output_height`, else the input
-    /// split into `shape[0]` rows) and its epsilons.
-    pub async fn forward(&self, gpu: &Gpu, layer: &Layer, x: &Tensor) -> Result<Tensor> {
+    /// Uploads a Loom RMSNorm or LayerNorm layer's γ (and β) once.
+    pub async fn prepare(gpu: &Gpu, layer: &Layer) -> Result<NormWeights> {
         let rms = match layer.layer_type {
             LayerType::RMSNorm => true,
             LayerType::LayerNorm => false,
@@ -115,27 +121,58 @@ impl Norm {
             .as_ref()
             .ok_or_else(|| LoomError::InvalidNetwork(format!("the {} layer has no weights", layer.layer_type)))?
             .active(layer.dtype);
-        let params = if rms { w.len() } else { w.len() / 2 };
+        Ok(NormWeights {
+            rms,
+            params: if rms { w.len() } else { w.len() / 2 },
+            weights: storage_f32(gpu, "norm weights", &w, w.len()).await?,
+        })
+    }
+
+    /// Records the layer on `x` with the CPU's row rule (rows of `output_height`, else the input split into
+    /// `shape[0]` rows) and its epsilons; the output has `x`'s shape.
+    pub fn encode_layer(
+        &self,
+        gpu: &Gpu,
+        encoder: &mut wgpu::CommandEncoder,
+        layer: &Layer,
+        weights: &NormWeights,
+        x: &GpuTensor,
+    ) -> Result<GpuTensor> {
+        let len = x.len();
         let n = if layer.output_height > 0 {
             usize::try_from(layer.output_height).unwrap_or(usize::MAX)
         } else {
-            x.data.len() / x.batch().max(1)
+            len / x.batch().max(1)
         };
-        if n == 0 || !x.data.len().is_multiple_of(n) || n > params {
+        let kind = if weights.rms { "RMSNorm" } else { "LayerNorm" };
+        if n == 0 || !len.is_multiple_of(n) || n > weights.params {
             return Err(LoomError::InvalidInput(format!(
-                "{} cannot normalise {} values in rows of {n} with {params} parameters",
-                layer.layer_type,
-                x.data.len()
+                "{kind} cannot normalise {len} values in rows of {n} with {} parameters",
+                weights.params
             )));
         }
-        let rows = x.data.len() / n;
-        let (beta_offset, eps) = if rms {
-            (0, RMS_NORM_EPS)
+        let rows = u32_dim(len / n, "norm rows")?;
+        let n32 = u32_dim(n, "norm row length")?;
+        let y = GpuTensor::scratch(gpu, x.shape.clone())?;
+        let (xb, wb, yb) = (&x.buffer, &weights.weights, &y.buffer);
+        if weights.rms {
+            self.encode_rms(gpu, encoder, xb, wb, yb, rows, n32, 1, RMS_NORM_EPS)?;
         } else {
-            (params, LAYER_NORM_EPS)
-        };
-        let data = self.run(gpu, &x.data, &w, n, rows, beta_offset, eps, rms).await?;
-        Tensor::new(data, x.shape.clone())
+            let beta = u32_dim(weights.params, "LayerNorm β offset")?;
+            self.encode_layer_norm(gpu, encoder, xb, wb, yb, rows, n32, beta, LAYER_NORM_EPS)?;
+        }
+        Ok(y)
+    }
+
+    /// One-shot forward of a Loom RMSNorm or LayerNorm layer on `x` (uploads the weights and the input, reads back).
+    pub async fn forward(&self, gpu: &Gpu, layer: &Layer, x: &Tensor) -> Result<Tensor> {
+        let weights = Norm::prepare(gpu, layer).await?;
+        let xb = GpuTensor::upload(gpu, x).await?;
+        let mut encoder = gpu.device.create_command_encoder(&Default::default());
+        let y = self.encode_layer(gpu, &mut encoder, layer, &weights, &xb)?;
+        let mut data: Vec<f32> = bytemuck::pod_collect_to_vec(&gpu.submit_and_read(encoder, &y.buffer).await?);
+        data.truncate(y.len());
+        Tensor::new(data, y.shape)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -160,7 +197,7 @@ impl Norm {
             self.encode_rms(gpu, &mut encoder, &xb, &wb, &yb, rows, n, 1, eps)?;
         } else {
             let beta_offset = u32_dim(beta_offset, "LayerNorm β offset")?;
-            self.encode_layer(gpu, &mut encoder, &xb, &wb, &yb, rows, n, beta_offset, eps)?;
+            self.encode_layer_norm(gpu, &mut encoder, &xb, &wb, &yb, rows, n, beta_offset, eps)?;
         }
         gpu.queue.submit([encoder.finish()]);
         let mut out = gpu.read_f32(&yb).await?;

@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use super::kernel::{check_binding, dispatch, grid_for, storage_f32, u32_dim};
-use super::Gpu;
+use super::kernel::{dispatch, grid_for, storage_f32, u32_dim};
+use super::{Gpu, GpuTensor};
 use crate::error::{LoomError, Result};
 
 const ROPE_WGSL: &str = include_str!("../../../shaders/rope.wgsl");
@@ -41,19 +41,13 @@ impl Rope {
         })
     }
 
-    /// A storage buffer holding [`rope_table`] for `tokens` positions from `pos0` (bind it to one dispatch).
-    pub fn table(&self, gpu: &Gpu, theta: f64, head_dim: usize, pos0: usize, tokens: usize) -> Result<wgpu::Buffer> {
-        use wgpu::util::DeviceExt;
-        let mut table = rope_table(theta, head_dim, pos0, tokens);
-        check_binding(gpu, "RoPE table", 4 * table.len() as u64)?;
-        if table.is_empty() {
-            table.push(0.0);
-        }
-        Ok(gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-            label: Some("rope table"),
-            contents: bytemuck::cast_slice(&table),
-            usage: wgpu::BufferUsages::STORAGE,
-        }))
+    /// A storage buffer holding [`rope_table`] for `tokens` positions from `pos0`, written ahead of the next submit
+    /// (under a plan, the same buffer each forward of that shape; a decode step rewrites it).
+    pub fn table(&self, gpu: &Gpu, theta: f64, head_dim: usize, pos0: usize, tokens: usize) -> Result<GpuTensor> {
+        let table = rope_table(theta, head_dim, pos0, tokens);
+        let t = GpuTensor::scratch(gpu, vec![tokens, head_dim / 2 * 2])?;
+        t.write(gpu, &table)?;
+        Ok(t)
     }
 
     /// Records the rotation of `heads` heads of `head_dim` in each of `tokens` rows of `x`: row `first + t` starts at
@@ -112,7 +106,7 @@ impl Rope {
             gpu,
             &mut encoder,
             &xb,
-            &table,
+            &table.buffer,
             u32_dim(tokens, "RoPE tokens")?,
             u32_dim(heads, "RoPE heads")?,
             u32_dim(head_dim, "head_dim")?,

@@ -40,8 +40,10 @@ impl GpuTensor {
         })
     }
 
-    /// A new activation of `shape` for a kernel to write, created without waiting (so encoding stays synchronous):
-    /// the caller wraps a whole forward pass in one out-of-memory error scope.
+    /// An activation of `shape` for a kernel to write, created without waiting (so encoding stays synchronous):
+    /// the caller wraps a whole forward pass in one out-of-memory error scope. Under a layer's plan (a
+    /// `GpuModel` forward) the buffer is the one the previous forward of that shape used, holding its values: a
+    /// kernel must write every value of its output.
     pub fn scratch(gpu: &Gpu, shape: Vec<usize>) -> Result<GpuTensor> {
         let n = shape
             .iter()
@@ -49,16 +51,22 @@ impl GpuTensor {
             .ok_or_else(|| LoomError::InvalidInput(format!("activation shape {shape:?} overflows")))?;
         let bytes = (4 * n as u64).max(4);
         check_binding(gpu, "activation", bytes)?;
-        let buffer = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("activation"),
-            size: bytes.next_multiple_of(4),
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
-            mapped_at_creation: false,
-        });
-        Ok(GpuTensor {
-            buffer: Arc::new(buffer),
-            shape,
-        })
+        Ok(gpu.output_tensor(shape, bytes))
+    }
+
+    /// Queues writing `data` (exactly [`GpuTensor::len`] values) into the buffer, ahead of the next submit.
+    pub fn write(&self, gpu: &Gpu, data: &[f32]) -> Result<()> {
+        if data.len() != self.len() {
+            return Err(LoomError::InvalidInput(format!(
+                "{} values for an activation of shape {:?}",
+                data.len(),
+                self.shape
+            )));
+        }
+        if !data.is_empty() {
+            gpu.queue.write_buffer(&self.buffer, 0, bytemuck::cast_slice(data));
+        }
+        Ok(())
     }
 
     /// Reads the values back (submits what is queued and waits).
