@@ -22,6 +22,7 @@ cargo fmt --all --check
 
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
+cargo clippy -p loom-wasm --lib --target wasm32-unknown-unknown -- -D warnings   # the wasm bindings build only there
 
 step "native tests"
 cargo test --workspace

@@ -244,10 +244,7 @@ impl Gpu {
             usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
             mapped_at_creation: false,
         });
-        GpuTensor {
-            buffer: std::sync::Arc::new(buffer),
-            shape,
-        }
+        GpuTensor { buffer, shape }
     }
 }
 

@@ -63,7 +63,7 @@ impl KMeans {
             activation_id(layer.activation),
             cfg.denom.to_bits(),
         ];
-        let buffers = [(1, &*x.buffer), (2, &w.buffer), (3, &*y.buffer), (4, &*probs.buffer)];
+        let buffers = [(1, &x.buffer), (2, &w.buffer), (3, &y.buffer), (4, &probs.buffer)];
         dispatch(gpu, encoder, &self.pipeline, &words, &buffers, (1, 1));
         Ok(y)
     }

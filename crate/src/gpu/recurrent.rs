@@ -84,11 +84,11 @@ impl Recurrent {
             let words = [batch, steps, input, hidden, tile, t];
             match &cell {
                 None => {
-                    let buffers = [(1, &*x.buffer), (2, &w.buffer), (3, &*y.buffer)];
+                    let buffers = [(1, &x.buffer), (2, &w.buffer), (3, &y.buffer)];
                     dispatch(gpu, encoder, &self.rnn, &words, &buffers, groups);
                 }
                 Some(cell) => {
-                    let buffers = [(1, &*x.buffer), (2, &w.buffer), (3, &*y.buffer), (4, &*cell.buffer)];
+                    let buffers = [(1, &x.buffer), (2, &w.buffer), (3, &y.buffer), (4, &cell.buffer)];
                     dispatch(gpu, encoder, &self.lstm, &words, &buffers, groups);
                 }
             }

@@ -1,8 +1,6 @@
 //! Activations that stay on the GPU between layers, so a forward pass records every dispatch into one command
 //! encoder and reads back once at the end.
 
-use std::sync::Arc;
-
 use super::kernel::check_binding;
 use super::Gpu;
 use crate::cpu::Tensor;
@@ -11,7 +9,7 @@ use crate::error::{LoomError, Result};
 /// A float32 tensor in a storage buffer, with its shape (row-major, batch first, as [`Tensor`]).
 #[derive(Clone, Debug)]
 pub struct GpuTensor {
-    pub buffer: Arc<wgpu::Buffer>,
+    pub buffer: wgpu::Buffer,
     pub shape: Vec<usize>,
 }
 
@@ -35,7 +33,7 @@ impl GpuTensor {
         check_binding(gpu, "activation", 4 * t.data.len() as u64)?;
         let buffer = gpu.upload("activation", bytemuck::cast_slice(&t.data)).await?;
         Ok(GpuTensor {
-            buffer: Arc::new(buffer),
+            buffer,
             shape: t.shape.clone(),
         })
     }
