@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # All of loom-wasm's checks, in order: format, lints, native tests, browser tests (headless Chromium), the npm
-# package (Node, Playwright, a fresh Vite project), the demo app (Playwright), Loom conformance corpus. Run `bash scripts/setup.sh` once first on a new machine.
+# package (Node, Playwright, a fresh Vite project), the demo app (Playwright), Loom conformance corpus
+# (CPU and GPU). Run `bash scripts/setup.sh` once first on a new machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -45,5 +46,6 @@ step "conformance corpus (loom conformance testdata/conformance)"
 cargo run -q --bin loom -- conformance testdata/conformance --check all
 cargo run -q --bin loom -- conformance testdata/loom-extra --check all
 cargo run -q --bin loom -- conformance testdata/conformance --check forward --device gpu
+cargo run -q --bin loom -- conformance testdata/loom-extra --check forward --device gpu
 
 step "all checks passed"
