@@ -5,21 +5,15 @@
 
 use std::sync::Arc;
 
-use super::kernel::{check_binding, dispatch, grid_for, storage_f32, u32_dim};
+use super::kernel::{check_binding, dispatch, grid_for, run_once, u32_dim, F32Weights};
 use super::{activation_id, Gpu, GpuTensor, ACTIVATION_WGSL};
-use crate::cpu::{self, ConvGeometry, Tensor};
+use crate::cpu::{ConvGeometry, Tensor};
 use crate::dtype::DType;
 use crate::error::{LoomError, Result};
 use crate::network::{Layer, LayerType};
 
 const CONV_WGSL: &str = include_str!("../../../shaders/conv.wgsl");
 const LANES: u32 = 64;
-
-/// A conv layer's weights on the GPU: `[F][C][kD][kH][kW]` f32 values (`GetActive`).
-pub struct ConvWeights {
-    buffer: wgpu::Buffer,
-    count: usize,
-}
 
 /// The CNN and ConvTransposed kernels.
 pub struct Conv {
@@ -37,11 +31,9 @@ impl Conv {
     }
 
     /// Uploads `layer`'s dequantized weights.
-    pub async fn prepare(&self, gpu: &Gpu, layer: &Layer, path: &str) -> Result<ConvWeights> {
+    pub async fn prepare(&self, gpu: &Gpu, layer: &Layer, path: &str) -> Result<F32Weights> {
         transposed(layer, path)?;
-        let w = cpu::weights(layer, path, &mut cpu::State::default())?;
-        let buffer = storage_f32(gpu, &format!("{path} weights"), &w, w.len()).await?;
-        Ok(ConvWeights { buffer, count: w.len() })
+        F32Weights::upload(gpu, layer, path).await
     }
 
     /// Records the layer on `x` (checked as the CPU checks it) into a new activation of the CPU's output shape.
@@ -51,7 +43,7 @@ impl Conv {
         encoder: &mut wgpu::CommandEncoder,
         layer: &Layer,
         path: &str,
-        w: &ConvWeights,
+        w: &F32Weights,
         x: &GpuTensor,
     ) -> Result<GpuTensor> {
         let transposed = transposed(layer, path)?;
@@ -120,11 +112,7 @@ impl Conv {
     /// One-shot: uploads the weights and `x`, runs the layer, reads the result back.
     pub async fn forward(&self, gpu: &Gpu, layer: &Layer, path: &str, x: &Tensor) -> Result<Tensor> {
         let w = self.prepare(gpu, layer, path).await?;
-        let xg = GpuTensor::upload(gpu, x).await?;
-        let mut encoder = gpu.device.create_command_encoder(&Default::default());
-        let y = self.encode(gpu, &mut encoder, layer, path, &w, &xg)?;
-        gpu.queue.submit([encoder.finish()]);
-        y.read(gpu).await
+        run_once(gpu, x, |encoder, xg| self.encode(gpu, encoder, layer, path, &w, xg)).await
     }
 }
 

@@ -15,7 +15,9 @@
 //! created per call.
 
 use super::{lock, Gpu, GpuTensor};
+use crate::cpu::{self, Tensor};
 use crate::error::{LoomError, Result};
+use crate::network::Layer;
 
 /// Words every parameter block is padded to: at least the largest `Params` struct of the kernels (48 bytes), so
 /// that trailing padding fields may be left out.
@@ -262,4 +264,33 @@ pub(crate) async fn storage_f32(gpu: &Gpu, label: &str, data: &[f32], len: usize
     let mut padded = data.to_vec();
     padded.resize(len, 0.0);
     gpu.upload(label, bytemuck::cast_slice(&padded)).await
+}
+
+/// A layer's weights as its CPU twin reads them (`GetActive`, f32), for the generic conv, recurrent and KMeans
+/// kernels.
+pub struct F32Weights {
+    pub(crate) buffer: wgpu::Buffer,
+    pub(crate) count: usize,
+}
+
+impl F32Weights {
+    pub(crate) async fn upload(gpu: &Gpu, layer: &Layer, path: &str) -> Result<F32Weights> {
+        let w = cpu::weights(layer, path, &mut cpu::State::default())?;
+        let buffer = storage_f32(gpu, &format!("{path} weights"), &w, w.len()).await?;
+        Ok(F32Weights { buffer, count: w.len() })
+    }
+}
+
+/// Runs one layer on its own (the hosts' `forward`, for tests and one-off calls): uploads `x`, records `encode`,
+/// submits and reads the output back.
+pub(crate) async fn run_once(
+    gpu: &Gpu,
+    x: &Tensor,
+    encode: impl FnOnce(&mut wgpu::CommandEncoder, &GpuTensor) -> Result<GpuTensor>,
+) -> Result<Tensor> {
+    let xg = GpuTensor::upload(gpu, x).await?;
+    let mut encoder = gpu.device.create_command_encoder(&Default::default());
+    let y = encode(&mut encoder, &xg)?;
+    gpu.queue.submit([encoder.finish()]);
+    y.read(gpu).await
 }

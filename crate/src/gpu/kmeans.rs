@@ -4,19 +4,13 @@
 
 use std::sync::Arc;
 
-use super::kernel::{dispatch, storage_f32, u32_dim};
+use super::kernel::{dispatch, run_once, u32_dim, F32Weights};
 use super::{activation_id, Gpu, GpuTensor, ACTIVATION_WGSL, REDUCE_WGSL};
-use crate::cpu::{self, KMeansConfig, Tensor};
+use crate::cpu::{KMeansConfig, Tensor};
 use crate::error::{LoomError, Result};
 use crate::network::{Layer, LayerType};
 
 const KMEANS_WGSL: &str = include_str!("../../../shaders/kmeans.wgsl");
-
-/// A KMeans layer's centres on the GPU: `num_clusters` rows of f32 values (`GetActive`).
-pub struct KMeansWeights {
-    buffer: wgpu::Buffer,
-    count: usize,
-}
 
 /// The KMeans kernel.
 pub struct KMeans {
@@ -32,11 +26,9 @@ impl KMeans {
     }
 
     /// Uploads `layer`'s dequantized centres.
-    pub async fn prepare(&self, gpu: &Gpu, layer: &Layer, path: &str) -> Result<KMeansWeights> {
+    pub async fn prepare(&self, gpu: &Gpu, layer: &Layer, path: &str) -> Result<F32Weights> {
         check_type(layer, path)?;
-        let w = cpu::weights(layer, path, &mut cpu::State::default())?;
-        let buffer = storage_f32(gpu, &format!("{path} centres"), &w, w.len()).await?;
-        Ok(KMeansWeights { buffer, count: w.len() })
+        F32Weights::upload(gpu, layer, path).await
     }
 
     /// Records the layer on `x` (all of it one point, as Loom reads it) into a new `[1, n]` activation: the
@@ -47,7 +39,7 @@ impl KMeans {
         encoder: &mut wgpu::CommandEncoder,
         layer: &Layer,
         path: &str,
-        w: &KMeansWeights,
+        w: &F32Weights,
         x: &GpuTensor,
     ) -> Result<GpuTensor> {
         check_type(layer, path)?;
@@ -71,11 +63,7 @@ impl KMeans {
     /// One-shot: uploads the centres and `x`, runs the layer, reads the result back.
     pub async fn forward(&self, gpu: &Gpu, layer: &Layer, path: &str, x: &Tensor) -> Result<Tensor> {
         let w = self.prepare(gpu, layer, path).await?;
-        let xg = GpuTensor::upload(gpu, x).await?;
-        let mut encoder = gpu.device.create_command_encoder(&Default::default());
-        let y = self.encode(gpu, &mut encoder, layer, path, &w, &xg)?;
-        gpu.queue.submit([encoder.finish()]);
-        y.read(gpu).await
+        run_once(gpu, x, |encoder, xg| self.encode(gpu, encoder, layer, path, &w, xg)).await
     }
 }
 

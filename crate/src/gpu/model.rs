@@ -18,13 +18,10 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use super::kernel::{u32_dim, Plan, PlanCounts};
+use super::kernel::{u32_dim, F32Weights, Plan, PlanCounts};
 use super::matvec::{dense_weights, MatVec, PackedWeights};
 use super::norm::NormWeights;
-use super::{
-    Conv, ConvWeights, Elementwise, Embedding, EmbeddingTable, Gpu, GpuTensor, KMeans, KMeansWeights, Mha, Norm,
-    Recurrent, RecurrentWeights, Softmax,
-};
+use super::{Conv, Elementwise, Embedding, EmbeddingTable, Gpu, GpuTensor, KMeans, Mha, Norm, Recurrent, Softmax};
 use crate::cpu::{self, Tensor};
 use crate::error::{LoomError, Result};
 use crate::network::{Activation, Layer, LayerType, Network};
@@ -63,9 +60,9 @@ enum Prepared {
     Norm(NormWeights),
     Embedding(EmbeddingTable),
     Softmax,
-    Conv(ConvWeights),
-    Recurrent(RecurrentWeights),
-    KMeans(KMeansWeights),
+    Conv(F32Weights),
+    Recurrent(F32Weights),
+    KMeans(F32Weights),
     Cpu(String),
 }
 

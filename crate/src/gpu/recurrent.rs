@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use super::kernel::{check_binding, dispatch, grid_for, storage_f32, u32_dim};
+use super::kernel::{check_binding, dispatch, grid_for, run_once, u32_dim, F32Weights};
 use super::{Gpu, GpuTensor};
 use crate::cpu::{self, RecurrentDims, Tensor};
 use crate::error::{LoomError, Result};
@@ -16,12 +16,6 @@ use crate::network::{Layer, LayerType};
 
 const RECURRENT_WGSL: &str = include_str!("../../../shaders/recurrent.wgsl");
 const LANES: u32 = 64;
-
-/// An RNN or LSTM layer's weights on the GPU: per gate `[Wih | Whh | b]`, f32 (`GetActive`).
-pub struct RecurrentWeights {
-    buffer: wgpu::Buffer,
-    count: usize,
-}
 
 /// The RNN and LSTM kernels.
 pub struct Recurrent {
@@ -38,11 +32,9 @@ impl Recurrent {
     }
 
     /// Uploads `layer`'s dequantized weights.
-    pub async fn prepare(&self, gpu: &Gpu, layer: &Layer, path: &str) -> Result<RecurrentWeights> {
+    pub async fn prepare(&self, gpu: &Gpu, layer: &Layer, path: &str) -> Result<F32Weights> {
         gates(layer, path)?;
-        let w = cpu::weights(layer, path, &mut cpu::State::default())?;
-        let buffer = storage_f32(gpu, &format!("{path} weights"), &w, w.len()).await?;
-        Ok(RecurrentWeights { buffer, count: w.len() })
+        F32Weights::upload(gpu, layer, path).await
     }
 
     /// Records the layer on `x` (`[batch, seq_length, input_height]`, checked as the CPU checks it) into a new
@@ -53,7 +45,7 @@ impl Recurrent {
         encoder: &mut wgpu::CommandEncoder,
         layer: &Layer,
         path: &str,
-        w: &RecurrentWeights,
+        w: &F32Weights,
         x: &GpuTensor,
     ) -> Result<GpuTensor> {
         let gates = gates(layer, path)?;
@@ -99,11 +91,7 @@ impl Recurrent {
     /// One-shot: uploads the weights and `x`, runs the layer, reads the result back.
     pub async fn forward(&self, gpu: &Gpu, layer: &Layer, path: &str, x: &Tensor) -> Result<Tensor> {
         let w = self.prepare(gpu, layer, path).await?;
-        let xg = GpuTensor::upload(gpu, x).await?;
-        let mut encoder = gpu.device.create_command_encoder(&Default::default());
-        let y = self.encode(gpu, &mut encoder, layer, path, &w, &xg)?;
-        gpu.queue.submit([encoder.finish()]);
-        y.read(gpu).await
+        run_once(gpu, x, |encoder, xg| self.encode(gpu, encoder, layer, path, &w, xg)).await
     }
 }
 
