@@ -126,7 +126,7 @@ test('corpus networks streamed to the GPU from Files agree with Loom within 1e-4
   expect(bad).toEqual([]);
 });
 
-test('a URL streams to the GPU through the download cache; other formats are refused', async ({ page }) => {
+test('a URL streams to the GPU through the download cache once its header is checked; other formats are refused', async ({ page }) => {
   const u = '/testdata/conformance/cases/grid_2x1x2x2/loom.entity';
   await page.evaluate(() => window.loom.configure({ cacheBackend: 'opfs' }));
   await page.evaluate(() => window.loom.cache.clear());
@@ -145,12 +145,21 @@ test('a URL streams to the GPU through the download cache; other formats are ref
       requestsAgain: (await (await fetch('/__log')).json()).length,
       json: await t(() => window.loom.open('/testdata/conformance/cases/grid_2x1x2x2/loom.json', { load: 'gpu' })),
       badLoad: await t(() => window.loom.open(u, { load: 'vram' as any })),
+      // The JSON file was refused from its first bytes: nothing was downloaded into the cache.
+      cachedAfter: (await window.loom.cache.list()).length,
+      aborted: await t(() => {
+        const ac = new AbortController();
+        const onProgress = (p: any) => p.phase === 'upload' && p.loaded > 0 && ac.abort();
+        return window.loom.open(u, { load: 'gpu', signal: ac.signal, onProgress });
+      }),
     };
   }, u);
-  expect(r.phases).toEqual(['download', 'parse', 'upload']);
-  expect(r.list).toMatchObject([{ url: `http://127.0.0.1:4178${u}`, complete: true }]);
+  expect(r.phases).toEqual(['parse', 'download', 'upload']);
+  expect(r.list).toMatchObject([{ url: new URL(u, page.url()).href, complete: true }]);
   expect(r.requestsAgain).toBe(0);
   expect(r.json.error).toMatchObject({ code: 'unsupported', isLoomError: true });
   expect(r.json.error.message).toMatch(/\.entity/);
+  expect(r.cachedAfter).toBe(1);
+  expect(r.aborted.error).toMatchObject({ code: 'aborted', isLoomError: true });
   expect(r.badLoad.error).toMatchObject({ code: 'invalid_input', isLoomError: true });
 });

@@ -36,5 +36,5 @@ test('without WebGPU, load: \'gpu\' is a no_webgpu error, never a silent CPU loa
     }
   }, `/testdata/conformance/${c.files['loom.entity']}`);
   expect(r).toMatchObject({ code: 'no_webgpu', isLoomError: true });
-  expect((r as any).message).toMatch(/WebGPU/);
+  expect((r as any).message).toMatch(/WebGPU.*load: 'full'/);
 });

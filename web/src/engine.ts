@@ -146,19 +146,13 @@ async function loadBytes(src: WireSource, opts: EngineOptions, ctx: CallContext)
   return data instanceof Blob ? readAll(new BlobReader(data), ctx.onProgress, ctx.signal) : data;
 }
 
-/** Random access for a load to the GPU: URLs go through the download cache unless `cache: false` (or no storage),
- * else every blob is an HTTP Range request. */
-async function gpuReader(src: WireSource, opts: EngineOptions, ctx: CallContext): Promise<ByteReader> {
-  if (src instanceof Blob || src instanceof ArrayBuffer || ArrayBuffer.isView(src)) {
-    return openReader(src, opts, ctx.signal);
+/** Random access for the header of a load to the GPU: local bytes, a file, a cached download, else HTTP Range. */
+async function gpuHeaderReader(src: WireSource, opts: EngineOptions, ctx: CallContext): Promise<ByteReader> {
+  if (!(src instanceof Blob || src instanceof ArrayBuffer || ArrayBuffer.isView(src)) && opts.cache !== false) {
+    const cached = await cachedBlob(src.url);
+    if (cached) return new BlobReader(cached);
   }
-  const local = await fileUrlBlob(src.url);
-  if (local) return new BlobReader(local);
-  if (opts.cache !== false && (await cacheAvailable())) {
-    const data = await download(src.url, { cache: true, signal: ctx.signal, onProgress: ctx.onProgress });
-    return data instanceof Blob ? new BlobReader(data) : new BytesReader(data);
-  }
-  return HttpReader.open(src.url, ctx.signal);
+  return openReader(src, opts, ctx.signal);
 }
 
 async function inspect(src: WireSource, opts: EngineOptions, ctx: CallContext): Promise<Inspection> {
@@ -202,10 +196,22 @@ async function open(src: WireSource, opts: EngineOptions, ctx: CallContext) {
 /** `load: 'gpu'`: the header, then each blob read from the source and fed to the GPU (`upload` progress in bytes
  * of weights); the wasm heap holds the header and one blob at a time. */
 async function openGpu(src: WireSource, opts: EngineOptions, ctx: CallContext) {
-  const [reader] = await Promise.all([gpuReader(src, opts, ctx), ready()]);
+  const [header] = await Promise.all([gpuHeaderReader(src, opts, ctx), ready()]);
   const name = opts.name ?? defaultName(src);
-  const stream = await withHeader(reader, ctx, (prefix) => raw.GpuStream.begin(prefix, reader.size, name));
+  // The header first: another format, a bad header or no WebGPU is refused before any weights are read.
+  const stream = await withHeader(header, ctx, (prefix) => raw.GpuStream.begin(prefix, header.size, name)).catch((e) => {
+    const err = toLoomError(e);
+    if (err.code !== 'no_webgpu') throw err;
+    throw new LoomError('no_webgpu', `load: 'gpu' needs WebGPU (${err.message}); open with load: 'full' to run on the CPU`);
+  });
   try {
+    // A URL read over HTTP Range goes through the download cache, when there is one, and is read from there.
+    let reader = header;
+    if (header instanceof HttpReader && opts.cache !== false && (await cacheAvailable())) {
+      const url = (src as { url: string }).url;
+      const data = await download(url, { cache: true, signal: ctx.signal, onProgress: ctx.onProgress });
+      reader = data instanceof Blob ? new BlobReader(data) : new BytesReader(data);
+    }
     const blobs = stream.blobs();
     const total = blobs.reduce((sum, b) => sum + b.length, 0);
     let loaded = 0;
@@ -218,7 +224,7 @@ async function openGpu(src: WireSource, opts: EngineOptions, ctx: CallContext) {
     }
     throwIfAborted(ctx.signal);
     const inspection = stream.inspection();
-    inspection.bytes_read = reader.bytesRead;
+    inspection.bytes_read = header.bytesRead + (reader === header ? 0 : reader.bytesRead);
     const id = nextId++;
     models.set(id, { kind: 'gpu', stream, blobs, reader, name });
     return { id, name, inspection };
