@@ -1,4 +1,5 @@
-//! The JavaScript API (wasm-bindgen): `version`, `detectFormat`, `inspectHeader`, `gpuInfo` and the `Model` class.
+//! The JavaScript API (wasm-bindgen): `version`, `detectFormat`, `inspectHeader`, `gpuInfo`, `memoryBytes`, the
+//! `Model` class and the `GpuStream` class (a `.entity` file's weights streamed to the GPU blob by blob).
 //!
 //! Results are plain objects (snake_case fields, as the Rust structs serialize); every thrown error is a plain
 //! object `{code, message}` with `code` from [`LoomError::code`], plus `needed` for `need_more`.
@@ -19,9 +20,9 @@ use crate::dtype::DType;
 use crate::error::LoomError;
 use crate::formats::detect::{self, Format};
 use crate::formats::safetensors::Dtype;
-use crate::gpu::{Gpu, GpuModel};
-use crate::inspect::{self, PrefixSource};
-use crate::model::LoadedModel;
+use crate::gpu::{Gpu, GpuModel, GpuStream};
+use crate::inspect::{self, Inspection, PrefixSource};
+use crate::model::{Contents, LoadedModel};
 use crate::stats;
 
 #[wasm_bindgen(typescript_custom_section)]
@@ -58,6 +59,7 @@ export interface DiffEntry {
 }
 export interface Diff { entries: DiffEntry[] }
 export interface GpuInfo { available: boolean; reason?: string; adapter?: string; shader_f16?: boolean }
+export interface BlobRange { path: string; offset: number; length: number; dtype: string }
 "#;
 
 type JsResult<T> = std::result::Result<T, JsValue>;
@@ -149,6 +151,12 @@ async fn shared_gpu() -> crate::Result<Arc<Gpu>> {
     Ok(gpu)
 }
 
+/// Bytes of WebAssembly memory this module holds: its high-water mark, as wasm memory never shrinks.
+#[wasm_bindgen(js_name = memoryBytes)]
+pub fn memory_bytes() -> f64 {
+    (core::arch::wasm32::memory_size(0) as f64) * 65536.0
+}
+
 /// Whether WebGPU works here: `{available, reason?, adapter?, shader_f16?}`.
 #[wasm_bindgen(js_name = gpuInfo, unchecked_return_type = "Promise<GpuInfo>")]
 pub fn gpu_info() -> js_sys::Promise {
@@ -175,10 +183,10 @@ pub struct JsModel {
     model: LoadedModel,
     cpu: Option<CpuModel>,
     /// Kept between calls (weights stay uploaded, KV caches persist); shared with the pending forward's future.
-    gpu: Rc<RefCell<GpuSlot>>,
+    gpu: Rc<RefCell<GpuSlot<GpuModel>>>,
 }
 
-fn forward_result(t: Tensor) -> Object {
+fn forward_result(t: &Tensor) -> Object {
     let o = Object::new();
     set(&o, "data", &Float32Array::from(&t.data[..]).into());
     let shape: Array = t.shape.iter().map(|&d| JsValue::from(d as f64)).collect();
@@ -186,8 +194,30 @@ fn forward_result(t: Tensor) -> Object {
     o
 }
 
+/// A GPU forward's result object: the output and the layers that ran on the CPU.
+fn gpu_forward_result(out: &crate::Result<Tensor>, cpu_layers: &BTreeMap<String, String>) -> JsResult<JsValue> {
+    let r = forward_result(out.as_ref().map_err(|e| js_error(e.clone()))?);
+    set(&r, "cpu_layers", &to_js(cpu_layers)?);
+    Ok(r.into())
+}
+
 fn shape_of(shape: &[u32]) -> Vec<usize> {
     shape.iter().map(|&d| d as usize).collect()
+}
+
+/// The preview object of `name`'s first `n` values.
+fn preview_object(model: &LoadedModel, name: &str, n: u32) -> JsResult<JsValue> {
+    let p = model.tensor_preview(name, n as usize).map_err(js_error)?;
+    let o = Object::new();
+    set(&o, "name", &p.name.into());
+    set(&o, "dtype", &p.dtype.into());
+    set(&o, "scale", &p.scale.map_or(JsValue::NULL, |s| f64::from(s).into()));
+    let shape: Array = p.shape.iter().map(|&d| JsValue::from(d as f64)).collect();
+    set(&o, "shape", &shape.into());
+    set(&o, "values", &Float32Array::from(&p.values[..]).into());
+    let codes = p.codes.map_or(JsValue::UNDEFINED, |c| Int32Array::from(&c[..]).into());
+    set(&o, "codes", &codes);
+    Ok(o.into())
 }
 
 /// The output format of `convert` / `lossReport` and the Loom dtype to re-quantize to (none for safetensors).
@@ -266,17 +296,7 @@ impl JsModel {
     /// The first `n` values of a layer or tensor, with the stored codes of packed dtypes.
     #[wasm_bindgen(js_name = tensorPreview, unchecked_return_type = "TensorPreview")]
     pub fn tensor_preview(&self, name: &str, n: u32) -> JsResult<JsValue> {
-        let p = self.model.tensor_preview(name, n as usize).map_err(js_error)?;
-        let o = Object::new();
-        set(&o, "name", &p.name.into());
-        set(&o, "dtype", &p.dtype.into());
-        set(&o, "scale", &p.scale.map_or(JsValue::NULL, |s| f64::from(s).into()));
-        let shape: Array = p.shape.iter().map(|&d| JsValue::from(d as f64)).collect();
-        set(&o, "shape", &shape.into());
-        set(&o, "values", &Float32Array::from(&p.values[..]).into());
-        let codes = p.codes.map_or(JsValue::UNDEFINED, |c| Int32Array::from(&c[..]).into());
-        set(&o, "codes", &codes);
-        Ok(o.into())
+        preview_object(&self.model, name, n)
     }
 
     /// Runs the network on the CPU (bit-exact with Loom).
@@ -287,7 +307,7 @@ impl JsModel {
         }
         let cpu = self.cpu.as_mut().expect("set above");
         let out = cpu.forward(input, &shape_of(shape)).map_err(js_error)?;
-        Ok(forward_result(out).into())
+        Ok(forward_result(&out).into())
     }
 
     /// Runs the network on WebGPU; layer families without a kernel run on the CPU (listed in `cpu_layers`).
@@ -296,45 +316,21 @@ impl JsModel {
         let slot = self.gpu.clone();
         let net = self.model.network().cloned();
         wasm_bindgen_futures::future_to_promise(async move {
-            // The model is taken out of its slot for the call: a second call meanwhile fails cleanly.
-            let taken = {
-                let mut s = slot.borrow_mut();
-                if s.busy {
-                    return Err(js_error(LoomError::InvalidInput(
-                        "a GPU forward is already running on this model".into(),
-                    )));
-                }
-                s.busy = true;
-                s.model.take()
-            };
-            let result = async {
-                let mut model = match taken {
-                    Some(m) => m,
-                    None => GpuModel::new(shared_gpu().await?, net?)?,
-                };
-                let out = model.forward(&input, &shape_of(&shape)).await;
-                Ok::<_, LoomError>((model, out))
-            }
-            .await;
-            let mut s = slot.borrow_mut();
-            s.busy = false;
-            let out = match result {
-                Ok((model, out)) => {
-                    if matches!(out, Err(LoomError::GpuDeviceLost(_))) {
-                        // A lost device is gone for every model: the next call starts afresh.
-                        GPU.with(|g| *g.borrow_mut() = None);
-                    } else {
-                        s.model = Some(model);
+            let mut model = match take_slot(&slot).map_err(js_error)? {
+                Some(m) => m,
+                None => match async { GpuModel::new(shared_gpu().await?, net?) }.await {
+                    Ok(m) => m,
+                    Err(e) => {
+                        let failed = Err(e);
+                        put_back(&slot, None, &failed);
+                        return failed.map_err(js_error);
                     }
-                    out
-                }
-                Err(e) => Err(e),
-            }
-            .map_err(js_error)?;
-            let r = forward_result(out);
-            let cpu_layers = s.model.as_ref().map(|m| m.cpu_layers().clone()).unwrap_or_default();
-            set(&r, "cpu_layers", &to_js(&cpu_layers)?);
-            Ok(r.into())
+                },
+            };
+            let out = model.forward(&input, &shape_of(&shape)).await;
+            let result = gpu_forward_result(&out, model.cpu_layers());
+            put_back(&slot, Some(model), &out);
+            result
         })
     }
 
@@ -375,11 +371,44 @@ impl JsModel {
     }
 }
 
-/// A model's GPU state, kept between calls.
-#[derive(Default)]
-struct GpuSlot {
-    model: Option<GpuModel>,
+/// A model's GPU state, kept between calls. An async call takes it out of its slot for the call's length, so a
+/// second call meanwhile fails cleanly.
+struct GpuSlot<T> {
+    model: Option<T>,
     busy: bool,
+}
+
+impl<T> Default for GpuSlot<T> {
+    fn default() -> Self {
+        GpuSlot {
+            model: None,
+            busy: false,
+        }
+    }
+}
+
+/// Takes the state out of `slot` for an async call (`None`: not created yet).
+fn take_slot<T>(slot: &RefCell<GpuSlot<T>>) -> crate::Result<Option<T>> {
+    let mut s = slot.borrow_mut();
+    if s.busy {
+        return Err(LoomError::InvalidInput(
+            "a GPU call is already running on this model; wait for it to finish".into(),
+        ));
+    }
+    s.busy = true;
+    Ok(s.model.take())
+}
+
+/// Puts the state back after a call, unless the call lost the device: a lost device is gone for every model, and
+/// the next call starts afresh.
+fn put_back<T, R>(slot: &RefCell<GpuSlot<T>>, model: Option<T>, result: &crate::Result<R>) {
+    let mut s = slot.borrow_mut();
+    s.busy = false;
+    if matches!(result, Err(LoomError::GpuDeviceLost(_))) {
+        GPU.with(|g| *g.borrow_mut() = None);
+    } else {
+        s.model = model;
+    }
 }
 
 impl JsModel {
@@ -401,5 +430,161 @@ impl JsModel {
         let per_layer = layer_dtypes(layer_dtypes_value).map_err(js_error)?;
         let mut net = self.model.network().map_err(js_error)?.clone();
         convert::convert_with(&mut net, format, dtype, &per_layer).map_err(js_error)
+    }
+}
+
+/// One blob of a streamed `.entity` file: where its bytes lie in the file (absolute offset) and its dtype.
+#[derive(Serialize)]
+struct BlobRange {
+    path: String,
+    offset: u64,
+    length: u64,
+    dtype: String,
+}
+
+/// A `.entity` network built on the GPU from its header, then fed its blobs one at a time: the wasm heap holds the
+/// header and one blob, never the model. Statistics and previews of a layer take that layer's blob again.
+#[wasm_bindgen(js_name = GpuStream)]
+pub struct JsGpuStream {
+    name: String,
+    inspection: Inspection,
+    blobs: Vec<BlobRange>,
+    stream: Rc<RefCell<GpuSlot<GpuStream>>>,
+}
+
+#[wasm_bindgen(js_class = GpuStream)]
+impl JsGpuStream {
+    /// Starts from the first bytes of a `totalLen`-byte `.entity` file; throws `{code: "need_more", needed}` until
+    /// `prefix` holds the whole header, `unsupported` for other formats, `no_webgpu` without WebGPU.
+    pub async fn begin(
+        prefix: Vec<u8>,
+        #[wasm_bindgen(js_name = totalLen)] total_len: f64,
+        name: Option<String>,
+    ) -> JsResult<JsGpuStream> {
+        let total = byte_count(total_len, "totalLen")?;
+        let format = detect::detect(&prefix);
+        if prefix.len() >= 8 && format != Format::Entity {
+            return Err(js_error(LoomError::Unsupported(format!(
+                "weights stream to the GPU from .entity files only; this is a {} file",
+                detect_format(&prefix)
+            ))));
+        }
+        let mut src = PrefixSource::new(&prefix, total).map_err(js_error)?;
+        let inspection = inspect::inspect(&mut src).map_err(js_error)?;
+        let gpu = shared_gpu().await.map_err(js_error)?;
+        let stream = GpuStream::begin(gpu, &prefix, total).map_err(js_error)?;
+        let blobs = stream
+            .blobs()
+            .map(|(b, r)| BlobRange {
+                path: b.path.clone(),
+                offset: r.start,
+                length: b.length,
+                dtype: b.dtype.clone(),
+            })
+            .collect();
+        Ok(JsGpuStream {
+            name: name.unwrap_or_else(|| "model".into()),
+            inspection,
+            blobs,
+            stream: Rc::new(RefCell::new(GpuSlot {
+                model: Some(stream),
+                busy: false,
+            })),
+        })
+    }
+
+    /// The name given at `begin`.
+    #[wasm_bindgen(getter)]
+    pub fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    /// The header's inspection.
+    #[wasm_bindgen(unchecked_return_type = "Inspection")]
+    pub fn inspection(&self) -> JsResult<JsValue> {
+        to_js(&self.inspection)
+    }
+
+    /// Every blob with its absolute byte range in the file, in the header's order.
+    #[wasm_bindgen(unchecked_return_type = "BlobRange[]")]
+    pub fn blobs(&self) -> JsResult<JsValue> {
+        to_js(&self.blobs)
+    }
+
+    /// Decodes blob `path` (its whole byte range) into its layer; once the layer's blobs are all in, it is
+    /// uploaded to the GPU and its host copy freed.
+    #[wasm_bindgen(unchecked_return_type = "Promise<void>")]
+    pub fn feed(&self, path: String, bytes: Vec<u8>) -> js_sys::Promise {
+        let slot = self.stream.clone();
+        wasm_bindgen_futures::future_to_promise(async move {
+            let mut stream = take_stream(&slot)?;
+            let out = stream.feed(&path, Bytes::from(bytes)).await;
+            put_back(&slot, Some(stream), &out);
+            out.map(|()| JsValue::UNDEFINED).map_err(js_error)
+        })
+    }
+
+    /// Runs the network on WebGPU once every blob is in (as `Model.forwardGpu`).
+    #[wasm_bindgen(unchecked_return_type = "Promise<GpuForwardResult>")]
+    pub fn forward(&self, input: Vec<f32>, shape: Vec<u32>) -> js_sys::Promise {
+        let slot = self.stream.clone();
+        wasm_bindgen_futures::future_to_promise(async move {
+            let mut stream = take_stream(&slot)?;
+            let out = stream.forward(&input, &shape_of(&shape)).await;
+            let result = gpu_forward_result(&out, stream.model().cpu_layers());
+            put_back(&slot, Some(stream), &out);
+            result
+        })
+    }
+
+    /// Statistics of the layer `name` from its blob's bytes (read again from the file).
+    #[wasm_bindgen(js_name = tensorStats, unchecked_return_type = "TensorStats")]
+    pub fn tensor_stats(&self, name: &str, bytes: Vec<u8>, bins: u32) -> JsResult<JsValue> {
+        let model = self.one_layer(name, bytes)?;
+        to_js(&model.tensor_stats(name, bins as usize).map_err(js_error)?)
+    }
+
+    /// The first `n` values of the layer `name` from its blob's bytes, as `Model.tensorPreview`.
+    #[wasm_bindgen(js_name = tensorPreview, unchecked_return_type = "TensorPreview")]
+    pub fn tensor_preview(&self, name: &str, bytes: Vec<u8>, n: u32) -> JsResult<JsValue> {
+        preview_object(&self.one_layer(name, bytes)?, name, n)
+    }
+}
+
+/// The stream out of its slot for an async call.
+fn take_stream(slot: &RefCell<GpuSlot<GpuStream>>) -> JsResult<GpuStream> {
+    match take_slot(slot) {
+        Ok(Some(stream)) => Ok(stream),
+        Ok(None) => {
+            slot.borrow_mut().busy = false;
+            Err(js_error(LoomError::GpuDeviceLost(
+                "the GPU device was lost, and the weights with it: open the model again".into(),
+            )))
+        }
+        Err(e) => Err(js_error(e)),
+    }
+}
+
+impl JsGpuStream {
+    /// The topology holding only the weights of layer `name`, decoded from `bytes` (its blob).
+    fn one_layer(&self, name: &str, bytes: Vec<u8>) -> JsResult<LoadedModel> {
+        if !self.blobs.iter().any(|b| b.path == name) {
+            return Err(js_error(LoomError::UnknownName {
+                kind: "layer with weights",
+                name: name.to_string(),
+            }));
+        }
+        let slot = self.stream.borrow();
+        let stream = slot.model.as_ref().ok_or_else(|| {
+            js_error(LoomError::InvalidInput(
+                "the model is busy with a GPU call, or its device was lost".into(),
+            ))
+        })?;
+        let net = stream.with_blob(name, Bytes::from(bytes)).map_err(js_error)?;
+        Ok(LoadedModel {
+            name: self.name.clone(),
+            contents: Contents::Network(net),
+            inspection: self.inspection.clone(),
+        })
     }
 }

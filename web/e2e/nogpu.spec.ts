@@ -23,3 +23,18 @@ test('without WebGPU a GPU forward falls back to the CPU, bit-exact, with the re
   expect(r.fallbackReason).toBe(r.info.reason);
   expect(r.hex).toBe(c.expected_output_f32_hex);
 });
+
+test('without WebGPU, load: \'gpu\' is a no_webgpu error, never a silent CPU load', async ({ page }) => {
+  await ready(page);
+  const c = caseById('layer_Dense_float32');
+  const r = await page.evaluate(async (u) => {
+    try {
+      await window.loom.open(u, { load: 'gpu' });
+      return { opened: true };
+    } catch (e: any) {
+      return { code: e.code, message: e.message, isLoomError: e instanceof window.loom.LoomError };
+    }
+  }, `/testdata/conformance/${c.files['loom.entity']}`);
+  expect(r).toMatchObject({ code: 'no_webgpu', isLoomError: true });
+  expect((r as any).message).toMatch(/WebGPU.*load: 'full'/);
+});

@@ -170,7 +170,7 @@ for (const backend of ['opfs', 'cache-api'] as const) {
       expect(events.at(-1)).toEqual({ phase: 'parse', loaded: total, total });
       const list = await page.evaluate(() => window.loom.cache.list());
       expect(list).toHaveLength(1);
-      expect(list[0]).toMatchObject({ url: 'http://127.0.0.1:4178/gen/mid.safetensors', bytes: total, complete: true });
+      expect(list[0]).toMatchObject({ url: new URL('/gen/mid.safetensors', page.url()).href, bytes: total, complete: true });
       // Second open and an inspect: served from storage, no request reaches the server.
       await resetServer(page);
       await checkMid(page, `window.loom.open('/gen/mid.safetensors')`);
@@ -206,9 +206,10 @@ for (const backend of ['opfs', 'cache-api'] as const) {
 
     test('a full storage quota is a quota error that says what to do', async ({ page }) => {
       const cdp = await page.context().newCDPSession(page);
-      await cdp.send('Storage.overrideQuotaForOrigin', { origin: 'http://127.0.0.1:4178', quotaSize: 1024 * 1024 });
+      const origin = new URL(page.url()).origin;
+      await cdp.send('Storage.overrideQuotaForOrigin', { origin, quotaSize: 1024 * 1024 });
       const r = await page.evaluate(() => (window as any).__try(() => window.loom.open('/gen/mid.safetensors')));
-      await cdp.send('Storage.overrideQuotaForOrigin', { origin: 'http://127.0.0.1:4178' });
+      await cdp.send('Storage.overrideQuotaForOrigin', { origin });
       expect(r.error).toMatchObject({ code: 'quota', isLoomError: true });
       expect(r.error.message).toMatch(/cache\.delete|cache: false/);
     });

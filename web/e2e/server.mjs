@@ -5,7 +5,7 @@ import { createServer } from 'node:http';
 import { readFile, stat } from 'node:fs/promises';
 import { extname, join, normalize } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { entity, safetensors } from './fixtures.mjs';
+import { STREAM_DTYPES, STREAM_WIDTH, denseChain, entity, safetensors } from './fixtures.mjs';
 
 const web = fileURLToPath(new URL('..', import.meta.url));
 const corpus = join(web, '../testdata');
@@ -15,6 +15,7 @@ const generated = {
   '/gen/big.safetensors': () => safetensors(4096, 4096), // 64 MiB
   '/gen/big.entity': () => entity(2048, 2048), // 16 MiB
   '/gen/mid.safetensors': () => safetensors(1024, 1024), // 4 MiB
+  '/gen/stream.entity': () => denseChain(STREAM_WIDTH, STREAM_DTYPES), // 52 MiB in 16 blobs of 1 or 4 MiB
 };
 const cache = new Map();
 const gen = (path) => {
@@ -114,7 +115,16 @@ const server = createServer(async (req, res) => {
     const ok = res.write(part.subarray(at, at + n));
     at += n;
     entry.sent = at;
-    if (!ok) await new Promise((r) => res.once('drain', r).once('close', r));
+    if (!ok) {
+      // Whichever comes first; the other listener goes too, so long bodies do not pile up listeners.
+      await new Promise((r) => {
+        const done = () => {
+          res.off('drain', done).off('close', done);
+          r();
+        };
+        res.once('drain', done).once('close', done);
+      });
+    }
     if (slow && isModel) await new Promise((r) => setTimeout(r, 30));
   }
   if (cut !== null && at < part.length) {

@@ -54,7 +54,11 @@ function call<T>(transport: Transport, method: Method, args: unknown[], opts: Ca
 }
 
 function wireOptions(opts: OpenOptions | undefined) {
-  return { cache: opts?.cache ?? true, name: opts?.name };
+  const load = opts?.load ?? 'full';
+  if (load !== 'full' && load !== 'gpu') {
+    throw new LoomError('invalid_input', `load must be 'full' or 'gpu', got ${JSON.stringify(load)}`);
+  }
+  return { cache: opts?.cache ?? true, name: opts?.name, load };
 }
 
 function checkSource(source: Source): void {
@@ -90,7 +94,10 @@ class Model implements LoomModel {
       throw new LoomError('invalid_input', `shape must be a non-empty array of sizes, got ${JSON.stringify(shape)}`);
     }
     const data = input instanceof Float32Array ? input : Float32Array.from(input);
-    return call(this.transport, 'forward', [this.id, data, shape, opts.device ?? 'cpu'], opts);
+    if (opts.device !== undefined && opts.device !== 'cpu' && opts.device !== 'gpu') {
+      throw new LoomError('invalid_input', `device must be 'cpu' or 'gpu', got ${JSON.stringify(opts.device)}`);
+    }
+    return call(this.transport, 'forward', [this.id, data, shape, opts.device], opts);
   }
 
   lossReport(opts: ConvertOptions): Promise<LossReport> {
@@ -129,6 +136,8 @@ export interface Api {
   open(source: Source, opts?: OpenOptions): Promise<LoomModel>;
   openFiles(files: File[], opts?: OpenOptions): Promise<LoomModel>;
   gpuInfo(): Promise<GpuInfo>;
+  /** Bytes of WebAssembly memory the engine holds (its high-water mark: wasm memory never shrinks). */
+  memoryBytes(): Promise<number>;
   cache: { list(): Promise<CacheEntry[]>; delete(url: string): Promise<void>; clear(): Promise<void> };
   configure(opts: { cacheBackend?: CacheBackend }): Promise<void>;
 }
@@ -164,6 +173,7 @@ export function createApi(transport: Transport, resolveUrl: (url: string | URL) 
       return new Model(transport, id, name, inspection);
     },
     gpuInfo: () => call(transport, 'gpuInfo', []),
+    memoryBytes: () => call(transport, 'memoryBytes', []),
     cache: {
       list: () => call(transport, 'cacheList', []),
       delete: async (url) => call(transport, 'cacheDelete', [checkedUrl(url)]),

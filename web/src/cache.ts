@@ -291,6 +291,11 @@ export async function clearCache(): Promise<void> {
   await (await getStore())?.clear();
 }
 
+/** Whether downloads can be kept here (a storage backend is configured and works). */
+export async function cacheAvailable(): Promise<boolean> {
+  return (await getStore()) !== null;
+}
+
 /** The bytes of a completely cached URL, without touching the network; undefined when not (fully) cached. */
 export async function cachedBlob(url: string): Promise<Blob | undefined> {
   const s = await getStore();

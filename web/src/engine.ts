@@ -1,7 +1,7 @@
 // The side that holds the wasm: a module Web Worker in browsers, the calling thread in Node. Every public call
 // arrives here as (method, args) and runs with its own progress callback and abort signal.
 import initWasm, * as bindings from './pkg/loom_wasm.js';
-import { download, cachedBlob, listCache, deleteCached, clearCache, setCacheBackend } from './cache.js';
+import { cacheAvailable, download, cachedBlob, listCache, deleteCached, clearCache, setCacheBackend } from './cache.js';
 import type { CacheBackend } from './cache.js';
 import { LoomError, throwIfAborted, toLoomError } from './errors.js';
 import { BlobReader, BytesReader, HttpReader, concat, defaultName, readAll } from './source.js';
@@ -27,13 +27,31 @@ interface RawForward {
   shape: number[] | Uint32Array;
   cpu_layers?: Record<string, string>;
 }
+/** A `.entity` file's weights streamed to the GPU blob by blob (`open(…, {load: 'gpu'})`). */
+interface RawGpuStream {
+  inspection(): Inspection;
+  blobs(): BlobRange[];
+  feed(path: string, bytes: Uint8Array): Promise<void>;
+  forward(input: Float32Array, shape: Uint32Array): Promise<RawForward>;
+  tensorStats(name: string, bytes: Uint8Array, bins: number): TensorStats;
+  tensorPreview(name: string, bytes: Uint8Array, n: number): TensorPreview;
+  free(): void;
+}
+/** A blob's absolute byte range in the file. */
+interface BlobRange {
+  path: string;
+  offset: number;
+  length: number;
+}
 interface Raw {
   inspectHeader(prefix: Uint8Array, totalLen: number): Inspection;
   gpuInfo(): Promise<GpuInfo>;
+  memoryBytes(): number;
   Model: {
     fromBytes(bytes: Uint8Array, name?: string): RawModel;
     fromFiles(names: string[], files: Uint8Array[]): RawModel;
   };
+  GpuStream: { begin(prefix: Uint8Array, totalLen: number, name?: string): Promise<RawGpuStream> };
 }
 const raw = bindings as unknown as Raw;
 
@@ -45,6 +63,7 @@ export interface CallContext {
 export interface EngineOptions {
   cache?: boolean;
   name?: string;
+  load?: 'full' | 'gpu';
 }
 
 /** How the wasm module is obtained: the default fetches it next to the glue (`new URL(…, import.meta.url)`). */
@@ -71,10 +90,11 @@ function ready(): Promise<unknown> {
   return wasmReady;
 }
 
-interface OpenModel {
-  model: RawModel;
-  name: string;
-}
+/** A model held whole in WebAssembly memory, or one whose weights were streamed to the GPU (read again from
+ * `reader` for statistics). */
+type OpenModel =
+  | { kind: 'full'; model: RawModel; name: string }
+  | { kind: 'gpu'; stream: RawGpuStream; blobs: BlobRange[]; reader: ByteReader; name: string };
 const models = new Map<number, OpenModel>();
 let nextId = 1;
 
@@ -82,6 +102,17 @@ function getModel(id: number): OpenModel {
   const m = models.get(id);
   if (!m) throw new LoomError('invalid_input', 'this model was disposed; open it again');
   return m;
+}
+
+/** The whole-file model, for the calls a model streamed to the GPU cannot make. */
+function fullModel(id: number, what: string): RawModel {
+  const m = getModel(id);
+  if (m.kind === 'full') return m.model;
+  throw new LoomError(
+    'unsupported',
+    `${what} needs the weights in memory, and ${m.name} was opened with load: 'gpu' (they are on the GPU only); ` +
+      "open it with load: 'full' (the default)",
+  );
 }
 
 async function fileUrlBlob(url: string): Promise<Blob | undefined> {
@@ -115,16 +146,30 @@ async function loadBytes(src: WireSource, opts: EngineOptions, ctx: CallContext)
   return data instanceof Blob ? readAll(new BlobReader(data), ctx.onProgress, ctx.signal) : data;
 }
 
+/** Random access for the header of a load to the GPU: local bytes, a file, a cached download, else HTTP Range. */
+async function gpuHeaderReader(src: WireSource, opts: EngineOptions, ctx: CallContext): Promise<ByteReader> {
+  if (!(src instanceof Blob || src instanceof ArrayBuffer || ArrayBuffer.isView(src)) && opts.cache !== false) {
+    const cached = await cachedBlob(src.url);
+    if (cached) return new BlobReader(cached);
+  }
+  return openReader(src, opts, ctx.signal);
+}
+
 async function inspect(src: WireSource, opts: EngineOptions, ctx: CallContext): Promise<Inspection> {
   const [reader] = await Promise.all([openReader(src, opts, ctx.signal), ready()]);
-  // Most headers fit in the first 64 KiB; the parser says exactly how much more it needs otherwise.
+  const out = await withHeader(reader, ctx, (prefix) => raw.inspectHeader(prefix, reader.size));
+  out.bytes_read = reader.bytesRead;
+  return out;
+}
+
+/** Calls `parse` on the file's first bytes until they hold its header. Most headers fit in the first 64 KiB; the
+ * parser says exactly how much more it needs otherwise (`need_more`). */
+async function withHeader<T>(reader: ByteReader, ctx: CallContext, parse: (prefix: Uint8Array) => T | Promise<T>): Promise<T> {
   let prefix = await reader.read(0, Math.min(reader.size, 64 * 1024), ctx.signal);
   for (;;) {
     ctx.onProgress({ phase: 'parse', loaded: prefix.length, total: reader.size });
     try {
-      const out = raw.inspectHeader(prefix, reader.size);
-      out.bytes_read = reader.bytesRead;
-      return out;
+      return await parse(prefix);
     } catch (e) {
       const needed = (e as { code?: string; needed?: number }).code === 'need_more' && (e as { needed: number }).needed;
       if (!needed) throw e;
@@ -138,6 +183,7 @@ async function inspect(src: WireSource, opts: EngineOptions, ctx: CallContext): 
 }
 
 async function open(src: WireSource, opts: EngineOptions, ctx: CallContext) {
+  if (opts.load === 'gpu') return openGpu(src, opts, ctx);
   const [bytes] = await Promise.all([loadBytes(src, opts, ctx), ready()]);
   throwIfAborted(ctx.signal);
   const name = opts.name ?? defaultName(src);
@@ -145,6 +191,54 @@ async function open(src: WireSource, opts: EngineOptions, ctx: CallContext) {
   const model = raw.Model.fromBytes(bytes, name);
   ctx.onProgress({ phase: 'parse', loaded: bytes.length, total: bytes.length });
   return register(model, name);
+}
+
+/** `load: 'gpu'`: the header, then each blob read from the source and fed to the GPU (`upload` progress in bytes
+ * of weights); the wasm heap holds the header and one blob at a time. */
+async function openGpu(src: WireSource, opts: EngineOptions, ctx: CallContext) {
+  const [header] = await Promise.all([gpuHeaderReader(src, opts, ctx), ready()]);
+  const name = opts.name ?? defaultName(src);
+  // The header first: another format, a bad header or no WebGPU is refused before any weights are read.
+  const stream = await withHeader(header, ctx, (prefix) => raw.GpuStream.begin(prefix, header.size, name)).catch((e) => {
+    const err = toLoomError(e);
+    if (err.code !== 'no_webgpu') throw err;
+    throw new LoomError('no_webgpu', `load: 'gpu' needs WebGPU (${err.message}); open with load: 'full' to run on the CPU`);
+  });
+  try {
+    // A URL read over HTTP Range goes through the download cache, when there is one, and is read from there.
+    let reader = header;
+    if (header instanceof HttpReader && opts.cache !== false && (await cacheAvailable())) {
+      const url = (src as { url: string }).url;
+      const data = await download(url, { cache: true, signal: ctx.signal, onProgress: ctx.onProgress });
+      reader = data instanceof Blob ? new BlobReader(data) : new BytesReader(data);
+    }
+    const blobs = stream.blobs();
+    const total = blobs.reduce((sum, b) => sum + b.length, 0);
+    let loaded = 0;
+    ctx.onProgress({ phase: 'upload', loaded, total });
+    for (const b of blobs) {
+      throwIfAborted(ctx.signal);
+      await stream.feed(b.path, await reader.read(b.offset, b.length, ctx.signal));
+      loaded += b.length;
+      ctx.onProgress({ phase: 'upload', loaded, total });
+    }
+    throwIfAborted(ctx.signal);
+    const inspection = stream.inspection();
+    inspection.bytes_read = header.bytesRead + (reader === header ? 0 : reader.bytesRead);
+    const id = nextId++;
+    models.set(id, { kind: 'gpu', stream, blobs, reader, name });
+    return { id, name, inspection };
+  } catch (e) {
+    stream.free();
+    throw e;
+  }
+}
+
+/** The bytes of layer `name`'s blob, read again from a GPU-loaded model's source (empty when it has none: the
+ * wasm side then says the layer is unknown). */
+async function blobBytes(m: Extract<OpenModel, { kind: 'gpu' }>, name: string, signal: AbortSignal): Promise<Uint8Array> {
+  const b = m.blobs.find((b) => b.path === name);
+  return b ? m.reader.read(b.offset, b.length, signal) : new Uint8Array(0);
 }
 
 async function openFiles(files: File[], opts: EngineOptions, ctx: CallContext) {
@@ -174,7 +268,7 @@ function register(model: RawModel, name: string) {
   try {
     const inspection = model.inspection();
     const id = nextId++;
-    models.set(id, { model, name });
+    models.set(id, { kind: 'full', model, name });
     return { id, name, inspection };
   } catch (e) {
     model.free();
@@ -186,12 +280,30 @@ async function forward(
   id: number,
   input: Float32Array,
   shape: number[],
-  device: 'cpu' | 'gpu',
+  asked: 'cpu' | 'gpu' | undefined,
   ctx: CallContext,
 ): Promise<ForwardResult> {
-  const { model } = getModel(id);
+  const m = getModel(id);
   const dims = Uint32Array.from(shape);
   throwIfAborted(ctx.signal);
+  if (m.kind === 'gpu') {
+    if (asked === 'cpu') {
+      throw new LoomError(
+        'unsupported',
+        `${m.name} was opened with load: 'gpu', so it runs on the GPU only; open it with load: 'full' to run it on the CPU`,
+      );
+    }
+    ctx.onProgress({ phase: 'forward', loaded: 0, total: 1 });
+    const t0 = performance.now();
+    const out = await m.stream.forward(input, dims);
+    const ms = performance.now() - t0;
+    ctx.onProgress({ phase: 'forward', loaded: 1, total: 1 });
+    const result: ForwardResult = { data: out.data, shape: Array.from(out.shape), device: 'gpu', ms };
+    if (out.cpu_layers && Object.keys(out.cpu_layers).length) result.cpu_layers = out.cpu_layers;
+    return result;
+  }
+  const { model } = m;
+  const device = asked ?? 'cpu';
   ctx.onProgress({ phase: 'forward', loaded: 0, total: 1 });
   const t0 = performance.now();
   let fallbackReason: string | undefined;
@@ -224,11 +336,11 @@ async function forward(
 }
 
 function lossReport(id: number, opts: ConvertOptions): LossReport {
-  return getModel(id).model.lossReport(opts.format, opts.dtype, opts.layerDtypes);
+  return fullModel(id, 'lossReport()').lossReport(opts.format, opts.dtype, opts.layerDtypes);
 }
 
 function convert(id: number, opts: ConvertOptions & { allowLossy?: boolean }, ctx: CallContext) {
-  const { model } = getModel(id);
+  const model = fullModel(id, 'convert()');
   throwIfAborted(ctx.signal);
   ctx.onProgress({ phase: 'convert', loaded: 0, total: 1 });
   const loss = model.lossReport(opts.format, opts.dtype, opts.layerDtypes);
@@ -254,18 +366,33 @@ const methods = {
   inspect: (ctx: CallContext, src: WireSource, opts: EngineOptions) => inspect(src, opts, ctx),
   open: (ctx: CallContext, src: WireSource, opts: EngineOptions) => open(src, opts, ctx),
   openFiles: (ctx: CallContext, files: File[], opts: EngineOptions) => openFiles(files, opts, ctx),
-  tensorStats: async (_: CallContext, id: number, name: string, bins: number) => getModel(id).model.tensorStats(name, bins),
-  tensorPreview: async (_: CallContext, id: number, name: string, n: number) => getModel(id).model.tensorPreview(name, n),
-  forward: (ctx: CallContext, id: number, input: Float32Array, shape: number[], device: 'cpu' | 'gpu') =>
+  tensorStats: async (ctx: CallContext, id: number, name: string, bins: number) => {
+    const m = getModel(id);
+    if (m.kind === 'full') return m.model.tensorStats(name, bins);
+    return m.stream.tensorStats(name, await blobBytes(m, name, ctx.signal), bins);
+  },
+  tensorPreview: async (ctx: CallContext, id: number, name: string, n: number) => {
+    const m = getModel(id);
+    if (m.kind === 'full') return m.model.tensorPreview(name, n);
+    return m.stream.tensorPreview(name, await blobBytes(m, name, ctx.signal), n);
+  },
+  forward: (ctx: CallContext, id: number, input: Float32Array, shape: number[], device?: 'cpu' | 'gpu') =>
     forward(id, input, shape, device, ctx),
   lossReport: async (_: CallContext, id: number, opts: ConvertOptions) => lossReport(id, opts),
   convert: async (ctx: CallContext, id: number, opts: ConvertOptions & { allowLossy?: boolean }) => convert(id, opts, ctx),
-  diff: async (_: CallContext, id: number, other: number) => getModel(id).model.diff(getModel(other).model),
+  diff: async (_: CallContext, id: number, other: number) =>
+    fullModel(id, 'diff()').diff(fullModel(other, 'diff()')),
   dispose: async (_: CallContext, id: number) => {
-    models.get(id)?.model.free();
+    const m = models.get(id);
+    if (m?.kind === 'full') m.model.free();
+    if (m?.kind === 'gpu') m.stream.free();
     models.delete(id);
   },
   gpuInfo: () => gpuInfo(),
+  memoryBytes: async () => {
+    await ready();
+    return raw.memoryBytes();
+  },
   cacheList: () => listCache(),
   cacheDelete: (_: CallContext, url: string) => deleteCached(url),
   cacheClear: () => clearCache(),

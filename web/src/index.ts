@@ -69,4 +69,4 @@ class WorkerTransport implements Transport {
 
 const api = createApi(new WorkerTransport(), (url) => new URL(url, globalThis.location?.href).href);
 
-export const { inspect, open, openFiles, gpuInfo, cache, configure } = api;
+export const { inspect, open, openFiles, gpuInfo, memoryBytes, cache, configure } = api;

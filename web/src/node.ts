@@ -36,4 +36,4 @@ const api = createApi(
   },
 );
 
-export const { inspect, open, openFiles, gpuInfo, cache, configure } = api;
+export const { inspect, open, openFiles, gpuInfo, memoryBytes, cache, configure } = api;

@@ -16,6 +16,14 @@ export interface OpenOptions {
   cache?: boolean;
   /** Shown as `LoomModel.name`; defaults to the file name or the last URL segment. */
   name?: string;
+  /**
+   * How `open` loads the weights. `'full'` (default): the whole file into the worker's WebAssembly memory; every
+   * call works. `'gpu'` (`.entity` files only): each blob is read from the source and goes straight to a WebGPU
+   * buffer, so WebAssembly memory holds the header and one blob, never the model; `forward` runs on the GPU,
+   * `tensorStats`/`tensorPreview` read that layer's blob again, and `convert`/`lossReport`/`diff` reject with
+   * `unsupported`. Without WebGPU it rejects with `no_webgpu`; other formats reject with `unsupported`.
+   */
+  load?: 'full' | 'gpu';
 }
 
 export interface Grid {
@@ -88,6 +96,7 @@ export interface TensorPreview {
 }
 
 export interface ForwardOptions {
+  /** Default `'cpu'`; `'gpu'` (the only device) for a model opened with `load: 'gpu'`. */
   device?: 'cpu' | 'gpu';
   signal?: AbortSignal;
   onProgress?: (p: Progress) => void;

@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { spawn } from 'node:child_process';
-import { inspect, open, openFiles, gpuInfo, LoomError } from 'loom-wasm';
+import { inspect, open, openFiles, gpuInfo, memoryBytes, LoomError } from 'loom-wasm';
 import { cases, caseById, casePath, entityInspectionMismatches, f32FromHex, forwardCases, hexFromF32 } from './corpus.mjs';
 import { safetensors } from '../e2e/fixtures.mjs';
 
@@ -162,6 +162,27 @@ test('a GPU forward without WebGPU runs on the CPU and says why', async () => {
   assert.equal(out.device, 'cpu');
   assert.match(out.fallbackReason, /WebGPU|GPU/);
   assert.equal(hexFromF32(out.data), c.expected_output_f32_hex);
+  await m.dispose();
+});
+
+test("load: 'gpu' without WebGPU is a no_webgpu error; other formats and bad values are refused", async () => {
+  const c = caseById('layer_Dense_float32');
+  await rejectsWith(open(casePath(c, 'loom.entity'), { load: 'gpu' }), 'no_webgpu', /WebGPU/);
+  await rejectsWith(open(casePath(c, 'loom.json'), { load: 'gpu' }), 'unsupported', /\.entity/);
+  await rejectsWith(open(casePath(c, 'loom.entity'), { load: 'vram' }), 'invalid_input', /'full' or 'gpu'/);
+  // A model opened whole still runs on the CPU by default.
+  const m = await open(casePath(c, 'loom.entity'), { load: 'full' });
+  assert.equal(hexFromF32((await m.forward(f32FromHex(c.input_f32_hex), c.input_shape)).data), c.expected_output_f32_hex);
+  await m.dispose();
+});
+
+test('memoryBytes is the size of the WebAssembly memory, which holds a model opened whole', async () => {
+  const before = await memoryBytes();
+  assert.ok(before > 0 && before % 65536 === 0, String(before));
+  const { file } = safetensors(2048, 4096);
+  const m = await open(file);
+  const after = await memoryBytes();
+  assert.ok(after >= Math.max(before, file.length), `${before} → ${after} bytes holding a ${file.length}-byte file`);
   await m.dispose();
 });
 

@@ -349,6 +349,21 @@ impl<'a> BlobPath<'a> {
         })
     }
 
+    /// [`BlobPath::resolve`] without changing anything.
+    fn resolve_ref<'n>(&self, net: &'n Network, full: &str) -> Result<&'n Layer> {
+        let bad = || LoomError::BadBlobPath(full.to_string());
+        let mut layer = net.layers.get(self.top.ok_or_else(bad)?).ok_or_else(bad)?;
+        for (seg, j) in &self.nested {
+            layer = match *seg {
+                "parallel_branches" => layer.parallel_branches.get(*j),
+                "sequential_layers" => layer.sequential_layers.get(*j),
+                _ => layer.meta_observed_layer.as_deref(),
+            }
+            .ok_or_else(bad)?;
+        }
+        Ok(layer)
+    }
+
     fn resolve<'n>(&self, net: &'n mut Network, full: &str) -> Result<&'n mut Layer> {
         let bad = || LoomError::BadBlobPath(full.to_string());
         let mut layer = net.layers.get_mut(self.top.ok_or_else(bad)?).ok_or_else(bad)?;
@@ -377,7 +392,12 @@ fn apply_blob(net: &mut Network, path: &BlobPath, b: &BlobEntry, data: Bytes) ->
         return Ok(());
     }
     let layer = path.resolve(net, &b.path)?;
-    if let Some(suffix) = path.suffix {
+    install(layer, path.suffix, b, data)
+}
+
+/// Puts a layer blob's bytes into `layer`: an extra blob (`suffix`) or the layer's weights.
+fn install(layer: &mut Layer, suffix: Option<&str>, b: &BlobEntry, data: Bytes) -> Result<()> {
+    if let Some(suffix) = suffix {
         if b.dtype != "Q4_0" {
             // Kept as a string, but a typo must not survive a load-save cycle.
             DType::parse(&b.dtype)?;
@@ -425,6 +445,50 @@ fn check_f32_bytes(path: &str, data: &[u8]) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// Where one blob of an `.entity` file goes, for a reader that receives the blobs one at a time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BlobTarget {
+    /// The weights or an extra blob (Q4_0 blocks, biases, q/k norms) of the layer at this path (`layers.3`,
+    /// `layers.3.sequential_layers.0`, …).
+    Layer(String),
+    /// A transformer tensor (`transformer.embeddings`, `lm_head`, `final_norm`).
+    Transformer,
+}
+
+impl BlobEntry {
+    /// The layer the blob belongs to, checked against `net` (the header's topology) as [`read`] checks it:
+    /// a malformed path or one naming no layer is [`LoomError::BadBlobPath`].
+    pub fn target(&self, net: &Network) -> Result<BlobTarget> {
+        let path = BlobPath::parse(&self.path)?;
+        if path.global.is_some() {
+            return Ok(BlobTarget::Transformer);
+        }
+        path.resolve_ref(net, &self.path)?;
+        let end = path.suffix.map_or(self.path.len(), |s| self.path.len() - s.len() - 1);
+        Ok(BlobTarget::Layer(self.path[..end].to_string()))
+    }
+}
+
+/// Installs one blob's bytes into `layer`, the layer of [`BlobEntry::target`], with the checks [`read`] makes
+/// (length against dtype and element count, dtype names, Q4_0 blocks, a blob on a layer without weights).
+pub fn apply_layer_blob(layer: &mut Layer, b: &BlobEntry, data: Bytes) -> Result<()> {
+    let path = BlobPath::parse(&b.path)?;
+    if path.global.is_some() {
+        return Err(LoomError::BadBlobPath(b.path.clone()));
+    }
+    install(layer, path.suffix, b, data)
+}
+
+/// Installs one blob's bytes into `net` (the header's topology, or a copy of it) as [`read`] does.
+pub fn apply(net: &mut Network, b: &BlobEntry, data: Bytes) -> Result<()> {
+    apply_blob(net, &BlobPath::parse(&b.path)?, b, data)
+}
+
+/// Checks a transformer blob's bytes as [`read`] does (whole float32 values).
+pub fn check_transformer_blob(b: &BlobEntry, data: &[u8]) -> Result<()> {
+    check_f32_bytes(&b.path, data)
 }
 
 /// Loom's `LayerPersistenceFromEntity(data, i)`: the raw bytes, scale and `native` flag of the blob whose

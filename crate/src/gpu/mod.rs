@@ -16,6 +16,7 @@ mod norm;
 mod recurrent;
 mod rope;
 mod softmax;
+mod stream;
 mod tensor;
 
 use std::collections::HashMap;
@@ -36,6 +37,7 @@ pub use norm::{Norm, LAYER_NORM_EPS, RMS_NORM_EPS};
 pub use recurrent::Recurrent;
 pub use rope::{rope_table, Rope};
 pub use softmax::Softmax;
+pub use stream::GpuStream;
 pub use tensor::GpuTensor;
 
 use crate::error::{LoomError, Result};
