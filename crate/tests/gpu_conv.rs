@@ -10,7 +10,7 @@
 mod gpu_corpus;
 mod gpu_util;
 
-use gpu_corpus::{corpus, forward, with_dtype, Case};
+use gpu_corpus::{check, corpus, forward, with_dtype, Case};
 use gpu_util::{close, cpu, data, exact, gpu, one_layer, with_weights};
 use loom_wasm::cpu::Tensor;
 use loom_wasm::gpu::{Conv, Gpu, GpuTensor};
@@ -18,8 +18,6 @@ use loom_wasm::{DType, LoomError};
 
 const ABS: f32 = 1e-5;
 const REL: f32 = 1e-4;
-const CORPUS_ABS: f32 = 1e-4;
-const CORPUS_REL: f32 = 1e-3;
 
 fn run(gpu: &Gpu, conv: &Conv, case: &Case) -> Tensor {
     let x = Tensor::new(case.input.clone(), case.shape.clone()).unwrap();
@@ -42,16 +40,7 @@ fn loom_written_conv_layers_match() {
     assert_eq!(cases.len(), 126 + 126 + 38);
     for case in &cases {
         let got = run(&gpu, &conv, case);
-        let want = cpu(&case.net, &case.input, &case.shape);
-        assert_eq!(got.shape, want.shape, "{}", case.id);
-        close(&case.id, &got.data, &want.data, ABS, REL);
-        close(
-            &format!("{} vs Loom", case.id),
-            &got.data,
-            &case.loom,
-            CORPUS_ABS,
-            CORPUS_REL,
-        );
+        check(case, &got, ABS, REL);
     }
 }
 

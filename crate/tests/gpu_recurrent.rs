@@ -11,7 +11,7 @@
 mod gpu_corpus;
 mod gpu_util;
 
-use gpu_corpus::{corpus, forward, with_dtype, Case};
+use gpu_corpus::{check, corpus, forward, with_dtype, Case};
 use gpu_util::{close, cpu, data, gpu, one_layer, with_weights};
 use loom_wasm::cpu::Tensor;
 use loom_wasm::gpu::{GpuTensor, Recurrent};
@@ -19,8 +19,6 @@ use loom_wasm::{DType, LoomError};
 
 const ABS: f32 = 1e-5;
 const REL: f32 = 1e-4;
-const CORPUS_ABS: f32 = 1e-4;
-const CORPUS_REL: f32 = 1e-3;
 
 #[test]
 fn loom_written_recurrent_layers_match() {
@@ -39,16 +37,7 @@ fn loom_written_recurrent_layers_match() {
     for case in &cases {
         let x = Tensor::new(case.input.clone(), case.shape.clone()).unwrap();
         let got = pollster::block_on(rec.forward(&gpu, &case.net.layers[0], "layers.0", &x)).unwrap();
-        let want = cpu(&case.net, &case.input, &case.shape);
-        assert_eq!(got.shape, want.shape, "{}", case.id);
-        close(&case.id, &got.data, &want.data, ABS, REL);
-        close(
-            &format!("{} vs Loom", case.id),
-            &got.data,
-            &case.loom,
-            CORPUS_ABS,
-            CORPUS_REL,
-        );
+        check(case, &got, ABS, REL);
     }
 }
 

@@ -17,8 +17,6 @@ use loom_wasm::LoomError;
 const ABS: f32 = 1e-7;
 const REL: f32 = 1e-5;
 const SPARSE_ABS: f32 = 1e-6;
-const CORPUS_ABS: f32 = 1e-4;
-const CORPUS_REL: f32 = 1e-3;
 
 #[test]
 fn softmax_layers_match_the_cpu() {
@@ -149,15 +147,7 @@ fn loom_written_softmax_cases_match_loom() {
     for case in &cases {
         let x = Tensor::new(case.input.clone(), case.shape.clone()).unwrap();
         let got = pollster::block_on(sm.forward(&gpu, &case.net.layers[0], &x)).unwrap();
-        let want = cpu(&case.net, &case.input, &case.shape);
-        close(&case.id, &got.data, &want.data, SPARSE_ABS, REL);
-        close(
-            &format!("{} vs Loom", case.id),
-            &got.data,
-            &case.loom,
-            CORPUS_ABS,
-            CORPUS_REL,
-        );
+        gpu_corpus::check(case, &got, SPARSE_ABS, REL);
     }
 }
 

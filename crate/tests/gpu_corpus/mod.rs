@@ -5,9 +5,16 @@
 
 use std::path::{Path, PathBuf};
 
+use loom_wasm::cpu::Tensor;
 use loom_wasm::formats::loom_json;
 use loom_wasm::network::Network;
 use serde_json::Value;
+
+use crate::gpu_util::{close, cpu};
+
+/// The tolerance of `loom conformance --device gpu`: |gpu − loom| ≤ 1e-4 + 1e-3·|loom|.
+const CORPUS_ABS: f32 = 1e-4;
+const CORPUS_REL: f32 = 1e-3;
 
 /// One forward call of a one-layer network, with Loom's output.
 pub struct Case {
@@ -93,4 +100,19 @@ pub fn with_dtype(mut net: Network, dt: loom_wasm::DType) -> Network {
     net.layers[0].weights.as_mut().unwrap().morph(dt);
     net.layers[0].dtype = dt;
     net
+}
+
+/// Checks `got`, the GPU's output for `case`, against the CPU twin within `abs + rel·|cpu|` and against Loom's own
+/// output within the corpus tolerance.
+pub fn check(case: &Case, got: &Tensor, abs: f32, rel: f32) {
+    let want = cpu(&case.net, &case.input, &case.shape);
+    assert_eq!(got.shape, want.shape, "{}", case.id);
+    close(&case.id, &got.data, &want.data, abs, rel);
+    close(
+        &format!("{} vs Loom", case.id),
+        &got.data,
+        &case.loom,
+        CORPUS_ABS,
+        CORPUS_REL,
+    );
 }
