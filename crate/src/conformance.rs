@@ -378,7 +378,8 @@ fn check_build(case: &Value, files: &Files) -> Check {
     Ok(())
 }
 
-fn hex_f32s(hex: &str) -> std::result::Result<Vec<f32>, String> {
+/// Little-endian f32 values from their bytes in hex, as the corpora store inputs and outputs.
+pub fn hex_f32s(hex: &str) -> std::result::Result<Vec<f32>, String> {
     let bytes = (0..hex.len() / 2)
         .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16))
         .collect::<std::result::Result<Vec<u8>, _>>()

@@ -13,6 +13,7 @@
 mod gpu_util;
 
 use gpu_util::{close, data, gpu, one_layer, testdata, MaxErr};
+use loom_wasm::conformance::hex_f32s;
 use loom_wasm::cpu::CpuModel;
 use loom_wasm::formats::{entity, loom_json};
 use loom_wasm::gpu::{Attention, Gpu, GpuTensor, KvCache, Mha, Rope};
@@ -226,15 +227,6 @@ fn attention_prefill_and_decode_match_the_cpu() {
     }
 }
 
-fn f32s(hex: &str) -> Vec<f32> {
-    (0..hex.len() / 8)
-        .map(|i| {
-            let b = u32::from_str_radix(&hex[i * 8..i * 8 + 8], 16).unwrap().to_be_bytes();
-            f32::from_le_bytes(b)
-        })
-        .collect()
-}
-
 fn hex_bytes(hex: &str) -> Vec<u8> {
     (0..hex.len() / 2)
         .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
@@ -303,8 +295,8 @@ fn every_loom_attention_case_matches() {
                 .iter()
                 .map(|d| d.as_u64().unwrap() as usize)
                 .collect();
-            let x = f32s(call["input_f32_hex"].as_str().unwrap());
-            let loom = f32s(call["expected_f32_hex"].as_str().unwrap());
+            let x = hex_f32s(call["input_f32_hex"].as_str().unwrap()).unwrap();
+            let loom = hex_f32s(call["expected_f32_hex"].as_str().unwrap()).unwrap();
             let got = pollster::block_on(mha.forward(&gpu, &x, &shape)).unwrap();
             close(&format!("{id} call {k} {shape:?} vs Loom"), &got.data, &loom, ABS, REL);
             n += 1;

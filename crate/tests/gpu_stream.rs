@@ -12,6 +12,7 @@ use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use gpu_util::{close, exact};
+use loom_wasm::conformance::hex_f32s;
 use loom_wasm::formats::entity;
 use loom_wasm::gpu::{Gpu, GpuModel, GpuStream};
 use loom_wasm::LoomError;
@@ -24,12 +25,6 @@ fn gpu() -> Arc<Gpu> {
 
 fn testdata() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata")
-}
-
-fn f32s(hex: &str) -> Vec<f32> {
-    (0..hex.len() / 8)
-        .map(|i| f32::from_le_bytes(u32::from_str_radix(&hex[i * 8..i * 8 + 8], 16).unwrap().to_be_bytes()))
-        .collect()
 }
 
 /// Starts a stream from the file's header only.
@@ -62,7 +57,7 @@ fn streamed_corpus_networks_match_the_fully_read_file_on_the_gpu() {
             };
             let id = format!("{dir}/{}", case["id"].as_str().unwrap());
             let bytes = std::fs::read(root.join(file)).unwrap();
-            let input = f32s(input);
+            let input = hex_f32s(input).unwrap();
             let shape: Vec<usize> = serde_json::from_value(case["input_shape"].clone()).unwrap();
 
             let full = GpuModel::new(gpu(), entity::read(&bytes).unwrap())
@@ -85,7 +80,7 @@ fn streamed_corpus_networks_match_the_fully_read_file_on_the_gpu() {
                     exact(&id, &got.data, &want.data);
                     same += 1;
                     if case["roundtrip"]["forward_after_entity_reload_identical"] == true {
-                        let loom = f32s(case["expected_output_f32_hex"].as_str().unwrap());
+                        let loom = hex_f32s(case["expected_output_f32_hex"].as_str().unwrap()).unwrap();
                         close(&format!("{id} vs Loom"), &got.data, &loom, 1e-4, 1e-3);
                         against_loom += 1;
                     }

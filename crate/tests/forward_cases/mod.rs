@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use loom_wasm::conformance::{run, CheckKind, Outcome};
+use loom_wasm::conformance::{hex_f32s, run, CheckKind, Outcome};
 use loom_wasm::cpu::CpuModel;
 use loom_wasm::formats::{entity, loom_json};
 use loom_wasm::LoomError;
@@ -18,15 +18,6 @@ fn data(file: &str) -> std::path::PathBuf {
 fn bytes(hex: &str) -> Vec<u8> {
     (0..hex.len() / 2)
         .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
-        .collect()
-}
-
-fn f32s(hex: &str) -> Vec<f32> {
-    (0..hex.len() / 8)
-        .map(|i| {
-            let b = u32::from_str_radix(&hex[i * 8..i * 8 + 8], 16).unwrap().to_be_bytes();
-            f32::from_le_bytes(b)
-        })
         .collect()
 }
 
@@ -52,8 +43,8 @@ pub fn check(file: &str) -> usize {
                 .iter()
                 .map(|d| d.as_u64().unwrap() as usize)
                 .collect();
-            let input = f32s(call["input_f32_hex"].as_str().unwrap());
-            let want = f32s(call["expected_f32_hex"].as_str().unwrap());
+            let input = hex_f32s(call["input_f32_hex"].as_str().unwrap()).unwrap();
+            let want = hex_f32s(call["expected_f32_hex"].as_str().unwrap()).unwrap();
             match model.forward(&input, &shape) {
                 Err(e) => failures.push(format!("{id} call {n}: {e}")),
                 Ok(out) => {

@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
+use loom_wasm::conformance::hex_f32s;
 use loom_wasm::cpu::Tensor;
 use loom_wasm::formats::loom_json;
 use loom_wasm::network::Network;
@@ -33,16 +34,6 @@ fn json(path: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
-/// Little-endian f32 values from their bytes in hex.
-fn f32s(hex: &str) -> Vec<f32> {
-    (0..hex.len() / 8)
-        .map(|i| {
-            let b = u32::from_str_radix(&hex[i * 8..i * 8 + 8], 16).unwrap().to_be_bytes();
-            f32::from_le_bytes(b)
-        })
-        .collect()
-}
-
 fn shape(v: &Value) -> Vec<usize> {
     v.as_array()
         .unwrap()
@@ -68,9 +59,9 @@ pub fn corpus(dir: &str, prefixes: &[&str]) -> Vec<Case> {
             Case {
                 id: format!("{dir}/{}", c["id"].as_str().unwrap()),
                 net: loom_json::read(&text).unwrap(),
-                input: f32s(c["input_f32_hex"].as_str().unwrap()),
+                input: hex_f32s(c["input_f32_hex"].as_str().unwrap()).unwrap(),
                 shape: shape(&c["input_shape"]),
-                loom: f32s(c["expected_output_f32_hex"].as_str().unwrap()),
+                loom: hex_f32s(c["expected_output_f32_hex"].as_str().unwrap()).unwrap(),
             }
         })
         .collect()
@@ -86,9 +77,9 @@ pub fn forward(file: &str) -> Vec<Case> {
             out.push(Case {
                 id: format!("{file}/{} call {n}", case["id"].as_str().unwrap()),
                 net: net.clone(),
-                input: f32s(call["input_f32_hex"].as_str().unwrap()),
+                input: hex_f32s(call["input_f32_hex"].as_str().unwrap()).unwrap(),
                 shape: shape(&call["shape"]),
-                loom: f32s(call["expected_f32_hex"].as_str().unwrap()),
+                loom: hex_f32s(call["expected_f32_hex"].as_str().unwrap()).unwrap(),
             });
         }
     }
