@@ -68,6 +68,9 @@ pub enum LoomError {
     Gpu(String),
     #[error("GGUF: {0}")]
     Gguf(String),
+    /// A conversation longer than the model's context (or than the caller allowed).
+    #[error("context full: {needed} tokens needed, the model holds {limit}")]
+    ContextFull { needed: usize, limit: usize },
     /// A prefix of a larger file ended too early: call again with at least the first `needed` bytes.
     #[error("need the first {needed} bytes of the file, have {available}")]
     NeedMore { needed: u64, available: u64 },
@@ -105,6 +108,7 @@ impl LoomError {
             LoomError::GpuOutOfMemory(_) => "out_of_memory",
             LoomError::Gpu(_) => "gpu",
             LoomError::NeedMore { .. } => "need_more",
+            LoomError::ContextFull { .. } => "context_full",
         }
     }
 }
@@ -177,6 +181,7 @@ mod tests {
                 "need_more",
             ),
             (LoomError::Io("x".into()), "io"),
+            (LoomError::ContextFull { needed: 9, limit: 8 }, "context_full"),
         ];
         for (e, code) in cases {
             assert_eq!(e.code(), code, "{e}");

@@ -11,8 +11,10 @@ pub mod error;
 pub mod formats;
 pub mod gpu;
 pub mod inspect;
+pub mod llm;
 pub mod model;
 pub mod network;
+pub mod quant;
 pub mod stats;
 
 #[cfg(target_arch = "wasm32")]

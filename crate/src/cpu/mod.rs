@@ -10,6 +10,7 @@ mod dense;
 mod embedding;
 mod gomath;
 mod norm;
+pub mod ops;
 mod recurrent;
 mod softmax;
 

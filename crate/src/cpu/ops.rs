@@ -1,0 +1,203 @@
+//! Plain f32 ops for decoders (RMSNorm, RoPE, attention over a KV cache, SwiGLU, residual add, argmax). They
+//! know nothing of Loom's `Network`: the LLM engines are built from them (and the quantized matrix products in
+//! [`crate::quant`]); each GPU kernel for these ops is tested against its twin here.
+//!
+//! Unlike the Loom layers beside them these are not bit-exact with Go: sums run in f32 in whatever order is
+//! fastest, as llama.cpp's do.
+
+/// Rows of `x` (each `w.len()` long) normalised in place: `x · 1/sqrt(mean(x²) + eps) · w`.
+pub fn rms_norm(x: &mut [f32], w: &[f32], eps: f32) {
+    for row in x.chunks_exact_mut(w.len()) {
+        let scale = rms_scale(row, eps);
+        for (v, g) in row.iter_mut().zip(w) {
+            *v = *v * scale * g;
+        }
+    }
+}
+
+/// Like [`rms_norm`], writing to `out` (rows of `x` unchanged).
+pub fn rms_norm_into(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    for (row, o) in x.chunks_exact(w.len()).zip(out.chunks_exact_mut(w.len())) {
+        let scale = rms_scale(row, eps);
+        for ((o, v), g) in o.iter_mut().zip(row).zip(w) {
+            *o = v * scale * g;
+        }
+    }
+}
+
+fn rms_scale(row: &[f32], eps: f32) -> f32 {
+    let ss: f32 = sum(row.iter().map(|v| v * v));
+    1.0 / (ss / row.len() as f32 + eps).sqrt()
+}
+
+/// An f32 sum in 8 lanes, so the compiler vectorises it (a plain fold is sequential by IEEE rules).
+fn sum(values: impl Iterator<Item = f32>) -> f32 {
+    let mut lanes = [0f32; 8];
+    for (i, v) in values.enumerate() {
+        lanes[i % 8] += v;
+    }
+    lanes.iter().sum()
+}
+
+/// Dot product in 8 lanes.
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0f32; 8];
+    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ac.remainder().iter().zip(bc.remainder()).map(|(x, y)| x * y).sum();
+    for (x, y) in ac.zip(bc) {
+        for l in 0..8 {
+            lanes[l] += x[l] * y[l];
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
+}
+
+/// How RoPE pairs a head's dimensions (see [`crate::llm::config::RopeStyle`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopePairs {
+    /// i with i + dims/2.
+    Half,
+    /// 2i with 2i + 1.
+    Adjacent,
+}
+
+/// RoPE's inverse frequencies `theta^(-2i/dims)` for i < dims/2, in f64 as the reference computes them.
+pub fn rope_inv_freq(theta: f32, dims: usize) -> Vec<f64> {
+    (0..dims / 2)
+        .map(|i| 1.0 / f64::from(theta).powf((2 * i) as f64 / dims as f64))
+        .collect()
+}
+
+/// Rotates every head of one token's `x` (heads × head_dim) at position `pos`: the first `2·inv_freq.len()`
+/// dimensions of each head, paired as `pairs` says.
+pub fn rope(x: &mut [f32], head_dim: usize, pos: usize, inv_freq: &[f64], pairs: RopePairs) {
+    let half = inv_freq.len();
+    let cs: Vec<(f32, f32)> = inv_freq
+        .iter()
+        .map(|f| {
+            let a = pos as f64 * f;
+            (a.cos() as f32, a.sin() as f32)
+        })
+        .collect();
+    for head in x.chunks_exact_mut(head_dim) {
+        for (i, &(c, s)) in cs.iter().enumerate() {
+            let (a, b) = match pairs {
+                RopePairs::Half => (i, i + half),
+                RopePairs::Adjacent => (2 * i, 2 * i + 1),
+            };
+            let (x0, x1) = (head[a], head[b]);
+            head[a] = x0 * c - x1 * s;
+            head[b] = x1 * c + x0 * s;
+        }
+    }
+}
+
+/// Causal attention of one query token over `len` cached positions (GQA: query head h reads kv head
+/// h / (heads / kv_heads)). `q` is heads × head_dim; `k`, `v` are `[pos][kv_heads × head_dim]` with at least
+/// `len` rows; `out` is heads × head_dim; `scores` is scratch of at least `len`.
+#[allow(clippy::too_many_arguments)]
+pub fn attention(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    len: usize,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    out: &mut [f32],
+    scores: &mut [f32],
+) {
+    let kv_dim = kv_heads * head_dim;
+    let group = heads / kv_heads;
+    let scale = 1.0 / (head_dim as f32).sqrt();
+    let scores = &mut scores[..len];
+    for h in 0..heads {
+        let g = h / group;
+        let qh = &q[h * head_dim..(h + 1) * head_dim];
+        for (t, s) in scores.iter_mut().enumerate() {
+            *s = dot(qh, &k[t * kv_dim + g * head_dim..][..head_dim]) * scale;
+        }
+        softmax(scores);
+        let oh = &mut out[h * head_dim..(h + 1) * head_dim];
+        oh.fill(0.0);
+        for (t, &p) in scores.iter().enumerate() {
+            let vt = &v[t * kv_dim + g * head_dim..][..head_dim];
+            for (o, x) in oh.iter_mut().zip(vt) {
+                *o += p * x;
+            }
+        }
+    }
+}
+
+/// Softmax in place (max-subtracted).
+pub fn softmax(x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut total = 0.0;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        total += *v;
+    }
+    let inv = 1.0 / total;
+    for v in x.iter_mut() {
+        *v *= inv;
+    }
+}
+
+/// SwiGLU's product in place: `gate = silu(gate) · up`.
+pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
+    for (g, u) in gate.iter_mut().zip(up) {
+        *g = *g / (1.0 + (-*g).exp()) * u;
+    }
+}
+
+/// `x += y`.
+pub fn add(x: &mut [f32], y: &[f32]) {
+    for (a, b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
+}
+
+/// `x += b` on every row of `x`.
+pub fn add_bias(x: &mut [f32], b: &[f32]) {
+    for row in x.chunks_exact_mut(b.len()) {
+        add(row, b);
+    }
+}
+
+/// Index of the largest value (the lowest index on ties; NaN never wins).
+pub fn argmax(x: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &v) in x.iter().enumerate() {
+        if v > x[best] || x[best].is_nan() && !v.is_nan() {
+            best = i;
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rope_pairs_agree_under_the_llama_cpp_permutation() {
+        // Adjacent-pair RoPE on permuted rows equals half-split RoPE on the original rows.
+        let hd = 8;
+        let x: Vec<f32> = (0..hd).map(|i| i as f32 * 0.37 - 1.0).collect();
+        let perm: Vec<f32> = (0..hd / 2).flat_map(|j| [x[j], x[j + hd / 2]]).collect();
+        let inv = rope_inv_freq(10000.0, hd);
+        let (mut a, mut b) = (x.clone(), perm.clone());
+        rope(&mut a, hd, 5, &inv, RopePairs::Half);
+        rope(&mut b, hd, 5, &inv, RopePairs::Adjacent);
+        let back: Vec<f32> = (0..hd)
+            .map(|i| if i < hd / 2 { b[2 * i] } else { b[2 * (i - hd / 2) + 1] })
+            .collect();
+        assert_eq!(a, back);
+    }
+
+    #[test]
+    fn argmax_takes_the_lowest_index_on_ties() {
+        assert_eq!(argmax(&[1.0, 3.0, 3.0, -1.0]), 1);
+        assert_eq!(argmax(&[f32::NAN, 2.0, 1.0]), 1);
+    }
+}

@@ -1,0 +1,224 @@
+//! The interface every decoder engine implements (the CPU one here, the GPU one beside it), and the CPU engine:
+//! the Llama/Qwen block computed with [`crate::cpu::ops`] and the block-type matrix products of
+//! [`crate::quant`], reading the weights as stored.
+
+use std::sync::Arc;
+
+use super::config::{ModelConfig, RopeStyle};
+use super::weights::{Matrix, ModelWeights};
+use crate::cpu::ops::{self, RopePairs};
+use crate::error::{LoomError, Result};
+use crate::quant;
+
+/// A decoder with its KV cache. Generation ([`super::generate`]) drives any engine through this.
+pub trait Engine {
+    fn config(&self) -> &ModelConfig;
+    /// "CPU" or "WebGPU"/"Vulkan", for people.
+    fn device(&self) -> String;
+    /// Tokens held in the KV cache: the next token goes at this position.
+    fn cached(&self) -> usize;
+    /// Forgets cached positions from `len` on (a conversation that changed after them).
+    fn truncate(&mut self, len: usize);
+    /// Runs `tokens` at positions `cached()..`, appending to the KV cache. Returns the logits of the last token
+    /// (vocab values), or of every token (n × vocab) when `all_logits`.
+    fn forward(&mut self, tokens: &[u32], all_logits: bool) -> Result<Vec<f32>>;
+}
+
+/// Keys and values of every layer, `[pos][kv_heads × head_dim]`, grown as positions arrive (never more than
+/// the model's context).
+#[derive(Clone, Debug, Default)]
+pub struct KvCache {
+    k: Vec<Vec<f32>>,
+    v: Vec<Vec<f32>>,
+    len: usize,
+}
+
+impl KvCache {
+    pub fn new(layers: usize) -> KvCache {
+        KvCache {
+            k: vec![Vec::new(); layers],
+            v: vec![Vec::new(); layers],
+            len: 0,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn truncate(&mut self, len: usize, kv_dim: usize) {
+        self.len = self.len.min(len);
+        for c in self.k.iter_mut().chain(self.v.iter_mut()) {
+            c.truncate(self.len * kv_dim);
+        }
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.k.iter().chain(&self.v).map(|c| c.capacity() * 4).sum()
+    }
+}
+
+/// Prompt tokens computed together: bounds the scratch buffers of a long prompt.
+const PREFILL_CHUNK: usize = 256;
+
+/// The CPU engine.
+pub struct CpuEngine {
+    cfg: ModelConfig,
+    weights: Arc<ModelWeights>,
+    cache: KvCache,
+    inv_freq: Vec<f64>,
+}
+
+impl CpuEngine {
+    pub fn new(cfg: ModelConfig, weights: Arc<ModelWeights>) -> CpuEngine {
+        let inv_freq = ops::rope_inv_freq(cfg.rope_theta, cfg.rope_dims);
+        CpuEngine {
+            cache: KvCache::new(cfg.n_layers),
+            cfg,
+            weights,
+            inv_freq,
+        }
+    }
+
+    pub fn cache_bytes(&self) -> usize {
+        self.cache.bytes()
+    }
+
+    /// One chunk of tokens through every block; returns the final hidden states (n × hidden), normalised.
+    fn run_chunk(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        let c = &self.cfg;
+        let w = &*self.weights;
+        let (n, h, qd, kvd, hd) = (tokens.len(), c.hidden, c.q_dim(), c.kv_dim(), c.head_dim);
+        let start = self.cache.len;
+        let pairs = match c.rope_style {
+            RopeStyle::Neox => RopePairs::Half,
+            RopeStyle::Adjacent => RopePairs::Adjacent,
+        };
+        let mut x = vec![0f32; n * h];
+        for (row, &t) in x.chunks_exact_mut(h).zip(tokens) {
+            if t as usize >= c.vocab {
+                return Err(LoomError::InvalidInput(format!(
+                    "token id {t} is outside the vocabulary of {}",
+                    c.vocab
+                )));
+            }
+            w.embed.view().dequantize_row(t as usize, row)?;
+        }
+        let mut xn = vec![0f32; n * h];
+        let mut q = vec![0f32; n * qd];
+        let mut k = vec![0f32; n * kvd];
+        let mut v = vec![0f32; n * kvd];
+        let mut att = vec![0f32; n * qd];
+        let mut proj = vec![0f32; n * h];
+        let mut gate = vec![0f32; n * c.ffn];
+        let mut up = vec![0f32; n * c.ffn];
+        let mut scores = vec![0f32; start + n];
+        for (l, b) in w.blocks.iter().enumerate() {
+            ops::rms_norm_into(&x, &b.attn_norm, c.rms_eps, &mut xn);
+            matmul(&b.wq, &xn, n, &mut q)?;
+            matmul(&b.wk, &xn, n, &mut k)?;
+            matmul(&b.wv, &xn, n, &mut v)?;
+            for (out, bias) in [(&mut q, &b.bq), (&mut k, &b.bk), (&mut v, &b.bv)] {
+                if let Some(bias) = bias {
+                    ops::add_bias(out, bias);
+                }
+            }
+            if let (Some(qn), Some(kn)) = (&b.q_norm, &b.k_norm) {
+                ops::rms_norm(&mut q, qn, c.rms_eps);
+                ops::rms_norm(&mut k, kn, c.rms_eps);
+            }
+            for t in 0..n {
+                ops::rope(&mut q[t * qd..(t + 1) * qd], hd, start + t, &self.inv_freq, pairs);
+                ops::rope(&mut k[t * kvd..(t + 1) * kvd], hd, start + t, &self.inv_freq, pairs);
+            }
+            let (kc, vc) = (&mut self.cache.k[l], &mut self.cache.v[l]);
+            kc.extend_from_slice(&k);
+            vc.extend_from_slice(&v);
+            for t in 0..n {
+                let len = start + t + 1;
+                ops::attention(
+                    &q[t * qd..(t + 1) * qd],
+                    kc,
+                    vc,
+                    len,
+                    c.n_heads,
+                    c.n_kv_heads,
+                    hd,
+                    &mut att[t * qd..(t + 1) * qd],
+                    &mut scores,
+                );
+            }
+            matmul(&b.wo, &att, n, &mut proj)?;
+            ops::add(&mut x, &proj);
+            ops::rms_norm_into(&x, &b.ffn_norm, c.rms_eps, &mut xn);
+            matmul(&b.gate, &xn, n, &mut gate)?;
+            matmul(&b.up, &xn, n, &mut up)?;
+            ops::silu_mul(&mut gate, &up);
+            matmul(&b.down, &gate, n, &mut proj)?;
+            ops::add(&mut x, &proj);
+        }
+        self.cache.len += n;
+        ops::rms_norm(&mut x, &w.final_norm, c.rms_eps);
+        Ok(x)
+    }
+}
+
+fn matmul(w: &Matrix, x: &[f32], n: usize, y: &mut [f32]) -> Result<()> {
+    quant::matmul(&w.view(), x, n, y)
+}
+
+impl Engine for CpuEngine {
+    fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    fn device(&self) -> String {
+        "CPU".into()
+    }
+
+    fn cached(&self) -> usize {
+        self.cache.len
+    }
+
+    fn truncate(&mut self, len: usize) {
+        self.cache.truncate(len, self.cfg.kv_dim());
+    }
+
+    fn forward(&mut self, tokens: &[u32], all_logits: bool) -> Result<Vec<f32>> {
+        if tokens.is_empty() {
+            return Err(LoomError::InvalidInput("no tokens to run".into()));
+        }
+        let needed = self.cache.len + tokens.len();
+        if needed > self.cfg.context {
+            return Err(LoomError::ContextFull {
+                needed,
+                limit: self.cfg.context,
+            });
+        }
+        let (h, vocab) = (self.cfg.hidden, self.cfg.vocab);
+        let head = self.weights.lm_head().clone();
+        let mut logits = Vec::with_capacity(if all_logits { tokens.len() * vocab } else { vocab });
+        let chunks = tokens.len().div_ceil(PREFILL_CHUNK);
+        for (i, chunk) in tokens.chunks(PREFILL_CHUNK).enumerate() {
+            let hidden = self.run_chunk(chunk)?;
+            if !all_logits && i + 1 < chunks {
+                continue;
+            }
+            let rows: &[f32] = if all_logits {
+                &hidden
+            } else {
+                &hidden[hidden.len() - h..]
+            };
+            let n = rows.len() / h;
+            let at = logits.len();
+            logits.resize(at + n * vocab, 0.0);
+            matmul(&head, rows, n, &mut logits[at..])?;
+        }
+        Ok(logits)
+    }
+}

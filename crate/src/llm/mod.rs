@@ -1,0 +1,9 @@
+//! The LLM runtime: Llama-family decoders (Llama, Mistral, SmolLM, Qwen2, Qwen3) from GGUF, HF folders and Loom
+//! transformer `.entity` files; engines behind one interface; generation.
+
+pub mod config;
+pub mod engine;
+pub mod model;
+pub mod sampler;
+pub mod sources;
+pub mod weights;

@@ -1,0 +1,239 @@
+//! Opening a model for chat: a GGUF file, an HF folder (config.json + safetensors, single or sharded), or a Loom
+//! transformer `.entity`. Each becomes the same [`LlmModel`]: config, weights as stored, tokenizer, chat
+//! template and stop ids.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde_json::Value;
+
+use super::config::ModelConfig;
+use super::engine::CpuEngine;
+use super::sources::{GgufSource, SafetensorsSource};
+use super::weights::{self, ModelWeights};
+use crate::error::{json_err, LoomError, Result};
+use crate::formats::gguf;
+
+/// Where a model came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModelFormat {
+    Gguf,
+    HfFolder,
+    Entity,
+}
+
+impl ModelFormat {
+    pub fn name(self) -> &'static str {
+        match self {
+            ModelFormat::Gguf => "GGUF",
+            ModelFormat::HfFolder => "HF folder",
+            ModelFormat::Entity => "Loom transformer .entity",
+        }
+    }
+}
+
+/// A model ready to run: shared, read-only; each engine holds its own KV cache.
+#[derive(Clone)]
+pub struct LlmModel {
+    pub format: ModelFormat,
+    pub config: ModelConfig,
+    pub weights: Arc<ModelWeights>,
+    /// Ids that end a reply, from the model's own files (generation_config.json, the GGUF's eos/eot).
+    pub eos_ids: Vec<u32>,
+}
+
+/// The files of an HF folder, already read (natively memory-mapped; in the browser, the user's files).
+#[derive(Default)]
+pub struct HfFiles {
+    pub config_json: Vec<u8>,
+    /// `(file name, bytes)` of each safetensors file: one, or the shards an index names.
+    pub safetensors: Vec<(String, Bytes)>,
+    pub generation_config_json: Option<Vec<u8>>,
+    pub tokenizer_json: Option<Vec<u8>>,
+    pub tokenizer_config_json: Option<Vec<u8>>,
+}
+
+/// Ids from a JSON value that is an id or a list of ids.
+fn ids_of(v: Option<&Value>) -> Vec<u32> {
+    match v {
+        Some(Value::Number(n)) => n.as_u64().and_then(|x| u32::try_from(x).ok()).into_iter().collect(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .filter_map(|x| x.as_u64())
+            .filter_map(|x| u32::try_from(x).ok())
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+impl LlmModel {
+    /// A GGUF file held in one buffer.
+    pub fn from_gguf(file: Bytes) -> Result<LlmModel> {
+        let header = gguf::read_header_bytes(&file)?;
+        let embed = header
+            .tensor("token_embd.weight")
+            .ok_or_else(|| LoomError::InvalidNetwork("missing tensor token_embd.weight".into()))?;
+        let vocab = embed
+            .dims
+            .get(1)
+            .and_then(|&v| usize::try_from(v).ok())
+            .ok_or_else(|| LoomError::InvalidNetwork("token_embd.weight is not a matrix".into()))?;
+        let config = ModelConfig::from_gguf(&header, vocab)?;
+        let weights = weights::load(&config, &GgufSource { header: &header, file })?;
+        let mut eos_ids = Vec::new();
+        for key in ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"] {
+            if let Some(id) = header
+                .get(key)
+                .and_then(|v| v.as_u64())
+                .and_then(|v| u32::try_from(v).ok())
+            {
+                if !eos_ids.contains(&id) {
+                    eos_ids.push(id);
+                }
+            }
+        }
+        Ok(LlmModel {
+            format: ModelFormat::Gguf,
+            config,
+            weights: Arc::new(weights),
+            eos_ids,
+        })
+    }
+
+    /// An HF folder's files.
+    pub fn from_hf(files: &HfFiles) -> Result<LlmModel> {
+        let mut src = SafetensorsSource::default();
+        if files.safetensors.is_empty() {
+            return Err(LoomError::InvalidInput("the HF folder has no .safetensors file".into()));
+        }
+        for (name, bytes) in &files.safetensors {
+            src.add_file(bytes.clone(), name)?;
+        }
+        let config = ModelConfig::from_hf_json(&files.config_json, src.has("lm_head.weight"))?;
+        let weights = weights::load(&config, &src)?;
+        let mut eos_ids = Vec::new();
+        for json in [&files.generation_config_json, &Some(files.config_json.clone())]
+            .into_iter()
+            .flatten()
+        {
+            let v: Value = serde_json::from_slice(json).map_err(|e| json_err("generation_config.json", e))?;
+            for id in ids_of(v.get("eos_token_id")) {
+                if !eos_ids.contains(&id) {
+                    eos_ids.push(id);
+                }
+            }
+        }
+        Ok(LlmModel {
+            format: ModelFormat::HfFolder,
+            config,
+            weights: Arc::new(weights),
+            eos_ids,
+        })
+    }
+
+    /// A CPU engine with an empty KV cache.
+    pub fn cpu_engine(&self) -> CpuEngine {
+        CpuEngine::new(self.config.clone(), self.weights.clone())
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+mod native {
+    use std::path::{Path, PathBuf};
+
+    use super::*;
+    use crate::formats::detect::{detect, Format};
+
+    /// A file memory-mapped as `Bytes` (zero-copy: loading a cached model costs no read).
+    pub fn map_file(path: &Path) -> Result<Bytes> {
+        let f = std::fs::File::open(path).map_err(|e| LoomError::Io(format!("{}: {e}", path.display())))?;
+        // SAFETY: the map is read-only; a file changed under a running model gives wrong numbers, not UB in
+        // safe code that reads bytes (the same trade every mmap-based model loader makes).
+        let map = unsafe { memmap2::Mmap::map(&f) }.map_err(|e| LoomError::Io(format!("{}: {e}", path.display())))?;
+        Ok(Bytes::from_owner(map))
+    }
+
+    fn read_opt(path: PathBuf) -> Result<Option<Vec<u8>>> {
+        match std::fs::read(&path) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(LoomError::Io(format!("{}: {e}", path.display()))),
+        }
+    }
+
+    /// The files of an HF folder: `model.safetensors`, or the shards `model.safetensors.index.json` names, or
+    /// the one `.safetensors` file given.
+    pub fn hf_files(dir: &Path, single: Option<&Path>) -> Result<HfFiles> {
+        let config_json = read_opt(dir.join("config.json"))?
+            .ok_or_else(|| LoomError::InvalidInput(format!("{} has no config.json", dir.display())))?;
+        let mut names: Vec<String> = Vec::new();
+        if let Some(file) = single {
+            names.push(file.file_name().unwrap_or_default().to_string_lossy().into_owned());
+        } else if let Some(index) = read_opt(dir.join("model.safetensors.index.json"))? {
+            let v: Value = serde_json::from_slice(&index).map_err(|e| json_err("model.safetensors.index.json", e))?;
+            let map = v
+                .get("weight_map")
+                .and_then(Value::as_object)
+                .ok_or_else(|| LoomError::InvalidNetwork("model.safetensors.index.json has no weight_map".into()))?;
+            for f in map.values() {
+                let f = f.as_str().ok_or_else(|| {
+                    LoomError::InvalidNetwork(
+                        "model.safetensors.index.json: a weight_map value is not a file name".into(),
+                    )
+                })?;
+                // Shards live beside the index: no paths out of the folder.
+                if f.contains('/') || f.contains('\\') || f == ".." {
+                    return Err(LoomError::InvalidNetwork(format!(
+                        "shard name {f:?} is not a file in the folder"
+                    )));
+                }
+                if !names.iter().any(|n| n == f) {
+                    names.push(f.to_string());
+                }
+            }
+        } else if dir.join("model.safetensors").exists() {
+            names.push("model.safetensors".into());
+        } else {
+            return Err(LoomError::InvalidInput(format!(
+                "{} has no model.safetensors or model.safetensors.index.json",
+                dir.display()
+            )));
+        }
+        let safetensors = names
+            .into_iter()
+            .map(|n| Ok((n.clone(), map_file(&dir.join(&n))?)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(HfFiles {
+            config_json,
+            safetensors,
+            generation_config_json: read_opt(dir.join("generation_config.json"))?,
+            tokenizer_json: read_opt(dir.join("tokenizer.json"))?,
+            tokenizer_config_json: read_opt(dir.join("tokenizer_config.json"))?,
+        })
+    }
+
+    impl LlmModel {
+        /// Opens a GGUF file, a `.entity`, an HF folder, or a `.safetensors` file with `config.json` beside it.
+        pub fn open(path: &Path) -> Result<LlmModel> {
+            if path.is_dir() {
+                return LlmModel::from_hf(&hf_files(path, None)?);
+            }
+            let file = map_file(path)?;
+            match detect(&file) {
+                Format::Gguf => LlmModel::from_gguf(file),
+                Format::Safetensors => {
+                    let dir = path.parent().unwrap_or(Path::new("."));
+                    LlmModel::from_hf(&hf_files(dir, Some(path))?)
+                }
+                Format::Entity => Err(LoomError::Unsupported("transformer .entity chat is not built yet".into())),
+                other => Err(LoomError::UnknownFormat(format!(
+                    "{}: {other:?} is not a model to chat with (GGUF, .entity, an HF folder, or .safetensors with config.json)",
+                    path.display()
+                ))),
+            }
+        }
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+pub use native::{hf_files, map_file};

@@ -1,0 +1,187 @@
+//! Tensor sources for [`super::weights::load`]: a GGUF file, and HF safetensors (one file or shards).
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+
+use super::weights::{Global, RawTensor, Role, TensorSource};
+use crate::error::{LoomError, Result};
+use crate::formats::gguf::GgufHeader;
+use crate::quant::GgmlType;
+
+/// A GGUF file held as one buffer (a memory map natively); tensors are slices of it.
+pub struct GgufSource<'h> {
+    pub header: &'h GgufHeader,
+    pub file: Bytes,
+}
+
+fn gguf_block_name(block: usize, role: Role) -> String {
+    let (name, kind) = match role {
+        Role::AttnNorm => ("attn_norm", "weight"),
+        Role::Q => ("attn_q", "weight"),
+        Role::K => ("attn_k", "weight"),
+        Role::V => ("attn_v", "weight"),
+        Role::O => ("attn_output", "weight"),
+        Role::QBias => ("attn_q", "bias"),
+        Role::KBias => ("attn_k", "bias"),
+        Role::VBias => ("attn_v", "bias"),
+        Role::QNorm => ("attn_q_norm", "weight"),
+        Role::KNorm => ("attn_k_norm", "weight"),
+        Role::FfnNorm => ("ffn_norm", "weight"),
+        Role::Gate => ("ffn_gate", "weight"),
+        Role::Up => ("ffn_up", "weight"),
+        Role::Down => ("ffn_down", "weight"),
+    };
+    format!("blk.{block}.{name}.{kind}")
+}
+
+impl GgufSource<'_> {
+    fn get(&self, name: &str) -> Result<Option<RawTensor>> {
+        let Some(t) = self.header.tensor(name) else {
+            return Ok(None);
+        };
+        let ty = GgmlType::from_id(t.ggml_type.id)?;
+        // The header reader checked every range against the file's length.
+        let start = self.header.data_start + t.offset;
+        let end = start + t.bytes;
+        if end > self.file.len() as u64 {
+            return Err(LoomError::Truncated {
+                what: name.to_string(),
+                needed: end,
+                available: self.file.len() as u64,
+            });
+        }
+        let shape = t
+            .shape()
+            .into_iter()
+            .map(usize::try_from)
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|_| LoomError::ShapeOverflow {
+                what: name.to_string(),
+                shape: t.shape(),
+            })?;
+        Ok(Some(RawTensor {
+            ty,
+            shape,
+            data: self.file.slice(start as usize..end as usize),
+        }))
+    }
+}
+
+impl TensorSource for GgufSource<'_> {
+    fn block(&self, block: usize, role: Role) -> Result<Option<RawTensor>> {
+        self.get(&gguf_block_name(block, role))
+    }
+
+    fn global(&self, g: Global) -> Result<Option<RawTensor>> {
+        self.get(&self.global_name(g))
+    }
+
+    fn block_name(&self, block: usize, role: Role) -> String {
+        gguf_block_name(block, role)
+    }
+
+    fn global_name(&self, g: Global) -> String {
+        match g {
+            Global::Embed => "token_embd.weight",
+            Global::FinalNorm => "output_norm.weight",
+            Global::Head => "output.weight",
+        }
+        .to_string()
+    }
+}
+
+/// The HF (transformers) name of a block tensor.
+pub fn hf_block_name(block: usize, role: Role) -> String {
+    let name = match role {
+        Role::AttnNorm => "input_layernorm.weight",
+        Role::Q => "self_attn.q_proj.weight",
+        Role::K => "self_attn.k_proj.weight",
+        Role::V => "self_attn.v_proj.weight",
+        Role::O => "self_attn.o_proj.weight",
+        Role::QBias => "self_attn.q_proj.bias",
+        Role::KBias => "self_attn.k_proj.bias",
+        Role::VBias => "self_attn.v_proj.bias",
+        Role::QNorm => "self_attn.q_norm.weight",
+        Role::KNorm => "self_attn.k_norm.weight",
+        Role::FfnNorm => "post_attention_layernorm.weight",
+        Role::Gate => "mlp.gate_proj.weight",
+        Role::Up => "mlp.up_proj.weight",
+        Role::Down => "mlp.down_proj.weight",
+    };
+    format!("model.layers.{block}.{name}")
+}
+
+pub fn hf_global_name(g: Global) -> &'static str {
+    match g {
+        Global::Embed => "model.embed_tokens.weight",
+        Global::FinalNorm => "model.norm.weight",
+        Global::Head => "lm_head.weight",
+    }
+}
+
+/// HF safetensors: one or more files (shards), each a buffer; tensors are slices of them.
+#[derive(Default)]
+pub struct SafetensorsSource {
+    tensors: HashMap<String, RawTensor>,
+}
+
+impl SafetensorsSource {
+    /// Adds the tensors of one safetensors file (F32, F16 and BF16 tensors; others are refused when used).
+    pub fn add_file(&mut self, file: Bytes, file_name: &str) -> Result<()> {
+        let (n, meta) = safetensors::SafeTensors::read_metadata(&file)
+            .map_err(|e| LoomError::Safetensors(format!("{file_name}: {e}")))?;
+        let data_start = 8 + n;
+        for (name, info) in meta.tensors() {
+            let ty = match info.dtype {
+                safetensors::Dtype::F32 => GgmlType::F32,
+                safetensors::Dtype::F16 => GgmlType::F16,
+                safetensors::Dtype::BF16 => GgmlType::BF16,
+                // Kept out of the map: a decoder tensor in another dtype shows up as missing with its name.
+                other => {
+                    self.tensors.remove(&name);
+                    if name.starts_with("model.") || name == "lm_head.weight" {
+                        return Err(LoomError::UnsupportedDType(format!("{file_name}: {name} is {other:?}")));
+                    }
+                    continue;
+                }
+            };
+            let (start, end) = info.data_offsets;
+            // read_metadata validated the offsets against the buffer.
+            let data = file.slice(data_start + start..data_start + end);
+            let shape = info.shape.clone();
+            if self
+                .tensors
+                .insert(name.clone(), RawTensor { ty, shape, data })
+                .is_some()
+            {
+                return Err(LoomError::Safetensors(format!(
+                    "{file_name}: tensor {name} is in two shards"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn has(&self, name: &str) -> bool {
+        self.tensors.contains_key(name)
+    }
+}
+
+impl TensorSource for SafetensorsSource {
+    fn block(&self, block: usize, role: Role) -> Result<Option<RawTensor>> {
+        Ok(self.tensors.get(&hf_block_name(block, role)).cloned())
+    }
+
+    fn global(&self, g: Global) -> Result<Option<RawTensor>> {
+        Ok(self.tensors.get(hf_global_name(g)).cloned())
+    }
+
+    fn block_name(&self, block: usize, role: Role) -> String {
+        hf_block_name(block, role)
+    }
+
+    fn global_name(&self, g: Global) -> String {
+        hf_global_name(g).to_string()
+    }
+}

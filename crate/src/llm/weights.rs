@@ -1,0 +1,261 @@
+//! A decoder's weights as stored: every matrix is a slice of the file's bytes in its block type (no f32 copy of
+//! a quantized model); only the small vectors (norms, biases) are widened to f32.
+//!
+//! The loaders look tensors up by role through a [`TensorSource`], so GGUF names (`blk.N.attn_q.weight`), HF
+//! names (`model.layers.N.self_attn.q_proj.weight`) and a Loom transformer `.entity` all feed the same checks.
+
+use bytes::Bytes;
+
+use super::config::{Arch, ModelConfig};
+use crate::error::{LoomError, Result};
+use crate::quant::{self, GgmlType, QMatrix};
+
+/// A tensor as a source holds it: block type, row-major shape, bytes.
+#[derive(Clone, Debug)]
+pub struct RawTensor {
+    pub ty: GgmlType,
+    pub shape: Vec<usize>,
+    pub data: Bytes,
+}
+
+/// A matrix [rows][cols] of blocks, kept as stored.
+#[derive(Clone, Debug)]
+pub struct Matrix {
+    pub ty: GgmlType,
+    pub rows: usize,
+    pub cols: usize,
+    pub data: Bytes,
+}
+
+impl Matrix {
+    pub fn view(&self) -> QMatrix<'_> {
+        QMatrix {
+            ty: self.ty,
+            rows: self.rows,
+            cols: self.cols,
+            data: &self.data,
+        }
+    }
+}
+
+/// One decoder block.
+#[derive(Clone, Debug)]
+pub struct BlockWeights {
+    pub attn_norm: Vec<f32>,
+    pub wq: Matrix,
+    pub wk: Matrix,
+    pub wv: Matrix,
+    pub wo: Matrix,
+    /// Qwen2's q/k/v biases.
+    pub bq: Option<Vec<f32>>,
+    pub bk: Option<Vec<f32>>,
+    pub bv: Option<Vec<f32>>,
+    /// Qwen3's per-head RMSNorm weights (head_dim each).
+    pub q_norm: Option<Vec<f32>>,
+    pub k_norm: Option<Vec<f32>>,
+    pub ffn_norm: Vec<f32>,
+    pub gate: Matrix,
+    pub up: Matrix,
+    pub down: Matrix,
+}
+
+#[derive(Clone, Debug)]
+pub struct ModelWeights {
+    /// [vocab][hidden]; also the LM head when `head` is `None`.
+    pub embed: Matrix,
+    pub blocks: Vec<BlockWeights>,
+    pub final_norm: Vec<f32>,
+    pub head: Option<Matrix>,
+}
+
+impl ModelWeights {
+    /// The LM head: its own matrix, or the tied embedding.
+    pub fn lm_head(&self) -> &Matrix {
+        self.head.as_ref().unwrap_or(&self.embed)
+    }
+
+    /// Bytes of every tensor (what the model costs in memory, without the KV cache).
+    pub fn bytes(&self) -> usize {
+        let m = |m: &Matrix| m.data.len();
+        let v = |v: &[f32]| v.len() * 4;
+        let ov = |o: &Option<Vec<f32>>| o.as_deref().map_or(0, v);
+        let blocks: usize = self
+            .blocks
+            .iter()
+            .map(|b| {
+                [&b.wq, &b.wk, &b.wv, &b.wo, &b.gate, &b.up, &b.down]
+                    .into_iter()
+                    .map(m)
+                    .sum::<usize>()
+                    + v(&b.attn_norm)
+                    + v(&b.ffn_norm)
+                    + ov(&b.bq)
+                    + ov(&b.bk)
+                    + ov(&b.bv)
+                    + ov(&b.q_norm)
+                    + ov(&b.k_norm)
+            })
+            .sum();
+        m(&self.embed) + self.head.as_ref().map_or(0, m) + v(&self.final_norm) + blocks
+    }
+
+    /// Block types of the matrices and how many of each, for `inspect`.
+    pub fn type_mix(&self) -> Vec<(GgmlType, usize)> {
+        let mut mix: Vec<(GgmlType, usize)> = Vec::new();
+        let mut add = |t: GgmlType| match mix.iter_mut().find(|(x, _)| *x == t) {
+            Some((_, n)) => *n += 1,
+            None => mix.push((t, 1)),
+        };
+        add(self.embed.ty);
+        if let Some(h) = &self.head {
+            add(h.ty);
+        }
+        for b in &self.blocks {
+            for m in [&b.wq, &b.wk, &b.wv, &b.wo, &b.gate, &b.up, &b.down] {
+                add(m.ty);
+            }
+        }
+        mix
+    }
+}
+
+/// What a block tensor is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    AttnNorm,
+    Q,
+    K,
+    V,
+    O,
+    QBias,
+    KBias,
+    VBias,
+    QNorm,
+    KNorm,
+    FfnNorm,
+    Gate,
+    Up,
+    Down,
+}
+
+/// Global (non-block) tensors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Global {
+    Embed,
+    FinalNorm,
+    Head,
+}
+
+/// Where the loaders find tensors.
+pub trait TensorSource {
+    /// The tensor for `role` of block `block`, or `None` when the file has none.
+    fn block(&self, block: usize, role: Role) -> Result<Option<RawTensor>>;
+    fn global(&self, g: Global) -> Result<Option<RawTensor>>;
+    /// A name for messages ("blk.3.attn_q.weight").
+    fn block_name(&self, block: usize, role: Role) -> String;
+    fn global_name(&self, g: Global) -> String;
+}
+
+fn matrix(t: RawTensor, name: &str, rows: usize, cols: usize) -> Result<Matrix> {
+    if t.shape != [rows, cols] {
+        return Err(LoomError::InvalidNetwork(format!(
+            "{name}: shape {:?}, the config needs [{rows}, {cols}]",
+            t.shape
+        )));
+    }
+    if !t.ty.can_compute() {
+        return Err(LoomError::UnsupportedDType(format!(
+            "{name}: block type {}",
+            t.ty.name()
+        )));
+    }
+    QMatrix::new(t.ty, rows, cols, &t.data).map_err(|e| LoomError::InvalidNetwork(format!("{name}: {e}")))?;
+    Ok(Matrix {
+        ty: t.ty,
+        rows,
+        cols,
+        data: t.data,
+    })
+}
+
+fn vector(t: RawTensor, name: &str, len: usize) -> Result<Vec<f32>> {
+    if t.shape != [len] {
+        return Err(LoomError::InvalidNetwork(format!(
+            "{name}: shape {:?}, the config needs [{len}]",
+            t.shape
+        )));
+    }
+    if t.ty.row_bytes(len).ok() != Some(t.data.len()) {
+        return Err(LoomError::InvalidNetwork(format!(
+            "{name}: {} bytes for {len} {} values",
+            t.data.len(),
+            t.ty.name()
+        )));
+    }
+    let mut out = vec![0f32; len];
+    quant::dequantize(t.ty, &t.data, &mut out).map_err(|e| LoomError::InvalidNetwork(format!("{name}: {e}")))?;
+    Ok(out)
+}
+
+/// Reads and checks every tensor the config needs.
+pub fn load(cfg: &ModelConfig, src: &dyn TensorSource) -> Result<ModelWeights> {
+    let (h, q, kv, f) = (cfg.hidden, cfg.q_dim(), cfg.kv_dim(), cfg.ffn);
+    let need_g = |g: Global| -> Result<RawTensor> {
+        src.global(g)?
+            .ok_or_else(|| LoomError::InvalidNetwork(format!("missing tensor {}", src.global_name(g))))
+    };
+    let embed = matrix(need_g(Global::Embed)?, &src.global_name(Global::Embed), cfg.vocab, h)?;
+    let final_norm = vector(need_g(Global::FinalNorm)?, &src.global_name(Global::FinalNorm), h)?;
+    let head = match (cfg.tied_embeddings, src.global(Global::Head)?) {
+        (false, Some(t)) => Some(matrix(t, &src.global_name(Global::Head), cfg.vocab, h)?),
+        (false, None) => {
+            return Err(LoomError::InvalidNetwork(format!(
+                "missing tensor {} (the embeddings are not tied)",
+                src.global_name(Global::Head)
+            )))
+        }
+        (true, _) => None,
+    };
+    let mut blocks = Vec::with_capacity(cfg.n_layers);
+    for i in 0..cfg.n_layers {
+        let name = |r: Role| src.block_name(i, r);
+        let need = |r: Role| -> Result<RawTensor> {
+            src.block(i, r)?
+                .ok_or_else(|| LoomError::InvalidNetwork(format!("missing tensor {}", name(r))))
+        };
+        let mat = |r: Role, rows: usize, cols: usize| matrix(need(r)?, &name(r), rows, cols);
+        let vec = |r: Role, len: usize| vector(need(r)?, &name(r), len);
+        let opt = |r: Role, len: usize| -> Result<Option<Vec<f32>>> {
+            src.block(i, r)?.map(|t| vector(t, &name(r), len)).transpose()
+        };
+        let (bq, bk, bv) = (opt(Role::QBias, q)?, opt(Role::KBias, kv)?, opt(Role::VBias, kv)?);
+        let (q_norm, k_norm) = (opt(Role::QNorm, cfg.head_dim)?, opt(Role::KNorm, cfg.head_dim)?);
+        if cfg.arch == Arch::Qwen3 && (q_norm.is_none() || k_norm.is_none()) {
+            return Err(LoomError::InvalidNetwork(format!(
+                "qwen3 block {i} lacks its q/k norms"
+            )));
+        }
+        blocks.push(BlockWeights {
+            attn_norm: vec(Role::AttnNorm, h)?,
+            wq: mat(Role::Q, q, h)?,
+            wk: mat(Role::K, kv, h)?,
+            wv: mat(Role::V, kv, h)?,
+            wo: mat(Role::O, h, q)?,
+            bq,
+            bk,
+            bv,
+            q_norm,
+            k_norm,
+            ffn_norm: vec(Role::FfnNorm, h)?,
+            gate: mat(Role::Gate, f, h)?,
+            up: mat(Role::Up, f, h)?,
+            down: mat(Role::Down, h, f)?,
+        });
+    }
+    Ok(ModelWeights {
+        embed,
+        blocks,
+        final_norm,
+        head,
+    })
+}
