@@ -78,3 +78,63 @@ fn tiny_llama_every_weight_file() {
     }
     assert_eq!(checked, 8);
 }
+
+fn smollm2_gguf() -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(path.exists(), "{} is missing: run scripts/setup.sh", path.display());
+    path
+}
+
+/// SmolLM2-135M-Instruct Q4_1 (the GGUF as shipped): top-20 at the last prompt position within 0.01 of the
+/// reference (the same set, but for members within 0.01 of the 20th), and greedy ids equal for every decision
+/// whose margin is ≥ 0.1 (after the first near-tie the reference's runner-up is also accepted, then we stop).
+#[test]
+fn smollm2_gguf_top20_and_greedy() {
+    let expected = json(&golden().join("smollm2/expected.json"));
+    let model = LlmModel::open(&smollm2_gguf()).unwrap();
+    assert_eq!(model.eos_ids, vec![2]);
+    let vocab = model.config.vocab;
+    for case in expected["cases"].as_array().unwrap() {
+        let msg = case["user_message"].as_str().unwrap();
+        let want = &case["results"]["gguf_dequant_f32"];
+        let prompt = ids(&case["prompt_ids"]);
+        let mut engine = model.cpu_engine();
+        let logits = engine.forward(&prompt, false).unwrap();
+        assert_eq!(logits.len(), vocab);
+        let top20 = want["top20_last_prompt_position"].as_array().unwrap();
+        let floor = top20[19][1].as_f64().unwrap() as f32;
+        for pair in top20 {
+            let (id, l) = (pair[0].as_u64().unwrap() as usize, pair[1].as_f64().unwrap() as f32);
+            assert!(
+                (logits[id] - l).abs() <= 0.01,
+                "{msg}: logit of {id} is {}, want {l}",
+                logits[id]
+            );
+        }
+        let mut order: Vec<usize> = (0..vocab).collect();
+        order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
+        for &id in &order[..20] {
+            let listed = top20.iter().any(|p| p[0].as_u64().unwrap() as usize == id);
+            assert!(
+                listed || logits[id] <= floor + 0.01,
+                "{msg}: {id} ({}) is not in the reference top 20",
+                logits[id]
+            );
+        }
+        let sure = want["greedy_prefix_len_margin_ge_0.1"].as_u64().unwrap() as usize;
+        let steps = want["greedy_steps"].as_array().unwrap();
+        let reference = ids(&want["greedy_ids"]);
+        let got = greedy(&mut engine, &logits, reference.len().min(sure + 1), Some(2));
+        for (i, &g) in got.iter().enumerate() {
+            if i < sure {
+                assert_eq!(g, reference[i], "{msg}: greedy step {i}: {got:?} vs {reference:?}");
+            } else {
+                let runner_up = steps[i]["second"].as_u64().map(|x| x as u32);
+                assert!(
+                    g == reference[i] || Some(g) == runner_up,
+                    "{msg}: step {i} (near-tie) gave {g}"
+                );
+            }
+        }
+    }
+}
