@@ -68,6 +68,10 @@ pub enum LoomError {
     Gpu(String),
     #[error("GGUF: {0}")]
     Gguf(String),
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    #[error("chat template: {0}")]
+    Template(String),
     /// A conversation longer than the model's context (or than the caller allowed).
     #[error("context full: {needed} tokens needed, the model holds {limit}")]
     ContextFull { needed: usize, limit: usize },
@@ -94,6 +98,7 @@ impl LoomError {
             | LoomError::ShapeOverflow { .. }
             | LoomError::Safetensors(_)
             | LoomError::Gguf(_)
+            | LoomError::Tokenizer(_)
             | LoomError::UnknownFormat(_) => "bad_format",
             LoomError::UnknownDType(_) | LoomError::UnsupportedDType(_) => "unsupported_dtype",
             LoomError::UnsupportedVersion { .. }
@@ -108,6 +113,7 @@ impl LoomError {
             LoomError::GpuOutOfMemory(_) => "out_of_memory",
             LoomError::Gpu(_) => "gpu",
             LoomError::NeedMore { .. } => "need_more",
+            LoomError::Template(_) => "template",
             LoomError::ContextFull { .. } => "context_full",
         }
     }

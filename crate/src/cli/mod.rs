@@ -1,4 +1,7 @@
-//! The `loom` command-line tool (native only): inspect, convert, export, conformance.
+//! The `loom` command-line tool (native only): inspect, convert, export, run, conformance, and the LLM
+//! commands chat, generate, logits, tokenize ([`llm`]).
+
+mod llm;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -81,6 +84,56 @@ enum Command {
         #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
         device: DeviceArg,
     },
+    /// Chat with an LLM: one reply with --prompt, else an interactive session (Ctrl-C stops a reply).
+    Chat {
+        #[command(flatten)]
+        model: llm::ModelArgs,
+        /// A system message that opens the conversation.
+        #[arg(long)]
+        system: Option<String>,
+        /// Send this message, print the reply and exit.
+        #[arg(long)]
+        prompt: Option<String>,
+        #[command(flatten)]
+        sampling: llm::SamplingArgs,
+        /// With --prompt: print {"prompt_ids", "ids", "text", "tokens_per_s", ...} only.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Generate a continuation of a prompt (templated as a user message unless --raw) or of token ids.
+    Generate {
+        #[command(flatten)]
+        model: llm::ModelArgs,
+        #[command(flatten)]
+        prompt: llm::PromptArgs,
+        #[command(flatten)]
+        sampling: llm::SamplingArgs,
+        /// Print {"prompt_ids", "ids", "text", ...} only.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Logits of a prompt: the top K at the last position, or every logit at every position.
+    Logits {
+        #[command(flatten)]
+        model: llm::ModelArgs,
+        #[command(flatten)]
+        prompt: llm::PromptArgs,
+        #[arg(long, default_value_t = 20)]
+        top: usize,
+        /// Every logit at every prompt position ({"ids", "logits": [[...], ...]}).
+        #[arg(long)]
+        all_positions: bool,
+        /// JSON output (the only output this command has).
+        #[arg(long, required = true)]
+        json: bool,
+    },
+    /// Token ids of a text, from a model's tokenizer or a tokenizer.json.
+    Tokenize {
+        model_or_tokenizer: PathBuf,
+        text: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// Run a Loom-written conformance corpus (manifest.json + cases/) and compare our output with Loom's.
     Conformance {
         dir: PathBuf,
@@ -144,6 +197,31 @@ pub fn main() -> ExitCode {
             device,
         } => run_forward(&path, input.as_deref(), input_file.as_deref(), &shape, json, device),
         Command::Conformance { dir, check, device } => run_conformance(&dir, check, device),
+        Command::Chat {
+            model,
+            system,
+            prompt,
+            sampling,
+            json,
+        } => llm::run_chat(&model, &sampling, system.as_deref(), prompt.as_deref(), json),
+        Command::Generate {
+            model,
+            prompt,
+            sampling,
+            json,
+        } => llm::run_generate(&model, &prompt, &sampling, json),
+        Command::Logits {
+            model,
+            prompt,
+            top,
+            all_positions,
+            json: _,
+        } => llm::run_logits(&model, &prompt, top, all_positions),
+        Command::Tokenize {
+            model_or_tokenizer,
+            text,
+            json,
+        } => llm::run_tokenize(&model_or_tokenizer, &text, json),
     };
     result.unwrap_or_else(|e| {
         eprintln!("loom: {e}");

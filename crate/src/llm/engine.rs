@@ -204,8 +204,16 @@ impl Engine for CpuEngine {
         let head = self.weights.lm_head().clone();
         let mut logits = Vec::with_capacity(if all_logits { tokens.len() * vocab } else { vocab });
         let chunks = tokens.len().div_ceil(PREFILL_CHUNK);
+        let before = self.cache.len;
         for (i, chunk) in tokens.chunks(PREFILL_CHUNK).enumerate() {
-            let hidden = self.run_chunk(chunk)?;
+            let hidden = match self.run_chunk(chunk) {
+                Ok(h) => h,
+                Err(e) => {
+                    // A failed call leaves the cache as it found it.
+                    self.cache.truncate(before, self.cfg.kv_dim());
+                    return Err(e);
+                }
+            };
             if !all_logits && i + 1 < chunks {
                 continue;
             }

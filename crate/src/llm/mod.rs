@@ -3,7 +3,10 @@
 
 pub mod config;
 pub mod engine;
+pub mod generate;
 pub mod model;
 pub mod sampler;
 pub mod sources;
+pub mod template;
+pub mod tokenizer;
 pub mod weights;

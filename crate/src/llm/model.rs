@@ -10,6 +10,7 @@ use serde_json::Value;
 use super::config::ModelConfig;
 use super::engine::CpuEngine;
 use super::sources::{GgufSource, SafetensorsSource};
+use super::tokenizer::Tokenizer;
 use super::weights::{self, ModelWeights};
 use crate::error::{json_err, LoomError, Result};
 use crate::formats::gguf;
@@ -40,6 +41,8 @@ pub struct LlmModel {
     pub weights: Arc<ModelWeights>,
     /// Ids that end a reply, from the model's own files (generation_config.json, the GGUF's eos/eot).
     pub eos_ids: Vec<u32>,
+    /// The tokenizer (with the chat template), when the files carry one.
+    pub tokenizer: Option<Arc<Tokenizer>>,
 }
 
 /// The files of an HF folder, already read (natively memory-mapped; in the browser, the user's files).
@@ -97,6 +100,7 @@ impl LlmModel {
             config,
             weights: Arc::new(weights),
             eos_ids,
+            tokenizer: Some(Arc::new(Tokenizer::from_gguf(&header)?)),
         })
     }
 
@@ -123,11 +127,29 @@ impl LlmModel {
                 }
             }
         }
+        let tokenizer = match &files.tokenizer_json {
+            Some(json) => Some(Arc::new(Tokenizer::from_json_with_config(
+                json,
+                files.tokenizer_config_json.as_deref(),
+            )?)),
+            None => None,
+        };
         Ok(LlmModel {
             format: ModelFormat::HfFolder,
             config,
             weights: Arc::new(weights),
             eos_ids,
+            tokenizer,
+        })
+    }
+
+    /// The tokenizer, or an error that says what is missing.
+    pub fn tokenizer(&self) -> Result<Arc<Tokenizer>> {
+        self.tokenizer.clone().ok_or_else(|| {
+            LoomError::InvalidInput(format!(
+                "this {} has no tokenizer: put tokenizer.json (and tokenizer_config.json) beside it, or use token ids",
+                self.format.name()
+            ))
         })
     }
 
@@ -212,6 +234,20 @@ mod native {
         })
     }
 
+    /// Only the tokenizer of a model (a GGUF's header vocabulary, an HF folder's tokenizer.json): no weights.
+    pub fn open_tokenizer(path: &Path) -> Result<Tokenizer> {
+        if path.is_dir() {
+            let json = read_opt(path.join("tokenizer.json"))?
+                .ok_or_else(|| LoomError::InvalidInput(format!("{} has no tokenizer.json", path.display())))?;
+            return Tokenizer::from_json_with_config(&json, read_opt(path.join("tokenizer_config.json"))?.as_deref());
+        }
+        let file = map_file(path)?;
+        match detect(&file) {
+            Format::Gguf => Tokenizer::from_gguf(&gguf::read_header_bytes(&file)?),
+            _ => open_tokenizer(path.parent().unwrap_or(Path::new("."))),
+        }
+    }
+
     impl LlmModel {
         /// Opens a GGUF file, a `.entity`, an HF folder, or a `.safetensors` file with `config.json` beside it.
         pub fn open(path: &Path) -> Result<LlmModel> {
@@ -236,4 +272,4 @@ mod native {
 }
 
 #[cfg(not(target_arch = "wasm32"))]
-pub use native::{hf_files, map_file};
+pub use native::{hf_files, map_file, open_tokenizer};

@@ -147,8 +147,16 @@ impl SafetensorsSource {
                 }
             };
             let (start, end) = info.data_offsets;
-            // read_metadata validated the offsets against the buffer.
-            let data = file.slice(data_start + start..data_start + end);
+            let range = data_start.saturating_add(start)..data_start.saturating_add(end);
+            if range.start > range.end || range.end > file.len() {
+                return Err(LoomError::BlobOutOfRange {
+                    path: format!("{file_name}: {name}"),
+                    offset: range.start as u64,
+                    end: range.end as u64,
+                    payload: file.len() as u64,
+                });
+            }
+            let data = file.slice(range);
             let shape = info.shape.clone();
             if self
                 .tensors

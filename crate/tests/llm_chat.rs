@@ -1,0 +1,209 @@
+//! Generation and chat on the real SmolLM2-135M-Instruct (the Q4_1 GGUF setup fetches) and tiny-llama, against
+//! the numpy reference's templated ids and replies in `../shared/golden`: streaming, prefix reuse across turns,
+//! seeded sampling, stop strings, token limits, cancellation and the context limit.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use loom_wasm::llm::engine::CpuEngine;
+use loom_wasm::llm::generate::{GenerateOptions, Session, StopReason};
+use loom_wasm::llm::model::LlmModel;
+use loom_wasm::llm::sampler::SamplingParams;
+use loom_wasm::llm::template::ChatMessage;
+use serde_json::Value;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn smollm2() -> &'static LlmModel {
+    static MODEL: OnceLock<LlmModel> = OnceLock::new();
+    MODEL.get_or_init(|| {
+        let path = root().join("models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
+        assert!(path.exists(), "{} is missing: run scripts/setup.sh", path.display());
+        LlmModel::open(&path).unwrap()
+    })
+}
+
+fn expected() -> Value {
+    let path = root().join("../shared/golden/smollm2/expected.json");
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+fn session(model: &LlmModel) -> Session {
+    Session::new(model, Box::new(model.cpu_engine())).unwrap()
+}
+
+fn greedy(max_tokens: usize) -> GenerateOptions {
+    GenerateOptions {
+        sampling: SamplingParams::greedy(),
+        max_tokens,
+        ..GenerateOptions::default()
+    }
+}
+
+fn user(text: &str) -> ChatMessage {
+    ChatMessage {
+        role: "user".into(),
+        content: text.into(),
+    }
+}
+
+#[test]
+fn templated_ids_and_the_capital_of_france() {
+    let golden = expected();
+    let mut s = session(smollm2());
+    for case in golden["cases"].as_array().unwrap() {
+        let msg = case["user_message"].as_str().unwrap();
+        let prompt = s.format().chat_prompt(&[user(msg)]).unwrap();
+        assert_eq!(prompt, ids(&case["prompt_ids"]), "{msg}: templated ids");
+    }
+    let mut pieces = Vec::new();
+    let g = s
+        .chat("What is the capital of France?", &greedy(32), false, &mut |t| {
+            pieces.push(t.to_string());
+            true
+        })
+        .unwrap();
+    assert!(g.text.contains("Paris"), "{:?}", g.text);
+    assert_eq!(g.stop_reason, StopReason::Eos);
+    assert!(pieces.len() > 3, "the reply streamed in {} pieces", pieces.len());
+    assert_eq!(pieces.concat(), g.text);
+    let reference = &golden["cases"][0]["results"]["gguf_dequant_f32"];
+    assert_eq!(g.text, reference["greedy_text"].as_str().unwrap());
+}
+
+#[test]
+fn a_second_turn_reuses_the_cache_and_equals_a_fresh_run() {
+    let model = smollm2();
+    let mut s = session(model);
+    let first = s.chat("Name a fruit.", &greedy(12), false, &mut |_| true).unwrap();
+    let second = s.chat("And a vegetable?", &greedy(12), false, &mut |_| true).unwrap();
+    assert!(
+        second.reused_tokens >= first.prompt_ids.len(),
+        "reused {} of the first turn's {} prompt tokens",
+        second.reused_tokens,
+        first.prompt_ids.len()
+    );
+    assert_eq!(s.history.len(), 4);
+    // The same conversation from an empty cache gives the same reply.
+    let mut fresh = session(model);
+    let g = fresh.generate(&second.prompt_ids, &greedy(12), &mut |_| true).unwrap();
+    assert_eq!(g.reused_tokens, 0);
+    assert_eq!(g.ids, second.ids);
+}
+
+#[test]
+fn seeded_sampling_stop_strings_limits_and_cancellation() {
+    let model = smollm2();
+    let prompt = session(model)
+        .format()
+        .chat_prompt(&[user("Tell me a story about a cat.")])
+        .unwrap();
+    let sampled = |seed: u64| {
+        let opts = GenerateOptions {
+            sampling: SamplingParams {
+                temperature: 0.9,
+                seed,
+                ..SamplingParams::default()
+            },
+            max_tokens: 16,
+            ..GenerateOptions::default()
+        };
+        session(model).generate(&prompt, &opts, &mut |_| true).unwrap()
+    };
+    let (a, b, c) = (sampled(1), sampled(1), sampled(2));
+    assert_eq!(a.ids, b.ids);
+    assert_ne!(a.ids, c.ids);
+
+    let mut s = session(model);
+    let france = s
+        .format()
+        .chat_prompt(&[user("What is the capital of France?")])
+        .unwrap();
+    let mut opts = greedy(32);
+    opts.stop_strings = vec![" Paris".into()];
+    let mut streamed = String::new();
+    let g = s
+        .generate(&france, &opts, &mut |t| {
+            streamed.push_str(t);
+            true
+        })
+        .unwrap();
+    assert_eq!(g.stop_reason, StopReason::StopString);
+    assert_eq!(g.text, "The capital of France is");
+    assert_eq!(streamed, g.text);
+
+    let g = s.generate(&france, &greedy(3), &mut |_| true).unwrap();
+    assert_eq!((g.ids.len(), g.stop_reason), (3, StopReason::MaxTokens));
+    assert_eq!(g.reused_tokens, france.len() - 1);
+
+    let mut calls = 0;
+    let g = s
+        .generate(&france, &greedy(32), &mut |_| {
+            calls += 1;
+            false
+        })
+        .unwrap();
+    assert_eq!((calls, g.stop_reason), (1, StopReason::Cancelled));
+}
+
+#[test]
+fn the_context_limit_is_an_error_or_a_truncation() {
+    let mut model = smollm2().clone();
+    model.config.context = 96;
+    let engine = || Box::new(CpuEngine::new(model.config.clone(), model.weights.clone()));
+    let mut s = Session::new(&model, engine()).unwrap();
+    let long = "Say hello. ".repeat(40);
+    let e = s.chat(&long, &greedy(8), false, &mut |_| true).unwrap_err();
+    assert_eq!(e.code(), "context_full");
+    assert!(s.history.is_empty(), "a refused turn leaves the history as it was");
+    // With truncation the oldest turns go; the system message stays.
+    let mut s = Session::new(&model, engine()).unwrap();
+    s.history.push(ChatMessage {
+        role: "system".into(),
+        content: "Be brief.".into(),
+    });
+    for q in ["Name a colour.", "Name an animal.", "Name a city.", "Name a river."] {
+        s.chat(q, &greedy(8), true, &mut |_| true).unwrap();
+    }
+    assert_eq!(s.history[0].role, "system");
+    assert!(s.history.len() < 9, "{} messages kept", s.history.len());
+    assert_eq!(s.history[s.history.len() - 2].content, "Name a river.");
+    // Generation that reaches the context stops there.
+    let prompt = s.format().chat_prompt(&[user("Count to one hundred.")]).unwrap();
+    let g = s.generate(&prompt, &greedy(500), &mut |_| true).unwrap();
+    assert_eq!(g.stop_reason, StopReason::ContextFull);
+    assert_eq!(prompt.len() + g.ids.len(), 96 + 1);
+}
+
+#[test]
+fn tiny_llama_generate_matches_the_golden_greedy_ids() {
+    let dir = root().join("../shared/golden/tiny-llama");
+    let golden: Value = serde_json::from_slice(&std::fs::read(dir.join("expected.json")).unwrap()).unwrap();
+    let prompts: Vec<Vec<u32>> = golden["prompts"].as_array().unwrap().iter().map(ids).collect();
+    for file in ["model.q4_1.gguf", "model.f16.safetensors"] {
+        let model = LlmModel::open(&dir.join(file)).unwrap();
+        let set = golden["weight_sets"]
+            .as_object()
+            .unwrap()
+            .values()
+            .find(|s| s["file"] == file)
+            .unwrap();
+        let mut s = session(&model);
+        for (p, prompt) in prompts.iter().enumerate() {
+            let g = s.generate(prompt, &greedy(16), &mut |_| true).unwrap();
+            assert_eq!(g.ids, ids(&set["results"][p]["greedy_ids"]), "{file} prompt {p}");
+            // What streamed is what the tokenizer decodes, even where the bytes are not UTF-8.
+            assert_eq!(g.text, s.format().tokenizer().decode(&g.ids, false).unwrap());
+        }
+    }
+}

@@ -1,0 +1,226 @@
+//! Hostile model files for the LLM loader: truncated and lying GGUF headers, broken config.json, and bad
+//! requests (token ids outside the vocabulary, a full context). Every one is a typed error, never a panic, and
+//! no allocation exceeds what the file's size justifies.
+
+mod common;
+
+use bytes::Bytes;
+use common::{peak_alloc, Tracking};
+use loom_wasm::formats::gguf::{read_header_bytes, GgufHeader, GgufValue};
+use loom_wasm::llm::engine::Engine;
+use loom_wasm::llm::model::{HfFiles, LlmModel};
+use loom_wasm::LoomError;
+
+#[global_allocator]
+static ALLOC: Tracking = Tracking;
+
+fn tiny(name: &str) -> Vec<u8> {
+    let path = format!("{}/../../shared/golden/tiny-llama/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// GGUF v3 writer for edited copies of a real file: metadata as given, tensors with their original data.
+fn write_gguf(h: &GgufHeader, file: &[u8], metadata: &[(String, GgufValue)]) -> Vec<u8> {
+    fn string(out: &mut Vec<u8>, s: &str) {
+        out.extend((s.len() as u64).to_le_bytes());
+        out.extend(s.as_bytes());
+    }
+    fn type_id(v: &GgufValue) -> u32 {
+        match v {
+            GgufValue::U8(_) => 0,
+            GgufValue::I8(_) => 1,
+            GgufValue::U16(_) => 2,
+            GgufValue::I16(_) => 3,
+            GgufValue::U32(_) => 4,
+            GgufValue::I32(_) => 5,
+            GgufValue::F32(_) => 6,
+            GgufValue::Bool(_) => 7,
+            GgufValue::String(_) => 8,
+            GgufValue::Array(..) => 9,
+            GgufValue::U64(_) => 10,
+            GgufValue::I64(_) => 11,
+            GgufValue::F64(_) => 12,
+        }
+    }
+    fn value(out: &mut Vec<u8>, v: &GgufValue) {
+        match v {
+            GgufValue::U8(x) => out.push(*x),
+            GgufValue::I8(x) => out.push(*x as u8),
+            GgufValue::U16(x) => out.extend(x.to_le_bytes()),
+            GgufValue::I16(x) => out.extend(x.to_le_bytes()),
+            GgufValue::U32(x) => out.extend(x.to_le_bytes()),
+            GgufValue::I32(x) => out.extend(x.to_le_bytes()),
+            GgufValue::F32(x) => out.extend(x.to_le_bytes()),
+            GgufValue::Bool(x) => out.push(u8::from(*x)),
+            GgufValue::String(s) => string(out, s),
+            GgufValue::Array(t, items) => {
+                out.extend(t.to_le_bytes());
+                out.extend((items.len() as u64).to_le_bytes());
+                items.iter().for_each(|i| value(out, i));
+            }
+            GgufValue::U64(x) => out.extend(x.to_le_bytes()),
+            GgufValue::I64(x) => out.extend(x.to_le_bytes()),
+            GgufValue::F64(x) => out.extend(x.to_le_bytes()),
+        }
+    }
+    let mut out = b"GGUF".to_vec();
+    out.extend(3u32.to_le_bytes());
+    out.extend((h.tensors.len() as u64).to_le_bytes());
+    out.extend((metadata.len() as u64).to_le_bytes());
+    for (k, v) in metadata {
+        string(&mut out, k);
+        out.extend(type_id(v).to_le_bytes());
+        value(&mut out, v);
+    }
+    for t in &h.tensors {
+        string(&mut out, &t.name);
+        out.extend((t.dims.len() as u32).to_le_bytes());
+        t.dims.iter().for_each(|d| out.extend(d.to_le_bytes()));
+        out.extend(t.ggml_type.id.to_le_bytes());
+        out.extend(t.offset.to_le_bytes());
+    }
+    out.resize(out.len().next_multiple_of(h.alignment as usize), 0);
+    out.extend(&file[h.data_start as usize..]);
+    out
+}
+
+/// A copy of the tiny Q4_0 GGUF with metadata key `key` set to `v` (added when absent, removed when `None`).
+fn with_key(key: &str, v: Option<GgufValue>) -> Vec<u8> {
+    let file = tiny("model.q4_0.gguf");
+    let h = read_header_bytes(&file).unwrap();
+    let mut md: Vec<(String, GgufValue)> = h.metadata.iter().filter(|(k, _)| k != key).cloned().collect();
+    if let Some(v) = v {
+        md.push((key.to_string(), v));
+    }
+    write_gguf(&h, &file, &md)
+}
+
+fn open(bytes: Vec<u8>) -> (Result<LlmModel, LoomError>, usize) {
+    let len = bytes.len();
+    let (r, peak) = peak_alloc(|| LlmModel::from_gguf(Bytes::from(bytes)));
+    // The file is already in memory; nothing a header claims may cost more than the file again.
+    assert!(peak <= len.max(1 << 20), "peak allocation {peak} for a {len}-byte file");
+    (r, peak)
+}
+
+fn err(bytes: Vec<u8>) -> LoomError {
+    match open(bytes).0 {
+        Ok(_) => panic!("a hostile file opened"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn the_rewritten_file_still_opens() {
+    // The writer itself is faithful: an unedited copy opens and runs.
+    let m = open(with_key("general.name", Some(GgufValue::String("copy".into()))))
+        .0
+        .unwrap();
+    assert_eq!(m.config.n_layers, 2);
+    assert_eq!(m.cpu_engine().forward(&[72, 101], false).unwrap().len(), 256);
+}
+
+#[test]
+fn every_truncation_is_a_typed_error() {
+    let file = tiny("model.q4_0.gguf");
+    let mut cuts: Vec<usize> = (0..2048).step_by(7).collect();
+    cuts.extend((2048..file.len()).step_by(997));
+    cuts.push(file.len() - 1);
+    for cut in cuts {
+        let e = err(file[..cut].to_vec());
+        assert_eq!(e.code(), "bad_format", "cut at {cut}: {e}");
+    }
+}
+
+#[test]
+fn lying_dimensions_are_refused_before_any_allocation() {
+    let u32v = |v: u32| Some(GgufValue::U32(v));
+    let cases: Vec<(&str, Option<GgufValue>, &str)> = vec![
+        ("llama.embedding_length", u32v(65), "shape"),
+        ("llama.embedding_length", u32v(0), "hidden size"),
+        ("llama.attention.head_count", u32v(0), "heads"),
+        ("llama.attention.head_count_kv", u32v(3), "multiple"),
+        ("llama.block_count", u32v(3), "missing tensor blk.2"),
+        ("llama.block_count", Some(GgufValue::U64(1 << 40)), "layers"),
+        ("llama.feed_forward_length", u32v(1 << 30), "intermediate"),
+        ("llama.feed_forward_length", u32v(129), "shape"),
+        ("llama.attention.key_length", u32v(1 << 30), "head_dim"),
+        ("llama.rope.dimension_count", u32v(17), "RoPE"),
+        ("llama.rope.freq_base", Some(GgufValue::F32(f32::NAN)), "rope_theta"),
+        (
+            "llama.block_count",
+            Some(GgufValue::String("2".into())),
+            "not an unsigned integer",
+        ),
+        ("llama.block_count", None, "block_count is missing"),
+        (
+            "general.architecture",
+            Some(GgufValue::String("gpt-neox".into())),
+            "architecture",
+        ),
+        ("general.architecture", None, "architecture"),
+    ];
+    for (key, v, says) in cases {
+        let e = err(with_key(key, v.clone()));
+        assert!(e.to_string().contains(says), "{key} = {v:?}: {e}");
+    }
+}
+
+#[test]
+fn hostile_config_json() {
+    let st = Bytes::from(tiny("model.f32.safetensors"));
+    let good = String::from_utf8(tiny("config.json")).unwrap();
+    let files = |config: &str| HfFiles {
+        config_json: config.as_bytes().to_vec(),
+        safetensors: vec![("model.safetensors".into(), st.clone())],
+        ..HfFiles::default()
+    };
+    assert!(LlmModel::from_hf(&files(&good)).is_ok());
+    for (edit, says) in [
+        (
+            good.replace("\"hidden_size\": 64", "\"hidden_size\": \"64\""),
+            "hidden_size",
+        ),
+        (good.replace("\"hidden_size\": 64,", ""), "hidden_size is missing"),
+        (
+            good.replace("\"num_attention_heads\": 4", "\"num_attention_heads\": 5"),
+            "multiple",
+        ),
+        (
+            good.replace("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 99999999"),
+            "layers",
+        ),
+        (good.replace("\"vocab_size\": 256", "\"vocab_size\": 300"), "shape"),
+        (
+            good.replace("\"model_type\": \"llama\"", "\"model_type\": \"gpt2\"")
+                .replace("LlamaForCausalLM", "GPT2LMHeadModel"),
+            "model_type",
+        ),
+        (
+            good.replace("\"rope_scaling\": null", "\"rope_scaling\": {\"type\": \"yarn\"}"),
+            "rope_scaling",
+        ),
+        (good[..good.len() / 2].to_string(), "config.json"),
+        ("[1, 2]".to_string(), "hidden_size"),
+    ] {
+        let e = LlmModel::from_hf(&files(&edit)).err().expect("a hostile config opened");
+        assert!(e.to_string().contains(says), "{says}: {e}");
+    }
+    // A truncated safetensors file.
+    let mut f = files(&good);
+    f.safetensors[0].1 = st.slice(..st.len() - 1);
+    assert_eq!(LlmModel::from_hf(&f).err().unwrap().code(), "bad_format");
+}
+
+#[test]
+fn bad_requests() {
+    let m = LlmModel::from_gguf(Bytes::from(tiny("model.q8_0.gguf"))).unwrap();
+    let mut e = m.cpu_engine();
+    assert_eq!(e.forward(&[256], false).unwrap_err().code(), "invalid_input");
+    assert_eq!(e.forward(&[], false).unwrap_err().code(), "invalid_input");
+    assert_eq!(e.cached(), 0);
+    let long = vec![65u32; m.config.context + 1];
+    assert_eq!(e.forward(&long, false).unwrap_err().code(), "context_full");
+    e.forward(&vec![65u32; m.config.context], false).unwrap();
+    assert_eq!(e.forward(&[65], false).unwrap_err().code(), "context_full");
+}
