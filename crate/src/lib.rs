@@ -13,6 +13,7 @@ pub mod gpu;
 pub mod inspect;
 pub mod model;
 pub mod network;
+pub mod quant;
 pub mod stats;
 
 #[cfg(target_arch = "wasm32")]
