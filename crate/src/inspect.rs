@@ -459,10 +459,10 @@ pub fn gguf_inspection(header: &gguf::GgufHeader, file_bytes: u64) -> Inspection
     for t in &header.tensors {
         out.total_params += t.elements;
         out.weight_bytes += t.bytes;
-        *out.bytes_by_dtype.entry(t.ggml_type.name.to_string()).or_default() += t.bytes;
+        *out.bytes_by_dtype.entry(t.ggml_type.name().to_string()).or_default() += t.bytes;
         out.tensors.push(TensorRow {
             name: t.name.clone(),
-            dtype: t.ggml_type.name.to_string(),
+            dtype: t.ggml_type.name().to_string(),
             shape: t.shape(),
             bytes: t.bytes,
             offset: header.data_start + t.offset,
