@@ -68,6 +68,10 @@ pub enum LoomError {
     Gpu(String),
     #[error("GGUF: {0}")]
     Gguf(String),
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    #[error("chat template: {0}")]
+    Template(String),
     /// A prefix of a larger file ended too early: call again with at least the first `needed` bytes.
     #[error("need the first {needed} bytes of the file, have {available}")]
     NeedMore { needed: u64, available: u64 },
@@ -91,6 +95,7 @@ impl LoomError {
             | LoomError::ShapeOverflow { .. }
             | LoomError::Safetensors(_)
             | LoomError::Gguf(_)
+            | LoomError::Tokenizer(_)
             | LoomError::UnknownFormat(_) => "bad_format",
             LoomError::UnknownDType(_) | LoomError::UnsupportedDType(_) => "unsupported_dtype",
             LoomError::UnsupportedVersion { .. }
@@ -105,6 +110,7 @@ impl LoomError {
             LoomError::GpuOutOfMemory(_) => "out_of_memory",
             LoomError::Gpu(_) => "gpu",
             LoomError::NeedMore { .. } => "need_more",
+            LoomError::Template(_) => "template",
         }
     }
 }
@@ -152,6 +158,8 @@ mod tests {
                 "bad_format",
             ),
             (LoomError::Gguf("x".into()), "bad_format"),
+            (LoomError::Tokenizer("x".into()), "bad_format"),
+            (LoomError::Template("x".into()), "template"),
             (LoomError::UnknownDType("int3".into()), "unsupported_dtype"),
             (LoomError::UnsupportedDType("Q6_K".into()), "unsupported_dtype"),
             (

@@ -11,6 +11,7 @@ pub mod error;
 pub mod formats;
 pub mod gpu;
 pub mod inspect;
+pub mod llm;
 pub mod model;
 pub mod network;
 pub mod stats;

@@ -1,0 +1,2 @@
+pub mod template;
+pub mod tokenizer;
