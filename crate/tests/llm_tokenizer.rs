@@ -159,7 +159,7 @@ fn check_llama_cpp_vocab(dir: &str, name: &str) {
     if !present(&path) {
         return;
     }
-    let tok = Tokenizer::from_gguf(&gguf_header(&path)).unwrap();
+    let tok = Tokenizer::from_gguf(&gguf_header(&path)).unwrap_or_else(|e| panic!("{name}: {e}"));
     let inp = std::fs::read_to_string(format!("{path}.inp")).unwrap();
     let out = std::fs::read_to_string(format!("{path}.out")).unwrap();
     // Every text is followed by the separator line, the last one too.
@@ -197,9 +197,16 @@ fn llama_cpp_vocab_gpt2() {
 /// The larger vocabularies come from scripts/fetch-llama-vocab.sh; skipped when it has not run.
 #[test]
 fn llama_cpp_vocab_fetched() {
-    for name in ["llama-bpe", "qwen2", "deepseek-llm"] {
-        check_llama_cpp_vocab(LLAMA_VOCAB_FETCHED, name);
-    }
+    let names = ["llama-bpe", "qwen2", "deepseek-llm"];
+    let failed: Vec<String> = names
+        .iter()
+        .filter_map(|name| {
+            std::panic::catch_unwind(|| check_llama_cpp_vocab(LLAMA_VOCAB_FETCHED, name))
+                .err()
+                .map(|e| e.downcast_ref::<String>().cloned().unwrap_or_default())
+        })
+        .collect();
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
 
 #[test]
