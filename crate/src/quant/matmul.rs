@@ -280,6 +280,7 @@ fn row_dot(level: Level, ty: GgmlType, row: &[u8], x: &[f32]) -> f32 {
 
 /// Whole blocks to float32 (`ty` can compute, `out` holds the blocks' values), with the SIMD kernel where there
 /// is one: bit-identical either way.
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
 pub(super) fn dequantize_blocks(level: Level, ty: GgmlType, bytes: &[u8], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: Level::Avx2 means the CPU has AVX2, FMA and F16C.
