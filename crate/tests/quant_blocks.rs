@@ -244,6 +244,19 @@ fn hostile_shapes_and_types_are_typed_errors() {
     assert!(quant::matmul(&w, &v.x[..2 * v.cols], usize::MAX, &mut y).is_err());
     let forged = QMatrix { rows: v.rows + 5, ..w };
     assert!(quant::matmul(&forged, &v.x[..v.cols], 1, &mut vec![0.0; v.rows + 5]).is_err());
+    // Empty shapes: no rows, no columns (every sum empty), no tokens.
+    let empty = QMatrix::new(GgmlType::Q8_0, 3, 0, &[]).unwrap();
+    let mut y = vec![f32::NAN; 6];
+    quant::matmul(&empty, &[], 2, &mut y).unwrap();
+    assert_eq!(y, vec![0.0; 6]);
+    quant::matmul(
+        &QMatrix::new(GgmlType::Q8_0, 0, 32, &[]).unwrap(),
+        &v.x[..64],
+        2,
+        &mut [],
+    )
+    .unwrap();
+    quant::matmul(&w, &[], 0, &mut []).unwrap();
     // Unknown ids.
     for id in [4, 5, 31, 36, 42, u32::MAX] {
         assert!(

@@ -175,7 +175,12 @@ const MIN_TASK_ROWS: usize = 16;
 
 /// Fills `out` (`[rows][n]`) with the matmul, rows split across the pool natively.
 fn rows_parallel(w: &QMatrix, x: &[f32], n: usize, level: Level, out: &mut [f32]) {
-    if n == 0 || w.rows == 0 {
+    if out.is_empty() {
+        return;
+    }
+    if w.cols == 0 {
+        // Empty sums (and no chunks of zero columns to split x into).
+        out.fill(0.0);
         return;
     }
     #[cfg(not(target_arch = "wasm32"))]
