@@ -32,9 +32,6 @@ step "browser tests (wasm-bindgen-test in headless Chromium)"
 # No debug info: the test .wasm is several times smaller and the runner loads it faster.
 CARGO_PROFILE_DEV_DEBUG=0 cargo test -p loom-wasm-browser-tests --target wasm32-unknown-unknown
 
-step "quantized block kernels in wasm (Node), with and without simd128"
-bash scripts/test-quant-wasm.sh
-
 step "npm package: wasm build (scripts/build-pkg.sh), raw bindings under Node"
 bash scripts/build-pkg.sh
 node --test tests-wasm/node/

@@ -8,7 +8,7 @@ use loom_wasm::LoomError;
 use wasm_bindgen_test::wasm_bindgen_test as test;
 
 /// The types with test vectors and their files (`.bin`, `.f32`, `.x.f32`, `.y.f32`), compiled in so that the
-/// test also runs in WebAssembly (`scripts/test-quant-wasm.sh`).
+/// test also runs in WebAssembly (`tests-wasm/tests/quant.rs`).
 macro_rules! vector_files {
     ($($t:ident => $name:literal),* $(,)?) => {
         const TYPES: [GgmlType; [$(GgmlType::$t),*].len()] = [$(GgmlType::$t),*];
