@@ -131,6 +131,23 @@ impl LlmModel {
         })
     }
 
+    /// A Loom transformer `.entity` held in one buffer (spec §8); float32 layers stay slices of it.
+    pub fn from_entity(file: Bytes) -> Result<LlmModel> {
+        let (config, weights) = super::entity::read(file)?;
+        Ok(LlmModel {
+            format: ModelFormat::Entity,
+            config,
+            weights: Arc::new(weights),
+            // The file names no end-of-reply token.
+            eos_ids: Vec::new(),
+        })
+    }
+
+    /// Writes the model as a Loom transformer `.entity` (see [`super::entity::write`]).
+    pub fn to_entity(&self, q4: bool) -> Result<(Vec<u8>, crate::convert::LossReport)> {
+        super::entity::write(&self.config, &self.weights, q4)
+    }
+
     /// A CPU engine with an empty KV cache.
     pub fn cpu_engine(&self) -> CpuEngine {
         CpuEngine::new(self.config.clone(), self.weights.clone())
@@ -225,7 +242,7 @@ mod native {
                     let dir = path.parent().unwrap_or(Path::new("."));
                     LlmModel::from_hf(&hf_files(dir, Some(path))?)
                 }
-                Format::Entity => Err(LoomError::Unsupported("transformer .entity chat is not built yet".into())),
+                Format::Entity => LlmModel::from_entity(file),
                 other => Err(LoomError::UnknownFormat(format!(
                     "{}: {other:?} is not a model to chat with (GGUF, .entity, an HF folder, or .safetensors with config.json)",
                     path.display()

@@ -55,7 +55,7 @@ impl GgmlType {
         true
     }
     pub fn row_bytes(self, cols: usize) -> Result<usize> {
-        if cols % self.block_len() != 0 {
+        if !cols.is_multiple_of(self.block_len()) {
             return Err(LoomError::InvalidNetwork(format!("{} rows of {cols}", self.name())));
         }
         (cols / self.block_len())
@@ -71,7 +71,7 @@ fn h(b: &[u8]) -> f32 {
 pub fn dequantize(t: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<()> {
     let bb = t.block_bytes();
     let bl = t.block_len();
-    if bytes.len() % bb != 0 || bytes.len() / bb * bl != out.len() {
+    if !bytes.len().is_multiple_of(bb) || bytes.len() / bb * bl != out.len() {
         return Err(LoomError::InvalidNetwork("dequantize: length".into()));
     }
     for (blk, o) in bytes.chunks_exact(bb).zip(out.chunks_exact_mut(bl)) {

@@ -1,0 +1,352 @@
+//! Loom transformer `.entity` files as chat models: what `loom convert` writes reproduces the numpy goldens
+//! (`loom_q4_0` for `--q4`, the source's own set for a lossless conversion), welvet (Loom itself) loads it, the
+//! corpus's emulated entity runs, and hostile files are typed errors.
+
+mod llm_util;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use bytes::Bytes;
+use llm_util::{check_tiny, golden, greedy, tiny_expected};
+use loom_wasm::llm::engine::Engine;
+use loom_wasm::llm::model::{LlmModel, ModelFormat};
+use loom_wasm::quant::GgmlType;
+use serde_json::Value;
+
+fn loom(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_loom")).args(args).output().unwrap()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("loom-llm-entity-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn tiny(file: &str) -> PathBuf {
+    golden().join("tiny-llama").join(file)
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// `loom convert MODEL OUT args…`, asserting success.
+fn convert(model: &Path, out: &Path, args: &[&str]) -> Output {
+    let mut all = vec!["convert", model.to_str().unwrap(), out.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let o = loom(&all);
+    assert!(
+        o.status.success(),
+        "loom {all:?}: {}{}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+    o
+}
+
+fn entity_of(model: &str, q4: bool) -> Vec<u8> {
+    let (bytes, _) = LlmModel::open(&tiny(model)).unwrap().to_entity(q4).unwrap();
+    bytes
+}
+
+#[test]
+fn q4_entity_reproduces_the_loom_q4_0_golden() {
+    let out = scratch("q4").join("tiny.q4.entity");
+    convert(&tiny("model.f32.safetensors"), &out, &["--q4", "--allow-lossy"]);
+    let model = LlmModel::open(&out).unwrap();
+    assert_eq!(model.format, ModelFormat::Entity);
+    // Rows of 64 and 128 are whole blocks: the matrices stay Loom Q4_0 blocks in memory.
+    let b = &model.weights.blocks[0];
+    for m in [&b.wq, &b.wk, &b.wv, &b.wo, &b.gate, &b.up, &b.down] {
+        assert_eq!(m.ty, GgmlType::LoomQ4_0);
+    }
+    let (expected, prompts) = tiny_expected();
+    check_tiny(&model, "loom_q4_0", &expected["weight_sets"]["loom_q4_0"], &prompts);
+}
+
+/// The `.entity` header as JSON and the payload offset.
+fn header(file: &[u8]) -> (Value, usize) {
+    let n = u64::from_le_bytes(file[12..20].try_into().unwrap()) as usize;
+    (serde_json::from_slice(&file[20..20 + n]).unwrap(), 20 + n)
+}
+
+fn blob<'a>(file: &'a [u8], path: &str) -> &'a [u8] {
+    let (h, start) = header(file);
+    let b = h["blobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["path"] == path)
+        .unwrap();
+    let (off, len) = (
+        b["offset"].as_u64().unwrap() as usize,
+        b["length"].as_u64().unwrap() as usize,
+    );
+    &file[start + off..start + off + len]
+}
+
+/// The packer against the reference's first two blocks of layer 0's q_proj: scales bit for bit, and the q
+/// values read straight from the words (nibble m of word w is element 8w+m, spec §8).
+#[test]
+fn q4_packer_matches_the_golden_blocks() {
+    let file = entity_of("model.f32.safetensors", true);
+    let payload = blob(&file, "layers.1.q4_0.200");
+    let (expected, _) = tiny_expected();
+    let want = &expected["weight_sets"]["loom_q4_0"]["check_blocks_layer0_q_proj"];
+    let word = |i: usize| u32::from_le_bytes(payload[i..i + 4].try_into().unwrap());
+    let n_scales = word(0) as usize;
+    assert_eq!(n_scales, want["n_blocks"].as_u64().unwrap() as usize);
+    assert_eq!(word(4) as usize, 512, "words padded to max(512, roundup64(4·blocks))");
+    for b in 0..2 {
+        let hex = want["first_2_block_scales_f32_hex"][b].as_str().unwrap();
+        assert_eq!(
+            word(8 + 4 * b),
+            u32::from_str_radix(hex, 16).unwrap(),
+            "block {b} scale"
+        );
+        let words = 8 + 4 * n_scales;
+        let q: Vec<i64> = (0..32)
+            .map(|e| {
+                let w = word(words + 4 * (4 * b + e / 8));
+                (((w >> (4 * (e % 8))) & 0xF) as i32) << 28 >> 28
+            })
+            .map(i64::from)
+            .collect();
+        let want_q: Vec<i64> = want["first_2_block_q"][b]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_i64().unwrap())
+            .collect();
+        assert_eq!(q, want_q, "block {b} q values");
+    }
+}
+
+/// Without `--q4` nothing changes: the F32 safetensors and the Q8_0 GGUF (dequantized exactly, its q/k rows
+/// back in HF order) reproduce their own goldens.
+#[test]
+fn lossless_entities_reproduce_their_own_goldens() {
+    let (expected, prompts) = tiny_expected();
+    let dir = scratch("lossless");
+    for (set, file) in [
+        ("safetensors_f32", "model.f32.safetensors"),
+        ("gguf_q8_0", "model.q8_0.gguf"),
+    ] {
+        let out = dir.join(format!("{set}.entity"));
+        let o = convert(&tiny(file), &out, &[]);
+        assert!(text(&o.stdout).contains("lossless"), "{set}: {}", text(&o.stdout));
+        let model = LlmModel::open(&out).unwrap();
+        assert_eq!(model.weights.blocks[0].wq.ty, GgmlType::F32);
+        check_tiny(&model, set, &expected["weight_sets"][set], &prompts);
+    }
+}
+
+fn welvet_available() -> bool {
+    Command::new("python3")
+        .args(["-c", "import welvet"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Loom itself (welvet 0.80.0) loads every kind of file we write with `LoadEntityTransformer`, and runs the
+/// float32 one on its CPU path to the same logits as ours (see scripts/check_entity_welvet.py).
+#[test]
+fn welvet_loads_our_entities() {
+    if !welvet_available() {
+        eprintln!("skipped: welvet is not importable (pip install welvet==0.80.0)");
+        return;
+    }
+    let dir = scratch("welvet");
+    let mut paths = Vec::new();
+    for (name, model, args) in [
+        ("q4", "model.f32.safetensors", &["--q4", "--allow-lossy"][..]),
+        ("f32", "model.f32.safetensors", &[][..]),
+        ("q8_0", "model.q8_0.gguf", &[][..]),
+    ] {
+        let out = dir.join(format!("{name}.entity"));
+        convert(&tiny(model), &out, args);
+        paths.push(out);
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/check_entity_welvet.py");
+    let mut cmd = Command::new("python3");
+    cmd.arg(&script).args(&paths);
+    let o = cmd.output().unwrap();
+    println!("{}", text(&o.stdout));
+    assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
+}
+
+#[test]
+fn corpus_emulated_q4_entity_runs() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../testdata/conformance/cases/q4_0_transformer_entity/emulated_q4.entity");
+    let model = LlmModel::open(&path).unwrap();
+    let vocab = model.config.vocab;
+    assert_eq!((vocab, model.config.hidden, model.config.n_layers), (12, 8, 1));
+    // Rows of 8 are not whole 32-element blocks: these matrices are dequantized.
+    assert_eq!(model.weights.blocks[0].wq.ty, GgmlType::F32);
+    let prompt = [1u32, 5, 7];
+    let run = || {
+        let mut engine = model.cpu_engine();
+        let logits = engine.forward(&prompt, true).unwrap();
+        assert_eq!(logits.len(), prompt.len() * vocab);
+        assert!(logits.iter().all(|x| x.is_finite()));
+        let last = logits[(prompt.len() - 1) * vocab..].to_vec();
+        greedy(&mut engine, &last, 8, None)
+    };
+    let first = run();
+    assert_eq!(first.len(), 8);
+    assert!(first.iter().all(|&t| (t as usize) < vocab));
+    assert_eq!(first, run());
+}
+
+/// Rebuilds a file with its header JSON changed by `f` (blob offsets are relative to the payload, so they
+/// stay valid).
+fn with_header(file: &[u8], f: impl Fn(&mut Value)) -> Vec<u8> {
+    let (mut h, start) = header(file);
+    f(&mut h);
+    let json = serde_json::to_vec(&h).unwrap();
+    let mut out = file[..12].to_vec();
+    out.extend_from_slice(&(json.len() as u64).to_le_bytes());
+    out.extend_from_slice(&json);
+    out.extend_from_slice(&file[start..]);
+    out
+}
+
+fn blob_entry<'a>(h: &'a mut Value, path: &str) -> &'a mut Value {
+    h["blobs"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|b| b["path"] == path)
+        .unwrap()
+}
+
+fn open_err(file: Vec<u8>) -> String {
+    match LlmModel::from_entity(Bytes::from(file)) {
+        Ok(_) => panic!("a hostile file opened"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn hostile_entities_are_typed_errors() {
+    let good = entity_of("model.f32.safetensors", true);
+    assert!(LlmModel::from_entity(Bytes::from(good.clone())).is_ok());
+
+    for cut in [10, 100, good.len() / 2, good.len() - 1] {
+        let e = open_err(good[..cut].to_vec());
+        assert!(
+            e.contains("truncated") || e.contains("outside the payload"),
+            "cut {cut}: {e}"
+        );
+    }
+
+    // The dims disagree with the layers and blobs.
+    let e = open_err(with_header(&good, |h| {
+        h["transformer"]["dims"]["intermediate_size"] = 96.into()
+    }));
+    assert!(e.contains("output_height 128") && e.contains("96"), "{e}");
+    let e = open_err(with_header(&good, |h| {
+        h["transformer"]["dims"]["num_layers"] = 3.into()
+    }));
+    assert!(e.contains("layers"), "{e}");
+    let e = open_err(with_header(&good, |h| h["transformer"]["hidden_size"] = (-64).into()));
+    assert!(e.contains("hidden_size"), "{e}");
+
+    // A Q4_0 blob shorter than its counts say, and one whose counts fit another matrix.
+    let e = open_err(with_header(&good, |h| {
+        let b = blob_entry(h, "layers.1.q4_0.201");
+        b["length"] = (b["length"].as_u64().unwrap() - 4).into();
+    }));
+    assert!(e.contains("Q4_0 payload"), "{e}");
+    let mut fewer = good.clone();
+    let (h, start) = header(&good);
+    let off = start
+        + h["blobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["path"] == "layers.1.q4_0.201")
+            .unwrap()["offset"]
+            .as_u64()
+            .unwrap() as usize;
+    // One scale fewer and one word more: the same length, but 31 blocks for a 32×64 matrix.
+    let n = u32::from_le_bytes(good[off..off + 4].try_into().unwrap());
+    let w = u32::from_le_bytes(good[off + 4..off + 8].try_into().unwrap());
+    fewer[off..off + 4].copy_from_slice(&(n - 1).to_le_bytes());
+    fewer[off + 4..off + 8].copy_from_slice(&(w + 1).to_le_bytes());
+    let e = open_err(fewer);
+    assert!(e.contains("layers.1.q4_0.201") && e.contains("blocks"), "{e}");
+
+    // Missing globals and matrices.
+    for (path, what) in [
+        ("transformer.embeddings", "transformer.embeddings"),
+        ("transformer.final_norm", "transformer.final_norm"),
+        ("layers.5.q4_0.200", "layers.5 (q_proj)"),
+    ] {
+        let e = open_err(with_header(&good, |h| {
+            h["blobs"].as_array_mut().unwrap().retain(|b| b["path"] != path)
+        }));
+        assert!(e.contains("missing") && e.contains(what), "{path}: {e}");
+    }
+    let e = open_err(with_header(&good, |h| h["transformer"]["lm_head_tied"] = false.into()));
+    assert!(e.contains("transformer.lm_head"), "{e}");
+
+    // A plain Loom network is not a language model.
+    let plain =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/conformance/cases/transformer_int8/loom.entity");
+    let e = open_err(std::fs::read(plain).unwrap());
+    assert!(e.contains("no transformer section"), "{e}");
+}
+
+#[test]
+fn cli_refuses_lossy_q4_and_overwrites_and_names_the_tensors() {
+    let dir = scratch("cli");
+    let model = tiny("model.f32.safetensors");
+    let out = dir.join("m.entity");
+    let (m, o) = (model.to_str().unwrap(), out.to_str().unwrap());
+
+    let r = loom(&["convert", m, o, "--q4"]);
+    assert_eq!(r.status.code(), Some(1));
+    let err = text(&r.stderr);
+    assert!(err.contains("refused") && err.contains("--allow-lossy"), "{err}");
+    for t in [
+        "layers.1.q4_0.200 (block 0 q_proj)",
+        "layers.7.q4_0.102 (block 1 down_proj)",
+        "max abs error",
+    ] {
+        assert!(err.contains(t), "{t} not in {err}");
+    }
+    assert!(!out.exists());
+
+    let r = loom(&["convert", m, o, "--q4", "--allow-lossy"]);
+    assert!(r.status.success(), "{}", text(&r.stderr));
+    let said = text(&r.stdout);
+    assert!(
+        said.contains("lost precision") && said.contains("layers.3.q4_0.100 (block 0 gate_proj) (F32 → Q4_0)"),
+        "{said}"
+    );
+    // 2 blocks × 7 matrices, nothing else.
+    assert_eq!(said.lines().filter(|l| l.contains(".q4_0.")).count(), 14, "{said}");
+
+    let r = loom(&["convert", m, o]);
+    assert!(!r.status.success());
+    assert!(text(&r.stderr).contains("--force"), "{}", text(&r.stderr));
+    let r = loom(&["convert", m, o, "--force"]);
+    assert!(
+        r.status.success() && text(&r.stdout).contains("lossless"),
+        "{}",
+        text(&r.stderr)
+    );
+
+    // --q4 is for language models, --dtype for Loom networks.
+    let r = loom(&["convert", m, dir.join("x.entity").to_str().unwrap(), "--dtype", "int8"]);
+    assert!(
+        !r.status.success() && text(&r.stderr).contains("language model"),
+        "{}",
+        text(&r.stderr)
+    );
+}
