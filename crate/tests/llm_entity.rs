@@ -151,31 +151,77 @@ fn welvet_available() -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-/// Loom itself (welvet 0.80.0) loads every kind of file we write with `LoadEntityTransformer`, and runs the
-/// float32 one on its CPU path to the same logits as ours (see scripts/check_entity_welvet.py).
+/// Runs scripts/check_entity_welvet.py on `files` with `prompt` and 16 greedy steps: one JSON object per file.
+fn welvet_check(files: &[PathBuf], prompt: &[u32]) -> Vec<Value> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/check_entity_welvet.py");
+    let prompt: Vec<String> = prompt.iter().map(u32::to_string).collect();
+    let o = Command::new("python3")
+        .arg(&script)
+        .args(["--prompt", &prompt.join(","), "--greedy", "16"])
+        .args(files)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
+    text(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn max_diff(a: &[f32], b: impl Iterator<Item = f32>) -> f32 {
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+/// Loom itself (welvet 0.80.0) loads every kind of file we write with `LoadEntityTransformer`, and its CPU
+/// decoder runs the float32 ones to the numpy goldens of their sources: same logits (≤ 1e-3) at every prompt
+/// position, same 16 greedy ids. (Loom's CPU path ignores Q4_0 blobs, so Q4 files are only loaded.)
 #[test]
-fn welvet_loads_our_entities() {
+fn welvet_loads_and_runs_our_entities() {
     if !welvet_available() {
         eprintln!("skipped: welvet is not importable (pip install welvet==0.80.0)");
         return;
     }
+    let (expected, prompts) = tiny_expected();
     let dir = scratch("welvet");
     let mut paths = Vec::new();
     for (name, model, args) in [
         ("q4", "model.f32.safetensors", &["--q4", "--allow-lossy"][..]),
-        ("f32", "model.f32.safetensors", &[][..]),
-        ("q8_0", "model.q8_0.gguf", &[][..]),
+        ("safetensors_f32", "model.f32.safetensors", &[][..]),
+        ("gguf_q8_0", "model.q8_0.gguf", &[][..]),
     ] {
         let out = dir.join(format!("{name}.entity"));
         convert(&tiny(model), &out, args);
         paths.push(out);
     }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/check_entity_welvet.py");
-    let mut cmd = Command::new("python3");
-    cmd.arg(&script).args(&paths);
-    let o = cmd.output().unwrap();
-    println!("{}", text(&o.stdout));
-    assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
+    let p = 2;
+    let results = welvet_check(&paths, &prompts[p]);
+    assert_eq!(results.len(), 3);
+    assert!(results.iter().all(|r| r["loaded"] == true));
+    assert!(results[0]["logits"].is_null(), "a Q4 file is only loaded");
+    for r in &results[1..] {
+        let set = r["file"]
+            .as_str()
+            .unwrap()
+            .rsplit('/')
+            .next()
+            .unwrap()
+            .trim_end_matches(".entity");
+        let want = &expected["weight_sets"][set]["results"][p];
+        let loom: Vec<f32> = r["logits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|row| row.as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32))
+            .collect();
+        let golden = want["logits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|row| row.as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32));
+        let d = max_diff(&loom, golden);
+        assert!(d <= 1e-3, "{set}: Loom's logits differ from the golden by {d}");
+        assert_eq!(r["greedy"], want["greedy_ids"], "{set}: Loom's greedy ids");
+    }
 }
 
 #[test]
@@ -349,4 +395,96 @@ fn cli_refuses_lossy_q4_and_overwrites_and_names_the_tensors() {
         "{}",
         text(&r.stderr)
     );
+}
+
+/// tiny-llama made a Qwen2 (q/k/v biases) in an HF folder: the F32 weights plus deterministic biases.
+fn tiny_qwen2(dir: &Path) -> Vec<Vec<f32>> {
+    let file = std::fs::read(tiny("model.f32.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&file).unwrap();
+    let mut tensors: Vec<(String, Vec<usize>, Vec<u8>)> = st
+        .tensors()
+        .into_iter()
+        .map(|(n, t)| (n, t.shape().to_vec(), t.data().to_vec()))
+        .collect();
+    let mut biases = Vec::new();
+    for layer in 0..2 {
+        for (proj, len) in [("q_proj", 64), ("k_proj", 32), ("v_proj", 32)] {
+            let b: Vec<f32> = (0..len)
+                .map(|i| ((i * 7 + layer * 3 + len) as f32).sin() * 0.5)
+                .collect();
+            let bytes = b.iter().flat_map(|v| v.to_le_bytes()).collect();
+            tensors.push((format!("model.layers.{layer}.self_attn.{proj}.bias"), vec![len], bytes));
+            biases.push(b);
+        }
+    }
+    let views: Vec<(String, safetensors::tensor::TensorView)> = tensors
+        .iter()
+        .map(|(n, s, d)| {
+            (
+                n.clone(),
+                safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), d).unwrap(),
+            )
+        })
+        .collect();
+    safetensors::serialize_to_file(views, None, &dir.join("model.safetensors")).unwrap();
+    let mut config: Value = serde_json::from_slice(&std::fs::read(tiny("config.json")).unwrap()).unwrap();
+    config["model_type"] = "qwen2".into();
+    config["architectures"] = serde_json::json!(["Qwen2ForCausalLM"]);
+    // Loom's final norm runs at 1e-6 whatever the model says: use that eps everywhere so both agree.
+    config["rms_norm_eps"] = 1e-6.into();
+    std::fs::write(dir.join("config.json"), serde_json::to_vec(&config).unwrap()).unwrap();
+    biases
+}
+
+/// Qwen2's q/k/v biases survive both conversions: the float32 file keeps them in the MHA layer's bias slots,
+/// where Loom's own forward adds them (its logits equal ours from the HF folder); the Q4 file keeps them in a
+/// `.biases` blob that Loom's loader accepts and our reader gives back exactly.
+#[test]
+fn qwen2_biases_survive_both_conversions() {
+    let dir = scratch("qwen2");
+    let hf = dir.join("hf");
+    std::fs::create_dir_all(&hf).unwrap();
+    let biases = tiny_qwen2(&hf);
+    let source = LlmModel::open(&hf).unwrap();
+    assert!(source.weights.blocks[0].bq.is_some());
+
+    let (f32_file, q4_file) = (dir.join("f32.entity"), dir.join("q4.entity"));
+    convert(&hf, &f32_file, &[]);
+    convert(&hf, &q4_file, &["--q4", "--allow-lossy"]);
+    let q4 = std::fs::read(&q4_file).unwrap();
+    assert_eq!(blob(&q4, "layers.1.biases").len(), 4 * (64 + 32 + 32 + 64));
+    for file in [&f32_file, &q4_file] {
+        let m = LlmModel::open(file).unwrap();
+        for (b, blk) in m.weights.blocks.iter().enumerate() {
+            for (i, got) in [&blk.bq, &blk.bk, &blk.bv].into_iter().enumerate() {
+                assert_eq!(
+                    got.as_ref().unwrap(),
+                    &biases[3 * b + i],
+                    "{}: block {b} bias {i}",
+                    file.display()
+                );
+            }
+        }
+    }
+
+    if !welvet_available() {
+        eprintln!("skipped the welvet half: welvet is not importable");
+        return;
+    }
+    let prompt = [84u32, 104, 101, 32, 113, 117, 105, 99, 107];
+    let results = welvet_check(&[f32_file, q4_file], &prompt);
+    assert!(results.iter().all(|r| r["loaded"] == true));
+    let loom: Vec<f32> = results[0]["logits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|row| row.as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32))
+        .collect();
+    let mut engine = source.cpu_engine();
+    let ours = engine.forward(&prompt, true).unwrap();
+    let d = max_diff(&ours, loom.into_iter());
+    assert!(d <= 1e-3, "Loom's logits differ from ours by {d}");
+    let vocab = source.config.vocab;
+    let got = greedy(&mut engine, &ours[(prompt.len() - 1) * vocab..], 16, None);
+    assert_eq!(results[0]["greedy"], serde_json::json!(got), "Loom's greedy ids");
 }
