@@ -232,7 +232,9 @@ fn all_zero(b: &[u8]) -> bool {
 /// decoded) when every row is whole blocks; otherwise blocks cross rows and it is dequantized to float32.
 fn q4_matrix(blob: &ExtraBlob, path: &str, rows: usize, cols: usize) -> Result<RawTensor> {
     let (n_scales, _) = q4_0::counts(&blob.bytes).map_err(|e| bad(format!("{path}: {e}")))?;
-    let n = rows * cols;
+    let n = rows
+        .checked_mul(cols)
+        .ok_or_else(|| bad(format!("{path}: a {rows}×{cols} matrix")))?;
     if n_scales != n.div_ceil(q4_0::BLOCK) {
         return Err(bad(format!(
             "{path} holds {n_scales} blocks, a {rows}×{cols} matrix needs {}",
