@@ -388,6 +388,11 @@ fn cli_refuses_lossy_q4_and_overwrites_and_names_the_tensors() {
         text(&r.stderr)
     );
 
+    // A float32 transformer .entity bakes to the same file as its source.
+    let baked = dir.join("baked.entity");
+    convert(&out, &baked, &["--q4", "--allow-lossy"]);
+    assert!(std::fs::read(&baked).unwrap() == entity_of("model.f32.safetensors", true));
+
     // --q4 is for language models, --dtype for Loom networks.
     let r = loom(&["convert", m, dir.join("x.entity").to_str().unwrap(), "--dtype", "int8"]);
     assert!(
@@ -397,8 +402,9 @@ fn cli_refuses_lossy_q4_and_overwrites_and_names_the_tensors() {
     );
 }
 
-/// tiny-llama made a Qwen2 (q/k/v biases) in an HF folder: the F32 weights plus deterministic biases.
-fn tiny_qwen2(dir: &Path) -> Vec<Vec<f32>> {
+/// tiny-llama made a Qwen2 (q/k/v biases) or a Qwen3 (per-head q/k norms) in an HF folder: the F32 weights plus
+/// deterministic extra tensors, which are returned per block in q, k(, v) order.
+fn tiny_variant(dir: &Path, arch: &str) -> Vec<Vec<f32>> {
     let file = std::fs::read(tiny("model.f32.safetensors")).unwrap();
     let st = safetensors::SafeTensors::deserialize(&file).unwrap();
     let mut tensors: Vec<(String, Vec<usize>, Vec<u8>)> = st
@@ -406,15 +412,23 @@ fn tiny_qwen2(dir: &Path) -> Vec<Vec<f32>> {
         .into_iter()
         .map(|(n, t)| (n, t.shape().to_vec(), t.data().to_vec()))
         .collect();
-    let mut biases = Vec::new();
+    let extra: &[(&str, usize, f32)] = match arch {
+        "qwen2" => &[
+            ("q_proj.bias", 64, 0.0),
+            ("k_proj.bias", 32, 0.0),
+            ("v_proj.bias", 32, 0.0),
+        ],
+        _ => &[("q_norm.weight", 16, 1.0), ("k_norm.weight", 16, 1.0)],
+    };
+    let mut added = Vec::new();
     for layer in 0..2 {
-        for (proj, len) in [("q_proj", 64), ("k_proj", 32), ("v_proj", 32)] {
-            let b: Vec<f32> = (0..len)
-                .map(|i| ((i * 7 + layer * 3 + len) as f32).sin() * 0.5)
+        for &(name, len, base) in extra {
+            let v: Vec<f32> = (0..len)
+                .map(|i| base + ((i * 7 + layer * 3 + len) as f32).sin() * 0.5)
                 .collect();
-            let bytes = b.iter().flat_map(|v| v.to_le_bytes()).collect();
-            tensors.push((format!("model.layers.{layer}.self_attn.{proj}.bias"), vec![len], bytes));
-            biases.push(b);
+            let bytes = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+            tensors.push((format!("model.layers.{layer}.self_attn.{name}"), vec![len], bytes));
+            added.push(v);
         }
     }
     let views: Vec<(String, safetensors::tensor::TensorView)> = tensors
@@ -428,65 +442,82 @@ fn tiny_qwen2(dir: &Path) -> Vec<Vec<f32>> {
         .collect();
     safetensors::serialize_to_file(views, None, &dir.join("model.safetensors")).unwrap();
     let mut config: Value = serde_json::from_slice(&std::fs::read(tiny("config.json")).unwrap()).unwrap();
-    config["model_type"] = "qwen2".into();
-    config["architectures"] = serde_json::json!(["Qwen2ForCausalLM"]);
-    // Loom's final norm runs at 1e-6 whatever the model says: use that eps everywhere so both agree.
+    config["model_type"] = arch.into();
+    config["architectures"] = serde_json::json!([if arch == "qwen2" {
+        "Qwen2ForCausalLM"
+    } else {
+        "Qwen3ForCausalLM"
+    }]);
+    // Loom runs its final norm (and an .entity's q/k norms) at 1e-6 whatever the model says: Qwen's own eps.
     config["rms_norm_eps"] = 1e-6.into();
     std::fs::write(dir.join("config.json"), serde_json::to_vec(&config).unwrap()).unwrap();
-    biases
+    added
 }
 
-/// Qwen2's q/k/v biases survive both conversions: the float32 file keeps them in the MHA layer's bias slots,
-/// where Loom's own forward adds them (its logits equal ours from the HF folder); the Q4 file keeps them in a
-/// `.biases` blob that Loom's loader accepts and our reader gives back exactly.
+/// Qwen2's q/k/v biases and Qwen3's q/k norms survive both conversions. Biases: float32 files keep them in the
+/// MHA layer's bias slots, Q4 files in a `.biases` blob; norms go in `.q_norm` / `.k_norm`. Our reader gives every
+/// value back exactly, Loom's loader accepts both files, and Loom's own forward on the float32 file gives our
+/// logits (from the HF folder) and greedy ids.
 #[test]
-fn qwen2_biases_survive_both_conversions() {
-    let dir = scratch("qwen2");
-    let hf = dir.join("hf");
-    std::fs::create_dir_all(&hf).unwrap();
-    let biases = tiny_qwen2(&hf);
-    let source = LlmModel::open(&hf).unwrap();
-    assert!(source.weights.blocks[0].bq.is_some());
+fn qwen2_biases_and_qwen3_norms_survive_both_conversions() {
+    for arch in ["qwen2", "qwen3"] {
+        let dir = scratch(arch);
+        let hf = dir.join("hf");
+        std::fs::create_dir_all(&hf).unwrap();
+        let added = tiny_variant(&hf, arch);
+        let source = LlmModel::open(&hf).unwrap();
 
-    let (f32_file, q4_file) = (dir.join("f32.entity"), dir.join("q4.entity"));
-    convert(&hf, &f32_file, &[]);
-    convert(&hf, &q4_file, &["--q4", "--allow-lossy"]);
-    let q4 = std::fs::read(&q4_file).unwrap();
-    assert_eq!(blob(&q4, "layers.1.biases").len(), 4 * (64 + 32 + 32 + 64));
-    for file in [&f32_file, &q4_file] {
-        let m = LlmModel::open(file).unwrap();
-        for (b, blk) in m.weights.blocks.iter().enumerate() {
-            for (i, got) in [&blk.bq, &blk.bk, &blk.bv].into_iter().enumerate() {
-                assert_eq!(
-                    got.as_ref().unwrap(),
-                    &biases[3 * b + i],
-                    "{}: block {b} bias {i}",
-                    file.display()
-                );
+        let (f32_file, q4_file) = (dir.join("f32.entity"), dir.join("q4.entity"));
+        convert(&hf, &f32_file, &[]);
+        convert(&hf, &q4_file, &["--q4", "--allow-lossy"]);
+        if arch == "qwen2" {
+            let q4 = std::fs::read(&q4_file).unwrap();
+            assert_eq!(blob(&q4, "layers.1.biases").len(), 4 * (64 + 32 + 32 + 64));
+        }
+        for file in [&f32_file, &q4_file] {
+            let m = LlmModel::open(file).unwrap();
+            let per_block = added.len() / 2;
+            for (b, blk) in m.weights.blocks.iter().enumerate() {
+                let got = match arch {
+                    "qwen2" => vec![&blk.bq, &blk.bk, &blk.bv],
+                    _ => vec![&blk.q_norm, &blk.k_norm],
+                };
+                for (i, g) in got.into_iter().enumerate() {
+                    assert_eq!(
+                        g.as_ref(),
+                        Some(&added[per_block * b + i]),
+                        "{}: block {b} #{i}",
+                        file.display()
+                    );
+                }
             }
         }
-    }
 
-    if !welvet_available() {
-        eprintln!("skipped the welvet half: welvet is not importable");
-        return;
+        if !welvet_available() {
+            eprintln!("skipped the welvet half: welvet is not importable");
+            continue;
+        }
+        let prompt = [84u32, 104, 101, 32, 113, 117, 105, 99, 107];
+        let results = welvet_check(&[f32_file, q4_file], &prompt);
+        assert!(results.iter().all(|r| r["loaded"] == true), "{arch}");
+        let loom: Vec<f32> = results[0]["logits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|row| row.as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32))
+            .collect();
+        let mut engine = source.cpu_engine();
+        let ours = engine.forward(&prompt, true).unwrap();
+        let d = max_diff(&ours, loom.into_iter());
+        assert!(d <= 1e-3, "{arch}: Loom's logits differ from ours by {d}");
+        let vocab = source.config.vocab;
+        let got = greedy(&mut engine, &ours[(prompt.len() - 1) * vocab..], 16, None);
+        assert_eq!(
+            results[0]["greedy"],
+            serde_json::json!(got),
+            "{arch}: Loom's greedy ids"
+        );
     }
-    let prompt = [84u32, 104, 101, 32, 113, 117, 105, 99, 107];
-    let results = welvet_check(&[f32_file, q4_file], &prompt);
-    assert!(results.iter().all(|r| r["loaded"] == true));
-    let loom: Vec<f32> = results[0]["logits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|row| row.as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32))
-        .collect();
-    let mut engine = source.cpu_engine();
-    let ours = engine.forward(&prompt, true).unwrap();
-    let d = max_diff(&ours, loom.into_iter());
-    assert!(d <= 1e-3, "Loom's logits differ from ours by {d}");
-    let vocab = source.config.vocab;
-    let got = greedy(&mut engine, &ours[(prompt.len() - 1) * vocab..], 16, None);
-    assert_eq!(results[0]["greedy"], serde_json::json!(got), "Loom's greedy ids");
 }
 
 /// Our writer lays a model out as the corpus's transformer entity (built from the spec, accepted by Loom's

@@ -281,9 +281,10 @@ fn render_table(path: &Path, r: &Inspection) -> String {
     s
 }
 
-/// True for what `LlmModel::open` takes rather than a Loom network: an HF folder, a GGUF file, or a safetensors
-/// file without Loom's topology that has a config.json beside it.
-fn is_language_model(input: &Path) -> Result<bool> {
+/// True for what `LlmModel::open` takes rather than a Loom network: an HF folder, a GGUF file, a safetensors file
+/// without Loom's topology that has a config.json beside it, or (to bake it with `--q4`) a transformer `.entity`;
+/// without `--q4` an `.entity` converts as a network, which keeps its bytes.
+fn is_language_model(input: &Path, q4: bool) -> Result<bool> {
     use crate::formats::detect::{detect, Format as FileFormat};
     if input.is_dir() {
         return Ok(true);
@@ -292,6 +293,12 @@ fn is_language_model(input: &Path) -> Result<bool> {
     Ok(match detect(&file) {
         FileFormat::Gguf => true,
         FileFormat::Safetensors => input.with_file_name("config.json").exists() && !convert::has_loom_topology(&file)?,
+        FileFormat::Entity => {
+            q4 && crate::formats::entity::read_header(&file)?
+                .network
+                .transformer
+                .is_some()
+        }
         _ => false,
     })
 }
@@ -338,7 +345,7 @@ fn run_convert(
             output.display()
         )));
     }
-    let (out, report) = if is_language_model(input)? {
+    let (out, report) = if is_language_model(input, q4)? {
         if out_format != OutputFormat::Entity || loom_dtype.is_some() {
             return Err(LoomError::InvalidInput(format!(
                 "{} is a language model: it converts to a transformer .entity (float32, or Loom Q4_0 with --q4)",
