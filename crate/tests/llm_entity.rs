@@ -301,6 +301,11 @@ fn hostile_entities_are_typed_errors() {
     assert!(e.contains("layers"), "{e}");
     let e = open_err(with_header(&good, |h| h["transformer"]["hidden_size"] = (-64).into()));
     assert!(e.contains("hidden_size"), "{e}");
+    let e = open_err(with_header(&good, |h| {
+        h["transformer"]["dims"]["num_heads"] = (1 << 20).into();
+        h["transformer"]["dims"]["head_dim"] = (1 << 20).into();
+    }));
+    assert!(e.contains("heads × head_dim"), "{e}");
 
     // A Q4_0 blob shorter than its counts say, and one whose counts fit another matrix.
     let e = open_err(with_header(&good, |h| {

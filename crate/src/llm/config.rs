@@ -99,8 +99,10 @@ impl ModelConfig {
                 self.n_heads, self.n_kv_heads
             ));
         }
-        if self.q_dim() > MAX_DIM {
-            return bad(format!("heads × head_dim = {} exceeds {MAX_DIM}", self.q_dim()));
+        // Multiplied as u64: on wasm32 two sizes under MAX_DIM can overflow usize.
+        let q_dim = self.n_heads as u64 * self.head_dim as u64;
+        if q_dim > MAX_DIM as u64 {
+            return bad(format!("heads × head_dim = {q_dim} exceeds {MAX_DIM}"));
         }
         if self.rope_dims == 0 || self.rope_dims > self.head_dim || !self.rope_dims.is_multiple_of(2) {
             return bad(format!(
