@@ -92,6 +92,14 @@ pub fn read_network(file: bytes::Bytes) -> Result<Network> {
     }
 }
 
+/// True when a safetensors file carries the Loom topology we write (`__metadata__.loom_network`).
+pub fn has_loom_topology(bytes: &[u8]) -> Result<bool> {
+    Ok(st::SafetensorsFile::from_bytes(bytes)?
+        .header()
+        .metadata()
+        .contains_key(TOPOLOGY_KEY))
+}
+
 fn network_from_safetensors(bytes: &[u8]) -> Result<Network> {
     let file = st::SafetensorsFile::from_bytes(bytes)?;
     let topology = file.header().metadata().get(TOPOLOGY_KEY).ok_or_else(|| {

@@ -2,64 +2,13 @@
 //! tiny-llama's logits at every prompt position (≤ 1e-3) and 16 greedy ids, for every weight file; SmolLM2's
 //! top-20 logits and greedy replies when setup has fetched the model.
 
+mod llm_util;
+
 use std::path::{Path, PathBuf};
 
+use llm_util::{check_tiny, golden, greedy, ids, json};
 use loom_wasm::llm::engine::Engine;
 use loom_wasm::llm::model::LlmModel;
-use serde_json::Value;
-
-fn golden() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/golden")
-}
-
-fn json(path: &Path) -> Value {
-    serde_json::from_slice(&std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap()
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
-}
-
-/// Greedy continuation through the KV cache: the first id from the prompt's last logits, then one token at a time.
-fn greedy(engine: &mut dyn Engine, last_logits: &[f32], n: usize, eos: Option<u32>) -> Vec<u32> {
-    let mut out = Vec::new();
-    let mut logits = last_logits.to_vec();
-    for step in 0..n {
-        let next = loom_wasm::cpu::ops::argmax(&logits) as u32;
-        if Some(next) == eos {
-            break;
-        }
-        out.push(next);
-        if step + 1 < n {
-            logits = engine.forward(&[next], false).unwrap();
-        }
-    }
-    out
-}
-
-/// Checks one tiny-llama weight set: every prompt's logits at every position and the greedy ids.
-fn check_tiny(model: &LlmModel, set_name: &str, expected: &Value, prompts: &[Vec<u32>]) {
-    let vocab = model.config.vocab;
-    for (p, (prompt, res)) in prompts.iter().zip(expected["results"].as_array().unwrap()).enumerate() {
-        let mut engine = model.cpu_engine();
-        let logits = engine.forward(prompt, true).unwrap();
-        let want = res["logits"].as_array().unwrap();
-        assert_eq!(want.len(), prompt.len());
-        let mut worst = 0f32;
-        for (pos, row) in want.iter().enumerate() {
-            for (i, w) in row.as_array().unwrap().iter().enumerate() {
-                worst = worst.max((logits[pos * vocab + i] - w.as_f64().unwrap() as f32).abs());
-            }
-        }
-        assert!(worst <= 1e-3, "{set_name} prompt {p}: max |Δlogit| {worst}");
-        let got = greedy(&mut engine, &logits[(prompt.len() - 1) * vocab..], 16, None);
-        assert_eq!(got, ids(&res["greedy_ids"]), "{set_name} prompt {p}: greedy ids");
-    }
-}
 
 #[test]
 fn tiny_llama_every_weight_file() {

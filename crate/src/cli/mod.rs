@@ -37,13 +37,17 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Convert between Loom JSON, .entity and safetensors (chosen by OUT's extension or --format).
+    /// Convert between Loom JSON, .entity and safetensors (chosen by OUT's extension or --format), or a language
+    /// model (GGUF, HF folder, .safetensors with config.json beside it) to a Loom transformer .entity.
     Convert {
         input: PathBuf,
         output: PathBuf,
         /// Re-quantize every layer with weights to this Loom dtype (for safetensors: float32, float16, bfloat16).
         #[arg(long)]
         dtype: Option<String>,
+        /// For a language model: bake q,k,v,o,gate,up,down into Loom Q4_0 (lossy) instead of exact float32.
+        #[arg(long)]
+        q4: bool,
         /// Output format, when OUT's extension does not say.
         #[arg(long, value_enum)]
         format: Option<Format>,
@@ -174,9 +178,10 @@ pub fn main() -> ExitCode {
             output,
             dtype,
             format,
+            q4,
             allow_lossy,
             force,
-        } => run_convert(&input, &output, dtype.as_deref(), format, allow_lossy, force),
+        } => run_convert(&input, &output, dtype.as_deref(), format, q4, allow_lossy, force),
         Command::Export {
             checkpoint_dir,
             out_dir,
@@ -381,11 +386,34 @@ fn render_table(path: &Path, r: &Inspection) -> String {
     s
 }
 
+/// True for what `LlmModel::open` takes rather than a Loom network: an HF folder, a GGUF file, a safetensors file
+/// without Loom's topology that has a config.json beside it, or (to bake it with `--q4`) a transformer `.entity`;
+/// without `--q4` an `.entity` converts as a network, which keeps its bytes.
+fn is_language_model(input: &Path, q4: bool) -> Result<bool> {
+    use crate::formats::detect::{detect, Format as FileFormat};
+    if input.is_dir() {
+        return Ok(true);
+    }
+    let file = crate::llm::model::map_file(input)?;
+    Ok(match detect(&file) {
+        FileFormat::Gguf => true,
+        FileFormat::Safetensors => input.with_file_name("config.json").exists() && !convert::has_loom_topology(&file)?,
+        FileFormat::Entity => {
+            q4 && crate::formats::entity::read_header(&file)?
+                .network
+                .transformer
+                .is_some()
+        }
+        _ => false,
+    })
+}
+
 fn run_convert(
     input: &Path,
     output: &Path,
     dtype: Option<&str>,
     format: Option<Format>,
+    q4: bool,
     allow_lossy: bool,
     force: bool,
 ) -> Result<ExitCode> {
@@ -422,9 +450,25 @@ fn run_convert(
             output.display()
         )));
     }
-    let bytes = std::fs::read(input).map_err(|e| LoomError::Io(format!("{}: {e}", input.display())))?;
-    let mut net = convert::read_network(bytes.into())?;
-    let (out, report) = convert::convert(&mut net, out_format, loom_dtype)?;
+    let (out, report) = if is_language_model(input, q4)? {
+        if out_format != OutputFormat::Entity || loom_dtype.is_some() {
+            return Err(LoomError::InvalidInput(format!(
+                "{} is a language model: it converts to a transformer .entity (float32, or Loom Q4_0 with --q4)",
+                input.display()
+            )));
+        }
+        crate::llm::model::LlmModel::open(input)?.to_entity(q4)?
+    } else {
+        if q4 {
+            return Err(LoomError::InvalidInput(format!(
+                "--q4 bakes a language model's matrices; {} is a Loom network (use --dtype)",
+                input.display()
+            )));
+        }
+        let bytes = std::fs::read(input).map_err(|e| LoomError::Io(format!("{}: {e}", input.display())))?;
+        let mut net = convert::read_network(bytes.into())?;
+        convert::convert(&mut net, out_format, loom_dtype)?
+    };
     if !report.is_lossless() && !allow_lossy {
         eprintln!(
             "loom convert: refused, this conversion would change weights:\n{}",

@@ -47,32 +47,52 @@ pub struct Q4Blocks {
     pub words: Vec<u32>,
 }
 
+/// The `(nScales, nPacked)` counts of a payload, checked: both must agree with the byte length, and the words
+/// must hold every block. Reads only the 8-byte header.
+pub fn counts(bytes: &[u8]) -> Result<(usize, usize)> {
+    let header = |i: usize| -> Result<u64> {
+        let b = bytes.get(4 * i..4 * i + 4).ok_or_else(|| LoomError::Truncated {
+            what: "Q4_0 header".into(),
+            needed: 8,
+            available: bytes.len() as u64,
+        })?;
+        Ok(u64::from(u32::from_le_bytes(b.try_into().unwrap())))
+    };
+    let (n_scales, n_packed) = (header(0)?, header(1)?);
+    let needed = 8 + 4 * (n_scales + n_packed);
+    if needed != bytes.len() as u64 {
+        return Err(LoomError::InvalidNetwork(format!(
+            "Q4_0 payload declares {n_scales} scales and {n_packed} words ({needed} bytes) but has {} bytes",
+            bytes.len()
+        )));
+    }
+    if n_packed < 4 * n_scales {
+        return Err(LoomError::InvalidNetwork(format!(
+            "Q4_0 payload has {n_packed} words for {n_scales} blocks"
+        )));
+    }
+    Ok((n_scales as usize, n_packed as usize))
+}
+
+/// The blocks of a checked payload as 20-byte records, `f32 scale | 16 bytes of nibbles`
+/// (`quant::GgmlType::LoomQ4_0`): the same bytes regrouped, nothing decoded.
+pub fn interleaved_blocks(bytes: &[u8]) -> Result<Vec<u8>> {
+    let (n_scales, _) = counts(bytes)?;
+    let words = 8 + 4 * n_scales;
+    let mut out = Vec::with_capacity(20 * n_scales);
+    for b in 0..n_scales {
+        out.extend_from_slice(&bytes[8 + 4 * b..12 + 4 * b]);
+        out.extend_from_slice(&bytes[words + 16 * b..words + 16 * b + 16]);
+    }
+    Ok(out)
+}
+
 impl Q4Blocks {
-    /// Parses and checks a payload: both counts must agree with the byte length.
+    /// Parses and checks a payload (see [`counts`]).
     pub fn parse(bytes: &[u8]) -> Result<Q4Blocks> {
-        let header = |i: usize| -> Result<u64> {
-            let b = bytes.get(4 * i..4 * i + 4).ok_or_else(|| LoomError::Truncated {
-                what: "Q4_0 header".into(),
-                needed: 8,
-                available: bytes.len() as u64,
-            })?;
-            Ok(u64::from(u32::from_le_bytes(b.try_into().unwrap())))
-        };
-        let (n_scales, n_packed) = (header(0)?, header(1)?);
-        let needed = 8 + 4 * (n_scales + n_packed);
-        if needed != bytes.len() as u64 {
-            return Err(LoomError::InvalidNetwork(format!(
-                "Q4_0 payload declares {n_scales} scales and {n_packed} words ({needed} bytes) but has {} bytes",
-                bytes.len()
-            )));
-        }
-        if n_packed < 4 * n_scales {
-            return Err(LoomError::InvalidNetwork(format!(
-                "Q4_0 payload has {n_packed} words for {n_scales} blocks"
-            )));
-        }
+        let (n_scales, _) = counts(bytes)?;
         let f = |c: &[u8]| <[u8; 4]>::try_from(c).unwrap();
-        let split = 8 + 4 * n_scales as usize;
+        let split = 8 + 4 * n_scales;
         Ok(Q4Blocks {
             scales: bytes[8..split]
                 .chunks_exact(4)

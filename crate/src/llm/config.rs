@@ -58,6 +58,9 @@ pub struct ModelConfig {
     pub rope_dims: usize,
     pub rope_style: RopeStyle,
     pub rms_eps: f32,
+    /// The eps of the final RMSNorm before the head: the model's `rms_eps`, except for Loom transformer `.entity`
+    /// files, whose final norm Loom always runs with 1e-6 whatever the dims say (spec §11).
+    pub final_norm_eps: f32,
     /// Longest sequence the model was trained for: the KV cache's limit.
     pub context: usize,
     pub tied_embeddings: bool,
@@ -96,8 +99,10 @@ impl ModelConfig {
                 self.n_heads, self.n_kv_heads
             ));
         }
-        if self.q_dim() > MAX_DIM {
-            return bad(format!("heads × head_dim = {} exceeds {MAX_DIM}", self.q_dim()));
+        // Multiplied as u64: on wasm32 two sizes under MAX_DIM can overflow usize.
+        let q_dim = self.n_heads as u64 * self.head_dim as u64;
+        if q_dim > MAX_DIM as u64 {
+            return bad(format!("heads × head_dim = {q_dim} exceeds {MAX_DIM}"));
         }
         if self.rope_dims == 0 || self.rope_dims > self.head_dim || !self.rope_dims.is_multiple_of(2) {
             return bad(format!(
@@ -108,8 +113,10 @@ impl ModelConfig {
         if !(self.rope_theta.is_finite() && self.rope_theta > 0.0) {
             return bad(format!("rope_theta {}", self.rope_theta));
         }
-        if !(self.rms_eps.is_finite() && self.rms_eps >= 0.0) {
-            return bad(format!("rms_norm_eps {}", self.rms_eps));
+        for eps in [self.rms_eps, self.final_norm_eps] {
+            if !(eps.is_finite() && eps >= 0.0) {
+                return bad(format!("rms_norm_eps {eps}"));
+            }
         }
         Ok(())
     }
@@ -176,6 +183,7 @@ impl ModelConfig {
                 RopeStyle::Neox
             },
             rms_eps: float("attention.layer_norm_rms_epsilon")?.unwrap_or(1e-5),
+            final_norm_eps: float("attention.layer_norm_rms_epsilon")?.unwrap_or(1e-5),
             context: int("context_length")?.unwrap_or(DEFAULT_CONTEXT),
             tied_embeddings: h.tensor("output.weight").is_none(),
         };
@@ -255,6 +263,7 @@ impl ModelConfig {
             rope_dims: head_dim,
             rope_style: RopeStyle::Neox,
             rms_eps: float("rms_norm_eps", 1e-6)?,
+            final_norm_eps: float("rms_norm_eps", 1e-6)?,
             context: int("max_position_embeddings")?.unwrap_or(DEFAULT_CONTEXT),
             tied_embeddings: !has_lm_head,
         };

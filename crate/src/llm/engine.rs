@@ -123,11 +123,9 @@ impl CpuEngine {
             matmul(&b.wq, &xn, n, &mut q)?;
             matmul(&b.wk, &xn, n, &mut k)?;
             matmul(&b.wv, &xn, n, &mut v)?;
-            for (out, bias) in [(&mut q, &b.bq), (&mut k, &b.bk), (&mut v, &b.bv)] {
-                if let Some(bias) = bias {
-                    ops::add_bias(out, bias);
-                }
-            }
+            add_bias(&mut q, &b.bq);
+            add_bias(&mut k, &b.bk);
+            add_bias(&mut v, &b.bv);
             if let (Some(qn), Some(kn)) = (&b.q_norm, &b.k_norm) {
                 ops::rms_norm(&mut q, qn, c.rms_eps);
                 ops::rms_norm(&mut k, kn, c.rms_eps);
@@ -154,17 +152,27 @@ impl CpuEngine {
                 );
             }
             matmul(&b.wo, &att, n, &mut proj)?;
+            add_bias(&mut proj, &b.bo);
             ops::add(&mut x, &proj);
             ops::rms_norm_into(&x, &b.ffn_norm, c.rms_eps, &mut xn);
             matmul(&b.gate, &xn, n, &mut gate)?;
             matmul(&b.up, &xn, n, &mut up)?;
+            add_bias(&mut gate, &b.b_gate);
+            add_bias(&mut up, &b.b_up);
             ops::silu_mul(&mut gate, &up);
             matmul(&b.down, &gate, n, &mut proj)?;
+            add_bias(&mut proj, &b.b_down);
             ops::add(&mut x, &proj);
         }
         self.cache.len += n;
-        ops::rms_norm(&mut x, &w.final_norm, c.rms_eps);
+        ops::rms_norm(&mut x, &w.final_norm, c.final_norm_eps);
         Ok(x)
+    }
+}
+
+fn add_bias(x: &mut [f32], bias: &Option<Vec<f32>>) {
+    if let Some(bias) = bias {
+        ops::add_bias(x, bias);
     }
 }
 

@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod engine;
+pub mod entity;
 pub mod generate;
 pub mod model;
 pub mod sampler;

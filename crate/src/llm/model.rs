@@ -153,6 +153,24 @@ impl LlmModel {
         })
     }
 
+    /// A Loom transformer `.entity` held in one buffer (spec §8); float32 layers stay slices of it.
+    pub fn from_entity(file: Bytes) -> Result<LlmModel> {
+        let (config, weights) = super::entity::read(file)?;
+        Ok(LlmModel {
+            format: ModelFormat::Entity,
+            config,
+            weights: Arc::new(weights),
+            // The file names no end-of-reply token and holds no vocabulary: a tokenizer beside it brings both.
+            eos_ids: Vec::new(),
+            tokenizer: None,
+        })
+    }
+
+    /// Writes the model as a Loom transformer `.entity` (see [`super::entity::write`]).
+    pub fn to_entity(&self, q4: bool) -> Result<(Vec<u8>, crate::convert::LossReport)> {
+        super::entity::write(&self.config, &self.weights, q4)
+    }
+
     /// A CPU engine with an empty KV cache.
     pub fn cpu_engine(&self) -> CpuEngine {
         CpuEngine::new(self.config.clone(), self.weights.clone())
@@ -261,7 +279,14 @@ mod native {
                     let dir = path.parent().unwrap_or(Path::new("."));
                     LlmModel::from_hf(&hf_files(dir, Some(path))?)
                 }
-                Format::Entity => Err(LoomError::Unsupported("transformer .entity chat is not built yet".into())),
+                Format::Entity => {
+                    let mut model = LlmModel::from_entity(file)?;
+                    let dir = path.parent().unwrap_or(Path::new("."));
+                    if dir.join("tokenizer.json").exists() {
+                        model.tokenizer = Some(Arc::new(open_tokenizer(dir)?));
+                    }
+                    Ok(model)
+                }
                 other => Err(LoomError::UnknownFormat(format!(
                     "{}: {other:?} is not a model to chat with (GGUF, .entity, an HF folder, or .safetensors with config.json)",
                     path.display()

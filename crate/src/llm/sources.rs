@@ -25,12 +25,16 @@ fn gguf_block_name(block: usize, role: Role) -> String {
         Role::QBias => ("attn_q", "bias"),
         Role::KBias => ("attn_k", "bias"),
         Role::VBias => ("attn_v", "bias"),
+        Role::OBias => ("attn_output", "bias"),
         Role::QNorm => ("attn_q_norm", "weight"),
         Role::KNorm => ("attn_k_norm", "weight"),
         Role::FfnNorm => ("ffn_norm", "weight"),
         Role::Gate => ("ffn_gate", "weight"),
         Role::Up => ("ffn_up", "weight"),
         Role::Down => ("ffn_down", "weight"),
+        Role::GateBias => ("ffn_gate", "bias"),
+        Role::UpBias => ("ffn_up", "bias"),
+        Role::DownBias => ("ffn_down", "bias"),
     };
     format!("blk.{block}.{name}.{kind}")
 }
@@ -102,12 +106,16 @@ pub fn hf_block_name(block: usize, role: Role) -> String {
         Role::QBias => "self_attn.q_proj.bias",
         Role::KBias => "self_attn.k_proj.bias",
         Role::VBias => "self_attn.v_proj.bias",
+        Role::OBias => "self_attn.o_proj.bias",
         Role::QNorm => "self_attn.q_norm.weight",
         Role::KNorm => "self_attn.k_norm.weight",
         Role::FfnNorm => "post_attention_layernorm.weight",
         Role::Gate => "mlp.gate_proj.weight",
         Role::Up => "mlp.up_proj.weight",
         Role::Down => "mlp.down_proj.weight",
+        Role::GateBias => "mlp.gate_proj.bias",
+        Role::UpBias => "mlp.up_proj.bias",
+        Role::DownBias => "mlp.down_proj.bias",
     };
     format!("model.layers.{block}.{name}")
 }

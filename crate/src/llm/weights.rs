@@ -50,6 +50,12 @@ pub struct BlockWeights {
     pub bq: Option<Vec<f32>>,
     pub bk: Option<Vec<f32>>,
     pub bv: Option<Vec<f32>>,
+    /// Output-projection and feed-forward biases: none in the HF families we run, but Loom's MHA and SwiGLU
+    /// layers have them and its forward adds them (spec §6.2, §7).
+    pub bo: Option<Vec<f32>>,
+    pub b_gate: Option<Vec<f32>>,
+    pub b_up: Option<Vec<f32>>,
+    pub b_down: Option<Vec<f32>>,
     /// Qwen3's per-head RMSNorm weights (head_dim each).
     pub q_norm: Option<Vec<f32>>,
     pub k_norm: Option<Vec<f32>>,
@@ -92,6 +98,10 @@ impl ModelWeights {
                     + ov(&b.bq)
                     + ov(&b.bk)
                     + ov(&b.bv)
+                    + ov(&b.bo)
+                    + ov(&b.b_gate)
+                    + ov(&b.b_up)
+                    + ov(&b.b_down)
                     + ov(&b.q_norm)
                     + ov(&b.k_norm)
             })
@@ -130,12 +140,16 @@ pub enum Role {
     QBias,
     KBias,
     VBias,
+    OBias,
     QNorm,
     KNorm,
     FfnNorm,
     Gate,
     Up,
     Down,
+    GateBias,
+    UpBias,
+    DownBias,
 }
 
 /// Global (non-block) tensors.
@@ -229,6 +243,12 @@ pub fn load(cfg: &ModelConfig, src: &dyn TensorSource) -> Result<ModelWeights> {
             src.block(i, r)?.map(|t| vector(t, &name(r), len)).transpose()
         };
         let (bq, bk, bv) = (opt(Role::QBias, q)?, opt(Role::KBias, kv)?, opt(Role::VBias, kv)?);
+        let (bo, b_gate, b_up, b_down) = (
+            opt(Role::OBias, h)?,
+            opt(Role::GateBias, f)?,
+            opt(Role::UpBias, f)?,
+            opt(Role::DownBias, h)?,
+        );
         let (q_norm, k_norm) = (opt(Role::QNorm, cfg.head_dim)?, opt(Role::KNorm, cfg.head_dim)?);
         if cfg.arch == Arch::Qwen3 && (q_norm.is_none() || k_norm.is_none()) {
             return Err(LoomError::InvalidNetwork(format!(
@@ -244,6 +264,10 @@ pub fn load(cfg: &ModelConfig, src: &dyn TensorSource) -> Result<ModelWeights> {
             bq,
             bk,
             bv,
+            bo,
+            b_gate,
+            b_up,
+            b_down,
             q_norm,
             k_norm,
             ffn_norm: vec(Role::FfnNorm, h)?,

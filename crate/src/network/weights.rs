@@ -117,6 +117,11 @@ impl WeightStore {
         self.versions.get(&dt).map(|b| &b[..])
     }
 
+    /// [`WeightStore::version`] as a shared buffer (a slice of the file it was read from, not a copy).
+    pub fn version_bytes(&self, dt: DType) -> Option<Bytes> {
+        self.versions.get(&dt).cloned()
+    }
+
     /// Loom's `Morph(dt)`: quantizes the master to `dt` unless that version is cached. Auto-scales first when
     /// the scale is still exactly 1 (spec §2). float32 needs no version: the master is used.
     pub fn morph(&mut self, dt: DType) {
