@@ -151,6 +151,18 @@ fn messages(system: Option<&str>, user: &str) -> Vec<ChatMessage> {
     m
 }
 
+/// The JSON both `chat --json` and `generate --json` print (chat adds `seed` and `device`).
+fn generation_json(g: &Generation) -> serde_json::Value {
+    json!({
+        "prompt_ids": g.prompt_ids,
+        "ids": g.ids,
+        "text": g.text,
+        "tokens_per_s": g.tokens_per_s(),
+        "prefill_tokens_per_s": g.prefill_tokens_per_s(),
+        "stop_reason": g.stop_reason.name(),
+    })
+}
+
 fn print_json(v: &serde_json::Value) -> Result<ExitCode> {
     println!(
         "{}",
@@ -208,16 +220,10 @@ pub fn run_chat(
         let mut sink = |t: &str| json || stdout_sink(t);
         let g = session.chat(text, &opts, false, &mut sink)?;
         if json {
-            return print_json(&json!({
-                "prompt_ids": g.prompt_ids,
-                "ids": g.ids,
-                "text": g.text,
-                "tokens_per_s": g.tokens_per_s(),
-                "prefill_tokens_per_s": g.prefill_tokens_per_s(),
-                "stop_reason": g.stop_reason.name(),
-                "seed": opts.sampling.seed,
-                "device": session.engine().device(),
-            }));
+            let mut v = generation_json(&g);
+            v["seed"] = json!(opts.sampling.seed);
+            v["device"] = json!(session.engine().device());
+            return print_json(&v);
         }
         println!();
         eprintln!("{}", stats_line(&g));
@@ -262,13 +268,7 @@ pub fn run_generate(m: &ModelArgs, p: &PromptArgs, s: &SamplingArgs, json: bool)
     let mut sink = |t: &str| json || stdout_sink(t);
     let g = session.generate(&ids, &s.options(), &mut sink)?;
     if json {
-        return print_json(&json!({
-            "prompt_ids": g.prompt_ids,
-            "ids": g.ids,
-            "text": g.text,
-            "tokens_per_s": g.tokens_per_s(),
-            "stop_reason": g.stop_reason.name(),
-        }));
+        return print_json(&generation_json(&g));
     }
     println!();
     eprintln!("{}", stats_line(&g));
