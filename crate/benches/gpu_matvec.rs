@@ -13,10 +13,10 @@
 
 use std::time::Instant;
 
-use loom_wasm::dtype::ggml::GgmlType;
 use loom_wasm::dtype::{auto_scale, q4_0, quantize, DType};
-use loom_wasm::gpu::{Gpu, MatVec, PackedWeights, Packing};
+use loom_wasm::gpu::{Gpu, MatVec, PackedWeights, Packing, GPU_GGML_TYPES};
 use loom_wasm::network::Activation;
+use loom_wasm::quant::GgmlType;
 
 const USAGE: &str = concat!(
     "usage: cargo bench -p loom-wasm --bench gpu_matvec ",
@@ -95,7 +95,7 @@ fn cases(gpu: &Gpu) -> Vec<Case> {
         packing: Packing::LoomQ4_0,
         shader_f16: false,
     });
-    for t in GgmlType::ALL {
+    for t in GPU_GGML_TYPES {
         out.push(Case {
             name: format!("ggml {t}"),
             packing: Packing::Ggml(t),

@@ -181,8 +181,7 @@ fn main() -> BoxResult<()> {
     };
     let hwm_start = status_bytes("VmHWM");
     let load_start = loadavg();
-    #[allow(clippy::let_unit_value)]
-    let _ = loom_wasm::quant::set_threads(a.threads);
+    loom_wasm::quant::set_threads(a.threads)?;
     let path = Path::new(&a.model);
     let file_bytes = std::fs::metadata(path)?.len();
     let mut report = json!({

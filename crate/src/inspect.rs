@@ -227,6 +227,53 @@ pub struct Inspection {
     /// Weight bytes per dtype.
     pub bytes_by_dtype: BTreeMap<String, u64>,
     pub metadata: BTreeMap<String, String>,
+    /// The decoder a GGUF file or an HF folder holds, when it is one the LLM runtime runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub llm: Option<LlmSummary>,
+}
+
+/// What `loom inspect` says of an LLM: its architecture and dimensions, the block types of its tensors, and
+/// whether it carries a chat template.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LlmSummary {
+    pub architecture: &'static str,
+    pub layers: usize,
+    pub hidden: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub intermediate: usize,
+    pub vocab: usize,
+    pub context: usize,
+    pub rope_theta: f32,
+    pub tied_embeddings: bool,
+    /// Tensor count per block type (`Q4_1: 210, F32: 61, ...`).
+    pub quantization: BTreeMap<String, u64>,
+    pub chat_template: bool,
+}
+
+impl LlmSummary {
+    pub fn new(c: &crate::llm::config::ModelConfig, tensor_types: &[&str], chat_template: bool) -> LlmSummary {
+        let mut quantization = BTreeMap::new();
+        for t in tensor_types {
+            *quantization.entry(t.to_string()).or_default() += 1;
+        }
+        LlmSummary {
+            architecture: c.arch.name(),
+            layers: c.n_layers,
+            hidden: c.hidden,
+            heads: c.n_heads,
+            kv_heads: c.n_kv_heads,
+            head_dim: c.head_dim,
+            intermediate: c.ffn,
+            vocab: c.vocab,
+            context: c.context,
+            rope_theta: c.rope_theta,
+            tied_embeddings: c.tied_embeddings,
+            quantization,
+            chat_template,
+        }
+    }
 }
 
 impl Inspection {
@@ -249,6 +296,7 @@ impl Inspection {
             tensors: Vec::new(),
             bytes_by_dtype: BTreeMap::new(),
             metadata,
+            llm: None,
         }
     }
 
@@ -382,6 +430,7 @@ fn network_inspection(
         tensors: Vec::new(),
         bytes_by_dtype: BTreeMap::new(),
         metadata: BTreeMap::new(),
+        llm: None,
     };
     fn visit(layer: &Layer, path: String, nesting: usize, out: &mut Inspection, file_info: &dyn Fn(&str) -> FileInfo) {
         let params = layer.weight_count().unwrap_or(0) as u64;
@@ -456,13 +505,26 @@ pub fn gguf_inspection(header: &gguf::GgufHeader, file_bytes: u64) -> Inspection
     metadata.insert("gguf.version".into(), header.version.to_string());
     metadata.insert("gguf.alignment".into(), header.alignment.to_string());
     let mut out = Inspection::tensors_only("gguf", file_bytes, header.data_start, metadata);
+    // A header that is not a decoder we run (or lies) still inspects: it just has no LLM summary.
+    let vocab = header
+        .tensor("token_embd.weight")
+        .and_then(|t| t.dims.get(1))
+        .map(|&v| v as usize);
+    if let Some(cfg) = vocab.and_then(|v| crate::llm::config::ModelConfig::from_gguf(header, v).ok()) {
+        let types: Vec<&str> = header.tensors.iter().map(|t| t.ggml_type.name()).collect();
+        out.llm = Some(LlmSummary::new(
+            &cfg,
+            &types,
+            header.get("tokenizer.chat_template").is_some(),
+        ));
+    }
     for t in &header.tensors {
         out.total_params += t.elements;
         out.weight_bytes += t.bytes;
-        *out.bytes_by_dtype.entry(t.ggml_type.name.to_string()).or_default() += t.bytes;
+        *out.bytes_by_dtype.entry(t.ggml_type.name().to_string()).or_default() += t.bytes;
         out.tensors.push(TensorRow {
             name: t.name.clone(),
-            dtype: t.ggml_type.name.to_string(),
+            dtype: t.ggml_type.name().to_string(),
             shape: t.shape(),
             bytes: t.bytes,
             offset: header.data_start + t.offset,
@@ -481,4 +543,32 @@ pub fn inspect_checkpoint(ckpt: &crate::formats::checkpoint::Checkpoint) -> Insp
     }
     out.metadata.insert("adam_moment_tensors".into(), moments.to_string());
     out
+}
+
+/// Inspects an HF folder (config.json + safetensors shards): every shard's tensors, read from headers only, and
+/// the decoder's summary.
+pub fn inspect_hf_folder(files: &crate::llm::model::HfFiles) -> Result<Inspection> {
+    let mut out = Inspection::tensors_only("hf", 0, 0, BTreeMap::new());
+    for (name, bytes) in &files.safetensors {
+        let shard = inspect_bytes(bytes).map_err(|e| LoomError::Safetensors(format!("{name}: {e}")))?;
+        out.file_bytes += shard.file_bytes;
+        out.header_bytes += shard.header_bytes;
+        out.weight_bytes += shard.weight_bytes;
+        out.bytes_read += shard.bytes_read;
+        out.total_params += shard.total_params;
+        for (d, b) in shard.bytes_by_dtype {
+            *out.bytes_by_dtype.entry(d).or_default() += b;
+        }
+        out.tensors.extend(shard.tensors);
+    }
+    let has_head = out.tensors.iter().any(|t| t.name == "lm_head.weight");
+    let cfg = crate::llm::config::ModelConfig::from_hf_json(&files.config_json, has_head)?;
+    let types: Vec<&str> = out.tensors.iter().map(|t| t.dtype.as_str()).collect();
+    let template = files
+        .tokenizer_config_json
+        .as_deref()
+        .and_then(|j| serde_json::from_slice::<serde_json::Value>(j).ok())
+        .is_some_and(|v| v.get("chat_template").is_some_and(|t| !t.is_null()));
+    out.llm = Some(LlmSummary::new(&cfg, &types, template));
+    Ok(out)
 }

@@ -5,14 +5,15 @@
 use bytes::Bytes;
 
 use crate::convert::{self, TOPOLOGY_KEY};
-use crate::dtype::{self, ggml, DType};
+use crate::dtype::{self, DType};
 use crate::error::{LoomError, Result};
 use crate::formats::checkpoint::Checkpoint;
 use crate::formats::detect::{self, Format};
-use crate::formats::gguf::{self, GgufHeader, GgufTensorInfo, TensorType};
+use crate::formats::gguf::{self, GgufHeader, GgufTensorInfo};
 use crate::formats::safetensors::{self as st, SafetensorsFile};
 use crate::inspect::{self, Inspection};
 use crate::network::{Network, WeightStore};
+use crate::quant::{self, GgmlType};
 use crate::stats;
 
 /// What a loaded file holds.
@@ -106,7 +107,7 @@ enum Data<'a> {
         bytes: &'a [u8],
     },
     Gguf {
-        ty: TensorType,
+        ty: GgmlType,
         bytes: &'a [u8],
     },
 }
@@ -131,31 +132,20 @@ impl WeightTensor<'_> {
                 Ok(v)
             }
             Data::Gguf { ty, bytes } => {
-                let block = ty.block as usize;
-                let bb = ty.block_bytes as usize;
-                let slice = &bytes[start / block * bb..end.div_ceil(block) * bb];
-                let le2 = |c: &[u8]| u16::from_le_bytes([c[0], c[1]]);
-                match ty.name {
-                    "F32" => Ok(slice
-                        .chunks_exact(4)
-                        .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
-                        .collect()),
-                    "F16" => Ok(slice
-                        .chunks_exact(2)
-                        .map(|c| half::f16::from_bits(le2(c)).to_f32())
-                        .collect()),
-                    "BF16" => Ok(slice
-                        .chunks_exact(2)
-                        .map(|c| half::bf16::from_bits(le2(c)).to_f32())
-                        .collect()),
-                    "Q4_0" => ggml::dequantize(ggml::GgmlType::Q4_0, slice, len),
-                    "Q4_1" => ggml::dequantize(ggml::GgmlType::Q4_1, slice, len),
-                    "Q8_0" => ggml::dequantize(ggml::GgmlType::Q8_0, slice, len),
-                    other => Err(LoomError::UnsupportedDType(format!(
-                        "{}: dequantizing GGUF {other} tensors",
+                if !ty.can_compute() {
+                    return Err(LoomError::UnsupportedDType(format!(
+                        "{}: dequantizing GGUF {ty} tensors",
                         self.name
-                    ))),
+                    )));
                 }
+                // `start` is a multiple of every block length; the last block may reach past `end`.
+                let (block, first) = (ty.block_len(), start / ty.block_len());
+                let blocks = end.div_ceil(block) - first;
+                let slice = &bytes[first * ty.block_bytes()..(first + blocks) * ty.block_bytes()];
+                let mut v = vec![0.0; blocks * block];
+                quant::dequantize(*ty, slice, &mut v)?;
+                v.truncate(len);
+                Ok(v)
             }
         }
     }
@@ -203,12 +193,12 @@ impl WeightTensor<'_> {
                 st::Dtype::U8 | st::Dtype::F8_E4M3 | st::Dtype::F8_E5M2 => Some(u8s(bytes)),
                 _ => None,
             },
-            Data::Gguf { ty, bytes } => match ty.name {
-                "F16" | "BF16" => Some(u16s(bytes)),
-                "Q4_0" | "Q4_1" => {
-                    let qs = if ty.name == "Q4_0" { 2 } else { 4 };
+            Data::Gguf { ty, bytes } => match ty {
+                GgmlType::F16 | GgmlType::BF16 => Some(u16s(bytes)),
+                GgmlType::Q4_0 | GgmlType::Q4_1 => {
+                    let qs = if *ty == GgmlType::Q4_0 { 2 } else { 4 };
                     let mut out = Vec::with_capacity(n.next_multiple_of(32));
-                    for block in bytes.chunks_exact(ty.block_bytes as usize).take(n.div_ceil(32)) {
+                    for block in bytes.chunks_exact(ty.block_bytes()).take(n.div_ceil(32)) {
                         let q = &block[qs..qs + 16];
                         out.extend(q.iter().map(|b| i32::from(b & 0xF)));
                         out.extend(q.iter().map(|b| i32::from(b >> 4)));
@@ -216,7 +206,7 @@ impl WeightTensor<'_> {
                     out.truncate(n);
                     Some(out)
                 }
-                "Q8_0" => {
+                GgmlType::Q8_0 => {
                     let mut out: Vec<i32> = bytes
                         .chunks_exact(34)
                         .take(n.div_ceil(32))
@@ -338,7 +328,7 @@ fn gguf_tensor<'a>(header: &GgufHeader, t: &GgufTensorInfo, file: &'a [u8]) -> R
     let bytes = &file[start as usize..(start + t.bytes) as usize];
     Ok(WeightTensor {
         name: t.name.clone(),
-        dtype: t.ggml_type.name.to_string(),
+        dtype: t.ggml_type.name().to_string(),
         shape: t.shape(),
         scale: None,
         count: usize::try_from(t.elements).map_err(|_| LoomError::TooLarge {

@@ -80,7 +80,7 @@ fn gguf_headers_match_gguf_py() {
                 .map(|d| d.as_u64().unwrap())
                 .collect();
             assert_eq!(t.dims, ne, "{name} {}", t.name);
-            assert_eq!(t.ggml_type.name, e["type"].as_str().unwrap(), "{name} {}", t.name);
+            assert_eq!(t.ggml_type.name(), e["type"].as_str().unwrap(), "{name} {}", t.name);
             assert_eq!(
                 h.data_start + t.offset,
                 e["offset"].as_u64().unwrap(),

@@ -172,12 +172,17 @@ fn the_context_limit_is_an_error_or_a_truncation() {
         role: "system".into(),
         content: "Be brief.".into(),
     });
-    for q in ["Name a colour.", "Name an animal.", "Name a city.", "Name a river."] {
+    let questions = ["colour", "animal", "city", "river", "tree", "planet"].map(|w| format!("Name a {w} and say why."));
+    for q in &questions {
         s.chat(q, &greedy(8), true, &mut |_| true).unwrap();
     }
     assert_eq!(s.history[0].role, "system");
-    assert!(s.history.len() < 9, "{} messages kept", s.history.len());
-    assert_eq!(s.history[s.history.len() - 2].content, "Name a river.");
+    assert!(
+        s.history.len() < 1 + 2 * questions.len(),
+        "{} messages kept",
+        s.history.len()
+    );
+    assert_eq!(s.history[s.history.len() - 2].content, questions[5]);
     // Generation that reaches the context stops there.
     let prompt = s.format().chat_prompt(&[user("Count to one hundred.")]).unwrap();
     let g = s.generate(&prompt, &greedy(500), &mut |_| true).unwrap();
@@ -202,8 +207,13 @@ fn tiny_llama_generate_matches_the_golden_greedy_ids() {
         for (p, prompt) in prompts.iter().enumerate() {
             let g = s.generate(prompt, &greedy(16), &mut |_| true).unwrap();
             assert_eq!(g.ids, ids(&set["results"][p]["greedy_ids"]), "{file} prompt {p}");
-            // What streamed is what the tokenizer decodes, even where the bytes are not UTF-8.
-            assert_eq!(g.text, s.format().tokenizer().decode(&g.ids, false).unwrap());
+            // What streamed is what the tokenizer decodes. These random bytes are often not UTF-8: a stream
+            // cannot know how many U+FFFD a whole decode would put where, so those are left out of the comparison.
+            let valid = |t: &str| t.replace('\u{FFFD}', "");
+            assert_eq!(
+                valid(&g.text),
+                valid(&s.format().tokenizer().decode(&g.ids, false).unwrap())
+            );
         }
     }
 }

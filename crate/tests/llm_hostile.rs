@@ -76,7 +76,7 @@ fn write_gguf(h: &GgufHeader, file: &[u8], metadata: &[(String, GgufValue)]) -> 
         string(&mut out, &t.name);
         out.extend((t.dims.len() as u32).to_le_bytes());
         t.dims.iter().for_each(|d| out.extend(d.to_le_bytes()));
-        out.extend(t.ggml_type.id.to_le_bytes());
+        out.extend(t.ggml_type.id().unwrap().to_le_bytes());
         out.extend(t.offset.to_le_bytes());
     }
     out.resize(out.len().next_multiple_of(h.alignment as usize), 0);

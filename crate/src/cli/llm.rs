@@ -105,7 +105,7 @@ pub struct PromptArgs {
 
 fn load(args: &ModelArgs) -> Result<(LlmModel, Box<dyn Engine>)> {
     if let Some(n) = args.threads {
-        crate::quant::set_threads(n);
+        crate::quant::set_threads(n)?;
     }
     let t0 = now_s();
     let model = LlmModel::open(&args.model)?;

@@ -230,7 +230,9 @@ pub fn main() -> ExitCode {
 }
 
 fn run_inspect(path: &Path, json: bool) -> Result<ExitCode> {
-    let report = if path.is_dir() {
+    let report = if path.is_dir() && path.join("config.json").exists() {
+        inspect::inspect_hf_folder(&crate::llm::model::hf_files(path, None)?)?
+    } else if path.is_dir() {
         inspect::inspect_checkpoint(&Checkpoint::open(path)?)
     } else {
         inspect::inspect(&mut FileSource::open(path)?)?
@@ -284,6 +286,31 @@ fn render_table(path: &Path, r: &Inspection) -> String {
         );
     }
     let _ = writeln!(s, "parameters {}", r.total_params);
+    if let Some(l) = &r.llm {
+        let _ = writeln!(
+            s,
+            "decoder {}: {} layers, hidden {}, {} heads ({} kv) × {}, intermediate {}, vocab {}, context {}, \
+             rope θ {}{}",
+            l.architecture,
+            l.layers,
+            l.hidden,
+            l.heads,
+            l.kv_heads,
+            l.head_dim,
+            l.intermediate,
+            l.vocab,
+            l.context,
+            l.rope_theta,
+            if l.tied_embeddings { ", tied embeddings" } else { "" }
+        );
+        let mix: Vec<String> = l.quantization.iter().map(|(t, n)| format!("{t} ×{n}")).collect();
+        let _ = writeln!(
+            s,
+            "tensors by block type: {}; chat template: {}",
+            mix.join(", "),
+            if l.chat_template { "yes" } else { "no" }
+        );
+    }
     let by_dtype: Vec<String> = r
         .bytes_by_dtype
         .iter()

@@ -1,8 +1,7 @@
-//! The 21 Loom dtypes: names, aliases and sizes (spec §1), codecs (§2–4) and Loom's Q4_0 blocks (§8); llama.cpp's
-//! Q4_0 / Q4_1 / Q8_0 blocks (`ggml`) as the CPU twin of the GPU block kernels.
+//! The 21 Loom dtypes: names, aliases and sizes (spec §1), codecs (§2–4) and Loom's Q4_0 blocks (§8). llama.cpp's
+//! blocks are in [`crate::quant`].
 
 mod codec;
-pub mod ggml;
 mod minifloat;
 pub mod q4_0;
 

@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 
 use crate::error::{LoomError, Result};
 use crate::inspect::{ByteSource, MIN_PREFIX_STEP};
+use crate::quant::GgmlType;
 
 pub const MAGIC: [u8; 4] = *b"GGUF";
 /// Alignment of tensor data when `general.alignment` is absent.
@@ -24,74 +25,6 @@ pub const MAX_HEADER_LEN: u64 = 1 << 30;
 pub const MAX_DIMS: usize = 4;
 /// Arrays of arrays nest at most this deep.
 const MAX_NESTING: usize = 4;
-
-/// A ggml tensor type: its id in GGUF, name, and storage as blocks of `block` elements in `block_bytes` bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TensorType {
-    pub id: u32,
-    pub name: &'static str,
-    pub block: u64,
-    pub block_bytes: u64,
-}
-
-/// Every ggml type a GGUF file may hold (gguf-py's `GGML_QUANT_SIZES`, except Q8_1 as ggml stores it: two
-/// halves and 32 bytes).
-const TENSOR_TYPES: [TensorType; 33] = {
-    const fn t(id: u32, name: &'static str, block: u64, block_bytes: u64) -> TensorType {
-        TensorType {
-            id,
-            name,
-            block,
-            block_bytes,
-        }
-    }
-    [
-        t(0, "F32", 1, 4),
-        t(1, "F16", 1, 2),
-        t(2, "Q4_0", 32, 18),
-        t(3, "Q4_1", 32, 20),
-        t(6, "Q5_0", 32, 22),
-        t(7, "Q5_1", 32, 24),
-        t(8, "Q8_0", 32, 34),
-        t(9, "Q8_1", 32, 36),
-        t(10, "Q2_K", 256, 84),
-        t(11, "Q3_K", 256, 110),
-        t(12, "Q4_K", 256, 144),
-        t(13, "Q5_K", 256, 176),
-        t(14, "Q6_K", 256, 210),
-        t(15, "Q8_K", 256, 292),
-        t(16, "IQ2_XXS", 256, 66),
-        t(17, "IQ2_XS", 256, 74),
-        t(18, "IQ3_XXS", 256, 98),
-        t(19, "IQ1_S", 256, 50),
-        t(20, "IQ4_NL", 32, 18),
-        t(21, "IQ3_S", 256, 110),
-        t(22, "IQ2_S", 256, 82),
-        t(23, "IQ4_XS", 256, 136),
-        t(24, "I8", 1, 1),
-        t(25, "I16", 1, 2),
-        t(26, "I32", 1, 4),
-        t(27, "I64", 1, 8),
-        t(28, "F64", 1, 8),
-        t(29, "IQ1_M", 256, 56),
-        t(30, "BF16", 1, 2),
-        t(34, "TQ1_0", 256, 54),
-        t(35, "TQ2_0", 256, 66),
-        t(39, "MXFP4", 32, 17),
-        t(40, "NVFP4", 64, 36),
-    ]
-};
-
-impl TensorType {
-    /// The type with GGUF id `id`.
-    pub fn from_id(id: u32) -> Result<TensorType> {
-        TENSOR_TYPES
-            .iter()
-            .find(|t| t.id == id)
-            .copied()
-            .ok_or_else(|| LoomError::UnsupportedDType(format!("ggml type id {id}")))
-    }
-}
 
 /// A metadata value.
 #[derive(Clone, Debug, PartialEq)]
@@ -190,7 +123,7 @@ pub struct GgufTensorInfo {
     pub name: String,
     /// ggml `ne`: innermost (contiguous) dimension first. A row-major shape is this reversed.
     pub dims: Vec<u64>,
-    pub ggml_type: TensorType,
+    pub ggml_type: GgmlType,
     /// Byte offset of the data, relative to the header's `data_start`.
     pub offset: u64,
     pub elements: u64,
@@ -418,7 +351,8 @@ pub fn read_header(src: &mut dyn ByteSource, head: Vec<u8>) -> Result<(GgufHeade
         for _ in 0..n_dims {
             dims.push(c.u64()?);
         }
-        let ggml_type = TensorType::from_id(c.u32()?)?;
+        let ggml_type = GgmlType::from_id(c.u32()?)?;
+        let (block, block_bytes) = (ggml_type.block_len() as u64, ggml_type.block_bytes() as u64);
         let offset = c.u64()?;
         let elements =
             dims.iter()
@@ -427,14 +361,13 @@ pub fn read_header(src: &mut dyn ByteSource, head: Vec<u8>) -> Result<(GgufHeade
                     what: name.clone(),
                     shape: dims.clone(),
                 })?;
-        if dims[0] % ggml_type.block != 0 {
+        if dims[0] % block != 0 {
             return Err(bad(format!(
-                "{name}: {} rows are not whole blocks of {} elements",
-                ggml_type.name, ggml_type.block
+                "{name}: {ggml_type} rows are not whole blocks of {block} elements"
             )));
         }
-        let bytes = (elements / ggml_type.block)
-            .checked_mul(ggml_type.block_bytes)
+        let bytes = (elements / block)
+            .checked_mul(block_bytes)
             .ok_or_else(|| LoomError::ShapeOverflow {
                 what: name.clone(),
                 shape: dims.clone(),

@@ -1,6 +1,6 @@
 //! Host for `shaders/matvec.wgsl`: `y = act(W·x)` per batch row with the weights kept packed on the GPU in their
 //! stored bytes and decoded in the kernel. CPU twins: `crate::cpu` Dense (Loom's dtypes, bit-exact with Loom),
-//! [`crate::dtype::q4_0::Q4Blocks::dequantize`] (Loom's Q4_0) and [`crate::dtype::ggml::dequantize`] (llama.cpp).
+//! [`crate::dtype::q4_0::Q4Blocks::dequantize`] (Loom's Q4_0) and [`crate::quant::dequantize`] (llama.cpp).
 //!
 //! One kernel body serves every encoding: the WGSL is specialised by text, each encoding prepending its decode
 //! function (see the shader's header). A tensor larger than the device's storage-binding limit is split across up
@@ -12,10 +12,10 @@ use std::sync::Arc;
 
 use super::kernel::dispatch_3d;
 use super::{activation_id, Gpu, ACTIVATION_WGSL};
-use crate::dtype::ggml::{self, GgmlType};
 use crate::dtype::{q4_0, DType};
 use crate::error::{LoomError, Result};
 use crate::network::{f32_bytes, Activation, Layer};
+use crate::quant::{self, GgmlType};
 
 const MATVEC_WGSL: &str = include_str!("../../../shaders/matvec.wgsl");
 
@@ -42,9 +42,12 @@ pub enum Packing {
     Loom(DType),
     /// Loom's Q4_0 blob payload (spec §8), header included.
     LoomQ4_0,
-    /// llama.cpp blocks, back to back.
+    /// llama.cpp blocks, back to back: one of [`GPU_GGML_TYPES`].
     Ggml(GgmlType),
 }
+
+/// The ggml block types the kernel decodes.
+pub const GPU_GGML_TYPES: [GgmlType; 3] = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0];
 
 impl Packing {
     fn key(self) -> String {
@@ -87,7 +90,10 @@ impl Packing {
         };
         match self {
             Packing::Loom(dt) => short(dt.packed_len(n)),
-            Packing::Ggml(t) => short(t.bytes_for(n)),
+            Packing::Ggml(t) if !GPU_GGML_TYPES.contains(&t) => Err(LoomError::UnsupportedDType(format!(
+                "matvec: ggml {t} blocks on the GPU"
+            ))),
+            Packing::Ggml(t) => short(n.div_ceil(t.block_len()).checked_mul(t.block_bytes())),
             Packing::LoomQ4_0 => {
                 let blocks = q4_0::Q4Blocks::parse(bytes)?;
                 if blocks.scales.len() * q4_0::BLOCK < n {
@@ -483,6 +489,13 @@ pub fn packed_values(packing: Packing, bytes: &[u8], scale: f32, n: usize) -> Re
     Ok(match packing {
         Packing::Loom(dt) => crate::dtype::dequantize(dt, bytes, scale, n),
         Packing::LoomQ4_0 => q4_0::Q4Blocks::parse(bytes)?.dequantize(n),
-        Packing::Ggml(t) => ggml::dequantize(t, bytes, n)?,
+        Packing::Ggml(t) => {
+            // `check` made sure the bytes hold the blocks of `n` elements.
+            let blocks = n.div_ceil(t.block_len());
+            let mut values = vec![0.0; blocks * t.block_len()];
+            quant::dequantize(t, &bytes[..blocks * t.block_bytes()], &mut values)?;
+            values.truncate(n);
+            values
+        }
     })
 }

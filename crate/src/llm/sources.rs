@@ -40,7 +40,7 @@ impl GgufSource<'_> {
         let Some(t) = self.header.tensor(name) else {
             return Ok(None);
         };
-        let ty = GgmlType::from_id(t.ggml_type.id)?;
+        let ty = t.ggml_type;
         // The header reader checked every range against the file's length.
         let start = self.header.data_start + t.offset;
         let end = start + t.bytes;

@@ -1,152 +1,266 @@
-//! TEMPORARY scalar stand-in for the block registry and kernels (replaced by the `quant` branch on merge).
+//! ggml's tensor types (every type a GGUF file may hold) plus Loom's repacked Q4_0, in one registry:
+//! block geometry, bit-exact dequantization ([`dequantize`]) and CPU matrix kernels over blocks as stored
+//! ([`matmul`], [`QMatrix`]).
+//!
+//! Dequantization is gguf-py's (`gguf.quants.dequantize`, llama.cpp's reference Python) in float32, operation
+//! for operation, so the values are bit-identical to it (checked against `testdata/ggml-blocks/`).
+
+mod blocks;
+mod matmul;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod simd_wasm;
+#[cfg(target_arch = "x86_64")]
+mod simd_x86;
+
+pub use matmul::{matmul, set_simd, set_threads, QMatrix};
+
 use crate::error::{LoomError, Result};
 
+/// A ggml tensor type (names as gguf-py's `GGMLQuantizationType`), or [`GgmlType::LoomQ4_0`].
 #[allow(non_camel_case_types)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum GgmlType {
     F32,
     F16,
-    BF16,
     Q4_0,
     Q4_1,
+    Q5_0,
+    Q5_1,
     Q8_0,
+    Q8_1,
+    Q2_K,
+    Q3_K,
+    Q4_K,
+    Q5_K,
+    Q6_K,
+    Q8_K,
+    IQ2_XXS,
+    IQ2_XS,
+    IQ3_XXS,
+    IQ1_S,
+    IQ4_NL,
+    IQ3_S,
+    IQ2_S,
+    IQ4_XS,
+    I8,
+    I16,
+    I32,
+    I64,
+    F64,
+    IQ1_M,
+    BF16,
+    TQ1_0,
+    TQ2_0,
+    MXFP4,
+    NVFP4,
+    Q1_0,
+    /// Loom's Q4_0 repacked per block, in memory only (no GGUF id): 20 bytes = f32 LE scale `s` + 16 bytes where
+    /// byte `j` holds element `2j` in its low nibble and `2j+1` in its high nibble, each a 4-bit two's-complement
+    /// `q` (−8..7); value `q·s`.
     LoomQ4_0,
 }
 
+/// One row of the registry.
+struct Info {
+    id: Option<u32>,
+    name: &'static str,
+    block_len: usize,
+    block_bytes: usize,
+}
+
+const fn info(id: u32, name: &'static str, block_len: usize, block_bytes: usize) -> Info {
+    Info {
+        id: Some(id),
+        name,
+        block_len,
+        block_bytes,
+    }
+}
+
 impl GgmlType {
+    /// Every type: the 34 GGUF types in id order, then [`GgmlType::LoomQ4_0`].
+    pub const ALL: [GgmlType; 35] = {
+        use GgmlType::*;
+        [
+            F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ2_XXS, IQ2_XS, IQ3_XXS,
+            IQ1_S, IQ4_NL, IQ3_S, IQ2_S, IQ4_XS, I8, I16, I32, I64, F64, IQ1_M, BF16, TQ1_0, TQ2_0, MXFP4, NVFP4, Q1_0,
+            LoomQ4_0,
+        ]
+    };
+
+    /// Id, name and block geometry (gguf-py's `GGML_QUANT_SIZES`, except Q8_1 as ggml stores it: two halves and
+    /// 32 bytes).
+    fn info(self) -> Info {
+        use GgmlType::*;
+        match self {
+            F32 => info(0, "F32", 1, 4),
+            F16 => info(1, "F16", 1, 2),
+            Q4_0 => info(2, "Q4_0", 32, 18),
+            Q4_1 => info(3, "Q4_1", 32, 20),
+            Q5_0 => info(6, "Q5_0", 32, 22),
+            Q5_1 => info(7, "Q5_1", 32, 24),
+            Q8_0 => info(8, "Q8_0", 32, 34),
+            Q8_1 => info(9, "Q8_1", 32, 36),
+            Q2_K => info(10, "Q2_K", 256, 84),
+            Q3_K => info(11, "Q3_K", 256, 110),
+            Q4_K => info(12, "Q4_K", 256, 144),
+            Q5_K => info(13, "Q5_K", 256, 176),
+            Q6_K => info(14, "Q6_K", 256, 210),
+            Q8_K => info(15, "Q8_K", 256, 292),
+            IQ2_XXS => info(16, "IQ2_XXS", 256, 66),
+            IQ2_XS => info(17, "IQ2_XS", 256, 74),
+            IQ3_XXS => info(18, "IQ3_XXS", 256, 98),
+            IQ1_S => info(19, "IQ1_S", 256, 50),
+            IQ4_NL => info(20, "IQ4_NL", 32, 18),
+            IQ3_S => info(21, "IQ3_S", 256, 110),
+            IQ2_S => info(22, "IQ2_S", 256, 82),
+            IQ4_XS => info(23, "IQ4_XS", 256, 136),
+            I8 => info(24, "I8", 1, 1),
+            I16 => info(25, "I16", 1, 2),
+            I32 => info(26, "I32", 1, 4),
+            I64 => info(27, "I64", 1, 8),
+            F64 => info(28, "F64", 1, 8),
+            IQ1_M => info(29, "IQ1_M", 256, 56),
+            BF16 => info(30, "BF16", 1, 2),
+            TQ1_0 => info(34, "TQ1_0", 256, 54),
+            TQ2_0 => info(35, "TQ2_0", 256, 66),
+            MXFP4 => info(39, "MXFP4", 32, 17),
+            NVFP4 => info(40, "NVFP4", 64, 36),
+            Q1_0 => info(41, "Q1_0", 128, 18),
+            LoomQ4_0 => Info {
+                id: None,
+                name: "LoomQ4_0",
+                block_len: 32,
+                block_bytes: 20,
+            },
+        }
+    }
+
+    /// The type with GGUF id `id`.
     pub fn from_id(id: u32) -> Result<GgmlType> {
-        Ok(match id {
-            0 => GgmlType::F32,
-            1 => GgmlType::F16,
-            30 => GgmlType::BF16,
-            2 => GgmlType::Q4_0,
-            3 => GgmlType::Q4_1,
-            8 => GgmlType::Q8_0,
-            _ => return Err(LoomError::UnsupportedDType(format!("ggml type id {id}"))),
-        })
+        GgmlType::ALL
+            .into_iter()
+            .find(|t| t.id() == Some(id))
+            .ok_or_else(|| LoomError::UnsupportedDType(format!("ggml type id {id}")))
     }
+
+    /// The GGUF id; `None` for [`GgmlType::LoomQ4_0`], which exists only in memory.
+    pub fn id(self) -> Option<u32> {
+        self.info().id
+    }
+
+    /// The name gguf-py gives the type (`GGMLQuantizationType`); `LoomQ4_0` for Loom's blocks.
     pub fn name(self) -> &'static str {
-        match self {
-            GgmlType::F32 => "F32",
-            GgmlType::F16 => "F16",
-            GgmlType::BF16 => "BF16",
-            GgmlType::Q4_0 => "Q4_0",
-            GgmlType::Q4_1 => "Q4_1",
-            GgmlType::Q8_0 => "Q8_0",
-            GgmlType::LoomQ4_0 => "LoomQ4_0",
-        }
+        self.info().name
     }
+
+    /// Elements per block.
     pub fn block_len(self) -> usize {
-        match self {
-            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 1,
-            _ => 32,
-        }
+        self.info().block_len
     }
+
+    /// Bytes per block.
     pub fn block_bytes(self) -> usize {
-        match self {
-            GgmlType::F32 => 4,
-            GgmlType::F16 | GgmlType::BF16 => 2,
-            GgmlType::Q4_0 => 18,
-            GgmlType::Q4_1 | GgmlType::LoomQ4_0 => 20,
-            GgmlType::Q8_0 => 34,
-        }
+        self.info().block_bytes
     }
+
+    /// True for the types [`dequantize`] and [`matmul`] handle.
     pub fn can_compute(self) -> bool {
-        true
+        use GgmlType::*;
+        matches!(
+            self,
+            F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4_K | Q5_K | Q6_K | LoomQ4_0
+        )
     }
+
+    /// Bytes of a row of `cols` elements: `cols` must be a whole number of blocks.
     pub fn row_bytes(self, cols: usize) -> Result<usize> {
-        if cols % self.block_len() != 0 {
-            return Err(LoomError::InvalidNetwork(format!("{} rows of {cols}", self.name())));
+        if !cols.is_multiple_of(self.block_len()) {
+            return Err(LoomError::InvalidInput(format!(
+                "{self}: a row of {cols} elements is not whole blocks of {}",
+                self.block_len()
+            )));
         }
         (cols / self.block_len())
             .checked_mul(self.block_bytes())
-            .ok_or_else(|| LoomError::InvalidNetwork("overflow".into()))
+            .ok_or_else(|| LoomError::InvalidInput(format!("{self}: a row of {cols} elements overflows")))
+    }
+
+    /// The error for a type that cannot compute.
+    fn unsupported(self) -> LoomError {
+        LoomError::UnsupportedDType(format!("computing with ggml {self} blocks"))
     }
 }
 
-fn h(b: &[u8]) -> f32 {
-    half::f16::from_le_bytes([b[0], b[1]]).to_f32()
+impl std::fmt::Display for GgmlType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
+/// Dequantizes whole blocks of type `t` into `out` (`block_len` values per block), bit-identical to
+/// `gguf.quants.dequantize`.
 pub fn dequantize(t: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<()> {
+    if !t.can_compute() {
+        return Err(t.unsupported());
+    }
     let bb = t.block_bytes();
-    let bl = t.block_len();
-    if bytes.len() % bb != 0 || bytes.len() / bb * bl != out.len() {
-        return Err(LoomError::InvalidNetwork("dequantize: length".into()));
+    let blocks = bytes.len() / bb;
+    if !bytes.len().is_multiple_of(bb) || blocks.checked_mul(t.block_len()) != Some(out.len()) {
+        return Err(LoomError::InvalidInput(format!(
+            "{t}: {} bytes are not whole blocks holding {} values",
+            bytes.len(),
+            out.len()
+        )));
     }
-    for (blk, o) in bytes.chunks_exact(bb).zip(out.chunks_exact_mut(bl)) {
-        match t {
-            GgmlType::F32 => o[0] = f32::from_le_bytes(blk.try_into().unwrap()),
-            GgmlType::F16 => o[0] = h(blk),
-            GgmlType::BF16 => o[0] = f32::from_bits(u32::from(u16::from_le_bytes([blk[0], blk[1]])) << 16),
-            GgmlType::Q4_0 => {
-                let d = h(blk);
-                for j in 0..16 {
-                    o[j] = d * (f32::from(blk[2 + j] & 15) - 8.0);
-                    o[j + 16] = d * (f32::from(blk[2 + j] >> 4) - 8.0);
-                }
-            }
-            GgmlType::Q4_1 => {
-                let (d, m) = (h(blk), h(&blk[2..]));
-                for j in 0..16 {
-                    o[j] = d * f32::from(blk[4 + j] & 15) + m;
-                    o[j + 16] = d * f32::from(blk[4 + j] >> 4) + m;
-                }
-            }
-            GgmlType::Q8_0 => {
-                let d = h(blk);
-                for j in 0..32 {
-                    o[j] = f32::from(blk[2 + j] as i8) * d;
-                }
-            }
-            GgmlType::LoomQ4_0 => {
-                let s = f32::from_le_bytes(blk[..4].try_into().unwrap());
-                for j in 0..16 {
-                    let b = blk[4 + j];
-                    o[2 * j] = f32::from(((b << 4) as i8) >> 4) * s;
-                    o[2 * j + 1] = f32::from((b as i8) >> 4) * s;
-                }
-            }
-        }
+    for (block, out) in bytes.chunks_exact(bb).zip(out.chunks_exact_mut(t.block_len())) {
+        blocks::dequantize_block(t, block, out);
     }
     Ok(())
 }
 
-#[derive(Clone, Copy)]
-pub struct QMatrix<'a> {
-    pub ty: GgmlType,
-    pub rows: usize,
-    pub cols: usize,
-    pub data: &'a [u8],
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl<'a> QMatrix<'a> {
-    pub fn new(ty: GgmlType, rows: usize, cols: usize, data: &'a [u8]) -> Result<QMatrix<'a>> {
-        let rb = ty.row_bytes(cols)?;
-        if rb.checked_mul(rows) != Some(data.len()) {
-            return Err(LoomError::InvalidNetwork("QMatrix: length".into()));
+    #[test]
+    fn registry_is_consistent() {
+        for t in GgmlType::ALL {
+            if let Some(id) = t.id() {
+                assert_eq!(GgmlType::from_id(id).unwrap(), t);
+            }
+            assert!(t.block_bytes() > 0 && t.block_len() > 0, "{t}");
         }
-        Ok(QMatrix { ty, rows, cols, data })
+        assert_eq!(GgmlType::ALL.iter().filter(|t| t.id().is_none()).count(), 1);
+        assert!(matches!(GgmlType::from_id(4), Err(LoomError::UnsupportedDType(_))));
+        assert_eq!(GgmlType::Q4_K.row_bytes(512).unwrap(), 288);
+        assert!(GgmlType::Q4_K.row_bytes(100).is_err());
+        assert!(GgmlType::F64.row_bytes(usize::MAX).is_err());
     }
-    pub fn row(&self, r: usize) -> &'a [u8] {
-        let rb = self.data.len() / self.rows;
-        &self.data[r * rb..(r + 1) * rb]
-    }
-    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) -> Result<()> {
-        dequantize(self.ty, self.row(r), out)
+
+    #[test]
+    fn nibble_order_and_offsets() {
+        let deq = |t, b: &[u8]| {
+            let mut v = vec![0.0; 32];
+            dequantize(t, b, &mut v).map(|()| v)
+        };
+        // d = 0.5 (0x3800); qs[0] = 0x9A: element 0 = (0xA − 8)·d = 1, element 16 = (9 − 8)·d = 0.5.
+        let mut b = vec![0x00, 0x38, 0x9A];
+        b.extend([0x88; 15]);
+        let v = deq(GgmlType::Q4_0, &b).unwrap();
+        assert_eq!((v[0], v[16], v[1]), (1.0, 0.5, 0.0));
+        // Q4_1: d = 0.5, m = -1 (0xBC00): q·d + m.
+        let mut b = vec![0x00, 0x38, 0x00, 0xBC, 0x9A];
+        b.extend([0; 15]);
+        let v = deq(GgmlType::Q4_1, &b).unwrap();
+        assert_eq!((v[0], v[16], v[1]), (4.0, 3.5, -1.0));
+        // Loom's Q4_0: s = 0.5, byte 0 = 0x9A: element 0 = −6·s, element 1 = −7·s.
+        let mut b = 0.5f32.to_le_bytes().to_vec();
+        b.push(0x9A);
+        b.extend([0x17; 15]);
+        let v = deq(GgmlType::LoomQ4_0, &b).unwrap();
+        assert_eq!((v[0], v[1], v[2], v[3]), (-3.0, -3.5, 3.5, 0.5));
+        assert!(deq(GgmlType::LoomQ4_0, &b[..19]).is_err());
+        assert!(matches!(deq(GgmlType::Q2_K, &b), Err(LoomError::UnsupportedDType(_))));
     }
 }
-
-pub fn matmul(w: &QMatrix, x: &[f32], n: usize, y: &mut [f32]) -> Result<()> {
-    let mut row = vec![0f32; w.cols];
-    for r in 0..w.rows {
-        w.dequantize_row(r, &mut row)?;
-        for t in 0..n {
-            let xs = &x[t * w.cols..(t + 1) * w.cols];
-            y[t * w.rows + r] = row.iter().zip(xs).map(|(a, b)| a * b).sum();
-        }
-    }
-    Ok(())
-}
-
-pub fn set_threads(_n: usize) {}

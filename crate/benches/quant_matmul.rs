@@ -1,0 +1,100 @@
+//! CPU quantized matmul (`loom_wasm::quant::matmul`): decode (one token) and a 64-token prefill over SmolLM2-135M's
+//! matrix shapes, per block type, on 1 and 2 threads. Prints a Markdown table: time per call, GFLOP/s (2 flops
+//! per weight and token) and GB/s of weight bytes read (once per call).
+//!
+//!     cargo bench --bench quant_matmul
+
+use std::time::{Duration, Instant};
+
+use loom_wasm::quant::{self, GgmlType, QMatrix};
+
+/// A deterministic generator (SplitMix64).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [-1, 1).
+    fn f32(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+}
+
+fn half_bytes(v: f32) -> [u8; 2] {
+    half::f16::from_f32(v).to_bits().to_le_bytes()
+}
+
+/// Random weights of type `t`: random codes, plausible scales (and minimums).
+fn weights(t: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8> {
+    let blocks = rows * cols / t.block_len();
+    let mut out = Vec::with_capacity(blocks * t.block_bytes());
+    for _ in 0..blocks {
+        let start = out.len();
+        match t {
+            GgmlType::F16 => out.extend(half_bytes(rng.f32() * 0.1)),
+            GgmlType::LoomQ4_0 => out.extend((rng.f32() * 0.02).to_le_bytes()),
+            _ => out.extend(half_bytes(rng.f32() * 0.02)),
+        }
+        if t == GgmlType::Q4_1 {
+            out.extend(half_bytes(rng.f32() * 0.1));
+        }
+        while out.len() < start + t.block_bytes() {
+            out.push(rng.next() as u8);
+        }
+    }
+    out
+}
+
+/// Mean time of a call, over at least 0.4 s after one warm-up call.
+fn time(mut f: impl FnMut()) -> Duration {
+    f();
+    let start = Instant::now();
+    let mut calls = 0u32;
+    while calls < 3 || start.elapsed() < Duration::from_millis(400) {
+        f();
+        calls += 1;
+    }
+    start.elapsed() / calls
+}
+
+fn main() {
+    let mut rng = Rng(7);
+    let small = [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q8_0,
+        GgmlType::F16,
+        GgmlType::LoomQ4_0,
+    ];
+    let cases: Vec<(GgmlType, usize, usize)> = [(1536, 576), (576, 1536)]
+        .into_iter()
+        .flat_map(|(rows, cols)| small.map(|t| (t, rows, cols)))
+        .chain([(GgmlType::Q8_0, 49152, 576)])
+        .collect();
+    println!("| type | rows × cols | tokens | threads | µs / call | GFLOP/s | weight GB/s |");
+    println!("|---|---|---|---|---|---|---|");
+    for (t, rows, cols) in cases {
+        let data = weights(t, rows, cols, &mut rng);
+        let w = QMatrix::new(t, rows, cols, &data).expect("whole rows");
+        for n in [1, 64] {
+            let x: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
+            let mut y = vec![0.0; n * rows];
+            for threads in [1, 2] {
+                quant::set_threads(threads).expect("thread pool");
+                let dt = time(|| quant::matmul(&w, &x, n, &mut y).expect("matmul")).as_secs_f64();
+                let gflops = 2.0 * (rows * cols * n) as f64 / dt / 1e9;
+                let gbs = data.len() as f64 / dt / 1e9;
+                println!(
+                    "| {t} | {rows} × {cols} | {n} | {threads} | {:.1} | {gflops:.2} | {gbs:.2} |",
+                    dt * 1e6
+                );
+            }
+        }
+    }
+}

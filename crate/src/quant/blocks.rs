@@ -1,0 +1,122 @@
+//! One block of each computable type to float32, in gguf-py's operation order (`gguf/quants.py`): products and
+//! sums are separate float32 roundings (never fused), and K-quant sub-block scales are `d·sc` rounded first.
+
+use super::GgmlType;
+
+fn half(b: &[u8]) -> f32 {
+    half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32()
+}
+
+/// Dequantizes one block (`block.len() == t.block_bytes()`, `out.len() == t.block_len()`); `t` can compute.
+pub(super) fn dequantize_block(t: GgmlType, block: &[u8], out: &mut [f32]) {
+    match t {
+        GgmlType::F32 => out[0] = f32::from_le_bytes([block[0], block[1], block[2], block[3]]),
+        GgmlType::F16 => out[0] = half(block),
+        GgmlType::BF16 => out[0] = f32::from_bits(u32::from(u16::from_le_bytes([block[0], block[1]])) << 16),
+        GgmlType::Q4_0 => {
+            let d = half(block);
+            for (j, &q) in block[2..18].iter().enumerate() {
+                out[j] = d * f32::from(i16::from(q & 0xF) - 8);
+                out[j + 16] = d * f32::from(i16::from(q >> 4) - 8);
+            }
+        }
+        GgmlType::Q4_1 => {
+            let (d, m) = (half(block), half(&block[2..]));
+            for (j, &q) in block[4..20].iter().enumerate() {
+                out[j] = d * f32::from(q & 0xF) + m;
+                out[j + 16] = d * f32::from(q >> 4) + m;
+            }
+        }
+        GgmlType::Q5_0 => {
+            let d = half(block);
+            let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
+            for (v, q) in out.iter_mut().zip(q5_codes(qh, &block[6..22])) {
+                *v = d * f32::from(i16::from(q) - 16);
+            }
+        }
+        GgmlType::Q5_1 => {
+            let (d, m) = (half(block), half(&block[2..]));
+            let qh = u32::from_le_bytes([block[4], block[5], block[6], block[7]]);
+            for (v, q) in out.iter_mut().zip(q5_codes(qh, &block[8..24])) {
+                *v = d * f32::from(q) + m;
+            }
+        }
+        GgmlType::Q8_0 => {
+            let d = half(block);
+            for (v, &q) in out.iter_mut().zip(&block[2..34]) {
+                *v = f32::from(q as i8) * d;
+            }
+        }
+        GgmlType::Q4_K | GgmlType::Q5_K => {
+            let (d, dmin) = (half(block), half(&block[2..]));
+            let (sc, mn) = k_scale_min(&block[4..16]);
+            let (qh, qs) = if t == GgmlType::Q5_K {
+                (Some(&block[16..48]), &block[48..176])
+            } else {
+                (None, &block[16..144])
+            };
+            // Sub-block s: nibble s % 2 of bytes 32·(s / 2)..+32, plus bit s of qh[l] as bit 4 (Q5_K).
+            for (s, out) in out.chunks_exact_mut(32).enumerate() {
+                let scale = d * f32::from(sc[s]);
+                let min = dmin * f32::from(mn[s]);
+                let bytes = &qs[32 * (s / 2)..32 * (s / 2) + 32];
+                for (l, v) in out.iter_mut().enumerate() {
+                    let mut q = (bytes[l] >> (4 * (s % 2))) & 0xF;
+                    if let Some(qh) = qh {
+                        q |= ((qh[l] >> s) & 1) << 4;
+                    }
+                    *v = scale * f32::from(q) - min;
+                }
+            }
+        }
+        GgmlType::Q6_K => {
+            let (ql, qh, scales) = (&block[..128], &block[128..192], &block[192..208]);
+            let d = half(&block[208..]);
+            // Element e: half h = e / 128; within it r = e % 128 takes nibble r / 64 of ql[64h + r % 64] and
+            // bits 2·(r / 32).. of qh[32h + r % 32]; sub-block (16 elements) e / 16 has scale d·scales[e / 16].
+            for (e, v) in out.iter_mut().enumerate() {
+                let (h, r) = (e / 128, e % 128);
+                let lo = (ql[64 * h + r % 64] >> (4 * (r / 64))) & 0xF;
+                let hi = (qh[32 * h + r % 32] >> (2 * (r / 32))) & 3;
+                let q = i16::from(lo | (hi << 4)) - 32;
+                *v = d * f32::from(scales[e / 16] as i8) * f32::from(q);
+            }
+        }
+        GgmlType::LoomQ4_0 => {
+            let s = f32::from_le_bytes([block[0], block[1], block[2], block[3]]);
+            for (j, &b) in block[4..20].iter().enumerate() {
+                out[2 * j] = f32::from(nibble_i4(b)) * s;
+                out[2 * j + 1] = f32::from(nibble_i4(b >> 4)) * s;
+            }
+        }
+        _ => unreachable!("dequantize_block is only called for types that can compute"),
+    }
+}
+
+/// The low nibble of `b` as a 4-bit two's-complement number.
+pub(super) fn nibble_i4(b: u8) -> i8 {
+    (((b & 0xF) ^ 8) as i8) - 8
+}
+
+/// Q5_0/Q5_1's 32 five-bit codes: element `j < 16` is the low nibble of `qs[j]`, `j + 16` its high nibble; bit
+/// `j` of `qh` is bit 4.
+fn q5_codes(qh: u32, qs: &[u8]) -> impl Iterator<Item = u8> + '_ {
+    let low = qs.iter().map(|q| q & 0xF);
+    let high = qs.iter().map(|q| q >> 4);
+    low.chain(high)
+        .enumerate()
+        .map(move |(j, q)| q | ((((qh >> j) & 1) as u8) << 4))
+}
+
+/// Q4_K/Q5_K's eight 6-bit sub-block scales and mins from their 12 packed bytes (gguf-py's `get_scale_min`).
+fn k_scale_min(s: &[u8]) -> ([u8; 8], [u8; 8]) {
+    let mut sc = [0; 8];
+    let mut mn = [0; 8];
+    for j in 0..4 {
+        sc[j] = s[j] & 0x3F;
+        mn[j] = s[j + 4] & 0x3F;
+        sc[j + 4] = (s[j + 8] & 0x0F) | ((s[j] >> 2) & 0x30);
+        mn[j + 4] = (s[j + 8] >> 4) | ((s[j + 4] >> 2) & 0x30);
+    }
+    (sc, mn)
+}

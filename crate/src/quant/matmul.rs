@@ -1,0 +1,306 @@
+//! CPU matrix kernels over ggml blocks as stored: `y = X·Wᵀ` with float32 accumulation and float32
+//! activations (never quantized).
+//!
+//! Decode (one token) dots each row's blocks, dequantized in registers, with the activations. Prefill (several
+//! tokens) dequantizes a tile of rows once and dots it with every token's activations. Natively, rows are split
+//! across a rayon pool ([`set_threads`]) and x86-64 uses AVX2+FMA+F16C when the CPU has them; in WebAssembly the
+//! calling thread does the work, with simd128 when the module is built with it. [`set_simd`]`(false)` forces the
+//! portable path (for tests and comparisons).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::{blocks, GgmlType};
+use crate::error::{LoomError, Result};
+
+/// A row-major matrix `[rows][cols]` stored as rows of `ty` blocks (a GGUF 2-D tensor: `ne = [cols, rows]`).
+#[derive(Clone, Copy, Debug)]
+pub struct QMatrix<'a> {
+    pub ty: GgmlType,
+    pub rows: usize,
+    pub cols: usize,
+    pub data: &'a [u8],
+}
+
+impl<'a> QMatrix<'a> {
+    /// Checks that `ty` can compute, `cols` is whole blocks and `data` holds exactly `rows` rows.
+    pub fn new(ty: GgmlType, rows: usize, cols: usize, data: &'a [u8]) -> Result<QMatrix<'a>> {
+        if !ty.can_compute() {
+            return Err(ty.unsupported());
+        }
+        let row_bytes = ty.row_bytes(cols)?;
+        if rows.checked_mul(row_bytes) != Some(data.len()) {
+            return Err(LoomError::InvalidInput(format!(
+                "{ty} matrix [{rows}][{cols}]: {} bytes, not {rows} rows of {row_bytes}",
+                data.len()
+            )));
+        }
+        Ok(QMatrix { ty, rows, cols, data })
+    }
+
+    /// The stored bytes of row `r` (`r < rows`, else this panics like slice indexing).
+    pub fn row(&self, r: usize) -> &'a [u8] {
+        let row_bytes = self.cols / self.ty.block_len() * self.ty.block_bytes();
+        &self.data[r * row_bytes..(r + 1) * row_bytes]
+    }
+
+    /// Row `r` as float32 (`out.len() == cols`), bit-identical to `gguf.quants.dequantize`: an embedding lookup.
+    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) -> Result<()> {
+        let w = self.checked()?;
+        if r >= w.rows {
+            return Err(LoomError::InvalidInput(format!(
+                "row {r} of a matrix of {} rows",
+                w.rows
+            )));
+        }
+        super::dequantize(w.ty, w.row(r), out)
+    }
+
+    /// The same matrix checked again: the fields are public, so it may not come from [`QMatrix::new`].
+    fn checked(&self) -> Result<QMatrix<'a>> {
+        QMatrix::new(self.ty, self.rows, self.cols, self.data)
+    }
+}
+
+/// `y[t][r] = Σ_c W[r][c] · x[t][c]` for `t` in `0..n` (`x`: `n × cols` row-major, `y`: `n × rows`).
+pub fn matmul(w: &QMatrix, x: &[f32], n: usize, y: &mut [f32]) -> Result<()> {
+    let w = &w.checked()?;
+    if n.checked_mul(w.cols) != Some(x.len()) || n.checked_mul(w.rows) != Some(y.len()) {
+        return Err(LoomError::InvalidInput(format!(
+            "matmul of a [{}][{}] matrix with {n} tokens: x has {} values, y {}",
+            w.rows,
+            w.cols,
+            x.len(),
+            y.len()
+        )));
+    }
+    let level = Level::current();
+    if n <= 1 {
+        rows_parallel(w, x, n, level, y);
+        return Ok(());
+    }
+    // Rows in parallel write row-major [rows][n]; transposed into y afterwards.
+    let mut by_row = vec![0.0; y.len()];
+    rows_parallel(w, x, n, level, &mut by_row);
+    for (r, ys) in by_row.chunks_exact(n).enumerate() {
+        for (t, v) in ys.iter().enumerate() {
+            y[t * w.rows + r] = *v;
+        }
+    }
+    Ok(())
+}
+
+/// Whether the SIMD paths may be used (they are by default).
+static SIMD: AtomicBool = AtomicBool::new(true);
+
+/// Enables (the default) or disables the SIMD paths; disabled, every kernel takes the portable path.
+pub fn set_simd(enabled: bool) {
+    SIMD.store(enabled, Ordering::Relaxed);
+}
+
+/// The instruction set the kernels use.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Level {
+    Portable,
+    /// AVX2, FMA and F16C (checked at run time).
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    /// WebAssembly simd128 (the module was built with it).
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    Simd128,
+}
+
+impl Level {
+    fn current() -> Level {
+        if !SIMD.load(Ordering::Relaxed) {
+            return Level::Portable;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c") {
+            return Level::Avx2;
+        }
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        return Level::Simd128;
+        #[allow(unreachable_code)]
+        Level::Portable
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+mod pool {
+    use std::sync::{Arc, RwLock};
+
+    use crate::error::{LoomError, Result};
+
+    /// The pool [`set_threads`] built; `None`: rayon's global pool (a thread per core).
+    static POOL: RwLock<Option<Arc<rayon::ThreadPool>>> = RwLock::new(None);
+
+    /// Runs the kernels on `n` threads from now on (0: one per core). Builds the pool once per call, not per
+    /// matmul.
+    pub fn set_threads(n: usize) -> Result<()> {
+        let pool = match n {
+            0 => None,
+            n => Some(Arc::new(
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(n)
+                    .build()
+                    .map_err(|e| LoomError::Unsupported(format!("a pool of {n} threads: {e}")))?,
+            )),
+        };
+        *POOL.write().unwrap_or_else(|e| e.into_inner()) = pool;
+        Ok(())
+    }
+
+    /// Runs `f` in the configured pool.
+    pub(super) fn install<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+        let pool = POOL.read().unwrap_or_else(|e| e.into_inner()).clone();
+        match pool {
+            Some(pool) => pool.install(f),
+            None => f(),
+        }
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+pub use pool::set_threads;
+
+/// WebAssembly runs the kernels on the calling thread; the count is accepted and ignored.
+#[cfg(target_arch = "wasm32")]
+pub fn set_threads(_n: usize) -> Result<()> {
+    Ok(())
+}
+
+/// Fewest rows one task computes, so that a task outweighs its scheduling.
+#[cfg(not(target_arch = "wasm32"))]
+const MIN_TASK_ROWS: usize = 16;
+
+/// Fills `out` (`[rows][n]`) with the matmul, rows split across the pool natively.
+fn rows_parallel(w: &QMatrix, x: &[f32], n: usize, level: Level, out: &mut [f32]) {
+    if n == 0 || w.rows == 0 {
+        return;
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    pool::install(|| {
+        use rayon::prelude::*;
+        // A few tasks per thread balance uneven progress.
+        let chunk = w
+            .rows
+            .div_ceil(4 * rayon::current_num_threads())
+            .max(MIN_TASK_ROWS)
+            .next_multiple_of(TILE);
+        out.par_chunks_mut(chunk * n)
+            .enumerate()
+            .for_each(|(i, out)| rows_kernel(w, x, n, level, i * chunk, out));
+    });
+    #[cfg(target_arch = "wasm32")]
+    rows_kernel(w, x, n, level, 0, out);
+}
+
+/// Rows dequantized together for prefill.
+const TILE: usize = 4;
+
+/// Rows `first..` of the matmul into `out` (`[out.len() / n][n]`).
+fn rows_kernel(w: &QMatrix, x: &[f32], n: usize, level: Level, first: usize, out: &mut [f32]) {
+    if n == 1 {
+        for (i, y) in out.iter_mut().enumerate() {
+            *y = row_dot(level, w.ty, w.row(first + i), x);
+        }
+        return;
+    }
+    let cols = w.cols;
+    let mut tile = vec![0.0; TILE * cols];
+    for (i, out) in out.chunks_mut(TILE * n).enumerate() {
+        let rows = out.len() / n;
+        for (k, values) in tile.chunks_exact_mut(cols).take(rows).enumerate() {
+            let row = w.row(first + i * TILE + k);
+            super::dequantize(w.ty, row, values).expect("QMatrix::new checked the type and row length");
+        }
+        for (t, x) in x.chunks_exact(cols).enumerate() {
+            if rows == TILE {
+                let w4: [&[f32]; TILE] = std::array::from_fn(|k| &tile[k * cols..(k + 1) * cols]);
+                for (k, v) in dot4(level, w4, x).into_iter().enumerate() {
+                    out[k * n + t] = v;
+                }
+            } else {
+                for k in 0..rows {
+                    out[k * n + t] = dot(level, &tile[k * cols..(k + 1) * cols], x);
+                }
+            }
+        }
+    }
+}
+
+/// Elements dequantized at a time on the generic path: a multiple of every block length.
+const GROUP: usize = 256;
+
+/// The dot of one stored row with `x`.
+fn row_dot(level: Level, ty: GgmlType, row: &[u8], x: &[f32]) -> f32 {
+    match level {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Level::Avx2 means the CPU has AVX2, FMA and F16C.
+        Level::Avx2 => {
+            if let Some(v) = unsafe { super::simd_x86::row_dot(ty, row, x) } {
+                return v;
+            }
+        }
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        Level::Simd128 => {
+            if let Some(v) = super::simd_wasm::row_dot(ty, row, x) {
+                return v;
+            }
+        }
+        Level::Portable => {}
+    }
+    // Generic: a group of blocks dequantized to the stack, then a float32 dot.
+    let per_group = GROUP / ty.block_len();
+    let mut buf = [0.0; GROUP];
+    let mut sum = 0.0;
+    for (bytes, x) in row.chunks(per_group * ty.block_bytes()).zip(x.chunks(GROUP)) {
+        let values = &mut buf[..x.len()];
+        for (block, out) in bytes
+            .chunks_exact(ty.block_bytes())
+            .zip(values.chunks_exact_mut(ty.block_len()))
+        {
+            blocks::dequantize_block(ty, block, out);
+        }
+        sum += dot(level, values, x);
+    }
+    sum
+}
+
+/// `Σ a[i]·b[i]` in float32.
+fn dot(level: Level, a: &[f32], b: &[f32]) -> f32 {
+    match level {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Level::Avx2 means the CPU has AVX2, FMA and F16C.
+        Level::Avx2 => unsafe { super::simd_x86::dot(a, b) },
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        Level::Simd128 => super::simd_wasm::dot(a, b),
+        Level::Portable => portable_dot(a, b),
+    }
+}
+
+/// Four rows dotted with one `x` (each loaded once).
+fn dot4(level: Level, w: [&[f32]; TILE], x: &[f32]) -> [f32; TILE] {
+    match level {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Level::Avx2 means the CPU has AVX2, FMA and F16C.
+        Level::Avx2 => unsafe { super::simd_x86::dot4(w, x) },
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        Level::Simd128 => super::simd_wasm::dot4(w, x),
+        Level::Portable => w.map(|w| portable_dot(w, x)),
+    }
+}
+
+/// Eight running sums (independent chains the compiler can keep in registers or vectorize).
+fn portable_dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let (a8, a_tail) = a.split_at(a.len() / 8 * 8);
+    let (b8, b_tail) = b.split_at(a8.len());
+    for (a, b) in a8.chunks_exact(8).zip(b8.chunks_exact(8)) {
+        for k in 0..8 {
+            acc[k] += a[k] * b[k];
+        }
+    }
+    let tail: f32 = a_tail.iter().zip(b_tail).map(|(a, b)| a * b).sum();
+    acc.iter().sum::<f32>() + tail
+}

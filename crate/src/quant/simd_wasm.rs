@@ -1,0 +1,215 @@
+//! WebAssembly simd128 kernels (compiled only with `target-feature=+simd128`, so always available). simd128 has
+//! no fused multiply-add: products and sums round separately. Block scales multiply a block's partial sum, except
+//! where a minimum is added (Q4_1), whose weights are formed `d·q + m` first.
+
+use core::arch::wasm32::*;
+
+use super::GgmlType;
+
+/// The dot of one stored row with `x`, for the types with a fused kernel (`None` for the others).
+pub(super) fn row_dot(ty: GgmlType, row: &[u8], x: &[f32]) -> Option<f32> {
+    Some(match ty {
+        GgmlType::F32 => dot_f32(row, x),
+        GgmlType::F16 => dot_16bit(row, x, f16x4, |b| {
+            half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32()
+        }),
+        GgmlType::BF16 => dot_16bit(row, x, bf16x4, |b| {
+            f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16)
+        }),
+        GgmlType::Q4_0 => dot_q4_0(row, x),
+        GgmlType::Q4_1 => dot_q4_1(row, x),
+        GgmlType::Q8_0 => dot_q8_0(row, x),
+        GgmlType::LoomQ4_0 => dot_loom_q4_0(row, x),
+        _ => return None,
+    })
+}
+
+fn hsum(v: v128) -> f32 {
+    (f32x4_extract_lane::<0>(v) + f32x4_extract_lane::<1>(v))
+        + (f32x4_extract_lane::<2>(v) + f32x4_extract_lane::<3>(v))
+}
+
+fn fma(a: v128, b: v128, acc: v128) -> v128 {
+    f32x4_add(acc, f32x4_mul(a, b))
+}
+
+/// 4 floats of `x` from element `i`.
+fn load(x: &[f32], i: usize) -> v128 {
+    assert!(i + 4 <= x.len());
+    // SAFETY: in bounds (checked above); wasm loads need no alignment.
+    unsafe { v128_load(x.as_ptr().add(i).cast()) }
+}
+
+/// 16 bytes of `b` from byte `i`.
+fn load16(b: &[u8], i: usize) -> v128 {
+    assert!(i + 16 <= b.len());
+    // SAFETY: in bounds (checked above); wasm loads need no alignment.
+    unsafe { v128_load(b.as_ptr().add(i).cast()) }
+}
+
+/// `Σ a[i]·b[i]`: four running sums of 4.
+pub(super) fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let mut acc = [f32x4_splat(0.0); 4];
+    let mut i = 0;
+    while i + 16 <= n {
+        for (k, acc) in acc.iter_mut().enumerate() {
+            *acc = fma(load(a, i + 4 * k), load(b, i + 4 * k), *acc);
+        }
+        i += 16;
+    }
+    while i + 4 <= n {
+        acc[0] = fma(load(a, i), load(b, i), acc[0]);
+        i += 4;
+    }
+    let tail: f32 = a[i..n].iter().zip(&b[i..n]).map(|(a, b)| a * b).sum();
+    hsum(f32x4_add(f32x4_add(acc[0], acc[1]), f32x4_add(acc[2], acc[3]))) + tail
+}
+
+/// Four rows dotted with one `x`, each 4 floats of `x` loaded once.
+pub(super) fn dot4(w: [&[f32]; 4], x: &[f32]) -> [f32; 4] {
+    let n = x.len();
+    assert!(w.iter().all(|w| w.len() == n));
+    let mut acc = [f32x4_splat(0.0); 4];
+    let mut i = 0;
+    while i + 4 <= n {
+        let xv = load(x, i);
+        for (acc, w) in acc.iter_mut().zip(w) {
+            *acc = fma(load(w, i), xv, *acc);
+        }
+        i += 4;
+    }
+    let mut out = [0.0; 4];
+    for ((out, acc), w) in out.iter_mut().zip(acc).zip(w) {
+        *out = hsum(acc) + w[i..].iter().zip(&x[i..]).map(|(a, b)| a * b).sum::<f32>();
+    }
+    out
+}
+
+fn dot_f32(row: &[u8], x: &[f32]) -> f32 {
+    let n = x.len();
+    assert_eq!(row.len(), 4 * n);
+    let mut acc = [f32x4_splat(0.0); 2];
+    let mut i = 0;
+    while i + 8 <= n {
+        acc[0] = fma(load16(row, 4 * i), load(x, i), acc[0]);
+        acc[1] = fma(load16(row, 4 * i + 16), load(x, i + 4), acc[1]);
+        i += 8;
+    }
+    let tail: f32 = row[4 * i..]
+        .chunks_exact(4)
+        .zip(&x[i..])
+        .map(|(w, x)| f32::from_le_bytes([w[0], w[1], w[2], w[3]]) * x)
+        .sum();
+    hsum(f32x4_add(acc[0], acc[1])) + tail
+}
+
+/// Four halves (16-bit lanes of `h` widened to 32) to float32: exact for normals and subnormals (the bits shifted
+/// into float32 position, times 2¹¹²), infinities and NaNs given an all-ones exponent.
+fn f16x4(h: v128) -> v128 {
+    let sign = i32x4_shl(v128_and(h, u32x4_splat(0x8000)), 16);
+    let shifted = i32x4_shl(v128_and(h, u32x4_splat(0x7FFF)), 13);
+    let finite = f32x4_mul(shifted, f32x4_splat(f32::from_bits(0x7780_0000))); // 2^112
+    let special = v128_or(shifted, u32x4_splat(0x7F80_0000));
+    let is_special = u32x4_ge(v128_and(h, u32x4_splat(0x7C00)), u32x4_splat(0x7C00));
+    v128_or(v128_bitselect(special, finite, is_special), sign)
+}
+
+/// Four bfloat16s (16-bit lanes of `h` widened to 32) to float32.
+fn bf16x4(h: v128) -> v128 {
+    i32x4_shl(h, 16)
+}
+
+/// Halves or bfloat16s (`widen` on 32-bit lanes holding 16 bits) dotted with `x`.
+fn dot_16bit(row: &[u8], x: &[f32], widen: fn(v128) -> v128, one: fn(&[u8]) -> f32) -> f32 {
+    let n = x.len();
+    assert_eq!(row.len(), 2 * n);
+    let mut acc = [f32x4_splat(0.0); 2];
+    let mut i = 0;
+    while i + 8 <= n {
+        let h = load16(row, 2 * i);
+        acc[0] = fma(widen(u32x4_extend_low_u16x8(h)), load(x, i), acc[0]);
+        acc[1] = fma(widen(u32x4_extend_high_u16x8(h)), load(x, i + 4), acc[1]);
+        i += 8;
+    }
+    let tail: f32 = row[2 * i..].chunks_exact(2).zip(&x[i..]).map(|(w, x)| one(w) * x).sum();
+    hsum(f32x4_add(acc[0], acc[1])) + tail
+}
+
+fn half(b: &[u8]) -> f32 {
+    half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32()
+}
+
+/// `Σ q·x` over 16 signed byte codes `q` against `x[0..16]`.
+fn sum16(q: v128, x: &[f32], acc: v128) -> v128 {
+    let lo = i16x8_extend_low_i8x16(q);
+    let hi = i16x8_extend_high_i8x16(q);
+    let acc = fma(f32x4_convert_i32x4(i32x4_extend_low_i16x8(lo)), load(x, 0), acc);
+    let acc = fma(f32x4_convert_i32x4(i32x4_extend_high_i16x8(lo)), load(x, 4), acc);
+    let acc = fma(f32x4_convert_i32x4(i32x4_extend_low_i16x8(hi)), load(x, 8), acc);
+    fma(f32x4_convert_i32x4(i32x4_extend_high_i16x8(hi)), load(x, 12), acc)
+}
+
+/// `Σ q·x` over one block of 32 signed codes (elements 0..16 in `q0`, 16..32 in `q1`).
+fn block_sum(q0: v128, q1: v128, x: &[f32]) -> v128 {
+    sum16(q1, &x[16..], sum16(q0, x, f32x4_splat(0.0)))
+}
+
+fn dot_q4_0(row: &[u8], x: &[f32]) -> f32 {
+    let (low, eight) = (u8x16_splat(0xF), i8x16_splat(8));
+    let mut acc = f32x4_splat(0.0);
+    for (b, x) in row.chunks_exact(18).zip(x.chunks_exact(32)) {
+        let qs = load16(b, 2);
+        let lo = i8x16_sub(v128_and(qs, low), eight);
+        let hi = i8x16_sub(u8x16_shr(qs, 4), eight);
+        acc = fma(f32x4_splat(half(b)), block_sum(lo, hi, x), acc);
+    }
+    hsum(acc)
+}
+
+fn dot_q8_0(row: &[u8], x: &[f32]) -> f32 {
+    let mut acc = f32x4_splat(0.0);
+    for (b, x) in row.chunks_exact(34).zip(x.chunks_exact(32)) {
+        acc = fma(f32x4_splat(half(b)), block_sum(load16(b, 2), load16(b, 18), x), acc);
+    }
+    hsum(acc)
+}
+
+fn dot_loom_q4_0(row: &[u8], x: &[f32]) -> f32 {
+    let (low, eight) = (u8x16_splat(0xF), i8x16_splat(8));
+    let mut acc = f32x4_splat(0.0);
+    for (b, x) in row.chunks_exact(20).zip(x.chunks_exact(32)) {
+        let s = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        let qs = load16(b, 4);
+        // Sign-extend 4-bit two's complement: (q ^ 8) − 8. Element 2j is byte j's low nibble.
+        let lo = i8x16_sub(v128_xor(v128_and(qs, low), eight), eight);
+        let hi = i8x16_sub(v128_xor(u8x16_shr(qs, 4), eight), eight);
+        let q0 = i8x16_shuffle::<0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23>(lo, hi);
+        let q1 = i8x16_shuffle::<8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31>(lo, hi);
+        acc = fma(f32x4_splat(s), block_sum(q0, q1, x), acc);
+    }
+    hsum(acc)
+}
+
+fn dot_q4_1(row: &[u8], x: &[f32]) -> f32 {
+    let low = u8x16_splat(0xF);
+    let mut acc = [f32x4_splat(0.0); 2];
+    for (b, x) in row.chunks_exact(20).zip(x.chunks_exact(32)) {
+        let (d, m) = (f32x4_splat(half(b)), f32x4_splat(half(&b[2..])));
+        let qs = load16(b, 4);
+        for (h, q) in [v128_and(qs, low), u8x16_shr(qs, 4)].into_iter().enumerate() {
+            let (lo, hi) = (u16x8_extend_low_u8x16(q), u16x8_extend_high_u8x16(q));
+            let q4 = [
+                u32x4_extend_low_u16x8(lo),
+                u32x4_extend_high_u16x8(lo),
+                u32x4_extend_low_u16x8(hi),
+                u32x4_extend_high_u16x8(hi),
+            ];
+            for (k, q) in q4.into_iter().enumerate() {
+                let w = f32x4_add(f32x4_mul(d, f32x4_convert_i32x4(q)), m);
+                acc[k % 2] = fma(w, load(x, 16 * h + 4 * k), acc[k % 2]);
+            }
+        }
+    }
+    hsum(f32x4_add(acc[0], acc[1]))
+}

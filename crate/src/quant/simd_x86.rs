@@ -1,0 +1,248 @@
+//! AVX2 + FMA + F16C kernels. Every function requires those features (the caller checked them at run time).
+//! Block scales multiply a block's partial sum, `d·Σ q·x`, except where a minimum is added (Q4_1), whose
+//! weights are formed `d·q + m` first so no cancellation between `d·Σq·x` and `m·Σx` can occur.
+
+use std::arch::x86_64::*;
+
+use super::GgmlType;
+
+/// The dot of one stored row with `x`, for the types with a fused kernel (`None` for the others).
+///
+/// # Safety
+/// The CPU has AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn row_dot(ty: GgmlType, row: &[u8], x: &[f32]) -> Option<f32> {
+    Some(match ty {
+        GgmlType::F32 => dot_f32(row, x),
+        GgmlType::F16 => dot_f16(row, x),
+        GgmlType::BF16 => dot_bf16(row, x),
+        GgmlType::Q4_0 => dot_q4_0(row, x),
+        GgmlType::Q4_1 => dot_q4_1(row, x),
+        GgmlType::Q8_0 => dot_q8_0(row, x),
+        GgmlType::LoomQ4_0 => dot_loom_q4_0(row, x),
+        _ => return None,
+    })
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+}
+
+/// The half at `b[0..2]`, broadcast.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn half8(b: &[u8]) -> __m256 {
+    let bits = u16::from_le_bytes([b[0], b[1]]);
+    _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_set1_epi16(bits as i16)))
+}
+
+/// The low 8 bytes of `v` as signed integers, to float32.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn i8x8_ps(v: __m128i) -> __m256 {
+    _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v))
+}
+
+/// 8 floats of `x` from element `i`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load(x: &[f32], i: usize) -> __m256 {
+    assert!(i + 8 <= x.len());
+    _mm256_loadu_ps(x.as_ptr().add(i))
+}
+
+/// 16 bytes of `b` from byte `i`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load16(b: &[u8], i: usize) -> __m128i {
+    assert!(i + 16 <= b.len());
+    _mm_loadu_si128(b.as_ptr().add(i).cast())
+}
+
+/// `Σ a[i]·b[i]`: four running sums of 8.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut i = 0;
+    while i + 32 <= n {
+        for (k, acc) in acc.iter_mut().enumerate() {
+            *acc = _mm256_fmadd_ps(load(a, i + 8 * k), load(b, i + 8 * k), *acc);
+        }
+        i += 32;
+    }
+    while i + 8 <= n {
+        acc[0] = _mm256_fmadd_ps(load(a, i), load(b, i), acc[0]);
+        i += 8;
+    }
+    let tail: f32 = a[i..n].iter().zip(&b[i..n]).map(|(a, b)| a * b).sum();
+    hsum(_mm256_add_ps(
+        _mm256_add_ps(acc[0], acc[1]),
+        _mm256_add_ps(acc[2], acc[3]),
+    )) + tail
+}
+
+/// Four rows dotted with one `x`, each 8 floats of `x` loaded once.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn dot4(w: [&[f32]; 4], x: &[f32]) -> [f32; 4] {
+    let n = x.len();
+    assert!(w.iter().all(|w| w.len() == n));
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut i = 0;
+    while i + 8 <= n {
+        let xv = load(x, i);
+        for (acc, w) in acc.iter_mut().zip(w) {
+            *acc = _mm256_fmadd_ps(load(w, i), xv, *acc);
+        }
+        i += 8;
+    }
+    let mut out = [0.0; 4];
+    for ((out, acc), w) in out.iter_mut().zip(acc).zip(w) {
+        *out = hsum(acc) + w[i..].iter().zip(&x[i..]).map(|(a, b)| a * b).sum::<f32>();
+    }
+    out
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_f32(row: &[u8], x: &[f32]) -> f32 {
+    let n = x.len();
+    assert_eq!(row.len(), 4 * n);
+    let p = row.as_ptr().cast::<f32>();
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut i = 0;
+    while i + 32 <= n {
+        for (k, acc) in acc.iter_mut().enumerate() {
+            *acc = _mm256_fmadd_ps(_mm256_loadu_ps(p.add(i + 8 * k)), load(x, i + 8 * k), *acc);
+        }
+        i += 32;
+    }
+    while i + 8 <= n {
+        acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(p.add(i)), load(x, i), acc[0]);
+        i += 8;
+    }
+    let tail: f32 = row[4 * i..]
+        .chunks_exact(4)
+        .zip(&x[i..])
+        .map(|(w, x)| f32::from_le_bytes([w[0], w[1], w[2], w[3]]) * x)
+        .sum();
+    hsum(_mm256_add_ps(
+        _mm256_add_ps(acc[0], acc[1]),
+        _mm256_add_ps(acc[2], acc[3]),
+    )) + tail
+}
+
+/// Halves (`widen` = F16C) or bfloat16s (`widen` = shift into the high half) dotted with `x`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_16bit(row: &[u8], x: &[f32], widen: unsafe fn(__m128i) -> __m256, one: fn(&[u8]) -> f32) -> f32 {
+    let n = x.len();
+    assert_eq!(row.len(), 2 * n);
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut i = 0;
+    while i + 32 <= n {
+        for (k, acc) in acc.iter_mut().enumerate() {
+            let w = widen(load16(row, 2 * (i + 8 * k)));
+            *acc = _mm256_fmadd_ps(w, load(x, i + 8 * k), *acc);
+        }
+        i += 32;
+    }
+    while i + 8 <= n {
+        acc[0] = _mm256_fmadd_ps(widen(load16(row, 2 * i)), load(x, i), acc[0]);
+        i += 8;
+    }
+    let tail: f32 = row[2 * i..].chunks_exact(2).zip(&x[i..]).map(|(w, x)| one(w) * x).sum();
+    hsum(_mm256_add_ps(
+        _mm256_add_ps(acc[0], acc[1]),
+        _mm256_add_ps(acc[2], acc[3]),
+    )) + tail
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn widen_f16(v: __m128i) -> __m256 {
+    _mm256_cvtph_ps(v)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn widen_bf16(v: __m128i) -> __m256 {
+    _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_f16(row: &[u8], x: &[f32]) -> f32 {
+    dot_16bit(row, x, widen_f16, |b| {
+        half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32()
+    })
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_bf16(row: &[u8], x: &[f32]) -> f32 {
+    dot_16bit(row, x, widen_bf16, |b| {
+        f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16)
+    })
+}
+
+/// `Σ q·x` over one block of 32 signed codes given as two vectors of 16 bytes (elements 0..16, 16..32).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn block_sum(q0: __m128i, q1: __m128i, x: &[f32]) -> __m256 {
+    let s = _mm256_mul_ps(i8x8_ps(q0), load(x, 0));
+    let s = _mm256_fmadd_ps(i8x8_ps(_mm_srli_si128(q0, 8)), load(x, 8), s);
+    let s = _mm256_fmadd_ps(i8x8_ps(q1), load(x, 16), s);
+    _mm256_fmadd_ps(i8x8_ps(_mm_srli_si128(q1, 8)), load(x, 24), s)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q4_0(row: &[u8], x: &[f32]) -> f32 {
+    let (low, eight) = (_mm_set1_epi8(0xF), _mm_set1_epi8(8));
+    let mut acc = _mm256_setzero_ps();
+    for (b, x) in row.chunks_exact(18).zip(x.chunks_exact(32)) {
+        let qs = load16(b, 2);
+        let lo = _mm_sub_epi8(_mm_and_si128(qs, low), eight);
+        let hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(qs, 4), low), eight);
+        acc = _mm256_fmadd_ps(half8(b), block_sum(lo, hi, x), acc);
+    }
+    hsum(acc)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q8_0(row: &[u8], x: &[f32]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    for (b, x) in row.chunks_exact(34).zip(x.chunks_exact(32)) {
+        acc = _mm256_fmadd_ps(half8(b), block_sum(load16(b, 2), load16(b, 18), x), acc);
+    }
+    hsum(acc)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_loom_q4_0(row: &[u8], x: &[f32]) -> f32 {
+    let (low, eight) = (_mm_set1_epi8(0xF), _mm_set1_epi8(8));
+    let mut acc = _mm256_setzero_ps();
+    for (b, x) in row.chunks_exact(20).zip(x.chunks_exact(32)) {
+        let s = _mm256_set1_ps(f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        let qs = load16(b, 4);
+        // Sign-extend 4-bit two's complement: (q ^ 8) − 8. Element 2j is byte j's low nibble.
+        let lo = _mm_sub_epi8(_mm_xor_si128(_mm_and_si128(qs, low), eight), eight);
+        let hi = _mm_sub_epi8(_mm_xor_si128(_mm_and_si128(_mm_srli_epi16(qs, 4), low), eight), eight);
+        let sum = block_sum(_mm_unpacklo_epi8(lo, hi), _mm_unpackhi_epi8(lo, hi), x);
+        acc = _mm256_fmadd_ps(s, sum, acc);
+    }
+    hsum(acc)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q4_1(row: &[u8], x: &[f32]) -> f32 {
+    let low = _mm_set1_epi8(0xF);
+    let mut acc = [_mm256_setzero_ps(); 4];
+    for (b, x) in row.chunks_exact(20).zip(x.chunks_exact(32)) {
+        let (d, m) = (half8(b), half8(&b[2..]));
+        let qs = load16(b, 4);
+        let lo = _mm_and_si128(qs, low);
+        let hi = _mm_and_si128(_mm_srli_epi16(qs, 4), low);
+        let q = [lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)];
+        for (k, (acc, q)) in acc.iter_mut().zip(q).enumerate() {
+            let w = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q)), m);
+            *acc = _mm256_fmadd_ps(w, load(x, 8 * k), *acc);
+        }
+    }
+    hsum(_mm256_add_ps(
+        _mm256_add_ps(acc[0], acc[1]),
+        _mm256_add_ps(acc[2], acc[3]),
+    ))
+}

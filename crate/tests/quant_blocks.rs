@@ -1,0 +1,235 @@
+//! The quantized block layer against gguf-py / numpy (`testdata/ggml-blocks/gen.py`): dequantization bit for bit,
+//! `matmul` within float32 accumulation error of a float64 dot, on the SIMD and portable paths with 1 and 2
+//! threads; hostile shapes and types as typed errors.
+
+use std::path::PathBuf;
+
+use loom_wasm::quant::{self, GgmlType, QMatrix};
+use loom_wasm::LoomError;
+
+/// The types with test vectors.
+const TYPES: [GgmlType; 12] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+    GgmlType::LoomQ4_0,
+];
+
+fn data(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../testdata/ggml-blocks")
+        .join(name)
+}
+
+fn f32s(path: PathBuf) -> Vec<f32> {
+    std::fs::read(path)
+        .unwrap()
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+/// A type's vectors from gen.py.
+struct Vectors {
+    rows: usize,
+    cols: usize,
+    bytes: Vec<u8>,
+    /// `gguf.quants.dequantize` of `bytes`.
+    values: Vec<f32>,
+    /// Activations [tokens][cols] and numpy's float64 X·Wᵀ [tokens][rows].
+    x: Vec<f32>,
+    y: Vec<f32>,
+}
+
+fn vectors(t: GgmlType) -> Vectors {
+    let name = t.name().to_ascii_lowercase();
+    let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(data("manifest.json")).unwrap()).unwrap();
+    let shape = &manifest["types"][&name];
+    Vectors {
+        rows: shape["rows"].as_u64().unwrap() as usize,
+        cols: shape["cols"].as_u64().unwrap() as usize,
+        bytes: std::fs::read(data(&format!("{name}.bin"))).unwrap(),
+        values: f32s(data(&format!("{name}.f32"))),
+        x: f32s(data(&format!("{name}.x.f32"))),
+        y: f32s(data(&format!("{name}.y.f32"))),
+    }
+}
+
+#[test]
+fn dequantize_equals_gguf_py_bit_for_bit() {
+    for t in TYPES {
+        let v = vectors(t);
+        assert_eq!(v.values.len(), v.rows * v.cols, "{t}");
+        let mut ours = vec![f32::NAN; v.values.len()];
+        quant::dequantize(t, &v.bytes, &mut ours).unwrap();
+        let mismatches = ours
+            .iter()
+            .zip(&v.values)
+            .filter(|(a, b)| a.to_bits() != b.to_bits())
+            .count();
+        assert_eq!(mismatches, 0, "{t}: {mismatches} values differ from gguf-py");
+    }
+}
+
+/// The matrix with each row repeated `times` (rows stay outside truth: their expected values are repeated too),
+/// so that rows split into several tasks and tiles with a remainder.
+fn repeated(v: &Vectors, times: usize) -> (Vec<u8>, Vec<f32>, usize) {
+    let row_bytes = v.bytes.len() / v.rows;
+    let mut bytes = Vec::new();
+    let mut values = Vec::new();
+    for (row, vals) in v.bytes.chunks_exact(row_bytes).zip(v.values.chunks_exact(v.cols)) {
+        for _ in 0..times {
+            bytes.extend_from_slice(row);
+            values.extend_from_slice(vals);
+        }
+    }
+    (bytes, values, v.rows * times)
+}
+
+/// `y` against numpy's float64 values within float32 accumulation error: 1e-5·Σ|w·x| + 1e-6 per element.
+fn check_matmul(what: &str, values: &[f32], cols: usize, x: &[f32], want: &[f32], y: &[f32]) {
+    let rows = values.len() / cols;
+    let n = x.len() / cols;
+    for tok in 0..n {
+        for r in 0..rows {
+            let xs = &x[tok * cols..(tok + 1) * cols];
+            let ws = &values[r * cols..(r + 1) * cols];
+            let magnitude: f64 = ws.iter().zip(xs).map(|(w, x)| f64::from(w * x).abs()).sum();
+            let (got, exp) = (y[tok * rows + r], want[tok * rows + r]);
+            let err = (f64::from(got) - f64::from(exp)).abs();
+            assert!(
+                err <= 1e-5 * magnitude + 1e-6,
+                "{what}: y[{tok}][{r}] = {got}, numpy {exp} (Σ|w·x| = {magnitude})"
+            );
+        }
+    }
+}
+
+/// Every path against numpy: SIMD and portable, 1 and 2 threads, decode (n = 1) and prefill (n = 5), on the
+/// vectors and on their rows repeated 37 times. One test, since the switches are process-wide.
+#[test]
+fn matmul_matches_numpy_on_every_path() {
+    for simd in [true, false] {
+        quant::set_simd(simd);
+        for threads in [1, 2] {
+            quant::set_threads(threads).unwrap();
+            for t in TYPES {
+                let v = vectors(t);
+                let tokens = v.x.len() / v.cols;
+                assert_eq!(v.y.len(), tokens * v.rows);
+                let what =
+                    |n: usize, times: usize| format!("{t} n = {n}, rows ×{times}, simd {simd}, {threads} threads");
+                for times in [1, 37] {
+                    let (bytes, values, rows) = repeated(&v, times);
+                    // numpy's y [tokens][v.rows] for the repeated rows.
+                    let want: Vec<f32> = (0..tokens)
+                        .flat_map(|tok| (0..rows).map(move |r| (tok, r / times)))
+                        .map(|(tok, r)| v.y[tok * v.rows + r])
+                        .collect();
+                    let w = QMatrix::new(t, rows, v.cols, &bytes).unwrap();
+                    for n in [1, tokens] {
+                        let mut y = vec![f32::NAN; n * rows];
+                        quant::matmul(&w, &v.x[..n * v.cols], n, &mut y).unwrap();
+                        check_matmul(&what(n, times), &values, v.cols, &v.x[..n * v.cols], &want, &y);
+                    }
+                }
+            }
+        }
+    }
+    quant::set_simd(true);
+    quant::set_threads(0).unwrap();
+}
+
+#[test]
+fn dequantize_row_is_a_row_of_gguf_py_values() {
+    for t in TYPES {
+        let v = vectors(t);
+        let w = QMatrix::new(t, v.rows, v.cols, &v.bytes).unwrap();
+        let mut row = vec![0.0; v.cols];
+        for r in 0..v.rows {
+            w.dequantize_row(r, &mut row).unwrap();
+            let want = &v.values[r * v.cols..(r + 1) * v.cols];
+            assert!(
+                row.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{t} row {r}"
+            );
+        }
+        assert!(matches!(
+            w.dequantize_row(v.rows, &mut row),
+            Err(LoomError::InvalidInput(_))
+        ));
+        assert!(w.dequantize_row(0, &mut row[1..]).is_err());
+    }
+}
+
+#[test]
+fn hostile_shapes_and_types_are_typed_errors() {
+    let v = vectors(GgmlType::Q4_1);
+    let invalid = |r: loom_wasm::Result<QMatrix>| matches!(r, Err(LoomError::InvalidInput(_)));
+    // Data one byte short or long, a row too many, columns not whole blocks, a row length that overflows.
+    assert!(invalid(QMatrix::new(GgmlType::Q4_1, v.rows, v.cols, &v.bytes[1..])));
+    assert!(invalid(QMatrix::new(
+        GgmlType::Q4_1,
+        v.rows,
+        v.cols,
+        &[v.bytes.as_slice(), &[0]].concat()
+    )));
+    assert!(invalid(QMatrix::new(GgmlType::Q4_1, v.rows + 1, v.cols, &v.bytes)));
+    assert!(invalid(QMatrix::new(GgmlType::Q4_1, v.rows, v.cols + 1, &v.bytes)));
+    assert!(invalid(QMatrix::new(GgmlType::Q4_1, usize::MAX, 32, &v.bytes)));
+    assert!(invalid(QMatrix::new(GgmlType::F32, 2, usize::MAX / 2, &v.bytes)));
+    // Types without kernels.
+    for t in [
+        GgmlType::Q2_K,
+        GgmlType::IQ4_NL,
+        GgmlType::Q8_1,
+        GgmlType::F64,
+        GgmlType::MXFP4,
+    ] {
+        let bytes = vec![0; t.block_bytes()];
+        let unsupported = |r: loom_wasm::Result<()>| matches!(r, Err(LoomError::UnsupportedDType(_)));
+        assert!(matches!(
+            QMatrix::new(t, 1, t.block_len(), &bytes),
+            Err(LoomError::UnsupportedDType(_))
+        ));
+        assert!(unsupported(quant::dequantize(t, &bytes, &mut vec![0.0; t.block_len()])));
+        let forged = QMatrix {
+            ty: t,
+            rows: 1,
+            cols: t.block_len(),
+            data: &bytes,
+        };
+        let x = vec![1.0; t.block_len()];
+        assert!(unsupported(quant::matmul(&forged, &x, 1, &mut [0.0])));
+    }
+    // Dequantizing: bytes not whole blocks, or an output of the wrong length.
+    let mut out = vec![0.0; v.rows * v.cols];
+    assert!(matches!(
+        quant::dequantize(GgmlType::Q4_1, &v.bytes[3..], &mut out),
+        Err(LoomError::InvalidInput(_))
+    ));
+    assert!(quant::dequantize(GgmlType::Q4_1, &v.bytes, &mut out[1..]).is_err());
+    // matmul: x or y of the wrong length, a forged matrix whose data is short.
+    let w = QMatrix::new(GgmlType::Q4_1, v.rows, v.cols, &v.bytes).unwrap();
+    let mut y = vec![0.0; 2 * v.rows];
+    assert!(quant::matmul(&w, &v.x[..2 * v.cols - 1], 2, &mut y).is_err());
+    assert!(quant::matmul(&w, &v.x[..2 * v.cols], 2, &mut y[1..]).is_err());
+    assert!(quant::matmul(&w, &v.x[..2 * v.cols], usize::MAX, &mut y).is_err());
+    let forged = QMatrix { rows: v.rows + 5, ..w };
+    assert!(quant::matmul(&forged, &v.x[..v.cols], 1, &mut vec![0.0; v.rows + 5]).is_err());
+    // Unknown ids.
+    for id in [4, 5, 31, 36, 42, u32::MAX] {
+        assert!(
+            matches!(GgmlType::from_id(id), Err(LoomError::UnsupportedDType(_))),
+            "id {id}"
+        );
+    }
+}
