@@ -164,6 +164,7 @@ fn timings(runs: Vec<(f64, f64)>, tokens: usize) -> Value {
 }
 
 /// Greedy decode of `n` tokens after `logits` (the prompt's); returns the ids.
+#[inline(never)]
 fn decode(engine: &mut CpuEngine, mut logits: Vec<f32>, n: usize) -> BoxResult<Vec<u32>> {
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
