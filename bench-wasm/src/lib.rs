@@ -1,11 +1,15 @@
-//! wasm exports for the forward benchmark (`scripts/bench-forward.sh`, driven by `bench-wasm/run.mjs` in Node).
+//! wasm exports for the forward benchmark (`scripts/bench-forward.sh`, driven by `bench-wasm/run.cjs` in Node)
+//! and the LLM benchmark (`scripts/bench-llm.sh`, driven by `bench-wasm/run-llm.cjs`).
 //!
 //! A `Bench` owns a `CpuModel` loaded from `.entity` bytes. `forward` returns one output (for the bit-identity
 //! check against Loom); `time` runs `forward` `runs` times inside wasm and returns each run's milliseconds, wall
 //! (`performance.now()`) and CPU (the host's `benchCpuMs()`), so no output crosses into JavaScript while timing.
 
+use loom_wasm::cpu::ops::argmax;
 use loom_wasm::cpu::CpuModel;
 use loom_wasm::formats::entity;
+use loom_wasm::llm::engine::{CpuEngine, Engine};
+use loom_wasm::llm::model::LlmModel;
 use wasm_bindgen::prelude::*;
 
 #[wasm_bindgen]
@@ -61,5 +65,53 @@ impl Bench {
             std::hint::black_box(y);
         }
         Ok(times)
+    }
+}
+
+/// An LLM (GGUF bytes) and one CPU engine; the timings are taken inside wasm (`performance.now()`), so no logits
+/// cross into JavaScript while timing.
+#[wasm_bindgen]
+pub struct LlmBench {
+    _model: LlmModel,
+    engine: CpuEngine,
+}
+
+#[wasm_bindgen]
+impl LlmBench {
+    /// Opens a GGUF file held in memory (the bytes are moved into wasm memory and shared by the weights).
+    #[wasm_bindgen(constructor)]
+    pub fn new(gguf: Vec<u8>) -> Result<LlmBench, JsError> {
+        let model = LlmModel::from_gguf(bytes::Bytes::from(gguf)).map_err(err)?;
+        Ok(LlmBench {
+            engine: model.cpu_engine(),
+            _model: model,
+        })
+    }
+
+    /// `ids` into an empty KV cache, last-token logits and their argmax (prefill, or time to first token); its
+    /// wall and CPU milliseconds.
+    pub fn prefill(&mut self, ids: &[u32]) -> Result<Vec<f64>, JsError> {
+        self.engine.truncate(0);
+        let (c, t) = (cpu_ms(), now());
+        let logits = self.engine.forward(ids, false).map_err(err)?;
+        std::hint::black_box(argmax(&logits));
+        Ok(vec![now() - t, cpu_ms() - c])
+    }
+
+    /// `prompt` into an empty KV cache (untimed), then `n` greedy steps of one token each; returns the wall and
+    /// CPU milliseconds of the `n` steps followed by the ids chosen.
+    pub fn decode(&mut self, prompt: &[u32], n: u32) -> Result<Vec<f64>, JsError> {
+        self.engine.truncate(0);
+        let mut logits = self.engine.forward(prompt, false).map_err(err)?;
+        let mut ids = Vec::with_capacity(n as usize);
+        let (c, t) = (cpu_ms(), now());
+        for _ in 0..n {
+            let next = argmax(&logits) as u32;
+            ids.push(f64::from(next));
+            logits = self.engine.forward(&[next], false).map_err(err)?;
+        }
+        let mut out = vec![now() - t, cpu_ms() - c];
+        out.extend(ids);
+        Ok(out)
     }
 }
