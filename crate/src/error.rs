@@ -162,6 +162,8 @@ mod tests {
                 "bad_format",
             ),
             (LoomError::Gguf("x".into()), "bad_format"),
+            (LoomError::Tokenizer("x".into()), "bad_format"),
+            (LoomError::Template("x".into()), "template"),
             (LoomError::UnknownDType("int3".into()), "unsupported_dtype"),
             (LoomError::UnsupportedDType("Q6_K".into()), "unsupported_dtype"),
             (

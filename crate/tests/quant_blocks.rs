@@ -2,36 +2,50 @@
 //! `matmul` within float32 accumulation error of a float64 dot, on the SIMD and portable paths with 1 and 2
 //! threads; hostile shapes and types as typed errors.
 
-use std::path::PathBuf;
-
 use loom_wasm::quant::{self, GgmlType, QMatrix};
 use loom_wasm::LoomError;
+#[cfg(target_arch = "wasm32")]
+use wasm_bindgen_test::wasm_bindgen_test as test;
 
-/// The types with test vectors.
-const TYPES: [GgmlType; 12] = [
-    GgmlType::F32,
-    GgmlType::F16,
-    GgmlType::BF16,
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q8_0,
-    GgmlType::Q4_K,
-    GgmlType::Q5_K,
-    GgmlType::Q6_K,
-    GgmlType::LoomQ4_0,
-];
+/// The types with test vectors and their files (`.bin`, `.f32`, `.x.f32`, `.y.f32`), compiled in so that the
+/// test also runs in WebAssembly (`tests-wasm/tests/quant.rs`).
+macro_rules! vector_files {
+    ($($t:ident => $name:literal),* $(,)?) => {
+        const TYPES: [GgmlType; [$(GgmlType::$t),*].len()] = [$(GgmlType::$t),*];
 
-fn data(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../testdata/ggml-blocks")
-        .join(name)
+        fn files(t: GgmlType) -> [&'static [u8]; 4] {
+            match t {
+                $(GgmlType::$t => [
+                    include_bytes!(concat!("../../testdata/ggml-blocks/", $name, ".bin")),
+                    include_bytes!(concat!("../../testdata/ggml-blocks/", $name, ".f32")),
+                    include_bytes!(concat!("../../testdata/ggml-blocks/", $name, ".x.f32")),
+                    include_bytes!(concat!("../../testdata/ggml-blocks/", $name, ".y.f32")),
+                ],)*
+                _ => panic!("no vectors for {t}"),
+            }
+        }
+    };
 }
 
-fn f32s(path: PathBuf) -> Vec<f32> {
-    std::fs::read(path)
-        .unwrap()
+vector_files! {
+    F32 => "f32",
+    F16 => "f16",
+    BF16 => "bf16",
+    Q4_0 => "q4_0",
+    Q4_1 => "q4_1",
+    Q5_0 => "q5_0",
+    Q5_1 => "q5_1",
+    Q8_0 => "q8_0",
+    Q4_K => "q4_k",
+    Q5_K => "q5_k",
+    Q6_K => "q6_k",
+    LoomQ4_0 => "loomq4_0",
+}
+
+const MANIFEST: &str = include_str!("../../testdata/ggml-blocks/manifest.json");
+
+fn f32s(bytes: &[u8]) -> Vec<f32> {
+    bytes
         .chunks_exact(4)
         .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
         .collect()
@@ -50,21 +64,21 @@ struct Vectors {
 }
 
 fn vectors(t: GgmlType) -> Vectors {
-    let name = t.name().to_ascii_lowercase();
-    let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(data("manifest.json")).unwrap()).unwrap();
-    let shape = &manifest["types"][&name];
+    let manifest: serde_json::Value = serde_json::from_str(MANIFEST).unwrap();
+    let shape = &manifest["types"][t.name().to_ascii_lowercase()];
+    let [bytes, values, x, y] = files(t);
     Vectors {
         rows: shape["rows"].as_u64().unwrap() as usize,
         cols: shape["cols"].as_u64().unwrap() as usize,
-        bytes: std::fs::read(data(&format!("{name}.bin"))).unwrap(),
-        values: f32s(data(&format!("{name}.f32"))),
-        x: f32s(data(&format!("{name}.x.f32"))),
-        y: f32s(data(&format!("{name}.y.f32"))),
+        bytes: bytes.to_vec(),
+        values: f32s(values),
+        x: f32s(x),
+        y: f32s(y),
     }
 }
 
-#[test]
-fn dequantize_equals_gguf_py_bit_for_bit() {
+/// `quant::dequantize` of every type's vectors against gguf-py, bit for bit.
+fn check_dequantize(simd: bool) {
     for t in TYPES {
         let v = vectors(t);
         assert_eq!(v.values.len(), v.rows * v.cols, "{t}");
@@ -75,7 +89,10 @@ fn dequantize_equals_gguf_py_bit_for_bit() {
             .zip(&v.values)
             .filter(|(a, b)| a.to_bits() != b.to_bits())
             .count();
-        assert_eq!(mismatches, 0, "{t}: {mismatches} values differ from gguf-py");
+        assert_eq!(
+            mismatches, 0,
+            "{t} (simd {simd}): {mismatches} values differ from gguf-py"
+        );
     }
 }
 
@@ -113,12 +130,14 @@ fn check_matmul(what: &str, values: &[f32], cols: usize, x: &[f32], want: &[f32]
     }
 }
 
-/// Every path against numpy: SIMD and portable, 1 and 2 threads, decode (n = 1) and prefill (n = 5), on the
-/// vectors and on their rows repeated 37 times. One test, since the switches are process-wide.
+/// Every path against gguf-py and numpy: dequantization, then matmul with 1 and 2 threads, decode (n = 1) and
+/// prefill (n = 5), on the vectors and on their rows repeated 37 times; SIMD and portable. One test, since the
+/// switches are process-wide.
 #[test]
-fn matmul_matches_numpy_on_every_path() {
+fn every_path_matches_gguf_py_and_numpy() {
     for simd in [true, false] {
         quant::set_simd(simd);
+        check_dequantize(simd);
         for threads in [1, 2] {
             quant::set_threads(threads).unwrap();
             for t in TYPES {
@@ -225,6 +244,19 @@ fn hostile_shapes_and_types_are_typed_errors() {
     assert!(quant::matmul(&w, &v.x[..2 * v.cols], usize::MAX, &mut y).is_err());
     let forged = QMatrix { rows: v.rows + 5, ..w };
     assert!(quant::matmul(&forged, &v.x[..v.cols], 1, &mut vec![0.0; v.rows + 5]).is_err());
+    // Empty shapes: no rows, no columns (every sum empty), no tokens.
+    let empty = QMatrix::new(GgmlType::Q8_0, 3, 0, &[]).unwrap();
+    let mut y = vec![f32::NAN; 6];
+    quant::matmul(&empty, &[], 2, &mut y).unwrap();
+    assert_eq!(y, vec![0.0; 6]);
+    quant::matmul(
+        &QMatrix::new(GgmlType::Q8_0, 0, 32, &[]).unwrap(),
+        &v.x[..64],
+        2,
+        &mut [],
+    )
+    .unwrap();
+    quant::matmul(&w, &[], 0, &mut []).unwrap();
     // Unknown ids.
     for id in [4, 5, 31, 36, 42, u32::MAX] {
         assert!(

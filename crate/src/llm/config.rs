@@ -90,7 +90,7 @@ impl ModelConfig {
                 return bad(format!("{name} = {v} (1 to {max})"));
             }
         }
-        if self.n_heads % self.n_kv_heads != 0 {
+        if !self.n_heads.is_multiple_of(self.n_kv_heads) {
             return bad(format!(
                 "{} heads are not a multiple of {} kv heads",
                 self.n_heads, self.n_kv_heads
@@ -99,7 +99,7 @@ impl ModelConfig {
         if self.q_dim() > MAX_DIM {
             return bad(format!("heads × head_dim = {} exceeds {MAX_DIM}", self.q_dim()));
         }
-        if self.rope_dims == 0 || self.rope_dims > self.head_dim || self.rope_dims % 2 != 0 {
+        if self.rope_dims == 0 || self.rope_dims > self.head_dim || !self.rope_dims.is_multiple_of(2) {
             return bad(format!(
                 "RoPE over {} of {} head dimensions",
                 self.rope_dims, self.head_dim

@@ -110,7 +110,7 @@ pub(super) enum Level {
 }
 
 impl Level {
-    fn current() -> Level {
+    pub(super) fn current() -> Level {
         if !SIMD.load(Ordering::Relaxed) {
             return Level::Portable;
         }
@@ -175,7 +175,12 @@ const MIN_TASK_ROWS: usize = 16;
 
 /// Fills `out` (`[rows][n]`) with the matmul, rows split across the pool natively.
 fn rows_parallel(w: &QMatrix, x: &[f32], n: usize, level: Level, out: &mut [f32]) {
-    if n == 0 || w.rows == 0 {
+    if out.is_empty() {
+        return;
+    }
+    if w.cols == 0 {
+        // Empty sums (and no chunks of zero columns to split x into).
+        out.fill(0.0);
         return;
     }
     #[cfg(not(target_arch = "wasm32"))]
@@ -211,19 +216,30 @@ fn rows_kernel(w: &QMatrix, x: &[f32], n: usize, level: Level, first: usize, out
     for (i, out) in out.chunks_mut(TILE * n).enumerate() {
         let rows = out.len() / n;
         for (k, values) in tile.chunks_exact_mut(cols).take(rows).enumerate() {
-            let row = w.row(first + i * TILE + k);
-            super::dequantize(w.ty, row, values).expect("QMatrix::new checked the type and row length");
+            dequantize_blocks(level, w.ty, w.row(first + i * TILE + k), values);
         }
-        for (t, x) in x.chunks_exact(cols).enumerate() {
-            if rows == TILE {
-                let w4: [&[f32]; TILE] = std::array::from_fn(|k| &tile[k * cols..(k + 1) * cols]);
-                for (k, v) in dot4(level, w4, x).into_iter().enumerate() {
-                    out[k * n + t] = v;
-                }
-            } else {
+        if rows < TILE {
+            for (t, x) in x.chunks_exact(cols).enumerate() {
                 for k in 0..rows {
                     out[k * n + t] = dot(level, &tile[k * cols..(k + 1) * cols], x);
                 }
+            }
+            continue;
+        }
+        let w4: [&[f32]; TILE] = std::array::from_fn(|k| &tile[k * cols..(k + 1) * cols]);
+        // Tokens in pairs (each weight load serves two), then the odd one.
+        let mut pairs = x.chunks_exact(2 * cols);
+        for (p, x01) in pairs.by_ref().enumerate() {
+            let (x0, x1) = x01.split_at(cols);
+            for (j, ys) in dot4x2(level, w4, x0, x1).into_iter().enumerate() {
+                for (k, v) in ys.into_iter().enumerate() {
+                    out[k * n + 2 * p + j] = v;
+                }
+            }
+        }
+        if !pairs.remainder().is_empty() {
+            for (k, v) in dot4(level, w4, pairs.remainder()).into_iter().enumerate() {
+                out[k * n + n - 1] = v;
             }
         }
     }
@@ -267,6 +283,23 @@ fn row_dot(level: Level, ty: GgmlType, row: &[u8], x: &[f32]) -> f32 {
     sum
 }
 
+/// Whole blocks to float32 (`ty` can compute, `out` holds the blocks' values), with the SIMD kernel where there
+/// is one: bit-identical either way.
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
+pub(super) fn dequantize_blocks(level: Level, ty: GgmlType, bytes: &[u8], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: Level::Avx2 means the CPU has AVX2, FMA and F16C.
+    if level == Level::Avx2 && unsafe { super::simd_x86::dequantize(ty, bytes, out) } {
+        return;
+    }
+    for (block, out) in bytes
+        .chunks_exact(ty.block_bytes())
+        .zip(out.chunks_exact_mut(ty.block_len()))
+    {
+        blocks::dequantize_block(ty, block, out);
+    }
+}
+
 /// `Σ a[i]·b[i]` in float32.
 fn dot(level: Level, a: &[f32], b: &[f32]) -> f32 {
     match level {
@@ -288,6 +321,16 @@ fn dot4(level: Level, w: [&[f32]; TILE], x: &[f32]) -> [f32; TILE] {
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
         Level::Simd128 => super::simd_wasm::dot4(w, x),
         Level::Portable => w.map(|w| portable_dot(w, x)),
+    }
+}
+
+/// Four rows dotted with two tokens' `x` (each weight loaded once for both).
+fn dot4x2(level: Level, w: [&[f32]; TILE], x0: &[f32], x1: &[f32]) -> [[f32; TILE]; 2] {
+    match level {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Level::Avx2 means the CPU has AVX2, FMA and F16C.
+        Level::Avx2 => unsafe { super::simd_x86::dot4x2(w, x0, x1) },
+        _ => [dot4(level, w, x0), dot4(level, w, x1)],
     }
 }
 

@@ -213,9 +213,7 @@ pub fn dequantize(t: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<()> {
             out.len()
         )));
     }
-    for (block, out) in bytes.chunks_exact(bb).zip(out.chunks_exact_mut(t.block_len())) {
-        blocks::dequantize_block(t, block, out);
-    }
+    matmul::dequantize_blocks(matmul::Level::current(), t, bytes, out);
     Ok(())
 }
 

@@ -1,0 +1,189 @@
+//! Chat templates against Python jinja2 as HF transformers runs it: every template in testdata/templates (the
+//! llama.cpp collection, rendered by scripts/gen_template_cases.py) must give the same text, or fail where jinja2
+//! failed. Runaway templates are typed errors, quickly.
+
+use std::time::{Duration, Instant};
+
+use loom_wasm::llm::template::{ChatMessage, ChatTemplate};
+
+const TEMPLATES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/templates");
+/// 2025-01-15 10:30:00 UTC, the instant scripts/gen_template_cases.py pins `strftime_now` to.
+const FIXED_NOW: i64 = 1_736_937_000;
+
+fn msg(role: &str, content: &str) -> ChatMessage {
+    ChatMessage {
+        role: role.into(),
+        content: content.into(),
+    }
+}
+
+/// The conversation of scripts/gen_template_cases.py.
+fn conversation() -> Vec<ChatMessage> {
+    vec![
+        msg("system", "You are a concise assistant."),
+        msg("user", "What is the capital of France?"),
+        msg("assistant", "The capital of France is Paris."),
+        msg(
+            "user",
+            "And of Germany? Answer in one word, then explain \"why\" briefly.",
+        ),
+    ]
+}
+
+/// Templates that loop over `tools` unconditionally: jinja2 fails on `for tool in None` (transformers passes
+/// tools=None), minijinja iterates none as empty and renders. minijinja has no hook to make that loop fail, so
+/// these render (leniently) where HF raises.
+const ITERATE_NONE: [&str; 3] = [
+    "CohereForAI-c4ai-command-r-plus-tool_use",
+    "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use",
+    "NousResearch-Hermes-3-Llama-3.1-8B-tool_use",
+];
+
+#[test]
+fn llama_cpp_templates_match_jinja2() {
+    let mut names: Vec<String> = std::fs::read_dir(TEMPLATES)
+        .unwrap()
+        .filter_map(|e| e.unwrap().file_name().into_string().ok())
+        .filter_map(|n| n.strip_suffix(".jinja").map(str::to_string))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 60, "only {} templates", names.len());
+    let messages = conversation();
+    let mut failures = Vec::new();
+    for name in &names {
+        let source = std::fs::read_to_string(format!("{TEMPLATES}/{name}.jinja")).unwrap();
+        let expected = std::fs::read_to_string(format!("{TEMPLATES}/{name}.expected.txt")).ok();
+        let rendered = ChatTemplate::new(&source)
+            .map(|t| t.with_fixed_now(FIXED_NOW))
+            .and_then(|t| t.render(&messages, true, Some("<s>"), Some("</s>")));
+        match (rendered, expected) {
+            (Ok(got), Some(want)) if got == want => {}
+            (Ok(got), Some(want)) => {
+                let at = got.chars().zip(want.chars()).take_while(|(a, b)| a == b).count();
+                let from = at.saturating_sub(40);
+                let slice = |s: &str| s.chars().skip(from).take(100).collect::<String>();
+                failures.push(format!(
+                    "{name}: differs at char {at}:\n  got  {:?}\n  want {:?}",
+                    slice(&got),
+                    slice(&want)
+                ));
+            }
+            (Err(e), Some(_)) => failures.push(format!("{name}: error {e}")),
+            (Ok(_), None) if ITERATE_NONE.contains(&name.as_str()) => {}
+            (Ok(_), None) => {
+                let why = std::fs::read_to_string(format!("{TEMPLATES}/{name}.error.txt")).unwrap();
+                failures.push(format!("{name}: rendered, but jinja2 refused it ({why})"));
+            }
+            (Err(e), None) => assert_eq!(e.code(), "template", "{name}"),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} templates differ from jinja2:\n{}",
+        failures.len(),
+        names.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn raise_exception_carries_its_message() {
+    let t = ChatTemplate::new(
+        "{% if messages[0].role == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}",
+    )
+    .unwrap();
+    let err = t.render(&conversation(), true, None, None).unwrap_err();
+    assert_eq!(err.code(), "template");
+    assert!(err.to_string().contains("System role not supported"), "{err}");
+}
+
+#[test]
+fn python_behaviour() {
+    // Outputs as Python jinja2 3.1.6 gives them (trim_blocks, lstrip_blocks, transformers' tojson).
+    let cases = [
+        ("{{ 'abc'[::-1] }}", "cba"),
+        (
+            "{{ '  x  '.strip() }}|{{ 'a,b'.split(',') | length }}|{{ 'Hello'.startswith('He') }}",
+            "x|2|True",
+        ),
+        (
+            "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}{% endfor %}{{ ns.n }}",
+            "4",
+        ),
+        ("{{ tools is none }} {{ date_string is defined }}", "True False"),
+        (
+            "{% for m in messages %}{% if loop.index0 == 1 %}{% break %}{% endif %}{{ m.role }}{% endfor %}",
+            "system",
+        ),
+        (
+            "{{ {'a': [1, 2.5, none, true], 'é': 'x\"'} | tojson }}",
+            "{\"a\": [1, 2.5, null, true], \"é\": \"x\\\"\"}",
+        ),
+        (
+            "{{ {'a': [1], 'b': {}} | tojson(indent=2) }}",
+            "{\n  \"a\": [\n    1\n  ],\n  \"b\": {}\n}",
+        ),
+        ("  {% if true %}\nx\n  {% endif %}\n", "x\n"),
+        ("{{ bos_token }}{{ eos_token }}", "<s></s>"),
+        ("{%- generation -%} a {%- endgeneration -%}", "a"),
+    ];
+    let mut failures = Vec::new();
+    for (source, want) in cases {
+        match ChatTemplate::new(source).and_then(|t| t.render(&conversation(), true, Some("<s>"), Some("</s>"))) {
+            Ok(got) if got == want => {}
+            other => failures.push(format!("{source:?}: {other:?}, want {want:?}")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn bos_and_eos_absent_are_undefined() {
+    let t = ChatTemplate::new("{{ bos_token is defined }}{{ eos_token | default('none') }}").unwrap();
+    assert_eq!(t.render(&[], false, None, None).unwrap(), "Falsenone");
+}
+
+#[test]
+fn strftime_now_reads_the_clock_unless_pinned() {
+    let t = ChatTemplate::new("{{ strftime_now('%Y') }}").unwrap();
+    let year: i32 = t.render(&[], false, None, None).unwrap().parse().unwrap();
+    assert!(year >= 2025);
+    let t = t.with_fixed_now(FIXED_NOW);
+    assert_eq!(t.render(&[], false, None, None).unwrap(), "2025");
+}
+
+/// Each runaway template must fail with a `template` error within a second or so.
+#[test]
+fn runaway_templates_are_typed_errors() {
+    let cases = [
+        ("infinite loop", "{% for i in range(1000000000) %}{% endfor %}"),
+        ("nested loops", "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}"),
+        ("recursion", "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"),
+        ("string doubling", "{% set ns = namespace(s='xxxxxxxx') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s | length }}"),
+        ("string repeat", "{{ 'x' * 1000000000 }}"),
+        ("huge output", "{% for i in range(10000000) %}xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx{% endfor %}"),
+        ("recursive loop", "{% for m in [1] recursive %}{{ loop([1]) }}{% endfor %}"),
+        ("unknown filter", "{{ messages | no_such_filter }}"),
+        ("undefined method", "{{ messages.nope() }}"),
+    ];
+    for (name, source) in cases {
+        let start = Instant::now();
+        let result = ChatTemplate::new(source).and_then(|t| t.render(&conversation(), true, None, None));
+        let elapsed = start.elapsed();
+        match result {
+            Err(e) => assert_eq!(e.code(), "template", "{name}: {e}"),
+            Ok(out) => panic!("{name}: rendered {} bytes", out.len()),
+        }
+        assert!(elapsed < Duration::from_secs(5), "{name}: took {elapsed:?}");
+    }
+}
+
+#[test]
+fn compile_errors_are_typed() {
+    for source in ["{% for %}", "{{ ", "{% if x %}", "{% endfor %}", "{{ ((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((1 }}"] {
+        match ChatTemplate::new(source) {
+            Err(e) => assert_eq!(e.code(), "template", "{source}"),
+            Ok(_) => panic!("{source}: compiled"),
+        }
+    }
+}
