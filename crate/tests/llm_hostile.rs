@@ -224,3 +224,20 @@ fn bad_requests() {
     e.forward(&vec![65u32; m.config.context], false).unwrap();
     assert_eq!(e.forward(&[65], false).unwrap_err().code(), "context_full");
 }
+
+/// Found by `fuzz/fuzz_targets/tokenizer_template.rs`: a `tokenizer.json` whose `decoder` value is not JSON made
+/// tokenizers 0.23 panic (`expect("Helper")` in `DecoderWrapper`'s deserializer). The first input is the
+/// fuzzer's artifact cut to its broken decoder, the second the same minimized by hand to 12 bytes.
+#[test]
+fn a_tokenizer_json_with_a_broken_decoder_is_an_error() {
+    use loom_wasm::llm::tokenizer::Tokenizer;
+    let good = tiny("tokenizer.json");
+    let at = std::str::from_utf8(&good).unwrap().find("\"decoder\"").expect("the tiny tokenizer has a decoder");
+    let mut cut = good[..at].to_vec();
+    cut.extend_from_slice(br#""decoder": {"type": "ByteLevel", "add_prefix_space": true, "use_regex": tru{"version": "1.0"}"#);
+    for bytes in [cut, br#"{"decoder":}"#.to_vec()] {
+        let e = Tokenizer::from_json(&bytes).err().expect("refused");
+        assert_eq!(e.code(), "bad_format", "{e}");
+    }
+    assert!(Tokenizer::from_json(&good).is_ok());
+}
