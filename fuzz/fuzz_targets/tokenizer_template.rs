@@ -29,8 +29,14 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(template) = ChatTemplate::new(source) {
         let template = template.with_fixed_now(1_700_000_000);
         let messages = [
-            ChatMessage { role: "system".into(), content: "You are helpful.".into() },
-            ChatMessage { role: "user".into(), content: "Hi there!".into() },
+            ChatMessage {
+                role: "system".into(),
+                content: "You are helpful.".into(),
+            },
+            ChatMessage {
+                role: "user".into(),
+                content: "Hi there!".into(),
+            },
         ];
         let _ = template.render(&messages, true, Some("<s>"), Some("</s>"));
     }
