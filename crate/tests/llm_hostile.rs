@@ -224,3 +224,35 @@ fn bad_requests() {
     e.forward(&vec![65u32; m.config.context], false).unwrap();
     assert_eq!(e.forward(&[65], false).unwrap_err().code(), "context_full");
 }
+
+/// Found by `fuzz/fuzz_targets/tokenizer_template.rs`: a `tokenizer.json` whose `decoder` value is not JSON made
+/// tokenizers 0.23 panic (`expect("Helper")` in `DecoderWrapper`'s deserializer). The first input is the
+/// fuzzer's first artifact cut to its broken decoder, the second the same minimized by hand to 12 bytes; then the
+/// second artifact (invalid UTF-8 in a decoder string, which a syntax-only check let through) and a lone surrogate.
+#[test]
+fn a_tokenizer_json_with_a_broken_decoder_is_an_error() {
+    use loom_wasm::llm::tokenizer::Tokenizer;
+    let good = tiny("tokenizer.json");
+    let at = std::str::from_utf8(&good)
+        .unwrap()
+        .find("\"decoder\"")
+        .expect("the tiny tokenizer has a decoder");
+    let mut cut = good[..at].to_vec();
+    cut.extend_from_slice(
+        br#""decoder": {"type": "ByteLevel", "add_prefix_space": true, "use_regex": tru{"version": "1.0"}"#,
+    );
+    // The second artifact: a byte that is not UTF-8 inside a string of the decoder (`trim_off\x85ets`).
+    let mut bad_utf8 = good.clone();
+    let key = at + std::str::from_utf8(&good[at..]).unwrap().find("trim_offsets").unwrap();
+    bad_utf8[key + 8] = 0x85;
+    for bytes in [
+        cut,
+        br#"{"decoder":}"#.to_vec(),
+        bad_utf8,
+        br#"{"decoder":"\ud800"}"#.to_vec(),
+    ] {
+        let e = Tokenizer::from_json(&bytes).err().expect("refused");
+        assert_eq!(e.code(), "bad_format", "{e}");
+    }
+    assert!(Tokenizer::from_json(&good).is_ok());
+}

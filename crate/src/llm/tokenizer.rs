@@ -71,6 +71,11 @@ impl Tokenizer {
     /// A tokenizer from a HF folder's `tokenizer.json` and `tokenizer_config.json`: the config's `bos_token`,
     /// `eos_token`, `add_bos_token`, `add_eos_token` and `chat_template` override what `tokenizer.json` implies.
     pub fn from_json_with_config(tokenizer_json: &[u8], tokenizer_config_json: Option<&[u8]>) -> Result<Tokenizer> {
+        // tokenizers 0.23 panics (`expect("Helper")`) on a `decoder` value that is not valid JSON (bad syntax, a
+        // string with invalid UTF-8 or a bad escape), so the whole file is parsed first, strings included
+        // (`IgnoredAny` would skip them unchecked): on valid JSON its decoder fallback (any value) always matches.
+        serde_json::from_slice::<serde_json::Value>(tokenizer_json)
+            .map_err(|e| tok_err(format!("tokenizer.json: {e}")))?;
         let inner =
             tokenizers::Tokenizer::from_bytes(tokenizer_json).map_err(|e| tok_err(format!("tokenizer.json: {e}")))?;
         let (template_bos, template_eos) = post_processor_specials(tokenizer_json)?;

@@ -1,0 +1,43 @@
+//! The input split at its first 0 byte: `Tokenizer::from_json` on the first part (an accepted tokenizer encodes a
+//! short text and decodes the ids), `ChatTemplate::new` on the second (an accepted template renders a fixed
+//! two-message conversation). Neither may panic, hang or allocate beyond the fuel and output caps.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use loom_wasm::llm::template::{ChatMessage, ChatTemplate};
+use loom_wasm::llm::tokenizer::Tokenizer;
+
+fuzz_target!(|data: &[u8]| {
+    let (a, b) = match data.iter().position(|&x| x == 0) {
+        Some(i) => (&data[..i], &data[i + 1..]),
+        None => (data, &[][..]),
+    };
+    if let Ok(tok) = Tokenizer::from_json(a) {
+        if let Ok(ids) = tok.encode("Hello, world! ünïcode 😀 <|im_start|>", true) {
+            let _ = tok.decode(&ids, false);
+            let _ = tok.decode(&ids, true);
+            let mut stream = tok.stream();
+            for &id in &ids {
+                let _ = stream.push(id);
+            }
+            let _ = stream.finish();
+        }
+    }
+    let Ok(source) = std::str::from_utf8(b) else {
+        return;
+    };
+    if let Ok(template) = ChatTemplate::new(source) {
+        let template = template.with_fixed_now(1_700_000_000);
+        let messages = [
+            ChatMessage {
+                role: "system".into(),
+                content: "You are helpful.".into(),
+            },
+            ChatMessage {
+                role: "user".into(),
+                content: "Hi there!".into(),
+            },
+        ];
+        let _ = template.render(&messages, true, Some("<s>"), Some("</s>"));
+    }
+});
