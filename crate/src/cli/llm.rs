@@ -11,7 +11,7 @@ use clap::Args;
 use serde_json::json;
 
 use crate::error::{LoomError, Result};
-use crate::llm::engine::{CpuEngine, Engine};
+use crate::llm::engine::Engine;
 use crate::llm::generate::{now_s, ChatFormat, GenerateOptions, Generation, Session};
 use crate::llm::model::LlmModel;
 use crate::llm::sampler::SamplingParams;
@@ -123,7 +123,7 @@ fn load(args: &ModelArgs) -> Result<(LlmModel, Box<dyn Engine>)> {
     if args.device == LlmDevice::Gpu {
         eprintln!("loom: the GPU decoder is not built yet; running on the CPU");
     }
-    let engine: Box<dyn Engine> = Box::new(CpuEngine::new(c.clone(), model.weights.clone()));
+    let engine: Box<dyn Engine> = Box::new(model.cpu_engine());
     Ok((model, engine))
 }
 
