@@ -415,6 +415,10 @@ fn word_at(byte: u32) -> u32 {
     return (word(i) >> 16u) | (word(i + 1u) << 16u);
 }
 
+fn byte_at(byte: u32) -> u32 {
+    return (word(byte >> 2u) >> (8u * (byte & 3u))) & 0xFFu;
+}
+
 // @@ ggml_q4_0
 // llama.cpp Q4_0, 18-byte blocks: f16 d | 16 bytes qs; element j is the low nibble of qs[j], element j+16 its
 // high nibble; value (q − 8)·d. Part t (a lane's share) is qs bytes 4t..4t+3: elements 4t.. and 16+4t.., 4 each.
@@ -487,6 +491,221 @@ fn part_dot(u: u32, t: u32, xb: u32) -> XV {
     return half_at(34u * u) * s;
 }
 
+// @@ ggml_q5_0
+// llama.cpp Q5_0, 22-byte blocks: f16 d | u32 qh | 16 bytes qs; element j < 16 is the low nibble of qs[j] with bit
+// j of qh as bit 4, element j + 16 the high nibble with bit j + 16; value (q − 16)·d. Parts as Q4_0.
+const EPU: u32 = 32u;
+const SPU: u32 = 4u;
+
+fn unit_value(u: u32, k: u32) -> f32 {
+    let base = 22u * u;
+    let byte = byte_at(base + 6u + (k & 15u));
+    let q = select(byte & 0xFu, byte >> 4u, k >= 16u) | (((word_at(base + 2u) >> k) & 1u) << 4u);
+    return half_at(base) * (f32(q) - 16.0);
+}
+
+fn part_dot(u: u32, t: u32, xb: u32) -> XV {
+    let base = 22u * u;
+    let qh = word_at(base + 2u);
+    let v = word_at(base + 6u + 4u * t);
+    var s = XV();
+    for (var m = 0u; m < 4u; m++) {
+        let j = 4u * t + m;
+        let byte = v >> (8u * m);
+        let lo = (byte & 0xFu) | (((qh >> j) & 1u) << 4u);
+        let hi = ((byte >> 4u) & 0xFu) | (((qh >> (j + 16u)) & 1u) << 4u);
+        s += xv(xb + j) * (f32(lo) - 16.0) + xv(xb + 16u + j) * (f32(hi) - 16.0);
+    }
+    return half_at(base) * s;
+}
+
+// @@ ggml_q5_1
+// llama.cpp Q5_1, 24-byte (word-aligned) blocks: f16 d | f16 m | u32 qh | 16 bytes qs, codes as Q5_0; value
+// q·d + m.
+const EPU: u32 = 32u;
+const SPU: u32 = 4u;
+
+fn unit_value(u: u32, k: u32) -> f32 {
+    let byte = word(6u * u + 2u + ((k & 15u) >> 2u)) >> (8u * (k & 3u));
+    let q = select(byte & 0xFu, (byte >> 4u) & 0xFu, k >= 16u) | (((word(6u * u + 1u) >> k) & 1u) << 4u);
+    let dm = word(6u * u);
+    return half(dm & 0xFFFFu) * f32(q) + half(dm >> 16u);
+}
+
+fn part_dot(u: u32, t: u32, xb: u32) -> XV {
+    let qh = word(6u * u + 1u);
+    let v = word(6u * u + 2u + t);
+    var s = XV();
+    var sx = XV();
+    for (var m = 0u; m < 4u; m++) {
+        let j = 4u * t + m;
+        let byte = v >> (8u * m);
+        let lo = (byte & 0xFu) | (((qh >> j) & 1u) << 4u);
+        let hi = ((byte >> 4u) & 0xFu) | (((qh >> (j + 16u)) & 1u) << 4u);
+        let xl = xv(xb + j);
+        let xh = xv(xb + 16u + j);
+        s += xl * f32(lo) + xh * f32(hi);
+        sx += xl + xh;
+    }
+    let dm = word(6u * u);
+    return half(dm & 0xFFFFu) * s + half(dm >> 16u) * sx;
+}
+
+// @@ ggml_kquant_scales
+// Q4_K/Q5_K's 6-bit (scale, min) of sub-block j from the 12 bytes at byte `s` (gguf-py's `get_scale_min`).
+fn scale_min_k4(s: u32, j: u32) -> vec2<f32> {
+    if j < 4u {
+        return vec2<f32>(f32(byte_at(s + j) & 63u), f32(byte_at(s + j + 4u) & 63u));
+    }
+    let sc = (byte_at(s + j + 4u) & 0xFu) | ((byte_at(s + j - 4u) >> 6u) << 4u);
+    let mn = (byte_at(s + j + 4u) >> 4u) | ((byte_at(s + j) >> 6u) << 4u);
+    return vec2<f32>(f32(sc), f32(mn));
+}
+
+// @@ ggml_q4_k
+// llama.cpp Q4_K, 144-byte (word-aligned) super-blocks of 256: f16 d | f16 dmin | 12 bytes of 6-bit scales and
+// mins | 128 bytes qs. Sub-block c (32 elements) is nibble c % 2 of qs[32·(c/2) ..]; value d·sc·q − dmin·m.
+// A part is one sub-block.
+const EPU: u32 = 256u;
+const SPU: u32 = 8u;
+
+fn unit_value(u: u32, k: u32) -> f32 {
+    let base = 36u * u;
+    let c = k >> 5u;
+    let q = (byte_at(4u * (base + 4u) + 32u * (c >> 1u) + (k & 31u)) >> (4u * (c & 1u))) & 0xFu;
+    let dm = word(base);
+    let sm = scale_min_k4(4u * base + 4u, c);
+    return half(dm & 0xFFFFu) * sm.x * f32(q) - half(dm >> 16u) * sm.y;
+}
+
+fn part_dot(u: u32, c: u32, xb: u32) -> XV {
+    let base = 36u * u;
+    let shift = 4u * (c & 1u);
+    let qs = base + 4u + 8u * (c >> 1u);
+    var s = XV();
+    var sx = XV();
+    for (var w = 0u; w < 8u; w++) {
+        let v = word(qs + w) >> shift;
+        for (var m = 0u; m < 4u; m++) {
+            let xi = xv(xb + 32u * c + 4u * w + m);
+            s += xi * f32((v >> (8u * m)) & 0xFu);
+            sx += xi;
+        }
+    }
+    let dm = word(base);
+    let sm = scale_min_k4(4u * base + 4u, c);
+    return (half(dm & 0xFFFFu) * sm.x) * s - (half(dm >> 16u) * sm.y) * sx;
+}
+
+// @@ ggml_q5_k
+// llama.cpp Q5_K, 176-byte (word-aligned) super-blocks of 256: f16 d | f16 dmin | 12 bytes scales/mins | 32 bytes
+// qh | 128 bytes qs. Sub-block c takes nibbles as Q4_K and bit c of qh[l] as bit 4; value d·sc·q − dmin·m.
+const EPU: u32 = 256u;
+const SPU: u32 = 8u;
+
+fn unit_value(u: u32, k: u32) -> f32 {
+    let base = 44u * u;
+    let c = k >> 5u;
+    let l = k & 31u;
+    let lo = (byte_at(4u * (base + 12u) + 32u * (c >> 1u) + l) >> (4u * (c & 1u))) & 0xFu;
+    let hi = (byte_at(4u * (base + 4u) + l) >> c) & 1u;
+    let dm = word(base);
+    let sm = scale_min_k4(4u * base + 4u, c);
+    return half(dm & 0xFFFFu) * sm.x * f32(lo | (hi << 4u)) - half(dm >> 16u) * sm.y;
+}
+
+fn part_dot(u: u32, c: u32, xb: u32) -> XV {
+    let base = 44u * u;
+    let shift = 4u * (c & 1u);
+    let qs = base + 12u + 8u * (c >> 1u);
+    var s = XV();
+    var sx = XV();
+    for (var w = 0u; w < 8u; w++) {
+        let v = word(qs + w) >> shift;
+        let h = word(base + 4u + w) >> c;
+        for (var m = 0u; m < 4u; m++) {
+            let q = ((v >> (8u * m)) & 0xFu) | (((h >> (8u * m)) & 1u) << 4u);
+            let xi = xv(xb + 32u * c + 4u * w + m);
+            s += xi * f32(q);
+            sx += xi;
+        }
+    }
+    let dm = word(base);
+    let sm = scale_min_k4(4u * base + 4u, c);
+    return (half(dm & 0xFFFFu) * sm.x) * s - (half(dm >> 16u) * sm.y) * sx;
+}
+
+// @@ ggml_q6_k
+// llama.cpp Q6_K, 210-byte super-blocks of 256: 128 bytes ql | 64 bytes qh | 16 int8 scales | f16 d. Sub-block c
+// (32 elements, half h = c / 4): low 4 bits are nibble (c / 2) % 2 of ql[64h + 32·(c % 2) + l], high 2 bits are
+// bits 2·(c % 4) of qh[32h + l]; q − 32 times d·scales[2c + l / 16].
+const EPU: u32 = 256u;
+const SPU: u32 = 8u;
+
+fn q6_scale(base: u32, i: u32) -> f32 {
+    return f32(i32(byte_at(base + 192u + i) << 24u) >> 24u);
+}
+
+fn unit_value(u: u32, k: u32) -> f32 {
+    let base = 210u * u;
+    let c = k >> 5u;
+    let l = k & 31u;
+    let h = c >> 2u;
+    let lo = (byte_at(base + 64u * h + 32u * (c & 1u) + l) >> (4u * ((c >> 1u) & 1u))) & 0xFu;
+    let hi = (byte_at(base + 128u + 32u * h + l) >> (2u * (c & 3u))) & 3u;
+    return half_at(base + 208u) * q6_scale(base, 2u * c + (l >> 4u)) * (f32(lo | (hi << 4u)) - 32.0);
+}
+
+fn part_dot(u: u32, c: u32, xb: u32) -> XV {
+    let base = 210u * u;
+    let h = c >> 2u;
+    let ql = base + 64u * h + 32u * (c & 1u);
+    let qh = base + 128u + 32u * h;
+    let sl = 4u * ((c >> 1u) & 1u);
+    let sh = 2u * (c & 3u);
+    var s0 = XV();
+    var s1 = XV();
+    for (var w = 0u; w < 8u; w++) {
+        let vl = word_at(ql + 4u * w) >> sl;
+        let vh = word_at(qh + 4u * w) >> sh;
+        var s = XV();
+        for (var m = 0u; m < 4u; m++) {
+            let q = ((vl >> (8u * m)) & 0xFu) | (((vh >> (8u * m)) & 3u) << 4u);
+            s += xv(xb + 32u * c + 4u * w + m) * (f32(q) - 32.0);
+        }
+        if w < 4u {
+            s0 += s;
+        } else {
+            s1 += s;
+        }
+    }
+    let d = half_at(base + 208u);
+    return (d * q6_scale(base, 2u * c)) * s0 + (d * q6_scale(base, 2u * c + 1u)) * s1;
+}
+
+// @@ ggml_loomq4_0
+// Loom's Q4_0 regrouped per block (20 bytes, word-aligned): f32 scale | 16 bytes; element 2j is the low nibble of
+// byte j, 2j + 1 its high nibble, each a signed 4-bit q; value q·s. Part t is word t of the codes.
+const EPU: u32 = 32u;
+const SPU: u32 = 4u;
+
+fn loom_nibble(v: u32, m: u32) -> f32 {
+    return f32(i32(v << (28u - 4u * m)) >> 28u);
+}
+
+fn unit_value(u: u32, k: u32) -> f32 {
+    return loom_nibble(word(5u * u + 1u + (k >> 3u)), k & 7u) * bitcast<f32>(word(5u * u));
+}
+
+fn part_dot(u: u32, t: u32, xb: u32) -> XV {
+    let v = word(5u * u + 1u + t);
+    var s = XV();
+    for (var m = 0u; m < 8u; m++) {
+        s += xv(xb + 8u * t + m) * loom_nibble(v, m);
+    }
+    return s * bitcast<f32>(word(5u * u));
+}
+
 // @@ body
 @compute @workgroup_size(64)
 fn matvec(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
@@ -505,15 +724,14 @@ fn matvec(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) li
             let u = ua + i / SPU;
             acc += part_dot(u, i % SPU, u * EPU - start);
         }
-        // The partial units at both ends (fewer than EPU ≤ 32 elements each), one element per lane.
+        // The partial units at both ends (fewer than EPU elements each: up to 255 for K-quant super-blocks), one
+        // element per lane at a time.
         let head_end = min(end, ua * EPU);
-        let eh = start + lid.x;
-        if eh < head_end {
-            acc += xv(lid.x) * unit_value(eh / EPU, eh % EPU);
+        for (var e = start + lid.x; e < head_end; e += 64u) {
+            acc += xv(e - start) * unit_value(e / EPU, e % EPU);
         }
-        let et = max(ub * EPU, head_end) + lid.x;
-        if et < end {
-            acc += xv(et - start) * unit_value(et / EPU, et % EPU);
+        for (var e = max(ub * EPU, head_end) + lid.x; e < end; e += 64u) {
+            acc += xv(e - start) * unit_value(e / EPU, e % EPU);
         }
     }
     partial[lid.x] = acc;

@@ -253,7 +253,8 @@ fn ggml_vectors(t: GgmlType) -> (Vec<u8>, Vec<f32>, usize, usize) {
         .collect();
     let manifest: serde_json::Value =
         serde_json::from_slice(&std::fs::read(data("ggml-blocks/manifest.json")).unwrap()).unwrap();
-    let (rows, cols) = (manifest["rows"].as_u64().unwrap(), manifest["cols"].as_u64().unwrap());
+    let shape = &manifest["types"][&name];
+    let (rows, cols) = (shape["rows"].as_u64().unwrap(), shape["cols"].as_u64().unwrap());
     (bytes, values, cols as usize, rows as usize)
 }
 
@@ -274,18 +275,27 @@ fn ggml_dequantizer_equals_gguf_py_bit_for_bit() {
     }
 }
 
-/// Random ggml blocks: a plausible f16 scale (and Q4_1 minimum), random quants.
+/// Random ggml blocks: random quants and scale bytes, with every float scale field (f16 `d`, `dmin`/`m`; Loom's
+/// f32 scale) set to a plausible value so that no block decodes to NaN or infinity.
 fn random_blocks(t: GgmlType, blocks: usize, seed: u64) -> Vec<u8> {
     let mut r = Rng(seed);
-    let mut out = Vec::with_capacity(blocks * t.block_bytes());
-    for _ in 0..blocks {
-        let d = half::f16::from_f32(r.f32() * 0.05).to_bits();
-        out.extend_from_slice(&d.to_le_bytes());
-        if t == GgmlType::Q4_1 {
-            let m = half::f16::from_f32(r.f32() * 0.4).to_bits();
-            out.extend_from_slice(&m.to_le_bytes());
+    let bb = t.block_bytes();
+    // Byte offsets of the f16 scale fields in one block.
+    let halves: &[usize] = match t {
+        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+        GgmlType::Q6_K => &[208],
+        GgmlType::LoomQ4_0 => &[],
+        _ => &[0],
+    };
+    let mut out = r.bytes(blocks * bb);
+    for block in out.chunks_exact_mut(bb) {
+        for &o in halves {
+            let v = half::f16::from_f32(r.f32() * 0.05).to_bits();
+            block[o..o + 2].copy_from_slice(&v.to_le_bytes());
         }
-        out.extend(r.bytes(t.block_bytes() - out.len() % t.block_bytes()));
+        if t == GgmlType::LoomQ4_0 {
+            block[..4].copy_from_slice(&(r.f32() * 0.05).to_le_bytes());
+        }
     }
     out
 }
@@ -311,7 +321,7 @@ fn ggml_blocks_match_their_cpu_twin() {
             (80, 12, 3, Activation::Linear),
             (1024, 7, 5, Activation::GELU),
         ] {
-            let bytes = random_blocks(t, (n_in * n_out).div_ceil(32), (n_in + n_out) as u64);
+            let bytes = random_blocks(t, (n_in * n_out).div_ceil(t.block_len()), (n_in + n_out) as u64);
             check_blocks(p, &bytes, n_in, n_out, batch, act, &format!("{t}"));
         }
     }
@@ -330,7 +340,12 @@ fn split_case(p: Packing) -> (Vec<u8>, f32, usize, usize) {
             (loom_wasm::dtype::quantize(dt, &master, scale), scale, n_in, n_out)
         }
         Packing::LoomQ4_0 => (q4_0::pack(&master), 1.0, n_in, n_out),
-        Packing::Ggml(t) => (random_blocks(t, n_in * n_out / 32, 5), 1.0, n_in, n_out),
+        Packing::Ggml(t) => (
+            random_blocks(t, (n_in * n_out).div_ceil(t.block_len()), 5),
+            1.0,
+            n_in,
+            n_out,
+        ),
     }
 }
 
@@ -349,6 +364,9 @@ fn weights_split_across_bindings_give_the_same_result() {
         Packing::Ggml(GgmlType::Q4_0),
         Packing::Ggml(GgmlType::Q4_1),
         Packing::Ggml(GgmlType::Q8_0),
+        Packing::Ggml(GgmlType::Q5_0),
+        Packing::Ggml(GgmlType::Q4_K),
+        Packing::Ggml(GgmlType::Q6_K),
     ];
     let act = Activation::Tanh;
     for p in packings {
@@ -623,7 +641,8 @@ fn decoders_are_exact() {
     // Block formats: random blocks (every nibble and byte value occurs).
     for t in GPU_GGML_TYPES {
         let bytes = random_blocks(t, 64, 3);
-        check_decoder(Packing::Ggml(t), &bytes, 1.0, 64 * 32, 64, &format!("{t} blocks"));
+        let n = 64 * t.block_len();
+        check_decoder(Packing::Ggml(t), &bytes, 1.0, n, 64, &format!("{t} blocks"));
     }
     let payload = q4_0::pack(&inputs(64 * 32, 8));
     check_decoder(Packing::LoomQ4_0, &payload, 1.0, 64 * 32, 64, "Loom Q4_0 blocks");

@@ -46,10 +46,32 @@ pub enum Packing {
     Ggml(GgmlType),
 }
 
-/// The ggml block types the kernel decodes.
-pub const GPU_GGML_TYPES: [GgmlType; 3] = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0];
+/// The ggml block types the kernel decodes (F32/F16/BF16 tensors go through [`Packing::for_block_type`]).
+pub const GPU_GGML_TYPES: [GgmlType; 9] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+    GgmlType::LoomQ4_0,
+];
 
 impl Packing {
+    /// The packing that reads a tensor of block type `t` as stored: float types as Loom's identical float codes,
+    /// block types as themselves.
+    pub fn for_block_type(t: GgmlType) -> Result<Packing> {
+        match t {
+            GgmlType::F32 => Ok(Packing::Loom(DType::Float32)),
+            GgmlType::F16 => Ok(Packing::Loom(DType::Float16)),
+            GgmlType::BF16 => Ok(Packing::Loom(DType::BFloat16)),
+            t if GPU_GGML_TYPES.contains(&t) => Ok(Packing::Ggml(t)),
+            t => Err(LoomError::UnsupportedDType(format!("{t} blocks on the GPU"))),
+        }
+    }
+
     fn key(self) -> String {
         match self {
             Packing::Loom(dt) => dt.name().to_string(),
@@ -162,8 +184,11 @@ impl Packing {
                 s.push_str(section("packed"));
             }
             Packing::LoomQ4_0 => s.push_str(section("loom_q4_0")),
-            Packing::Ggml(_) => {
+            Packing::Ggml(t) => {
                 s.push_str(section("ggml_bytes"));
+                if matches!(t, GgmlType::Q4_K | GgmlType::Q5_K) {
+                    s.push_str(section("ggml_kquant_scales"));
+                }
                 s.push_str(section(&self.key()));
             }
         }
@@ -397,7 +422,7 @@ impl MatVec {
             self.packing.key(),
             if self.shader_f16 { "f16" } else { "f32" }
         );
-        gpu.pipeline(&key, &self.packing.source(self.shader_f16, parts, bt), "matvec")
+        gpu.pipeline_with(&key, || self.packing.source(self.shader_f16, parts, bt), "matvec")
     }
 
     /// Records `y = act(W·x)` for `batch` rows of `x` (`[batch][n_in]` f32) into `encoder`; `y` receives

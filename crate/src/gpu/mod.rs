@@ -154,6 +154,16 @@ impl Gpu {
     /// browser it resolves later, so the error comes from [`Gpu::check_pipelines`], which every readback awaits
     /// before it submits.
     pub fn pipeline(&self, key: &str, source: &str, entry: &str) -> Result<Arc<wgpu::ComputePipeline>> {
+        self.pipeline_with(key, || source.to_string(), entry)
+    }
+
+    /// [`Gpu::pipeline`] for a generated module: `source` runs only on a cache miss.
+    pub fn pipeline_with(
+        &self,
+        key: &str,
+        source: impl FnOnce() -> String,
+        entry: &str,
+    ) -> Result<Arc<wgpu::ComputePipeline>> {
         self.check_alive()?;
         let mut cache = lock(&self.pipelines);
         if let Some(p) = cache.get(key) {
@@ -162,7 +172,7 @@ impl Gpu {
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some(key),
-            source: wgpu::ShaderSource::Wgsl(source.into()),
+            source: wgpu::ShaderSource::Wgsl(source().into()),
         });
         let pipeline = Arc::new(self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some(key),
