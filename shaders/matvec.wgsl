@@ -756,3 +756,19 @@ fn matvec(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) li
         }
     }
 }
+
+// @@ gather
+// Rows of the matrix by id (a decoder's embedding lookup from its quantized table): y[b][i] = W[id_b][i] for the
+// `batch` ids in x (u32 bits in the f32 binding), decoded by the encoding's `unit_value`. One thread per value.
+@compute @workgroup_size(64)
+fn gather(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let id = gid.y * nwg.x * 64u + gid.x;
+    if id >= p.batch * p.n_in {
+        return;
+    }
+    let b = id / p.n_in;
+    let i = id % p.n_in;
+    let row = min(bitcast<u32>(x[b]), p.n_out - 1u);
+    let e = p.first + row * p.n_in + i;
+    y[id] = unit_value(e / EPU, e % EPU) * p.scale;
+}

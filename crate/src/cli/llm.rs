@@ -11,8 +11,10 @@ use clap::Args;
 use serde_json::json;
 
 use crate::error::{LoomError, Result};
+use crate::gpu::Gpu;
 use crate::llm::engine::Engine;
 use crate::llm::generate::{now_s, ChatFormat, GenerateOptions, Generation, Session};
+use crate::llm::gpu_engine::GpuEngine;
 use crate::llm::model::LlmModel;
 use crate::llm::sampler::SamplingParams;
 use crate::llm::template::ChatMessage;
@@ -120,11 +122,31 @@ fn load(args: &ModelArgs) -> Result<(LlmModel, Box<dyn Engine>)> {
         model.weights.bytes() as f64 / (1 << 20) as f64,
         (now_s() - t0) * 1e3
     );
-    if args.device == LlmDevice::Gpu {
-        eprintln!("loom: the GPU decoder is not built yet; running on the CPU");
-    }
-    let engine: Box<dyn Engine> = Box::new(model.cpu_engine());
+    let engine: Box<dyn Engine> = match args.device {
+        LlmDevice::Cpu => Box::new(model.cpu_engine()),
+        LlmDevice::Gpu => match gpu_engine(&model) {
+            Ok(e) => {
+                eprintln!("loom: decoding on {}", e.adapter());
+                Box::new(e)
+            }
+            // No adapter: the CPU engine, with the reason. Other GPU errors (out of memory naming the tensor,
+            // a block type the shaders lack) are the user's to see.
+            Err(LoomError::NoGpu(why)) => {
+                eprintln!("loom: no GPU ({why}); running on the CPU");
+                Box::new(model.cpu_engine())
+            }
+            Err(e) => return Err(e),
+        },
+    };
     Ok((model, engine))
+}
+
+fn gpu_engine(model: &LlmModel) -> Result<GpuEngine> {
+    let t0 = now_s();
+    let gpu = Arc::new(pollster::block_on(Gpu::new())?);
+    let engine = pollster::block_on(GpuEngine::new(gpu, &model.config, &model.weights, None))?;
+    eprintln!("loom: weights uploaded to the GPU in {:.0} ms", (now_s() - t0) * 1e3);
+    Ok(engine)
 }
 
 fn prompt_ids(format: &ChatFormat, p: &PromptArgs) -> Result<Vec<u32>> {

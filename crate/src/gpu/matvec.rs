@@ -10,7 +10,7 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use super::kernel::dispatch_3d;
+use super::kernel::{dispatch, dispatch_3d, grid_for};
 use super::{activation_id, Gpu, ACTIVATION_WGSL};
 use crate::dtype::{q4_0, DType};
 use crate::error::{LoomError, Result};
@@ -129,8 +129,9 @@ impl Packing {
         }
     }
 
-    /// The module for this encoding with `parts` weight bindings, computing `bt` (1 or 4) batch rows at a time.
-    fn source(self, shader_f16: bool, parts: usize, bt: u32) -> String {
+    /// The module for this encoding with `parts` weight bindings, computing `bt` (1 or 4) batch rows at a time, with
+    /// `body` (the `matvec` or `gather` entry point).
+    fn source(self, shader_f16: bool, parts: usize, bt: u32, body: &str) -> String {
         let mut s = String::new();
         if shader_f16 {
             s.push_str("enable f16;\n\n");
@@ -192,7 +193,7 @@ impl Packing {
                 s.push_str(section(&self.key()));
             }
         }
-        s.push_str(section("body"));
+        s.push_str(section(body));
         s
     }
 }
@@ -422,7 +423,11 @@ impl MatVec {
             self.packing.key(),
             if self.shader_f16 { "f16" } else { "f32" }
         );
-        gpu.pipeline_with(&key, || self.packing.source(self.shader_f16, parts, bt), "matvec")
+        gpu.pipeline_with(
+            &key,
+            || self.packing.source(self.shader_f16, parts, bt, "body"),
+            "matvec",
+        )
     }
 
     /// Records `y = act(W·x)` for `batch` rows of `x` (`[batch][n_in]` f32) into `encoder`; `y` receives
@@ -483,6 +488,51 @@ impl MatVec {
             &buffers,
             (groups_x, groups_y, groups_z),
         );
+        Ok(())
+    }
+
+    /// Records gathering rows of `w` by id: `y[b] = W[ids[b]]` (`[batch][n_in]` f32) for the `batch` ids in `ids`
+    /// (u32), an embedding lookup from a table kept in its blocks. Ids past the last row read the last row (callers
+    /// check ids first).
+    pub fn encode_gather(
+        &self,
+        gpu: &Gpu,
+        encoder: &mut wgpu::CommandEncoder,
+        ids: &wgpu::Buffer,
+        w: &PackedWeights,
+        y: &wgpu::Buffer,
+        batch: u32,
+    ) -> Result<()> {
+        if w.packing != self.packing {
+            return Err(LoomError::InvalidInput(format!(
+                "a {} gather kernel got {} weights",
+                self.packing.key(),
+                w.packing.key()
+            )));
+        }
+        let n = u64::from(batch) * w.n_in as u64;
+        if n == 0 {
+            return Ok(());
+        }
+        let key = format!("matvec-gather/{}/{}", self.packing.key(), w.parts.len());
+        let parts = w.parts.len();
+        let pipeline = gpu.pipeline_with(&key, || self.packing.source(false, parts, 1, "gather"), "gather")?;
+        let g = grid_for(gpu, n, 64, "gather")?;
+        let words = [
+            w.n_in as u32,
+            w.n_out as u32,
+            0,
+            0,
+            w.scale.to_bits(),
+            w.words_per_part,
+            w.aux,
+            batch,
+            w.first,
+            w.bias,
+        ];
+        let mut buffers = vec![(1, ids), (2, y)];
+        buffers.extend(w.parts.iter().enumerate().map(|(k, b)| (3 + k as u32, b)));
+        dispatch(gpu, encoder, &pipeline, &words, &buffers, g);
         Ok(())
     }
 

@@ -1,10 +1,11 @@
-//! Host for `shaders/rope.wgsl`: rotate-half RoPE in place. CPU twin: the RoPE step of `crate::cpu` attention.rs
+//! Host for `shaders/rope.wgsl`: RoPE in place, rotate-half or adjacent pairs. CPU twin: the RoPE step of `crate::cpu` attention.rs
 //! (f64 there; here an f32 rotation by cos/sin computed in f64 on the host and rounded once, see [`rope_table`]).
 
 use std::sync::Arc;
 
 use super::kernel::{dispatch, grid_for, storage_f32, u32_dim};
 use super::{Gpu, GpuTensor};
+use crate::cpu::ops::RopePairs;
 use crate::error::{LoomError, Result};
 
 const ROPE_WGSL: &str = include_str!("../../../shaders/rope.wgsl");
@@ -27,6 +28,17 @@ pub fn rope_table(theta: f64, head_dim: usize, pos0: usize, tokens: usize) -> Ve
         }
     }
     out
+}
+
+/// Which rows of a buffer a RoPE dispatch turns: `tokens` rows from row `first`, each `stride` floats holding `heads`
+/// heads of `head_dim`.
+#[derive(Clone, Copy, Debug)]
+pub struct RopeRows {
+    pub tokens: u32,
+    pub heads: u32,
+    pub head_dim: u32,
+    pub stride: u32,
+    pub first: u32,
 }
 
 /// The RoPE kernel.
@@ -65,18 +77,49 @@ impl Rope {
         stride: u32,
         first: u32,
     ) -> Result<()> {
-        let pairs = u64::from(tokens) * u64::from(heads) * u64::from(head_dim / 2);
-        if pairs == 0 {
+        let rows = RopeRows {
+            tokens,
+            heads,
+            head_dim,
+            stride,
+            first,
+        };
+        self.encode_pairs(gpu, encoder, x, table, rows, head_dim / 2, RopePairs::Half)
+    }
+
+    /// Records the rotation of the first `rot` pairs of every head of `rows`, paired as `pairs` says (a decoder's
+    /// RoPE: CPU twin [`crate::cpu::ops::rope`]); `table` holds `[tokens][rot]` (cos, sin).
+    #[allow(clippy::too_many_arguments)]
+    pub fn encode_pairs(
+        &self,
+        gpu: &Gpu,
+        encoder: &mut wgpu::CommandEncoder,
+        x: &wgpu::Buffer,
+        table: &wgpu::Buffer,
+        rows: RopeRows,
+        rot: u32,
+        pairs: RopePairs,
+    ) -> Result<()> {
+        let RopeRows {
+            tokens,
+            heads,
+            head_dim,
+            stride,
+            first,
+        } = rows;
+        let pairs_total = u64::from(tokens) * u64::from(heads) * u64::from(rot);
+        if pairs_total == 0 {
             return Ok(());
         }
-        if u64::from(heads) * u64::from(head_dim) > u64::from(stride) {
+        if u64::from(heads) * u64::from(head_dim) > u64::from(stride) || 2 * rot > head_dim {
             return Err(LoomError::InvalidInput(format!(
-                "RoPE: {heads} heads of {head_dim} do not fit rows of {stride}"
+                "RoPE: {heads} heads of {head_dim} ({rot} pairs) do not fit rows of {stride}"
             )));
         }
-        u32_dim(pairs as usize, "RoPE pairs")?;
-        let g = grid_for(gpu, pairs, LANES, "RoPE")?;
-        let words = [tokens, heads, head_dim, stride, first];
+        u32_dim(pairs_total as usize, "RoPE pairs")?;
+        let g = grid_for(gpu, pairs_total, LANES, "RoPE")?;
+        let adjacent = u32::from(pairs == RopePairs::Adjacent);
+        let words = [tokens, heads, head_dim, stride, first, rot, adjacent];
         dispatch(gpu, encoder, &self.pipeline, &words, &[(1, x), (2, table)], g);
         Ok(())
     }

@@ -22,6 +22,11 @@ pub trait Engine {
     /// Runs `tokens` at positions `cached()..`, appending to the KV cache. Returns the logits of the last token
     /// (vocab values), or of every token (n × vocab) when `all_logits`.
     fn forward(&mut self, tokens: &[u32], all_logits: bool) -> Result<Vec<f32>>;
+    /// Runs `tokens` as [`Engine::forward`] does and returns the greedy next token: the argmax of the last logits,
+    /// the lowest id on ties. The GPU engine picks it on the device and reads back only the id.
+    fn forward_greedy(&mut self, tokens: &[u32]) -> Result<u32> {
+        Ok(ops::argmax(&self.forward(tokens, false)?) as u32)
+    }
 }
 
 /// Keys and values of every layer, `[pos][kv_heads × head_dim]`, grown as positions arrive (never more than

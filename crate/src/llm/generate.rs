@@ -173,6 +173,21 @@ impl ChatFormat {
     }
 }
 
+/// What a forward hands the sampler: the next id when the engine picked it, else the logits.
+enum Step {
+    Id(u32),
+    Logits(Vec<f32>),
+}
+
+/// Runs `tokens`; a greedy sampler lets the engine pick the next id itself.
+fn step(engine: &mut dyn Engine, tokens: &[u32], greedy: bool) -> Result<Step> {
+    Ok(if greedy {
+        Step::Id(engine.forward_greedy(tokens)?)
+    } else {
+        Step::Logits(engine.forward(tokens, false)?)
+    })
+}
+
 /// An engine, the chat format, and the ids the engine's KV cache holds.
 pub struct Session {
     engine: Box<dyn Engine>,
@@ -295,7 +310,8 @@ impl Session {
         self.engine.truncate(common);
         self.cached.truncate(common);
         let t0 = now_s();
-        let mut logits = self.engine.forward(&prompt[common..], false)?;
+        let greedy = sampler.is_plain_argmax();
+        let mut next_step = step(self.engine.as_mut(), &prompt[common..], greedy)?;
         self.cached.extend_from_slice(&prompt[common..]);
         let t1 = now_s();
 
@@ -312,7 +328,10 @@ impl Session {
             if ids.len() >= opts.max_tokens {
                 break StopReason::MaxTokens;
             }
-            let next = sampler.sample(&mut logits, &context);
+            let next = match &mut next_step {
+                Step::Id(id) => *id,
+                Step::Logits(logits) => sampler.sample(logits, &context),
+            };
             if self.eos_ids.contains(&next) || opts.stop_ids.contains(&next) {
                 break StopReason::Eos;
             }
@@ -343,7 +362,7 @@ impl Session {
             if self.engine.cached() >= limit {
                 break StopReason::ContextFull;
             }
-            logits = self.engine.forward(&[next], false)?;
+            next_step = step(self.engine.as_mut(), &[next], greedy)?;
             self.cached.push(next);
         };
         if stop_reason != StopReason::StopString {

@@ -5,6 +5,7 @@ pub mod config;
 pub mod engine;
 pub mod entity;
 pub mod generate;
+pub mod gpu_engine;
 pub mod model;
 pub mod sampler;
 pub mod sources;

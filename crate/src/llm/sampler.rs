@@ -81,6 +81,12 @@ impl Sampler {
     }
 
     /// The next token. `logits` is changed (penalised, scaled); `context` is the tokens so far.
+    /// True when [`Sampler::sample`] is a plain argmax of the logits (no penalty, no randomness), which an engine
+    /// may compute itself ([`super::engine::Engine::forward_greedy`]).
+    pub fn is_plain_argmax(&self) -> bool {
+        self.params.temperature == 0.0 && self.params.repetition_penalty == 1.0
+    }
+
     pub fn sample(&mut self, logits: &mut [f32], context: &[u32]) -> u32 {
         let p = &self.params;
         if p.repetition_penalty != 1.0 {

@@ -42,14 +42,28 @@ pub fn greedy(engine: &mut dyn Engine, last_logits: &[f32], n: usize, eos: Optio
     out
 }
 
-/// Checks one tiny-llama weight set: every prompt's logits at every position and the greedy ids.
+/// Checks one tiny-llama weight set on the CPU engine: every prompt's logits at every position and the greedy ids.
 pub fn check_tiny(model: &LlmModel, set_name: &str, expected: &Value, prompts: &[Vec<u32>]) {
-    let vocab = model.config.vocab;
+    check_tiny_on(model.config.vocab, set_name, expected, prompts, &mut || {
+        Box::new(model.cpu_engine())
+    });
+}
+
+/// [`check_tiny`] on the engines `new_engine` makes (one per prompt). The greedy ids are checked twice: from the
+/// logits (argmax here), and through [`Engine::forward_greedy`] (the engine's own pick).
+pub fn check_tiny_on(
+    vocab: usize,
+    set_name: &str,
+    expected: &Value,
+    prompts: &[Vec<u32>],
+    new_engine: &mut dyn FnMut() -> Box<dyn Engine>,
+) {
     for (p, (prompt, res)) in prompts.iter().zip(expected["results"].as_array().unwrap()).enumerate() {
-        let mut engine = model.cpu_engine();
+        let mut engine = new_engine();
         let logits = engine.forward(prompt, true).unwrap();
         let want = res["logits"].as_array().unwrap();
         assert_eq!(want.len(), prompt.len());
+        assert_eq!(logits.len(), prompt.len() * vocab);
         let mut worst = 0f32;
         for (pos, row) in want.iter().enumerate() {
             for (i, w) in row.as_array().unwrap().iter().enumerate() {
@@ -57,8 +71,19 @@ pub fn check_tiny(model: &LlmModel, set_name: &str, expected: &Value, prompts: &
             }
         }
         assert!(worst <= 1e-3, "{set_name} prompt {p}: max |Δlogit| {worst}");
-        let got = greedy(&mut engine, &logits[(prompt.len() - 1) * vocab..], 16, None);
-        assert_eq!(got, ids(&res["greedy_ids"]), "{set_name} prompt {p}: greedy ids");
+        let want_ids = ids(&res["greedy_ids"]);
+        let got = greedy(engine.as_mut(), &logits[(prompt.len() - 1) * vocab..], 16, None);
+        assert_eq!(got, want_ids, "{set_name} prompt {p}: greedy ids");
+        let mut engine = new_engine();
+        let mut picked = vec![engine.forward_greedy(prompt).unwrap()];
+        while picked.len() < want_ids.len() {
+            let last = *picked.last().unwrap();
+            picked.push(engine.forward_greedy(&[last]).unwrap());
+        }
+        assert_eq!(
+            picked, want_ids,
+            "{set_name} prompt {p}: greedy ids picked by the engine"
+        );
     }
 }
 

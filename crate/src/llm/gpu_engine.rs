@@ -1,0 +1,530 @@
+//! The GPU engine: the decoder of [`super::engine::CpuEngine`] on [`crate::gpu`] kernels. Weights are uploaded once
+//! in their stored blocks and decoded in the shaders (embedding lookup included); activations and the KV cache stay
+//! on the GPU; a call records every dispatch of a chunk of tokens into one command encoder and submits it once. The
+//! greedy path picks the next token on the GPU and reads back one id (4 bytes).
+//!
+//! Bind groups and buffers come from per-shape plans (`gpu::kernel`): a decode step (one token) creates none after
+//! the first; only the uniform words that hold the position and the RoPE table are rewritten.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::config::{ModelConfig, RopeStyle};
+use super::weights::{Matrix, ModelWeights};
+use crate::cpu::ops::{self, RopePairs};
+use crate::error::{LoomError, Result};
+use crate::gpu::{
+    Argmax, AttendArgs, Attention, Elementwise, Gpu, GpuTensor, KvCache, MatVec, Norm, PackedWeights, Packing, Plan,
+    PlanCounts, Rope, RopeRows,
+};
+
+/// Prompt tokens per submit: bounds the activation buffers of a long prompt.
+const GPU_CHUNK: usize = 64;
+
+/// KV positions the engine allocates when the caller does not say and the model's context is longer (each
+/// position costs `layers × 2 × kv_dim × 4` bytes).
+pub const DEFAULT_GPU_CONTEXT: usize = 4096;
+
+/// What a call did on the GPU, for the benchmark.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpuCallStats {
+    pub submits: u32,
+    pub dispatches: u32,
+    /// Bind groups and buffers created (0 once a shape's plan exists).
+    pub bind_groups_created: u32,
+    pub buffers_created: u32,
+    pub bytes_read_back: u64,
+}
+
+/// A matrix in its stored blocks on the GPU.
+struct GpuMatrix {
+    w: PackedWeights,
+}
+
+/// One decoder block's tensors on the GPU.
+struct GpuBlock {
+    attn_norm: wgpu::Buffer,
+    wq: GpuMatrix,
+    wk: GpuMatrix,
+    wv: GpuMatrix,
+    wo: GpuMatrix,
+    bq: Option<wgpu::Buffer>,
+    bk: Option<wgpu::Buffer>,
+    bv: Option<wgpu::Buffer>,
+    bo: Option<wgpu::Buffer>,
+    b_gate: Option<wgpu::Buffer>,
+    b_up: Option<wgpu::Buffer>,
+    b_down: Option<wgpu::Buffer>,
+    q_norm: Option<wgpu::Buffer>,
+    k_norm: Option<wgpu::Buffer>,
+    ffn_norm: wgpu::Buffer,
+    gate: GpuMatrix,
+    up: GpuMatrix,
+    down: GpuMatrix,
+}
+
+struct Kernels {
+    matvec: HashMap<Packing, MatVec>,
+    norm: Norm,
+    rope: Rope,
+    attention: Attention,
+    elementwise: Elementwise,
+    argmax: Argmax,
+}
+
+/// What a chunk hands back.
+enum Output {
+    /// Logits of the last token, or of every token.
+    Logits { all: bool },
+    /// The argmax of the last token's logits.
+    Greedy,
+}
+
+/// The decoder on a GPU.
+pub struct GpuEngine {
+    gpu: Arc<Gpu>,
+    cfg: ModelConfig,
+    k: Kernels,
+    embed: GpuMatrix,
+    head: GpuMatrix,
+    final_norm: wgpu::Buffer,
+    blocks: Vec<GpuBlock>,
+    caches: Vec<KvCache>,
+    cached: usize,
+    inv_freq: Vec<f64>,
+    /// Plans by (tokens in the chunk, output kind): decode steps reuse theirs.
+    plans: HashMap<(usize, u8), Plan>,
+    last: GpuCallStats,
+}
+
+/// Uploads small f32 vectors (norms, biases).
+async fn upload_f32(gpu: &Gpu, name: &str, v: &[f32]) -> Result<wgpu::Buffer> {
+    gpu.upload(name, bytemuck::cast_slice(v)).await
+}
+
+async fn upload_opt(gpu: &Gpu, name: &str, v: &Option<Vec<f32>>) -> Result<Option<wgpu::Buffer>> {
+    Ok(match v {
+        Some(v) => Some(upload_f32(gpu, name, v).await?),
+        None => None,
+    })
+}
+
+/// Uploads `m` as stored, naming the tensor in any error (out of memory, a block type the GPU lacks).
+async fn upload_matrix(gpu: &Gpu, name: &str, m: &Matrix) -> Result<GpuMatrix> {
+    let named = |e: LoomError| match e {
+        LoomError::GpuOutOfMemory(why) => LoomError::GpuOutOfMemory(format!("{name}: {why}")),
+        LoomError::UnsupportedDType(why) => LoomError::UnsupportedDType(format!("{name}: {why}")),
+        LoomError::Unsupported(why) => LoomError::Unsupported(format!("{name}: {why}")),
+        e => e,
+    };
+    let packing = Packing::for_block_type(m.ty).map_err(named)?;
+    let w = PackedWeights::upload(gpu, packing, &m.data, 1.0, m.cols, m.rows)
+        .await
+        .map_err(named)?;
+    Ok(GpuMatrix { w })
+}
+
+impl GpuEngine {
+    /// Uploads `weights` to `gpu` with a KV cache of `context` positions (default: the model's context, at most
+    /// [`DEFAULT_GPU_CONTEXT`]). A tensor the device cannot hold is [`LoomError::GpuOutOfMemory`] naming it.
+    pub async fn new(
+        gpu: Arc<Gpu>,
+        cfg: &ModelConfig,
+        weights: &ModelWeights,
+        context: Option<usize>,
+    ) -> Result<GpuEngine> {
+        let mut cfg = cfg.clone();
+        cfg.context = context.unwrap_or(DEFAULT_GPU_CONTEXT).min(cfg.context).max(1);
+        let g = &*gpu;
+        let mut matvec = HashMap::new();
+        let head_weights = weights.lm_head();
+        let all = weights
+            .blocks
+            .iter()
+            .flat_map(|b| [&b.wq, &b.wk, &b.wv, &b.wo, &b.gate, &b.up, &b.down])
+            .chain([&weights.embed, head_weights]);
+        for m in all {
+            let p = Packing::for_block_type(m.ty)?;
+            if let std::collections::hash_map::Entry::Vacant(e) = matvec.entry(p) {
+                e.insert(MatVec::auto(g, p)?);
+            }
+        }
+        // The gather reads the embedding on the f32 path.
+        let embed_packing = Packing::for_block_type(weights.embed.ty)?;
+        let k = Kernels {
+            matvec,
+            norm: Norm::new(g)?,
+            rope: Rope::new(g)?,
+            attention: Attention::new(g)?,
+            elementwise: Elementwise::new(g)?,
+            argmax: Argmax::new(g)?,
+        };
+        let embed = upload_matrix(g, "token_embd", &weights.embed).await?;
+        debug_assert_eq!(embed.w.packing, embed_packing);
+        let head = upload_matrix(g, "output", head_weights).await?;
+        let final_norm = upload_f32(g, "output_norm", &weights.final_norm).await?;
+        let mut blocks = Vec::with_capacity(weights.blocks.len());
+        for (i, b) in weights.blocks.iter().enumerate() {
+            let n = |s: &str| format!("blk.{i}.{s}");
+            blocks.push(GpuBlock {
+                attn_norm: upload_f32(g, &n("attn_norm"), &b.attn_norm).await?,
+                wq: upload_matrix(g, &n("attn_q"), &b.wq).await?,
+                wk: upload_matrix(g, &n("attn_k"), &b.wk).await?,
+                wv: upload_matrix(g, &n("attn_v"), &b.wv).await?,
+                wo: upload_matrix(g, &n("attn_output"), &b.wo).await?,
+                bq: upload_opt(g, &n("attn_q.bias"), &b.bq).await?,
+                bk: upload_opt(g, &n("attn_k.bias"), &b.bk).await?,
+                bv: upload_opt(g, &n("attn_v.bias"), &b.bv).await?,
+                bo: upload_opt(g, &n("attn_output.bias"), &b.bo).await?,
+                b_gate: upload_opt(g, &n("ffn_gate.bias"), &b.b_gate).await?,
+                b_up: upload_opt(g, &n("ffn_up.bias"), &b.b_up).await?,
+                b_down: upload_opt(g, &n("ffn_down.bias"), &b.b_down).await?,
+                q_norm: upload_opt(g, &n("attn_q_norm"), &b.q_norm).await?,
+                k_norm: upload_opt(g, &n("attn_k_norm"), &b.k_norm).await?,
+                ffn_norm: upload_f32(g, &n("ffn_norm"), &b.ffn_norm).await?,
+                gate: upload_matrix(g, &n("ffn_gate"), &b.gate).await?,
+                up: upload_matrix(g, &n("ffn_up"), &b.up).await?,
+                down: upload_matrix(g, &n("ffn_down"), &b.down).await?,
+            });
+        }
+        let mut caches = Vec::with_capacity(cfg.n_layers);
+        for _ in 0..cfg.n_layers {
+            caches.push(KvCache::new(g, cfg.n_kv_heads, cfg.head_dim, cfg.context).await?);
+        }
+        let inv_freq = ops::rope_inv_freq(cfg.rope_theta, cfg.rope_dims);
+        Ok(GpuEngine {
+            gpu,
+            cfg,
+            k,
+            embed,
+            head,
+            final_norm,
+            blocks,
+            caches,
+            cached: 0,
+            inv_freq,
+            plans: HashMap::new(),
+            last: GpuCallStats::default(),
+        })
+    }
+
+    /// The device's adapter, for people ("NVIDIA H100 (Vulkan)").
+    pub fn adapter(&self) -> String {
+        format!("{} ({:?})", self.gpu.info.name, self.gpu.info.backend)
+    }
+
+    /// What the last call did on the GPU.
+    pub fn last_call(&self) -> GpuCallStats {
+        self.last
+    }
+
+    /// Runs `tokens` at positions `cached()..` and returns the logits of the last token (or of every token when
+    /// `all_logits`), as [`super::engine::Engine::forward`].
+    pub async fn forward_logits(&mut self, tokens: &[u32], all_logits: bool) -> Result<Vec<f32>> {
+        let bytes = self.run(tokens, Output::Logits { all: all_logits }).await?;
+        Ok(bytemuck::pod_collect_to_vec(&bytes))
+    }
+
+    /// Runs `tokens` and returns the greedy next token, picked on the GPU (one id read back).
+    pub async fn forward_argmax(&mut self, tokens: &[u32]) -> Result<u32> {
+        let bytes = self.run(tokens, Output::Greedy).await?;
+        Ok(u32::from_le_bytes(bytes[..4].try_into().expect("4 bytes read back")))
+    }
+
+    async fn run(&mut self, tokens: &[u32], out: Output) -> Result<Vec<u8>> {
+        if tokens.is_empty() {
+            return Err(LoomError::InvalidInput("no tokens to run".into()));
+        }
+        if let Some(&t) = tokens.iter().find(|&&t| t as usize >= self.cfg.vocab) {
+            return Err(LoomError::InvalidInput(format!(
+                "token id {t} is outside the vocabulary of {}",
+                self.cfg.vocab
+            )));
+        }
+        let needed = self.cached + tokens.len();
+        if needed > self.cfg.context {
+            return Err(LoomError::ContextFull {
+                needed,
+                limit: self.cfg.context,
+            });
+        }
+        self.last = GpuCallStats::default();
+        let before = self.cached;
+        let chunks = tokens.len().div_ceil(GPU_CHUNK);
+        let mut result = Vec::new();
+        for (i, chunk) in tokens.chunks(GPU_CHUNK).enumerate() {
+            let last = i + 1 == chunks;
+            let out = match (&out, last) {
+                (Output::Logits { all: true }, _) => Some(Output::Logits { all: true }),
+                (Output::Logits { all: false }, true) => Some(Output::Logits { all: false }),
+                (Output::Greedy, true) => Some(Output::Greedy),
+                _ => None,
+            };
+            match self.chunk(chunk, out).await {
+                Ok(bytes) => result.extend_from_slice(&bytes),
+                Err(e) => {
+                    // A failed call leaves the cache as it found it.
+                    self.cached = before;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(result)
+    }
+
+    /// Records one chunk into one encoder and submits it; reads back what `out` asks for (nothing when `None`).
+    async fn chunk(&mut self, tokens: &[u32], out: Option<Output>) -> Result<Vec<u8>> {
+        let gpu = self.gpu.clone();
+        let kind = match out {
+            None => 0,
+            Some(Output::Logits { all: false }) => 1,
+            Some(Output::Logits { all: true }) => 2,
+            Some(Output::Greedy) => 3,
+        };
+        let key = (tokens.len(), kind);
+        let plan = self.plans.remove(&key).unwrap_or_default();
+        let mut encoder = gpu.device.create_command_encoder(&Default::default());
+        let oom = gpu.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let (read, plan, counts) = gpu.with_plan(plan, || self.encode(&mut encoder, tokens, kind));
+        let oom = oom.pop().await;
+        // Keep the decode plan and the full-chunk prefill plan; other lengths come once per prompt.
+        if tokens.len() == 1 || tokens.len() == GPU_CHUNK {
+            self.plans.insert(key, plan);
+        }
+        if let Some(e) = oom {
+            return Err(LoomError::GpuOutOfMemory(format!("decoder activations: {e}")));
+        }
+        let read = read?;
+        self.count(counts);
+        self.last.submits += 1;
+        self.cached += tokens.len();
+        match read {
+            Some(buffer) => {
+                let bytes = gpu.submit_and_read(encoder, &buffer).await?;
+                self.last.bytes_read_back += bytes.len() as u64;
+                Ok(bytes)
+            }
+            None => {
+                gpu.queue.submit([encoder.finish()]);
+                Ok(Vec::new())
+            }
+        }
+    }
+
+    fn count(&mut self, c: PlanCounts) {
+        self.last.dispatches += c.dispatches;
+        self.last.bind_groups_created += c.bind_groups;
+        self.last.buffers_created += c.buffers;
+    }
+
+    /// Records the chunk; returns the buffer to read back, if any.
+    fn encode(&self, enc: &mut wgpu::CommandEncoder, tokens: &[u32], kind: u8) -> Result<Option<wgpu::Buffer>> {
+        let gpu = &*self.gpu;
+        let c = &self.cfg;
+        let k = &self.k;
+        let n = tokens.len();
+        let nu = n as u32;
+        let start = self.cached;
+        let (h, qd, kvd, hd, ffn) = (c.hidden, c.q_dim(), c.kv_dim(), c.head_dim, c.ffn);
+        let rot = self.inv_freq.len();
+
+        let ids = GpuTensor::scratch(gpu, vec![n])?;
+        let id_bits: Vec<f32> = tokens.iter().map(|&t| f32::from_bits(t)).collect();
+        ids.write(gpu, &id_bits)?;
+        let mut table = Vec::with_capacity(n * rot * 2);
+        for t in 0..n {
+            for f in &self.inv_freq {
+                let a = (start + t) as f64 * f;
+                table.extend([a.cos() as f32, a.sin() as f32]);
+            }
+        }
+        let rope_table = GpuTensor::scratch(gpu, vec![n, rot.max(1) * 2])?;
+        if rot > 0 {
+            rope_table.write(gpu, &table)?;
+        }
+
+        // One set of activations serves every block (dispatches run in order).
+        let x = GpuTensor::scratch(gpu, vec![n, h])?;
+        let xn = GpuTensor::scratch(gpu, vec![n, h])?;
+        let q = GpuTensor::scratch(gpu, vec![n, qd])?;
+        let qn = GpuTensor::scratch(gpu, vec![n, qd])?;
+        let kk = GpuTensor::scratch(gpu, vec![n, kvd])?;
+        let kn = GpuTensor::scratch(gpu, vec![n, kvd])?;
+        let v = GpuTensor::scratch(gpu, vec![n, kvd])?;
+        let att = GpuTensor::scratch(gpu, vec![n, qd])?;
+        let proj = GpuTensor::scratch(gpu, vec![n, h])?;
+        let gate = GpuTensor::scratch(gpu, vec![n, ffn])?;
+        let up = GpuTensor::scratch(gpu, vec![n, ffn])?;
+        let act = GpuTensor::scratch(gpu, vec![n, ffn])?;
+
+        let mv = |m: &GpuMatrix, x: &GpuTensor, y: &GpuTensor, enc: &mut wgpu::CommandEncoder, rows: u32| {
+            k.matvec[&m.w.packing].encode(
+                gpu,
+                enc,
+                &x.buffer,
+                &m.w,
+                &y.buffer,
+                rows,
+                crate::network::Activation::Linear,
+            )
+        };
+        let bias = |b: &Option<wgpu::Buffer>, y: &GpuTensor, width: usize, enc: &mut wgpu::CommandEncoder| match b {
+            Some(b) => k
+                .elementwise
+                .encode_add_inplace(gpu, enc, &y.buffer, b, (n * width) as u32, width as u32),
+            None => Ok(()),
+        };
+        let pairs = match c.rope_style {
+            RopeStyle::Neox => RopePairs::Half,
+            RopeStyle::Adjacent => RopePairs::Adjacent,
+        };
+
+        k.matvec[&self.embed.w.packing].encode_gather(gpu, enc, &ids.buffer, &self.embed.w, &x.buffer, nu)?;
+        for (l, b) in self.blocks.iter().enumerate() {
+            k.norm.encode_rms(
+                gpu,
+                enc,
+                &x.buffer,
+                &b.attn_norm,
+                &xn.buffer,
+                nu,
+                h as u32,
+                1,
+                c.rms_eps,
+            )?;
+            mv(&b.wq, &xn, &q, enc, nu)?;
+            mv(&b.wk, &xn, &kk, enc, nu)?;
+            mv(&b.wv, &xn, &v, enc, nu)?;
+            bias(&b.bq, &q, qd, enc)?;
+            bias(&b.bk, &kk, kvd, enc)?;
+            bias(&b.bv, &v, kvd, enc)?;
+            let (qr, kr) = match (&b.q_norm, &b.k_norm) {
+                (Some(qnw), Some(knw)) => {
+                    let rows = |heads: usize| (n * heads) as u32;
+                    k.norm.encode_rms(
+                        gpu,
+                        enc,
+                        &q.buffer,
+                        qnw,
+                        &qn.buffer,
+                        rows(c.n_heads),
+                        hd as u32,
+                        1,
+                        c.rms_eps,
+                    )?;
+                    k.norm.encode_rms(
+                        gpu,
+                        enc,
+                        &kk.buffer,
+                        knw,
+                        &kn.buffer,
+                        rows(c.n_kv_heads),
+                        hd as u32,
+                        1,
+                        c.rms_eps,
+                    )?;
+                    (&qn, &kn)
+                }
+                _ => (&q, &kk),
+            };
+            for (t, heads, width) in [(qr, c.n_heads, qd), (kr, c.n_kv_heads, kvd)] {
+                let rows = RopeRows {
+                    tokens: nu,
+                    heads: heads as u32,
+                    head_dim: hd as u32,
+                    stride: width as u32,
+                    first: 0,
+                };
+                k.rope
+                    .encode_pairs(gpu, enc, &t.buffer, &rope_table.buffer, rows, rot as u32, pairs)?;
+            }
+            let cache = &self.caches[l];
+            k.attention
+                .encode_kv_update(gpu, enc, cache, &kr.buffer, &v.buffer, nu, 0, start as u32)?;
+            let args = AttendArgs {
+                tokens: nu,
+                first: 0,
+                pos0: start as u32,
+                heads: c.n_heads as u32,
+                q_stride: qd as u32,
+                out_stride: qd as u32,
+                scale: (1.0 / (hd as f64).sqrt()) as f32,
+            };
+            k.attention
+                .encode_attend(gpu, enc, cache, &qr.buffer, &att.buffer, args)?;
+            mv(&b.wo, &att, &proj, enc, nu)?;
+            bias(&b.bo, &proj, h, enc)?;
+            k.elementwise
+                .encode_add_inplace(gpu, enc, &x.buffer, &proj.buffer, (n * h) as u32, (n * h) as u32)?;
+            k.norm
+                .encode_rms(gpu, enc, &x.buffer, &b.ffn_norm, &xn.buffer, nu, h as u32, 1, c.rms_eps)?;
+            mv(&b.gate, &xn, &gate, enc, nu)?;
+            mv(&b.up, &xn, &up, enc, nu)?;
+            bias(&b.b_gate, &gate, ffn, enc)?;
+            bias(&b.b_up, &up, ffn, enc)?;
+            k.elementwise
+                .encode_swiglu(gpu, enc, &gate.buffer, &up.buffer, &act.buffer, (n * ffn) as u32)?;
+            mv(&b.down, &act, &proj, enc, nu)?;
+            bias(&b.b_down, &proj, h, enc)?;
+            k.elementwise
+                .encode_add_inplace(gpu, enc, &x.buffer, &proj.buffer, (n * h) as u32, (n * h) as u32)?;
+        }
+        if kind == 0 {
+            return Ok(None);
+        }
+        // The head runs on every row for all logits, else on the last row only.
+        let rows = if kind == 2 { n } else { 1 };
+        let last = GpuTensor::scratch(gpu, vec![rows, h])?;
+        let from = (4 * (n - rows) * h) as u64;
+        enc.copy_buffer_to_buffer(&x.buffer, from, &last.buffer, 0, (4 * rows * h) as u64);
+        let normed = GpuTensor::scratch(gpu, vec![rows, h])?;
+        k.norm.encode_rms(
+            gpu,
+            enc,
+            &last.buffer,
+            &self.final_norm,
+            &normed.buffer,
+            rows as u32,
+            h as u32,
+            1,
+            c.final_norm_eps,
+        )?;
+        let logits = GpuTensor::scratch(gpu, vec![rows, c.vocab])?;
+        mv(&self.head, &normed, &logits, enc, rows as u32)?;
+        if kind != 3 {
+            return Ok(Some(logits.buffer));
+        }
+        let id = GpuTensor::scratch(gpu, vec![1])?;
+        k.argmax
+            .encode(gpu, enc, &logits.buffer, &id.buffer, 1, c.vocab as u32)?;
+        Ok(Some(id.buffer))
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl super::engine::Engine for GpuEngine {
+    fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    fn device(&self) -> String {
+        format!("GPU: {}", self.adapter())
+    }
+
+    fn cached(&self) -> usize {
+        self.cached
+    }
+
+    fn truncate(&mut self, len: usize) {
+        // Rows past `len` are rewritten before any query reads them.
+        self.cached = self.cached.min(len);
+    }
+
+    fn forward(&mut self, tokens: &[u32], all_logits: bool) -> Result<Vec<f32>> {
+        pollster::block_on(self.forward_logits(tokens, all_logits))
+    }
+
+    fn forward_greedy(&mut self, tokens: &[u32]) -> Result<u32> {
+        pollster::block_on(self.forward_argmax(tokens))
+    }
+}

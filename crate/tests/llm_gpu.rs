@@ -1,0 +1,140 @@
+//! The GPU engine (wgpu: Mesa lavapipe natively) against the numpy goldens in `../shared/golden`, as the CPU
+//! engine is tested in `llm_golden.rs`: tiny-llama's logits at every position (≤ 1e-3) and 16 greedy ids for
+//! every weight file, with tensors split across bindings; SmolLM2-135M Q4_1's greedy replies, and its top-20 logits
+//! beside the CPU engine's.
+
+mod llm_util;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use llm_util::{check_tiny_on, golden, ids, json, tiny_expected};
+use loom_wasm::gpu::Gpu;
+use loom_wasm::llm::engine::Engine;
+use loom_wasm::llm::gpu_engine::GpuEngine;
+use loom_wasm::llm::model::LlmModel;
+
+fn gpu() -> Arc<Gpu> {
+    Arc::new(pollster::block_on(Gpu::new()).expect("no wgpu adapter: is mesa-vulkan-drivers installed?"))
+}
+
+fn engine(gpu: &Arc<Gpu>, model: &LlmModel) -> Box<dyn Engine> {
+    engine_with_context(gpu, model, None)
+}
+
+fn engine_with_context(gpu: &Arc<Gpu>, model: &LlmModel, context: Option<usize>) -> Box<dyn Engine> {
+    let e = pollster::block_on(GpuEngine::new(gpu.clone(), &model.config, &model.weights, context));
+    Box::new(e.unwrap_or_else(|e| panic!("GPU engine: {e}")))
+}
+
+#[test]
+fn tiny_llama_every_weight_file_on_the_gpu() {
+    let gpu = gpu();
+    let dir = golden().join("tiny-llama");
+    let (expected, prompts) = tiny_expected();
+    let mut checked = 0;
+    for (name, set) in expected["weight_sets"].as_object().unwrap() {
+        if name == "loom_q4_0" {
+            continue; // written by our converter: below
+        }
+        let model = LlmModel::open(&dir.join(set["file"].as_str().unwrap())).unwrap();
+        check_tiny_on(model.config.vocab, name, set, &prompts, &mut || engine(&gpu, &model));
+        checked += 1;
+    }
+    assert_eq!(checked, 8);
+}
+
+#[test]
+fn tiny_llama_loom_q4_0_entity_on_the_gpu() {
+    let gpu = gpu();
+    let src = LlmModel::open(&golden().join("tiny-llama/model.f32.safetensors")).unwrap();
+    let (bytes, _) = src.to_entity(true).unwrap();
+    let model = LlmModel::from_entity(bytes.into()).unwrap();
+    let (expected, prompts) = tiny_expected();
+    let set = &expected["weight_sets"]["loom_q4_0"];
+    check_tiny_on(model.config.vocab, "loom_q4_0", set, &prompts, &mut || {
+        engine(&gpu, &model)
+    });
+}
+
+/// Every weight tensor over the device's storage-binding limit is split across bindings: with a limit of 24 KiB the
+/// f32 embedding table (64 KiB) takes three, and the logits are the same.
+#[test]
+fn tensors_split_across_bindings() {
+    let model = LlmModel::open(&golden().join("tiny-llama/model.f32.gguf")).unwrap();
+    assert_eq!(model.weights.embed.data.len(), 256 * 64 * 4);
+    let gpu = Arc::new(pollster::block_on(Gpu::with_max_binding(24 << 10)).unwrap());
+    let (expected, prompts) = tiny_expected();
+    let set = &expected["weight_sets"]["gguf_f32"];
+    // A KV cache of 128 positions fits one binding (2 heads × 16 × 128 × 4 bytes).
+    let mut new_engine = || engine_with_context(&gpu, &model, Some(128));
+    check_tiny_on(model.config.vocab, "gguf_f32 split", set, &prompts, &mut new_engine);
+}
+
+#[test]
+fn context_limit_and_bad_ids_are_typed_errors() {
+    let gpu = gpu();
+    let model = LlmModel::open(&golden().join("tiny-llama/model.q4_0.gguf")).unwrap();
+    let mut e = pollster::block_on(GpuEngine::new(gpu, &model.config, &model.weights, Some(8))).unwrap();
+    assert_eq!(e.config().context, 8);
+    let err = e.forward(&[1; 9], false).unwrap_err();
+    assert_eq!(err.code(), "context_full", "{err}");
+    assert_eq!(e.cached(), 0);
+    let err = e.forward(&[1, 256], false).unwrap_err();
+    assert_eq!(err.code(), "invalid_input", "{err}");
+    assert_eq!(e.cached(), 0);
+    e.forward(&[1; 8], false).unwrap();
+    assert_eq!(e.cached(), 8);
+    e.truncate(3);
+    assert_eq!(e.cached(), 3);
+}
+
+/// SmolLM2-135M-Instruct Q4_1 (setup fetches it): greedy ids equal to the reference up to its first near-tie on
+/// every prompt, and the top-20 logits at the last prompt position within 0.01 of the CPU engine's.
+#[test]
+fn smollm2_gguf_greedy_on_the_gpu() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(path.exists(), "{} is missing: run scripts/setup.sh", path.display());
+    let model = LlmModel::open(&path).unwrap();
+    let gpu = gpu();
+    let expected = json(&golden().join("smollm2/expected.json"));
+    let vocab = model.config.vocab;
+    for case in expected["cases"].as_array().unwrap() {
+        let msg = case["user_message"].as_str().unwrap();
+        let want = &case["results"]["gguf_dequant_f32"];
+        let prompt = ids(&case["prompt_ids"]);
+        let mut gpu_engine = engine(&gpu, &model);
+        let logits = gpu_engine.forward(&prompt, false).unwrap();
+        let cpu_logits = model.cpu_engine().forward(&prompt, false).unwrap();
+        let mut order: Vec<usize> = (0..vocab).collect();
+        order.sort_by(|&a, &b| cpu_logits[b].total_cmp(&cpu_logits[a]));
+        for &id in &order[..20] {
+            assert!(
+                (logits[id] - cpu_logits[id]).abs() <= 0.01,
+                "{msg}: logit of {id}: GPU {} CPU {}",
+                logits[id],
+                cpu_logits[id]
+            );
+        }
+        let sure = want["greedy_prefix_len_margin_ge_0.1"].as_u64().unwrap() as usize;
+        let reference = ids(&want["greedy_ids"]);
+        let steps = want["greedy_steps"].as_array().unwrap();
+        let mut engine = engine(&gpu, &model);
+        let mut got = vec![engine.forward_greedy(&prompt).unwrap()];
+        while got.len() < reference.len().min(sure + 1) && *got.last().unwrap() != 2 {
+            let last = *got.last().unwrap();
+            got.push(engine.forward_greedy(&[last]).unwrap());
+        }
+        for (i, &g) in got.iter().enumerate() {
+            if i < sure {
+                assert_eq!(g, reference[i], "{msg}: greedy step {i}: {got:?} vs {reference:?}");
+            } else {
+                let runner_up = steps[i]["second"].as_u64().map(|x| x as u32);
+                assert!(
+                    g == reference[i] || Some(g) == runner_up,
+                    "{msg}: step {i} (near-tie) gave {g}"
+                );
+            }
+        }
+    }
+}
