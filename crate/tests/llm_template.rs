@@ -1,8 +1,6 @@
 //! Chat templates against Python jinja2 as HF transformers runs it: every template in testdata/templates (the
 //! llama.cpp collection, rendered by scripts/gen_template_cases.py) must give the same text, or fail where jinja2
-//! failed. Runaway templates are typed errors, quickly.
-
-use std::time::{Duration, Instant};
+//! failed. Runaway templates: tests/llm_template_runaway.rs.
 
 use loom_wasm::llm::template::{ChatMessage, ChatTemplate};
 
@@ -31,8 +29,9 @@ fn conversation() -> Vec<ChatMessage> {
 }
 
 /// Templates that loop over `tools` unconditionally: jinja2 fails on `for tool in None` (transformers passes
-/// tools=None), minijinja iterates none as empty and renders. minijinja has no hook to make that loop fail, so
-/// these render (leniently) where HF raises.
+/// tools=None), minijinja 3.1 renders them, leniently. No setting changes that: `Value::try_iter` turns none into
+/// an empty iterator whatever the `UndefinedBehavior` (which governs undefined only, and jinja2 iterates undefined
+/// as empty too), and a stand-in object for none would fail `tools is none`, which most templates test.
 const ITERATE_NONE: [&str; 3] = [
     "CohereForAI-c4ai-command-r-plus-tool_use",
     "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use",
@@ -150,32 +149,6 @@ fn strftime_now_reads_the_clock_unless_pinned() {
     assert!(year >= 2025);
     let t = t.with_fixed_now(FIXED_NOW);
     assert_eq!(t.render(&[], false, None, None).unwrap(), "2025");
-}
-
-/// Each runaway template must fail with a `template` error within a second or so.
-#[test]
-fn runaway_templates_are_typed_errors() {
-    let cases = [
-        ("infinite loop", "{% for i in range(1000000000) %}{% endfor %}"),
-        ("nested loops", "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}"),
-        ("recursion", "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"),
-        ("string doubling", "{% set ns = namespace(s='xxxxxxxx') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s | length }}"),
-        ("string repeat", "{{ 'x' * 1000000000 }}"),
-        ("huge output", "{% for i in range(10000000) %}xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx{% endfor %}"),
-        ("recursive loop", "{% for m in [1] recursive %}{{ loop([1]) }}{% endfor %}"),
-        ("unknown filter", "{{ messages | no_such_filter }}"),
-        ("undefined method", "{{ messages.nope() }}"),
-    ];
-    for (name, source) in cases {
-        let start = Instant::now();
-        let result = ChatTemplate::new(source).and_then(|t| t.render(&conversation(), true, None, None));
-        let elapsed = start.elapsed();
-        match result {
-            Err(e) => assert_eq!(e.code(), "template", "{name}: {e}"),
-            Ok(out) => panic!("{name}: rendered {} bytes", out.len()),
-        }
-        assert!(elapsed < Duration::from_secs(5), "{name}: took {elapsed:?}");
-    }
 }
 
 #[test]

@@ -10,7 +10,11 @@
 //!
 //! A template cannot run away: every render has a fuel budget (instructions plus bytes produced, growing with
 //! the size of the conversation), recursion is limited and the output is capped; all three are `template`
-//! errors, as are compile errors and `raise_exception`.
+//! errors, as are compile errors and `raise_exception`. minijinja charges a serialized value to the fuel only
+//! once its text exists, so the filters that serialize whole values (`tojson`, `string`, `pprint`) stop at the
+//! output's cap themselves. Not covered, as they happen inside one minijinja instruction with no hook: `+` of
+//! lists doubled past 32 levels (minijinja then flattens 2^32 items) and `~`, `==`, `in` over a list that holds
+//! the same list twice, nested deep.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -79,7 +83,6 @@ impl ChatTemplate {
         env.set_recursion_limit(RECURSION_LIMIT);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
-        env.add_filter("tojson", tojson);
         env.add_test("iterable", is_iterable);
         env.add_template_owned(TEMPLATE_NAME, rewrite_generation_tags(source))
             .map_err(|e| render_err(&e))?;
@@ -111,6 +114,14 @@ impl ChatTemplate {
         env.set_fuel(Some(fuel));
         let now = self.fixed_now.unwrap_or_else(unix_now);
         env.add_function("strftime_now", move |format: &str| strftime(format, now));
+        let limit = BASE_OUTPUT.saturating_add(input_bytes.saturating_mul(OUTPUT_PER_INPUT_BYTE));
+        // These filters serialize whole values, which minijinja charges to the fuel only once the text exists:
+        // a list holding the same list twice, nested 64 deep, prints 2^64 items. So they stop at the output's cap.
+        env.add_filter("tojson", move |value: Value, kwargs: Kwargs| {
+            tojson(value, kwargs, limit)
+        });
+        env.add_filter("string", move |value: Value| string_filter(&value, limit));
+        env.add_filter("pprint", move |value: Value| pprint_filter(&value, limit));
 
         let mut ctx: BTreeMap<&str, Value> = BTreeMap::new();
         let messages: Vec<Value> = messages
@@ -128,7 +139,6 @@ impl ChatTemplate {
             ctx.insert("eos_token", Value::from(eos));
         }
         let template = env.get_template(TEMPLATE_NAME).map_err(|e| render_err(&e))?;
-        let limit = BASE_OUTPUT.saturating_add(input_bytes.saturating_mul(OUTPUT_PER_INPUT_BYTE));
         let mut out = CappedWriter { buf: Vec::new(), limit };
         template
             .render_captured_to(Value::from_pairs(ctx), &mut out)
@@ -162,6 +172,50 @@ impl Write for CappedWriter {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
+}
+
+/// A `fmt::Write` into a string that fails once the string would pass `limit` bytes.
+struct CappedString {
+    text: String,
+    limit: usize,
+}
+
+impl std::fmt::Write for CappedString {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        if self.text.len() + s.len() > self.limit {
+            return Err(std::fmt::Error);
+        }
+        self.text.push_str(s);
+        Ok(())
+    }
+}
+
+/// `format_args` written out, or an error once it passes `limit` bytes.
+fn format_capped(args: std::fmt::Arguments, limit: usize, filter: &str) -> std::result::Result<String, Error> {
+    let mut out = CappedString {
+        text: String::new(),
+        limit,
+    };
+    std::fmt::write(&mut out, args).map_err(|_| {
+        Error::new(
+            ErrorKind::InvalidOperation,
+            format!("{filter}: output exceeds {limit} bytes"),
+        )
+    })?;
+    Ok(out.text)
+}
+
+/// minijinja's `string` filter with the output's cap: strings pass through, anything else is printed.
+fn string_filter(value: &Value, limit: usize) -> std::result::Result<Value, Error> {
+    if value.kind() == ValueKind::String {
+        return Ok(value.clone());
+    }
+    format_capped(format_args!("{value}"), limit, "string").map(Value::from)
+}
+
+/// minijinja's `pprint` filter (the value's pretty debug form) with the output's cap.
+fn pprint_filter(value: &Value, limit: usize) -> std::result::Result<String, Error> {
+    format_capped(format_args!("{value:#?}"), limit, "pprint")
 }
 
 /// transformers' `{% generation %}…{% endgeneration %}` (which marks assistant text for training masks) renders
@@ -207,8 +261,9 @@ fn raise_exception(message: String) -> std::result::Result<Value, Error> {
 }
 
 /// transformers' filter: `json.dumps(x, ensure_ascii=False, indent=indent, separators=separators,
-/// sort_keys=sort_keys)`.
-fn tojson(value: Value, kwargs: Kwargs) -> std::result::Result<Value, Error> {
+/// sort_keys=sort_keys)`, refused once its text passes `max_bytes` (a list holding the same list twice, nested
+/// 64 deep, would otherwise be 2^64 items long).
+fn tojson(value: Value, kwargs: Kwargs, max_bytes: usize) -> std::result::Result<Value, Error> {
     let indent: Option<Value> = kwargs.get("indent")?;
     let separators: Option<Value> = kwargs.get("separators")?;
     let sort_keys: Option<bool> = kwargs.get("sort_keys")?;
@@ -247,6 +302,7 @@ fn tojson(value: Value, kwargs: Kwargs) -> std::result::Result<Value, Error> {
         key_sep,
         sort_keys: sort_keys.unwrap_or(false),
         ensure_ascii: ensure_ascii.unwrap_or(false),
+        max_bytes,
     };
     let mut out = String::new();
     json.write(&value, 0, &mut out)?;
@@ -260,6 +316,7 @@ struct JsonStyle {
     key_sep: String,
     sort_keys: bool,
     ensure_ascii: bool,
+    max_bytes: usize,
 }
 
 /// Containers nest at most this deep in `tojson` (Python's own recursion limit is about 1000).
@@ -282,24 +339,32 @@ impl JsonStyle {
                 "tojson: value nests too deeply",
             ));
         }
+        // Checked before each value: every value writes at least a byte, so the walk ends soon after the cap.
+        if out.len() > self.max_bytes {
+            return Err(Error::new(
+                ErrorKind::InvalidOperation,
+                format!("tojson: output exceeds {} bytes", self.max_bytes),
+            ));
+        }
         match value.kind() {
             ValueKind::None => out.push_str("null"),
             ValueKind::Bool => out.push_str(if value.is_true() { "true" } else { "false" }),
             ValueKind::Number => out.push_str(&python_number(value)),
             ValueKind::String => self.write_str(value.as_str().unwrap_or_default(), out),
             ValueKind::Seq | ValueKind::Iterable => {
-                let items: Vec<Value> = value.try_iter()?.collect();
-                if items.is_empty() {
+                // Iterated, not collected: a lazy sequence may be far longer than the cap.
+                let mut items = value.try_iter()?.peekable();
+                if items.peek().is_none() {
                     out.push_str("[]");
                     return Ok(());
                 }
                 out.push('[');
-                for (i, item) in items.iter().enumerate() {
+                for (i, item) in items.enumerate() {
                     if i > 0 {
                         out.push_str(&self.item_sep);
                     }
                     self.newline(depth + 1, out);
-                    self.write(item, depth + 1, out)?;
+                    self.write(&item, depth + 1, out)?;
                 }
                 self.newline(depth, out);
                 out.push(']');

@@ -79,7 +79,13 @@ impl Tokenizer {
         let inner =
             tokenizers::Tokenizer::from_bytes(tokenizer_json).map_err(|e| tok_err(format!("tokenizer.json: {e}")))?;
         let (template_bos, template_eos) = post_processor_specials(tokenizer_json)?;
-        let mut tokenizer = Tokenizer::wrap(inner);
+        let vocab_size = inner
+            .get_vocab(true)
+            .values()
+            .map(|&id| id as usize + 1)
+            .max()
+            .unwrap_or(0);
+        let mut tokenizer = Tokenizer::wrap(inner, vocab_size);
         let lookup = |t: &str| tokenizer.inner.token_to_id(t);
         let mut bos = template_bos.as_deref().and_then(lookup);
         let mut eos = template_eos.as_deref().and_then(lookup);
@@ -158,8 +164,8 @@ impl Tokenizer {
                 .add_tokens(added)
                 .map_err(|e| tok_err(format!("added tokens: {e}")))?;
         }
-        let mut tokenizer = Tokenizer::wrap(inner);
-        tokenizer.vocab_size = tokenizer.vocab_size.max(n);
+        // Every id, added tokens included, indexes `tokens`.
+        let mut tokenizer = Tokenizer::wrap(inner, n);
         // llama.cpp's defaults: SentencePiece vocabularies have BOS 1 / EOS 2 and add BOS; BPE ones add BOS
         // only for the Llama-3 family (the third value of `pre_tokenizer_regexes`).
         let default_add_bos = if spm { true } else { pre_tokenizer_regexes(pre)?.2 };
@@ -190,13 +196,11 @@ impl Tokenizer {
         Ok(tokenizer)
     }
 
-    /// Wraps a loaded HF tokenizer: padding and truncation off (they could make encodings arbitrarily long),
-    /// vocabulary size and special ids read off. BOS/EOS and the template are filled in by the caller.
-    fn wrap(mut inner: tokenizers::Tokenizer) -> Tokenizer {
+    /// Wraps a loaded HF tokenizer of `vocab_size` ids: padding and truncation off (they could make encodings
+    /// arbitrarily long), special ids read off. BOS/EOS and the template are filled in by the caller.
+    fn wrap(mut inner: tokenizers::Tokenizer, vocab_size: usize) -> Tokenizer {
         inner.with_padding(None);
         let _ = inner.with_truncation(None);
-        let vocab = inner.get_vocab(true);
-        let vocab_size = vocab.values().map(|&id| id as usize + 1).max().unwrap_or(0);
         let special_ids = inner
             .get_added_tokens_decoder()
             .into_iter()
@@ -540,6 +544,7 @@ fn byte_level_tokenizer(
 ) -> Result<tokenizers::Tokenizer> {
     let vocab = vocab_map(tokens);
     let mut pairs = Vec::with_capacity(merges.len());
+    let mut joined = String::new(); // one buffer for every merge's result, not an allocation each
     for merge in merges {
         // llama.cpp splits at the first space after the first byte (a token may start with a space).
         let split = merge.bytes().skip(1).position(|b| b == b' ').map(|i| i + 1);
@@ -548,7 +553,10 @@ fn byte_level_tokenizer(
             None => return Err(tok_err(format!("merge {merge:?} is not \"left right\""))),
         };
         // Merges whose parts or result are not tokens can never apply (HF would refuse the whole vocabulary).
-        if vocab.contains_key(left) && vocab.contains_key(right) && vocab.contains_key(&format!("{left}{right}")) {
+        joined.clear();
+        joined.push_str(left);
+        joined.push_str(right);
+        if vocab.contains_key(left) && vocab.contains_key(right) && vocab.contains_key(&joined) {
             pairs.push((left.to_string(), right.to_string()));
         }
     }
