@@ -269,7 +269,29 @@ fn run_prints_loom_forward_output_and_refuses_bad_shapes() {
     let file = corpus().join("cases/layer_Dense_int8/loom.entity");
     let bad = loom(&["run", file.to_str().unwrap(), "--input", "[1, 2, 3]", "--shape", "3"]);
     assert_eq!(bad.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("Dense needs a [batch, 5] input"));
+    // layer_Dense_int8's spec: a Dense layer with input_height 5.
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("the input must be [batch, 5] float values"));
+}
+
+#[test]
+fn run_refuses_token_ids_that_are_not_integers_below_the_vocabulary() {
+    // transformer_int8 (the sample) starts with an Embedding of vocab_size 10 (its spec.json).
+    let case = manifest_case("transformer_int8");
+    let file = corpus().join(case["files"]["loom.entity"].as_str().unwrap());
+    for (input, value) in [
+        ("[1, 4.5, 2, 9]", "value 1 is 4.5"),
+        ("[1, 4, 10, 9]", "value 2 is 10"),
+        ("[-1, 4, 2, 9]", "value 0 is -1"),
+    ] {
+        let out = loom(&["run", file.to_str().unwrap(), "--input", input, "--shape", "4"]);
+        assert_eq!(out.status.code(), Some(2), "{input}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("the input must be token ids, integers from 0 to 9"),
+            "{err}"
+        );
+        assert!(err.contains(value), "{err}");
+    }
 }
 
 /// The weights forward reads in one file, per layer path.
