@@ -206,24 +206,15 @@ pub fn convert_with(
             }
         });
     }
-    let (bytes, after) = match format {
-        OutputFormat::Entity => (entity::write(net)?, active_values(net)),
-        OutputFormat::Json => (loom_json::write(net)?, active_values(net)),
-        OutputFormat::Safetensors(st_dtype) => {
-            let after: BTreeMap<String, (DType, Vec<f32>)> = before
-                .iter()
-                .map(|(path, (dt, values))| {
-                    let rounded = match st_dtype {
-                        Dtype::F16 => values.iter().map(|v| half::f16::from_f32(*v).to_f32()).collect(),
-                        Dtype::BF16 => values.iter().map(|v| half::bf16::from_f32(*v).to_f32()).collect(),
-                        _ => values.clone(),
-                    };
-                    (path.clone(), (*dt, rounded))
-                })
-                .collect();
-            (write_safetensors(net, &before, st_dtype)?, after)
-        }
+    let bytes = match format {
+        OutputFormat::Entity => entity::write(net)?,
+        OutputFormat::Json => loom_json::write(net)?,
+        OutputFormat::Safetensors(st_dtype) => write_safetensors(net, &before, st_dtype)?,
     };
+    // The report describes the file, not `net`: each format stores some layers its own way (`.entity` keeps
+    // RMSNorm in float32, safetensors rounds to its tensor type), so decode the bytes about to be written.
+    let bytes = bytes::Bytes::from(bytes);
+    let after = active_values(&read_network(bytes.clone())?);
     let target_name = |dt: DType| match format {
         OutputFormat::Safetensors(d) => d.to_string(),
         _ => dt.name().to_string(),
@@ -250,7 +241,7 @@ pub fn convert_with(
             });
         }
     }
-    Ok((bytes, report))
+    Ok((bytes.into(), report))
 }
 
 /// Every layer's current values as 1-D tensors named as Loom names them, plus the topology in `__metadata__`.

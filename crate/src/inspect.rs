@@ -230,6 +230,8 @@ pub struct Inspection {
     /// The decoder a GGUF file or an HF folder holds, when it is one the LLM runtime runs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub llm: Option<LlmSummary>,
+    /// What a Loom network takes as input, when its first layer says (see [`Network::input_spec`]).
+    pub input: Option<crate::network::InputSpec>,
 }
 
 /// What `loom inspect` says of an LLM: its architecture and dimensions, the block types of its tensors, and
@@ -297,6 +299,7 @@ impl Inspection {
             bytes_by_dtype: BTreeMap::new(),
             metadata,
             llm: None,
+            input: None,
         }
     }
 
@@ -431,6 +434,7 @@ fn network_inspection(
         bytes_by_dtype: BTreeMap::new(),
         metadata: BTreeMap::new(),
         llm: None,
+        input: net.input_spec(),
     };
     fn visit(layer: &Layer, path: String, nesting: usize, out: &mut Inspection, file_info: &dyn Fn(&str) -> FileInfo) {
         let params = layer.weight_count().unwrap_or(0) as u64;

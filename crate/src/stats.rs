@@ -17,7 +17,19 @@ pub struct Histogram {
     pub counts: Vec<u64>,
 }
 
-/// Summary of a tensor's values. Non-finite values are counted, and left out of everything else.
+/// A histogram of the values between two percentiles, for tensors whose few outliers would squeeze the rest into
+/// one bin; `below` and `above` count the values left out.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ClippedHistogram {
+    /// The percentiles (0 to 100) the range was cut at.
+    pub percentiles: [f64; 2],
+    pub histogram: Histogram,
+    pub below: u64,
+    pub above: u64,
+}
+
+/// Summary of a tensor's values. Non-finite values are counted (`non_finite` = `nan` + `pos_inf` + `neg_inf`),
+/// and left out of everything else.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct TensorStats {
     pub count: u64,
@@ -29,7 +41,49 @@ pub struct TensorStats {
     /// Share of values that are exactly zero.
     pub sparsity: f64,
     pub non_finite: u64,
+    pub nan: u64,
+    pub pos_inf: u64,
+    pub neg_inf: u64,
+    /// Over every finite value, as numpy's `histogram`.
     pub histogram: Histogram,
+    /// Present when outliers stretch the full range more than [`OUTLIER_SPREAD`] times the central range.
+    pub clipped: Option<ClippedHistogram>,
+}
+
+/// Percentiles of the clipped histogram.
+pub const CLIP_PERCENTILES: [f64; 2] = [0.1, 99.9];
+/// How much wider than the central range the full range must be before a clipped histogram is drawn.
+pub const OUTLIER_SPREAD: f64 = 8.0;
+
+/// An order-preserving 16-bit bucket of a finite f32 (sign, exponent and 7 mantissa bits): percentiles of any
+/// tensor in one pass and 256 KiB, to within 1/128 of the value.
+fn bucket(v: f32) -> usize {
+    let b = v.to_bits();
+    let key = if b >> 31 == 1 { !b } else { b | 1 << 31 };
+    (key >> 16) as usize
+}
+
+/// The smallest (`upper` false) or largest f32 in a bucket.
+fn bucket_edge(bucket: usize, upper: bool) -> f64 {
+    let key = (bucket as u32) << 16 | if upper { 0xffff } else { 0 };
+    let bits = if key >> 31 == 1 { key & !(1 << 31) } else { !key };
+    f64::from(f32::from_bits(bits))
+}
+
+/// The value range holding the percentiles `p` of `finite` values counted in `buckets`, widened to bucket edges.
+fn percentile_range(buckets: &[u64], finite: u64, p: [f64; 2]) -> (f64, f64) {
+    let find = |q: f64| {
+        let rank = ((q / 100.0) * finite as f64).floor() as u64;
+        let mut seen = 0;
+        buckets
+            .iter()
+            .position(|&c| {
+                seen += c;
+                seen > rank.min(finite - 1)
+            })
+            .unwrap_or(buckets.len() - 1)
+    };
+    (bucket_edge(find(p[0]), false), bucket_edge(find(p[1]), true))
 }
 
 /// The first values of a tensor next to its stored codes.
@@ -74,43 +128,58 @@ pub fn tensor_stats(tensor: &WeightTensor, bins: usize) -> Result<TensorStats> {
     if bins == 0 || bins > 1 << 16 {
         return Err(LoomError::InvalidInput(format!("{bins} histogram bins (1 to 65536)")));
     }
-    let (mut finite, mut zeros) = (0u64, 0u64);
+    let (mut finite, mut zeros, mut nan, mut pos_inf) = (0u64, 0u64, 0u64, 0u64);
     let (mut lo, mut hi, mut sum) = (f64::INFINITY, f64::NEG_INFINITY, 0f64);
+    let mut buckets = vec![0u64; 1 << 16];
     for_each_chunk(tensor, |chunk| {
-        for &v in chunk {
-            let v = f64::from(v);
+        for &x in chunk {
+            let v = f64::from(x);
             zeros += u64::from(v == 0.0);
             if v.is_finite() {
                 finite += 1;
                 lo = lo.min(v);
                 hi = hi.max(v);
                 sum += v;
+                buckets[bucket(x)] += 1;
+            } else if v.is_nan() {
+                nan += 1;
+            } else if v > 0.0 {
+                pos_inf += 1;
             }
         }
     })?;
     let count = tensor.count as u64;
+    let neg_inf = count - finite - nan - pos_inf;
     if finite == 0 {
-        let nan = f64::NAN;
         return Ok(TensorStats {
             count,
-            min: nan,
-            max: nan,
-            mean: nan,
-            std: nan,
+            min: f64::NAN,
+            max: f64::NAN,
+            mean: f64::NAN,
+            std: f64::NAN,
             sparsity: if count == 0 { 0.0 } else { zeros as f64 / count as f64 },
             non_finite: count,
+            nan: count - pos_inf - neg_inf,
+            pos_inf,
+            neg_inf,
             histogram: Histogram {
-                min: nan,
-                max: nan,
+                min: f64::NAN,
+                max: f64::NAN,
                 counts: vec![0; bins],
             },
+            clipped: None,
         });
     }
     let mean = sum / finite as f64;
     // numpy widens a zero-width range by 0.5 on each side.
     let (h_lo, h_hi) = if lo < hi { (lo, hi) } else { (lo - 0.5, hi + 0.5) };
     let e = edges(h_lo, h_hi, bins);
+    let (p_lo, p_hi) = percentile_range(&buckets, finite, CLIP_PERCENTILES);
+    let clip = p_lo < p_hi && hi - lo > OUTLIER_SPREAD * (p_hi - p_lo);
+    let clip_edges = edges(p_lo, p_hi, bins);
     let mut counts = vec![0u64; bins];
+    let mut clipped_counts = vec![0u64; bins];
+    let (mut below, mut above) = (0u64, 0u64);
     let mut squares = 0f64;
     for_each_chunk(tensor, |chunk| {
         for &v in chunk {
@@ -118,6 +187,15 @@ pub fn tensor_stats(tensor: &WeightTensor, bins: usize) -> Result<TensorStats> {
             if v.is_finite() {
                 squares += (v - mean) * (v - mean);
                 counts[bin_of(v, h_lo, h_hi, &e)] += 1;
+                if clip {
+                    if v < p_lo {
+                        below += 1;
+                    } else if v > p_hi {
+                        above += 1;
+                    } else {
+                        clipped_counts[bin_of(v, p_lo, p_hi, &clip_edges)] += 1;
+                    }
+                }
             }
         }
     })?;
@@ -129,11 +207,24 @@ pub fn tensor_stats(tensor: &WeightTensor, bins: usize) -> Result<TensorStats> {
         std: (squares / finite as f64).sqrt(),
         sparsity: zeros as f64 / count as f64,
         non_finite: count - finite,
+        nan,
+        pos_inf,
+        neg_inf,
         histogram: Histogram {
             min: h_lo,
             max: h_hi,
             counts,
         },
+        clipped: clip.then_some(ClippedHistogram {
+            percentiles: CLIP_PERCENTILES,
+            histogram: Histogram {
+                min: p_lo,
+                max: p_hi,
+                counts: clipped_counts,
+            },
+            below,
+            above,
+        }),
     })
 }
 
@@ -272,5 +363,32 @@ mod tests {
         assert_eq!(bin_of(-0.5, -1.0, 1.0, &e), 1);
         assert_eq!(bin_of(1.0, -1.0, 1.0, &e), 3);
         assert_eq!(bin_of(-1.0, -1.0, 1.0, &e), 0);
+    }
+
+    #[test]
+    fn buckets_keep_the_order_of_floats_and_their_edges_hold_them() {
+        let values = [
+            f32::MIN,
+            -1e30,
+            -2.5,
+            -1e-40,
+            -0.0,
+            0.0,
+            1e-40,
+            1.0,
+            3.25,
+            1e30,
+            f32::MAX,
+        ];
+        for w in values.windows(2) {
+            assert!(bucket(w[0]) <= bucket(w[1]), "{} {}", w[0], w[1]);
+        }
+        for v in values {
+            let b = bucket(v);
+            assert!(
+                bucket_edge(b, false) <= f64::from(v) && f64::from(v) <= bucket_edge(b, true),
+                "{v}"
+            );
+        }
     }
 }

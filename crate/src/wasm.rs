@@ -37,13 +37,15 @@ export interface Inspection {
   format: "entity" | "json" | "safetensors" | "gguf" | "checkpoint";
   file_bytes: number; header_bytes: number; weight_bytes: number; bytes_read: number; total_params: number;
   grid: Grid | null; layers: LayerRow[]; tensors: TensorRow[];
-  bytes_by_dtype: Record<string, number>; metadata: Record<string, string>;
+  bytes_by_dtype: Record<string, number>; metadata: Record<string, string>; input: InputSpec | null;
 }
+export interface InputSpec { kind: "float" | "token_ids"; shape: number[]; vocab: number | null; layer: string }
 export interface LoomErrorObject { code: string; message: string; needed?: number }
 export interface Histogram { min: number; max: number; counts: number[] }
 export interface TensorStats {
   count: number; min: number; max: number; mean: number; std: number; sparsity: number; non_finite: number;
-  histogram: Histogram;
+  nan: number; pos_inf: number; neg_inf: number; histogram: Histogram;
+  clipped: { percentiles: [number, number]; histogram: Histogram; below: number; above: number } | null;
 }
 export interface TensorPreview {
   name: string; dtype: string; scale: number | null; shape: number[]; values: Float32Array;

@@ -269,5 +269,189 @@ fn run_prints_loom_forward_output_and_refuses_bad_shapes() {
     let file = corpus().join("cases/layer_Dense_int8/loom.entity");
     let bad = loom(&["run", file.to_str().unwrap(), "--input", "[1, 2, 3]", "--shape", "3"]);
     assert_eq!(bad.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("Dense needs a [batch, 5] input"));
+    // layer_Dense_int8's spec: a Dense layer with input_height 5.
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("the input must be [batch, 5] float values"));
+}
+
+#[test]
+fn run_refuses_token_ids_that_are_not_integers_below_the_vocabulary() {
+    // transformer_int8 (the sample) starts with an Embedding of vocab_size 10 (its spec.json).
+    let case = manifest_case("transformer_int8");
+    let file = corpus().join(case["files"]["loom.entity"].as_str().unwrap());
+    for (input, value) in [
+        ("[1, 4.5, 2, 9]", "value 1 is 4.5"),
+        ("[1, 4, 10, 9]", "value 2 is 10"),
+        ("[-1, 4, 2, 9]", "value 0 is -1"),
+    ] {
+        let out = loom(&["run", file.to_str().unwrap(), "--input", input, "--shape", "4"]);
+        assert_eq!(out.status.code(), Some(2), "{input}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("the input must be token ids, integers from 0 to 9"),
+            "{err}"
+        );
+        assert!(err.contains(value), "{err}");
+    }
+}
+
+/// The weights forward reads in one file, per layer path.
+fn active_weights(path: &Path) -> Vec<(String, Vec<f32>)> {
+    let net = loom_wasm::convert::read_network(std::fs::read(path).unwrap().into()).unwrap();
+    let mut out = Vec::new();
+    net.for_each_layer(&mut |p, l| {
+        if let Some(ws) = &l.weights {
+            out.push((p.to_string(), ws.active(l.dtype)));
+        }
+    });
+    out
+}
+
+/// `(path, changed, max abs error)` from the report `loom convert` prints.
+fn reported_losses(stdout: &str) -> Vec<(String, usize, f32)> {
+    stdout
+        .lines()
+        .filter(|l| l.contains(" weights change, max abs error "))
+        .map(|l| {
+            let (path, rest) = l.split_once(" (").unwrap();
+            let (_, counts) = rest.split_once("): ").unwrap();
+            let changed = counts.split(' ').next().unwrap().parse().unwrap();
+            let err = counts.rsplit(' ').next().unwrap().parse().unwrap();
+            (path.to_string(), changed, err)
+        })
+        .collect()
+}
+
+/// What changes between two files' weights, as the report words it: `(path, changed, max abs error)`.
+fn expected_losses(before: &[(String, Vec<f32>)], after: &[(String, Vec<f32>)]) -> Vec<(String, usize, f32)> {
+    assert_eq!(before.len(), after.len());
+    before
+        .iter()
+        .zip(after)
+        .filter_map(|((path, old), (_, new))| {
+            let diffs: Vec<f32> = old
+                .iter()
+                .zip(new)
+                .filter(|(a, b)| a.to_bits() != b.to_bits())
+                .map(|(a, b)| (a - b).abs())
+                .collect();
+            let max = diffs.iter().copied().fold(0f32, f32::max);
+            (!diffs.is_empty()).then(|| (path.clone(), diffs.len(), max))
+        })
+        .collect()
+}
+
+const LOOM_DTYPES: [&str; 21] = [
+    "float32", "float64", "float16", "bfloat16", "fp8e4m3", "fp8e5m2", "fp4", "int8", "int16", "int32", "int64",
+    "uint8", "uint16", "uint32", "uint64", "int4", "uint4", "int2", "uint2", "ternary", "binary",
+];
+
+#[test]
+fn the_loss_report_describes_the_file_written_for_every_format_and_dtype() {
+    let dir = scratch("loss");
+    // Loom's own files are the truth: converting its float32 layer to dtype D writes Loom's D file byte for
+    // byte, and the report must list exactly the weights that differ between Loom's two files. An `.entity`
+    // keeps RMSNorm in float32 with its exact values (spec §8), so there an RMSNorm never changes.
+    for layer in ["Dense", "RMSNorm"] {
+        let source = corpus().join(format!("cases/layer_{layer}_float32/loom.json"));
+        let before = active_weights(&source);
+        for dtype in LOOM_DTYPES {
+            for ext in ["entity", "json"] {
+                let out = dir.join(format!("{layer}.{dtype}.{ext}"));
+                let run = loom(&[
+                    "convert",
+                    source.to_str().unwrap(),
+                    out.to_str().unwrap(),
+                    "--dtype",
+                    dtype,
+                    "--allow-lossy",
+                ]);
+                assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+                let loom_file = corpus().join(format!("cases/layer_{layer}_{dtype}/loom.{ext}"));
+                assert_eq!(
+                    std::fs::read(&out).unwrap(),
+                    std::fs::read(&loom_file).unwrap(),
+                    "{layer} {dtype} {ext}"
+                );
+                let expected = expected_losses(&before, &active_weights(&loom_file));
+                let reported = reported_losses(&String::from_utf8_lossy(&run.stdout));
+                assert_eq!(reported, expected, "{layer} {dtype} {ext}");
+                if layer == "RMSNorm" && ext == "entity" {
+                    assert!(
+                        reported.is_empty(),
+                        "{dtype}: an .entity RMSNorm keeps its float32 values"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn the_loss_report_of_safetensors_is_the_rounding_to_its_tensor_type() {
+    let dir = scratch("loss-st");
+    let source = corpus().join("cases/layer_Dense_float32/loom.json");
+    let before = active_weights(&source);
+    for (dtype, tensor_type) in [("float32", "F32"), ("float16", "F16"), ("bfloat16", "BF16")] {
+        let out = dir.join(format!("dense.{dtype}.safetensors"));
+        let run = loom(&[
+            "convert",
+            source.to_str().unwrap(),
+            out.to_str().unwrap(),
+            "--dtype",
+            dtype,
+            "--allow-lossy",
+        ]);
+        assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+        // The file as the safetensors crate reads it, each value widened by the `half` crate.
+        let bytes = std::fs::read(&out).unwrap();
+        let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        let tensor = file.tensor("layer_0.weights").unwrap();
+        assert_eq!(format!("{:?}", tensor.dtype()), tensor_type);
+        let width = tensor.data().len() / before[0].1.len();
+        let written: Vec<f32> = tensor
+            .data()
+            .chunks_exact(width)
+            .map(|c| match tensor_type {
+                "F16" => half::f16::from_le_bytes([c[0], c[1]]).to_f32(),
+                "BF16" => half::bf16::from_le_bytes([c[0], c[1]]).to_f32(),
+                _ => f32::from_le_bytes(c.try_into().unwrap()),
+            })
+            .collect();
+        let expected = expected_losses(&before, &[("layers.0".to_string(), written)]);
+        assert_eq!(
+            reported_losses(&String::from_utf8_lossy(&run.stdout)),
+            expected,
+            "{dtype}"
+        );
+        if tensor_type == "F32" {
+            assert!(expected.is_empty());
+        }
+    }
+}
+
+#[test]
+fn the_loss_report_of_the_sample_leaves_entity_rmsnorm_alone() {
+    let dir = scratch("loss-sample");
+    let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/sample/sample.entity");
+    let rmsnorms = [
+        "layers.1.parallel_branches.0.sequential_layers.0",
+        "layers.2.parallel_branches.0.sequential_layers.0",
+        "layers.3",
+    ];
+    for (ext, names_rmsnorm) in [("entity", false), ("json", true)] {
+        let out = dir.join(format!("sample.int4.{ext}"));
+        let run = loom(&[
+            "convert",
+            sample.to_str().unwrap(),
+            out.to_str().unwrap(),
+            "--dtype",
+            "int4",
+            "--allow-lossy",
+        ]);
+        assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+        let reported = reported_losses(&String::from_utf8_lossy(&run.stdout));
+        for path in rmsnorms {
+            assert_eq!(reported.iter().any(|(p, ..)| p == path), names_rmsnorm, "{ext} {path}");
+        }
+    }
 }

@@ -70,6 +70,18 @@ export interface Inspection {
   tensors: TensorRow[];
   bytes_by_dtype: Record<string, number>;
   metadata: Record<string, string>;
+  /** What a Loom network takes as input, when its first layer says (Dense or Embedding); null otherwise. */
+  input: InputSpec | null;
+}
+
+/** A network's input: float values of a width, or token ids (integers below `vocab`). */
+export interface InputSpec {
+  kind: 'float' | 'token_ids';
+  /** A shape that fits, batch 1. */
+  shape: number[];
+  vocab: number | null;
+  /** The first layer's path. */
+  layer: string;
 }
 
 export interface TensorStats {
@@ -79,9 +91,23 @@ export interface TensorStats {
   mean: number;
   std: number;
   sparsity: number;
-  /** NaN and ±Inf values (left out of the other numbers). */
+  /** NaN and ±Inf values (left out of the other numbers): `nan + pos_inf + neg_inf`. */
   non_finite: number;
+  nan: number;
+  pos_inf: number;
+  neg_inf: number;
+  /** Over every finite value (numpy's `histogram`). */
   histogram: { min: number; max: number; counts: number[] };
+  /**
+   * Over the values between two percentiles (`below`/`above` count the rest), present when a few outliers stretch
+   * the full range far beyond where most values lie.
+   */
+  clipped: {
+    percentiles: [number, number];
+    histogram: { min: number; max: number; counts: number[] };
+    below: number;
+    above: number;
+  } | null;
 }
 
 export interface TensorPreview {

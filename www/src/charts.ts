@@ -26,10 +26,11 @@ export interface Histogram {
 export function histogram(hist: Histogram, color = '#4f6bed'): SVGSVGElement {
   const W = 420;
   const H = 180;
-  const pad = { l: 44, r: 10, t: 10, b: 28 };
+  const peak = Math.max(1, ...hist.counts);
+  // The left margin fits the widest count label (10px monospace: about 6.1px a character), so none is cut.
+  const pad = { l: 10 + 6.5 * String(peak).length, r: 10, t: 10, b: 28 };
   const iw = W - pad.l - pad.r;
   const ih = H - pad.t - pad.b;
-  const peak = Math.max(1, ...hist.counts);
   const n = Math.max(1, hist.counts.length);
   const span = hist.max - hist.min || 1;
   const x = (v: number) => pad.l + ((v - hist.min) / span) * iw;
@@ -57,7 +58,8 @@ export function histogram(hist: Histogram, color = '#4f6bed'): SVGSVGElement {
   });
   svg.append(s('line', { x1: pad.l, x2: W - pad.r, y1: pad.t + ih, y2: pad.t + ih, class: 'axis' }));
   const ticks = [hist.min, hist.max];
-  if (hist.min < 0 && hist.max > 0) ticks.splice(1, 0, 0);
+  // A 0 tick only where its label cannot run into the end labels.
+  if (hist.min < 0 && hist.max > 0 && x(0) - pad.l > 70 && W - pad.r - x(0) > 70) ticks.splice(1, 0, 0);
   for (const t of ticks) {
     const anchor = t === hist.min ? 'start' : t === hist.max ? 'end' : 'middle';
     svg.append(s('line', { x1: x(t), x2: x(t), y1: pad.t + ih, y2: pad.t + ih + 4, class: 'axis' }));

@@ -11,13 +11,30 @@ const DTYPES = [
   'uint64', 'uint32', 'uint16', 'uint8', 'int4', 'uint4', 'fp4', 'int2', 'uint2', 'ternary', 'binary',
 ];
 
-const FORMATS: { value: ConvertOptions['format']; label: string; ext: string }[] = [
+const FORMATS: { value: ConvertOptions['format']; label: string; ext: string; tag?: string }[] = [
   { value: 'entity', label: 'Loom .entity', ext: '.entity' },
   { value: 'json', label: 'Loom JSON', ext: '.json' },
-  { value: 'safetensors', label: 'safetensors (F32)', ext: '.safetensors' },
-  { value: 'safetensors-f16', label: 'safetensors (F16)', ext: '.safetensors' },
-  { value: 'safetensors-bf16', label: 'safetensors (BF16)', ext: '.safetensors' },
+  { value: 'safetensors', label: 'safetensors (F32)', ext: '.safetensors', tag: 'f32' },
+  { value: 'safetensors-f16', label: 'safetensors (F16)', ext: '.safetensors', tag: 'f16' },
+  { value: 'safetensors-bf16', label: 'safetensors (BF16)', ext: '.safetensors', tag: 'bf16' },
 ];
+
+// Name parts that say what a file holds; a conversion to another dtype replaces them.
+const TYPE_TAGS = new Set([...DTYPES, 'f32', 'f16', 'bf16', 'q4_0', 'q4_1', 'q5_0', 'q5_1', 'q8_0', 'q4_k', 'q5_k', 'q6_k', 'mixed']);
+
+/**
+ * The download's name says what the conversion made: `sample.entity` to int4 is `sample.int4.entity`, a per-layer
+ * mix `sample.mixed.entity`; the input's extension (also `.gguf`) goes, and so does its old dtype tag when the
+ * conversion sets a new one.
+ */
+export function convertedName(input: string, format: ConvertOptions['format'], dtype: string | undefined, perLayer: boolean): string {
+  const f = FORMATS.find((x) => x.value === format)!;
+  const tag = perLayer ? 'mixed' : dtype ?? f.tag;
+  const parts = input.replace(/\.(entity|json|safetensors|gguf)$/i, '').split('.');
+  if (tag && parts.length > 1 && TYPE_TAGS.has(parts[parts.length - 1].toLowerCase())) parts.pop();
+  const stem = parts.filter((p) => p !== '');
+  return [...(stem.length ? stem : ['model']), ...(tag ? [tag] : [])].join('.') + f.ext;
+}
 
 function select(options: [string, string][], attrs: Record<string, string>): HTMLSelectElement {
   return h('select', attrs, options.map(([v, label]) => h('option', { value: v }, label)));
@@ -60,7 +77,7 @@ export class ConvertPanel {
 
   setModel(model: LoomModel | undefined, ins: Inspection | undefined, name: string): void {
     this.model = model;
-    this.name = name.replace(/\.(entity|json|safetensors)$/i, '') || 'model';
+    this.name = name || 'model';
     this.layerSelects.clear();
     const weighted = ins?.layers.filter((l) => l.params > 0) ?? [];
     fill(this.perLayer,
@@ -101,7 +118,8 @@ export class ConvertPanel {
   }
 
   private fileName(): string {
-    return this.name + FORMATS.find((f) => f.value === this.format.value)!.ext;
+    const o = this.options();
+    return convertedName(this.name, o.format, o.dtype, o.layerDtypes !== undefined);
   }
 
   private async refresh(): Promise<void> {

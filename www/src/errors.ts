@@ -19,7 +19,10 @@ export function errorCode(e: unknown): string {
   return e instanceof LoomError ? e.code : 'internal';
 }
 
+// The start of a message that restates its code (the Rust error's own wording): the hint says it once instead.
+const RESTATED = /^(invalid input|invalid network|unsupported|lossy conversion refused|no GPU|GPU out of memory|error): /i;
+
 export function errorText(e: unknown): string {
-  if (e instanceof LoomError) return `${HINTS[e.code] ?? 'Error'}: ${e.message}`;
+  if (e instanceof LoomError) return `${HINTS[e.code] ?? 'Error'}: ${e.message.replace(RESTATED, '')}`;
   return e instanceof Error ? e.message : String(e);
 }

@@ -2,7 +2,7 @@
 // with the largest difference; when WebGPU is missing the reason is shown. Outputs carry their exact float32 bytes
 // in data-f32-hex for tests.
 import { gpuInfo } from 'loom-wasm';
-import type { ForwardResult, LoomModel } from 'loom-wasm';
+import type { ForwardResult, InputSpec, LoomModel } from 'loom-wasm';
 import { fill, h } from './dom';
 import { f32, f32Hex, num } from './format';
 import { errorText } from './errors';
@@ -39,8 +39,24 @@ export interface RunDefaults {
   input: number[];
 }
 
+/** The refusal of an input the network cannot take, worded as the library words it for `loom run`; null if it fits. */
+function inputProblem(spec: InputSpec | null, values: number[], shape: number[]): string | null {
+  if (!spec) return null;
+  if (spec.kind === 'float') {
+    const width = spec.shape[1];
+    if (shape.length < 2 || shape.slice(1).reduce((a, b) => a * b, 1) !== width)
+      return `the input must be [batch, ${width}] float values (${spec.layer} is Dense with ${width} inputs), got shape [${shape.join(', ')}]`;
+    return null;
+  }
+  const vocab = spec.vocab ?? 0;
+  const i = values.findIndex((v) => !Number.isInteger(v) || v < 0 || v >= vocab);
+  if (i < 0) return null;
+  return `the input must be token ids, integers from 0 to ${vocab - 1} (${spec.layer} is an Embedding of ${vocab} tokens); value ${i} is ${values[i]}`;
+}
+
 export class RunPanel {
   private model: LoomModel | undefined;
+  private spec: InputSpec | null = null;
   private readonly shape = h('input', { type: 'text', placeholder: 'e.g. 1,16', 'data-testid': 'run-shape', 'aria-label': 'Input shape' });
   private readonly input = h('textarea', {
     rows: 3,
@@ -51,6 +67,8 @@ export class RunPanel {
   private readonly seed = h('input', { type: 'number', value: 1, 'aria-label': 'Seed', class: 'seed' });
   private readonly go = h('button', { type: 'button', class: 'btn primary', 'data-testid': 'run-button', disabled: true }, 'Run');
   private readonly gpuNote = h('p', { class: 'muted', 'data-testid': 'gpu-info' }, 'Checking WebGPU…');
+  private readonly specNote = h('p', { class: 'muted', 'data-testid': 'input-spec' });
+  private readonly inputError = h('p', { class: 'inline-error', 'data-testid': 'input-error', hidden: true });
   private readonly results = h('div', { class: 'run-results' });
   private abort: AbortController | undefined;
 
@@ -61,6 +79,7 @@ export class RunPanel {
     fill(target,
       h('h2', null, 'Run'),
       this.gpuNote,
+      this.specNote,
       h(
         'div',
         { class: 'run-form' },
@@ -68,6 +87,7 @@ export class RunPanel {
         h('label', { class: 'grow' }, 'Input', this.input),
         h('div', { class: 'run-buttons' }, h('label', null, 'Seed', this.seed), random, this.go),
       ),
+      this.inputError,
       this.results,
     );
     void gpuInfo().then(
@@ -81,32 +101,51 @@ export class RunPanel {
     );
   }
 
+  /** A new model: its input spec fills the shape and a random input that fits; nothing of the last model stays. */
   setModel(model: LoomModel | undefined, defaults?: RunDefaults): void {
     this.abort?.abort();
     this.model = model;
+    this.spec = model?.inspection.input ?? null;
     this.go.disabled = !model;
     fill(this.results);
-    if (defaults) {
-      this.shape.value = defaults.shape.join(',');
-      this.input.value = defaults.input.join(', ');
-    }
+    this.inputError.hidden = true;
+    const spec = this.spec;
+    this.specNote.textContent = !spec
+      ? ''
+      : spec.kind === 'token_ids'
+        ? `Input: token ids, integers from 0 to ${(spec.vocab ?? 1) - 1}, shape [seq] (${spec.layer} is an Embedding).`
+        : `Input: float values, shape [batch, ${spec.shape[1]}] (${spec.layer} is Dense).`;
+    this.specNote.dataset.kind = spec?.kind ?? '';
+    this.shape.value = defaults?.shape.join(',') ?? spec?.shape.join(',') ?? '';
+    this.input.value = defaults?.input.join(', ') ?? '';
+    if (!defaults && spec) this.randomize();
   }
 
+  /** Random values (token ids for an Embedding) for the typed shape, or the model's own when none is typed. */
   private randomize(): void {
-    let n: number;
+    let shape: number[];
     try {
-      const shape = parseShape(this.shape.value, 0);
-      n = shape.reduce((a, b) => a * b, 1);
+      shape = this.shape.value.trim() ? parseShape(this.shape.value, 0) : (this.spec?.shape ?? []);
     } catch (e) {
-      fill(this.results, h('p', { class: 'inline-error' }, errorText(e)));
+      this.showInputError(errorText(e));
       return;
     }
-    if (!this.shape.value.trim() || n === 0) {
-      fill(this.results, h('p', { class: 'inline-error' }, 'Give the input shape first, e.g. 1,16.'));
+    if (shape.length === 0) {
+      this.showInputError('This network does not say its input shape: type one, e.g. 1,16.');
       return;
     }
+    this.shape.value = shape.join(',');
+    this.inputError.hidden = true;
     const rand = seeded(Number(this.seed.value) || 0);
-    this.input.value = Array.from({ length: n }, () => f32(rand() * 2 - 1)).join(', ');
+    const n = shape.reduce((a, b) => a * b, 1);
+    const vocab = this.spec?.kind === 'token_ids' ? (this.spec.vocab ?? 1) : 0;
+    this.input.value = Array.from({ length: n }, () => (vocab ? Math.floor(rand() * vocab) : f32(rand() * 2 - 1))).join(', ');
+  }
+
+  private showInputError(text: string): void {
+    this.inputError.textContent = text;
+    this.inputError.hidden = false;
+    fill(this.results);
   }
 
   private async run(): Promise<void> {
@@ -117,12 +156,16 @@ export class RunPanel {
     let values: Float32Array;
     let shape: number[];
     try {
-      values = Float32Array.from(parseNumbers(this.input.value));
-      shape = parseShape(this.shape.value, values.length);
+      const numbers = parseNumbers(this.input.value);
+      shape = parseShape(this.shape.value, numbers.length);
+      const problem = inputProblem(this.spec, numbers, shape);
+      if (problem) throw new Error(`Invalid input: ${problem}`);
+      values = Float32Array.from(numbers);
     } catch (e) {
-      fill(this.results, h('p', { class: 'inline-error' }, errorText(e)));
+      this.showInputError(errorText(e));
       return;
     }
+    this.inputError.hidden = true;
     const cpuBox = h('div', { class: 'run-col', 'data-testid': 'cpu-output' }, h('h3', null, 'CPU'), h('p', { class: 'muted' }, 'Running…'));
     const gpuBox = h('div', { class: 'run-col', 'data-testid': 'gpu-output' }, h('h3', null, 'WebGPU'), h('p', { class: 'muted' }, 'Waiting…'));
     const diffBox = h('div', { class: 'run-diff', 'data-testid': 'run-diff' });

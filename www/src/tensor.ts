@@ -1,5 +1,5 @@
 // The tensor panel: stats, a histogram, and the first values dequantized next to the raw stored codes.
-import type { LoomModel } from 'loom-wasm';
+import type { LoomModel, TensorStats } from 'loom-wasm';
 import { dtypeColor, histogram } from './charts';
 import { fill, h } from './dom';
 import { f32, int, num, percent } from './format';
@@ -44,6 +44,7 @@ export class TensorPanel {
           ` shape [${preview.shape.join(' × ')}]`,
           preview.scale !== null && preview.scale !== undefined ? ` · scale ${f32(preview.scale)}` : '',
         ),
+        nonFinite(stats),
         h(
           'dl',
           { class: 'tensor-stats', 'data-testid': 'tensor-stats', 'data-count': stats.count },
@@ -56,7 +57,8 @@ export class TensorPanel {
             ['zeros', percent(stats.sparsity, 1)],
           ].map(([k, v]) => h('div', null, h('dt', null, k), h('dd', null, v))),
         ),
-        histogram(stats.histogram, dtypeColor(preview.dtype)),
+        histogram(stats.clipped?.histogram ?? stats.histogram, dtypeColor(preview.dtype)),
+        histogramNote(stats),
         h(
           'h3',
           null,
@@ -85,4 +87,28 @@ export class TensorPanel {
       fill(this.target, title, h('p', { class: 'inline-error' }, errorText(e)));
     }
   }
+}
+
+/** NaN and ±Inf counts, in a warning above the stats they are left out of; nothing when every value is finite. */
+function nonFinite(stats: TensorStats): HTMLElement | null {
+  if (stats.non_finite === 0) return null;
+  const parts = [`${int(stats.nan)} NaN`, `${int(stats.pos_inf)} +Inf`, `${int(stats.neg_inf)} −Inf`];
+  return h(
+    'p',
+    { class: 'note-warn non-finite', 'data-testid': 'non-finite', 'data-nan': stats.nan, 'data-pos-inf': stats.pos_inf, 'data-neg-inf': stats.neg_inf },
+    `⚠ ${parts.join(' · ')}: left out of min, max, mean, std and the histogram.`,
+  );
+}
+
+/** Says what the histogram shows: every finite value, or the range between two percentiles and what lies outside. */
+function histogramNote(stats: TensorStats): HTMLElement {
+  const c = stats.clipped;
+  if (!c) return h('p', { class: 'muted chart-note', 'data-testid': 'histogram-note' }, 'Histogram of every finite value, linear axes.');
+  const [lo, hi] = c.percentiles;
+  return h(
+    'p',
+    { class: 'muted chart-note', 'data-testid': 'histogram-note', 'data-clipped': 'true', 'data-below': c.below, 'data-above': c.above },
+    `Clipped to the ${lo}th–${hi}th percentiles [${num(c.histogram.min)}, ${num(c.histogram.max)}] so outliers do not squeeze ` +
+      `the rest into one bar: ${int(c.below)} value(s) below, ${int(c.above)} above (full range ${num(stats.min)} to ${num(stats.max)}).`,
+  );
 }

@@ -525,6 +525,7 @@ fn run_forward(
     };
     let bytes = std::fs::read(path).map_err(|e| LoomError::Io(format!("{}: {e}", path.display())))?;
     let net = convert::read_network(bytes.into())?;
+    net.check_input(&values, shape)?;
     let gpu = match device {
         DeviceArg::Gpu => match pollster::block_on(Gpu::new()) {
             Ok(gpu) => Some(gpu),

@@ -84,6 +84,7 @@ impl CpuModel {
     /// Runs the whole grid in `(z, y, x, l)` order on `input` of shape `shape`, skipping disabled layers.
     pub fn forward(&mut self, input: &[f32], shape: &[usize]) -> Result<Tensor> {
         let mut x = Tensor::new(input.to_vec(), shape.to_vec())?;
+        self.net.check_input_shape(shape)?;
         for (i, layer) in self.net.layers.iter().enumerate() {
             if layer.is_disabled {
                 continue;

@@ -207,6 +207,7 @@ impl GpuModel {
     /// the forward are [`LoomError::GpuOutOfMemory`].
     pub async fn forward(&mut self, input: &[f32], shape: &[usize]) -> Result<Tensor> {
         let x = Tensor::new(input.to_vec(), shape.to_vec())?;
+        self.net.check_input_shape(shape)?;
         self.prepare().await?;
         self.run.forward(&self.net, &x).await
     }

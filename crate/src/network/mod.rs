@@ -1,10 +1,12 @@
 //! The Loom network model: a grid of cells `(z, y, x)`, each holding `layers_per_cell` layers, stored flat in
 //! `((z·rows + y)·cols + x)·lpc + l` order (spec §5.2).
 
+mod input;
 mod kinds;
 mod layer;
 mod weights;
 
+pub use input::InputSpec;
 pub use kinds::{Activation, LayerType, SoftmaxType};
 pub use layer::{ExtraBlob, Layer, MetaRule};
 pub use weights::{f32_bytes, WeightStore};
