@@ -757,6 +757,47 @@ fn matvec(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) li
     }
 }
 
+// @@ body_rows
+// The same product with one lane per output row (64 rows per workgroup, no shared memory, no barriers): for CPU
+// adapters (lavapipe, SwiftShader), whose lanes are SIMD lanes, so that neighbouring rows run side by side instead of
+// 64 lanes of one row waiting at barriers. Row o = (wg.x + wg.z · groups_x) · 64 + lane.
+@compute @workgroup_size(64)
+fn matvec_rows(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let o = (wg.x + wg.z * p.groups_x) * 64u + lid.x;
+    b0 = wg.y * BT;
+    if o >= p.n_out {
+        return;
+    }
+    let start = p.first + o * p.n_in;
+    let end = start + p.n_in;
+    let ua = (start + EPU - 1u) / EPU;
+    let ub = end / EPU;
+    var acc = XV();
+    let head_end = min(end, ua * EPU);
+    for (var e = start; e < head_end; e++) {
+        acc += xv(e - start) * unit_value(e / EPU, e % EPU);
+    }
+    for (var u = ua; u < ub; u++) {
+        for (var t = 0u; t < SPU; t++) {
+            acc += part_dot(u, t, u * EPU - start);
+        }
+    }
+    for (var e = max(ub * EPU, head_end); e < end; e++) {
+        acc += xv(e - start) * unit_value(e / EPU, e % EPU);
+    }
+    let sum = acc * p.scale;
+    var b = 0.0;
+    if p.bias != NO_BIAS {
+        let e = p.bias + o;
+        b = unit_value(e / EPU, e % EPU) * p.scale;
+    }
+    for (var r = 0u; r < BT; r++) {
+        if b0 + r < p.batch {
+            y[(b0 + r) * p.n_out + o] = activate(component(sum, r) + b, p.act);
+        }
+    }
+}
+
 // @@ gather
 // Rows of the matrix by id (a decoder's embedding lookup from its quantized table): y[b][i] = W[id_b][i] for the
 // `batch` ids in x (u32 bits in the f32 binding), decoded by the encoding's `unit_value`. One thread per value.

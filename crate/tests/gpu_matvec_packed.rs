@@ -17,7 +17,7 @@ use loom_wasm::cpu::CpuModel;
 use loom_wasm::dtype::{q4_0, DType};
 use loom_wasm::formats::loom_json;
 use loom_wasm::gpu::{
-    dense_weights, packed_values, Gpu, MatVec, PackedWeights, Packing, GPU_GGML_TYPES, MAX_WEIGHT_BINDINGS,
+    dense_weights, packed_values, Gpu, MatVec, PackedWeights, Packing, RowLayout, GPU_GGML_TYPES, MAX_WEIGHT_BINDINGS,
 };
 use loom_wasm::network::{Activation, Network, WeightStore};
 use loom_wasm::quant::{self, GgmlType};
@@ -124,10 +124,28 @@ fn run(kernel: &MatVec, x: &[f32], w: &PackedWeights, act: Activation) -> Vec<f3
 }
 
 /// The half paths to test for a packing: `shader-f16` (where the device has it) and the f32-only path.
+/// Every kernel variant for `p`: the f32 and (where the device has it) shader-f16 decoders, each with a workgroup
+/// per row and with a lane per row.
 fn kernels(p: Packing) -> Vec<(MatVec, &'static str)> {
-    let mut out = vec![(MatVec::new(gpu(), p, false).unwrap(), "f32 path")];
+    let mut out = vec![
+        (
+            MatVec::new(gpu(), p, false).unwrap().with_layout(RowLayout::Workgroup),
+            "f32 path",
+        ),
+        (
+            MatVec::new(gpu(), p, false).unwrap().with_layout(RowLayout::Lane),
+            "f32 path, lane per row",
+        ),
+    ];
     if p.has_halves() && gpu().has_f16 {
-        out.push((MatVec::new(gpu(), p, true).unwrap(), "shader-f16"));
+        out.push((
+            MatVec::new(gpu(), p, true).unwrap().with_layout(RowLayout::Workgroup),
+            "shader-f16",
+        ));
+        out.push((
+            MatVec::new(gpu(), p, true).unwrap().with_layout(RowLayout::Lane),
+            "shader-f16, lane per row",
+        ));
     }
     out
 }

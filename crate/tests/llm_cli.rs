@@ -156,22 +156,26 @@ fn inspect_says_what_decoder_a_file_holds() {
 }
 
 #[test]
-fn gpu_device_says_so_and_bad_models_are_clear_errors() {
+fn gpu_device_decodes_and_bad_models_are_clear_errors() {
+    let expected = golden("tiny-llama/expected.json");
+    let prompt: Vec<String> = ids(&expected["prompts"][2]).iter().map(u64::to_string).collect();
     let out = loom(&[
         "generate",
         &tiny("model.f16.gguf"),
         "--ids",
-        "72",
+        &prompt.join(","),
         "--greedy",
         "--max-tokens",
-        "2",
+        "16",
         "--device",
         "gpu",
         "--json",
     ]);
-    assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("GPU decoder is not built yet"));
-    serde_json::from_slice::<Value>(&out.stdout).unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("decoding on"), "{out:?}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let want = &expected["weight_sets"]["gguf_f16"]["results"][2]["greedy_ids"];
+    assert_eq!(ids(&v["ids"]), ids(want));
 
     let out = loom(&["chat", &tiny("expected.json"), "--prompt", "hi"]);
     assert_eq!(out.status.code(), Some(2));

@@ -89,8 +89,13 @@ fn context_limit_and_bad_ids_are_typed_errors() {
     assert_eq!(e.cached(), 3);
 }
 
-/// SmolLM2-135M-Instruct Q4_1 (setup fetches it): greedy ids equal to the reference up to its first near-tie on
-/// every prompt, and the top-20 logits at the last prompt position within 0.01 of the CPU engine's.
+/// Greedy steps checked per SmolLM2 prompt: lavapipe decodes this model at about a token a second, so the suite
+/// checks the first steps of every reply on the GPU (the whole of "Paris"), and `llm_golden.rs` every step on the CPU.
+const GPU_GREEDY_STEPS: usize = 10;
+
+/// SmolLM2-135M-Instruct Q4_1 (setup fetches it), every golden prompt: the top-20 logits at the last prompt position
+/// within 0.01 of the CPU engine's, greedy ids (picked on the GPU) equal to the reference up to its first near-tie
+/// (at most [`GPU_GREEDY_STEPS`]), and "What is the capital of France?" answered with "Paris".
 #[test]
 fn smollm2_gguf_greedy_on_the_gpu() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
@@ -99,12 +104,13 @@ fn smollm2_gguf_greedy_on_the_gpu() {
     let gpu = gpu();
     let expected = json(&golden().join("smollm2/expected.json"));
     let vocab = model.config.vocab;
+    let mut paris = false;
     for case in expected["cases"].as_array().unwrap() {
         let msg = case["user_message"].as_str().unwrap();
         let want = &case["results"]["gguf_dequant_f32"];
         let prompt = ids(&case["prompt_ids"]);
-        let mut gpu_engine = engine(&gpu, &model);
-        let logits = gpu_engine.forward(&prompt, false).unwrap();
+        let mut engine = engine(&gpu, &model);
+        let logits = engine.forward(&prompt, false).unwrap();
         let cpu_logits = model.cpu_engine().forward(&prompt, false).unwrap();
         let mut order: Vec<usize> = (0..vocab).collect();
         order.sort_by(|&a, &b| cpu_logits[b].total_cmp(&cpu_logits[a]));
@@ -119,9 +125,9 @@ fn smollm2_gguf_greedy_on_the_gpu() {
         let sure = want["greedy_prefix_len_margin_ge_0.1"].as_u64().unwrap() as usize;
         let reference = ids(&want["greedy_ids"]);
         let steps = want["greedy_steps"].as_array().unwrap();
-        let mut engine = engine(&gpu, &model);
-        let mut got = vec![engine.forward_greedy(&prompt).unwrap()];
-        while got.len() < reference.len().min(sure + 1) && *got.last().unwrap() != 2 {
+        let n = reference.len().min(sure + 1).min(GPU_GREEDY_STEPS);
+        let mut got = vec![loom_wasm::cpu::ops::argmax(&logits) as u32];
+        while got.len() < n {
             let last = *got.last().unwrap();
             got.push(engine.forward_greedy(&[last]).unwrap());
         }
@@ -136,5 +142,16 @@ fn smollm2_gguf_greedy_on_the_gpu() {
                 );
             }
         }
+        if msg == "What is the capital of France?" {
+            // The whole reply: continue to EOS (2) on the GPU.
+            while got.len() < GPU_GREEDY_STEPS && *got.last().unwrap() != 2 {
+                let last = *got.last().unwrap();
+                got.push(engine.forward_greedy(&[last]).unwrap());
+            }
+            let text = model.tokenizer.as_ref().unwrap().decode(&got, true).unwrap();
+            assert!(text.contains("Paris"), "{msg}: {text:?}");
+            paris = true;
+        }
     }
+    assert!(paris, "the golden set has the France prompt");
 }

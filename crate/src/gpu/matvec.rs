@@ -156,7 +156,7 @@ impl Packing {
         }
         if shader_f16 {
             s.push_str(section("float16_native"));
-            s.push_str(section("body"));
+            s.push_str(section(body));
             return s;
         }
         s.push_str(section("half"));
@@ -375,10 +375,32 @@ fn too_many(n_in: usize, n_out: usize) -> LoomError {
     LoomError::Unsupported(format!("matvec of {n_out}×{n_in} weights: more than 2^32 elements"))
 }
 
+/// How a matvec spreads a row over lanes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowLayout {
+    /// A 64-lane workgroup per output row, reduced in shared memory: GPUs.
+    Workgroup,
+    /// One lane per output row, 64 rows per workgroup: CPU adapters (lavapipe, SwiftShader), whose lanes are SIMD
+    /// lanes and whose barriers are costly.
+    Lane,
+}
+
+impl RowLayout {
+    /// The layout that suits `gpu`'s adapter.
+    pub fn for_adapter(gpu: &Gpu) -> RowLayout {
+        if gpu.info.device_type == wgpu::DeviceType::Cpu {
+            RowLayout::Lane
+        } else {
+            RowLayout::Workgroup
+        }
+    }
+}
+
 /// A matrix-vector kernel for one weight encoding.
 pub struct MatVec {
     packing: Packing,
     shader_f16: bool,
+    layout: RowLayout,
 }
 
 impl MatVec {
@@ -398,6 +420,7 @@ impl MatVec {
         let kernel = MatVec {
             packing,
             shader_f16: shader_f16 && packing.has_halves(),
+            layout: RowLayout::for_adapter(gpu),
         };
         kernel.pipeline(gpu, 1, 1)?;
         Ok(kernel)
@@ -412,22 +435,27 @@ impl MatVec {
         self.packing
     }
 
+    /// This kernel with rows spread over lanes as `layout` says (the adapter's choice otherwise).
+    pub fn with_layout(self, layout: RowLayout) -> MatVec {
+        MatVec { layout, ..self }
+    }
+
     /// True when this kernel decodes halves through `shader-f16`.
     pub fn uses_shader_f16(&self) -> bool {
         self.shader_f16
     }
 
     fn pipeline(&self, gpu: &Gpu, parts: usize, bt: u32) -> Result<Arc<wgpu::ComputePipeline>> {
+        let (body, entry) = match self.layout {
+            RowLayout::Workgroup => ("body", "matvec"),
+            RowLayout::Lane => ("body_rows", "matvec_rows"),
+        };
         let key = format!(
-            "matvec/{}/{}/{parts}/{bt}",
+            "matvec/{}/{}/{parts}/{bt}/{entry}",
             self.packing.key(),
             if self.shader_f16 { "f16" } else { "f32" }
         );
-        gpu.pipeline_with(
-            &key,
-            || self.packing.source(self.shader_f16, parts, bt, "body"),
-            "matvec",
-        )
+        gpu.pipeline_with(&key, || self.packing.source(self.shader_f16, parts, bt, body), entry)
     }
 
     /// Records `y = act(W·x)` for `batch` rows of `x` (`[batch][n_in]` f32) into `encoder`; `y` receives
@@ -452,8 +480,12 @@ impl MatVec {
         }
         let max = gpu.limits.max_compute_workgroups_per_dimension;
         let n_out = w.n_out as u32;
-        let groups_x = n_out.clamp(1, max);
-        let groups_z = n_out.div_ceil(groups_x).max(1);
+        let row_groups = match self.layout {
+            RowLayout::Workgroup => n_out,
+            RowLayout::Lane => n_out.div_ceil(64),
+        };
+        let groups_x = row_groups.clamp(1, max);
+        let groups_z = row_groups.div_ceil(groups_x).max(1);
         // A batch of 2 or more is computed 4 rows per workgroup, each decoded weight serving all 4.
         let bt = if batch > 1 { 4 } else { 1 };
         let groups_y = batch.div_ceil(bt);

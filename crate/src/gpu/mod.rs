@@ -31,7 +31,9 @@ pub use embedding::{Embedding, EmbeddingTable};
 pub use kernel::F32Weights;
 pub(crate) use kernel::{Plan, PlanCounts};
 pub use kmeans::KMeans;
-pub use matvec::{dense_weights, packed_values, MatVec, PackedWeights, Packing, GPU_GGML_TYPES, MAX_WEIGHT_BINDINGS};
+pub use matvec::{
+    dense_weights, packed_values, MatVec, PackedWeights, Packing, RowLayout, GPU_GGML_TYPES, MAX_WEIGHT_BINDINGS,
+};
 pub use mha::{Mha, MHA_MAX_SEQ};
 pub use model::{ForwardStats, GpuModel};
 pub use norm::{Norm, LAYER_NORM_EPS, RMS_NORM_EPS};

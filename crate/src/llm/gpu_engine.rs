@@ -213,6 +213,11 @@ impl GpuEngine {
         format!("{} ({:?})", self.gpu.info.name, self.gpu.info.backend)
     }
 
+    /// Forgets every cached position.
+    pub fn reset(&mut self) {
+        self.cached = 0;
+    }
+
     /// What the last call did on the GPU.
     pub fn last_call(&self) -> GpuCallStats {
         self.last
