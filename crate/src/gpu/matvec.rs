@@ -360,6 +360,29 @@ impl PackedWeights {
         })
     }
 
+    /// The kernel's parameter words (`Params` in the shader).
+    fn params(&self, act: u32, groups_x: u32, batch: u32) -> [u32; 10] {
+        [
+            self.n_in as u32,
+            self.n_out as u32,
+            act,
+            groups_x,
+            self.scale.to_bits(),
+            self.words_per_part,
+            self.aux,
+            batch,
+            self.first,
+            self.bias,
+        ]
+    }
+
+    /// The kernel's buffers: `x` and `y`, then the weight parts.
+    fn bindings<'a>(&'a self, x: &'a wgpu::Buffer, y: &'a wgpu::Buffer) -> Vec<(u32, &'a wgpu::Buffer)> {
+        let mut buffers = vec![(1, x), (2, y)];
+        buffers.extend(self.parts.iter().enumerate().map(|(k, b)| (3 + k as u32, b)));
+        buffers
+    }
+
     /// Number of weight bindings.
     pub fn parts(&self) -> usize {
         self.parts.len()
@@ -435,6 +458,17 @@ impl MatVec {
         self.packing
     }
 
+    fn check_packing(&self, w: &PackedWeights) -> Result<()> {
+        if w.packing != self.packing {
+            return Err(LoomError::InvalidInput(format!(
+                "a {} matvec kernel got {} weights",
+                self.packing.key(),
+                w.packing.key()
+            )));
+        }
+        Ok(())
+    }
+
     /// This kernel with rows spread over lanes as `layout` says (the adapter's choice otherwise).
     pub fn with_layout(self, layout: RowLayout) -> MatVec {
         MatVec { layout, ..self }
@@ -471,13 +505,7 @@ impl MatVec {
         batch: u32,
         act: Activation,
     ) -> Result<()> {
-        if w.packing != self.packing {
-            return Err(LoomError::InvalidInput(format!(
-                "a {} matvec kernel got {} weights",
-                self.packing.key(),
-                w.packing.key()
-            )));
-        }
+        self.check_packing(w)?;
         let max = gpu.limits.max_compute_workgroups_per_dimension;
         let n_out = w.n_out as u32;
         let row_groups = match self.layout {
@@ -498,20 +526,8 @@ impl MatVec {
             return Ok(());
         }
         let pipeline = self.pipeline(gpu, w.parts.len(), bt)?;
-        let words = [
-            w.n_in as u32,
-            n_out,
-            activation_id(act),
-            groups_x,
-            w.scale.to_bits(),
-            w.words_per_part,
-            w.aux,
-            batch,
-            w.first,
-            w.bias,
-        ];
-        let mut buffers = vec![(1, x), (2, y)];
-        buffers.extend(w.parts.iter().enumerate().map(|(k, b)| (3 + k as u32, b)));
+        let words = w.params(activation_id(act), groups_x, batch);
+        let buffers = w.bindings(x, y);
         dispatch_3d(
             gpu,
             encoder,
@@ -535,13 +551,7 @@ impl MatVec {
         y: &wgpu::Buffer,
         batch: u32,
     ) -> Result<()> {
-        if w.packing != self.packing {
-            return Err(LoomError::InvalidInput(format!(
-                "a {} gather kernel got {} weights",
-                self.packing.key(),
-                w.packing.key()
-            )));
-        }
+        self.check_packing(w)?;
         let n = u64::from(batch) * w.n_in as u64;
         if n == 0 {
             return Ok(());
@@ -550,20 +560,8 @@ impl MatVec {
         let parts = w.parts.len();
         let pipeline = gpu.pipeline_with(&key, || self.packing.source(false, parts, 1, "gather"), "gather")?;
         let g = grid_for(gpu, n, 64, "gather")?;
-        let words = [
-            w.n_in as u32,
-            w.n_out as u32,
-            0,
-            0,
-            w.scale.to_bits(),
-            w.words_per_part,
-            w.aux,
-            batch,
-            w.first,
-            w.bias,
-        ];
-        let mut buffers = vec![(1, ids), (2, y)];
-        buffers.extend(w.parts.iter().enumerate().map(|(k, b)| (3 + k as u32, b)));
+        let words = w.params(0, 0, batch);
+        let buffers = w.bindings(ids, y);
         dispatch(gpu, encoder, &pipeline, &words, &buffers, g);
         Ok(())
     }
