@@ -5,7 +5,18 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { expect, test } from '@playwright/test';
 import type { Page } from '@playwright/test';
-import { ROOT, caseFile, corpusCase, dropFiles, expectedLayerPaths, expectedParams, f32FromHex, f32Hex, openApp } from './corpus';
+import {
+  ROOT,
+  caseFile,
+  corpusCase,
+  dropFiles,
+  expectedLayerPaths,
+  expectedParams,
+  f32FromHex,
+  f32Hex,
+  openApp,
+  weightedLayersOfType,
+} from './corpus';
 
 const summary = (page: Page) => page.getByTestId('summary');
 const rowPaths = (page: Page) => page.getByTestId('layer-row').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-path')));
@@ -134,6 +145,107 @@ for (const [format, dtype, ext] of [['entity', 'int4', 'entity'], ['safetensors'
     expect((await download(page)).bytes.equals(want)).toBe(true);
   });
 }
+
+/** The rows of a table: one array of cell texts per row. */
+const cellTexts = (rows: ReturnType<Page['getByTestId']>) => rows.evaluateAll((rs) => rs.map((r) => Array.from(r.querySelectorAll('td'), (td) => td.textContent ?? '')));
+
+test('the sample to int4 .entity: the download is sample.int4.entity and the loss report equals its diff', async ({ page }) => {
+  test.setTimeout(300_000); // cargo may have to build the CLI first
+  const sample = readFileSync(path.join(ROOT, 'testdata/sample/sample.entity'));
+  const want = loomConvert(sample, 'sample.entity', 'out.entity', ['--dtype', 'int4', '--allow-lossy']);
+  await page.getByTestId('open-sample').click();
+  await expect(page.locator('body')).toHaveAttribute('data-state', 'ready');
+  await page.getByTestId('convert-format').selectOption('entity');
+  await page.getByTestId('convert-dtype').selectOption('int4');
+  await expect(page.getByTestId('loss-report')).toHaveAttribute('data-state', 'lossy');
+  // Layer, from, to, changed, max abs error.
+  const loss = await cellTexts(page.getByTestId('loss-row'));
+  await page.getByTestId('convert-accept-loss').check();
+  const got = await download(page);
+  expect(got.name).toBe('sample.int4.entity');
+  expect(got.bytes.equals(want)).toBe(true);
+
+  // The app's own diff of the input against what it wrote: the same layers change, by the same largest error.
+  await page.getByTestId('diff-input').setInputFiles({ name: got.name, mimeType: 'application/octet-stream', buffer: got.bytes });
+  await expect(page.getByTestId('diff-summary')).toBeVisible();
+  const changed = await cellTexts(page.locator('[data-testid="diff-row"][data-status="changed"]'));
+  expect(loss.map(([p, , , , max]) => [p, max]).sort()).toEqual(changed.map(([p, , , max]) => [p, max]).sort());
+  // .entity keeps RMSNorm in float32 with its exact values (spec §8): Loom's three RMSNorm layers lose nothing.
+  const norms = weightedLayersOfType('transformer_int8', 'RMSNorm');
+  expect(norms).toHaveLength(3);
+  for (const n of norms) expect(loss.map(([p]) => p)).not.toContain(n);
+});
+
+test('a tensor with NaN and ±Inf: the counts are shown and the stats are numpy\'s over the finite values', async ({ page }) => {
+  // Written by numpy and the safetensors package, expected values from numpy (testdata/nonfinite/gen.py).
+  const dir = path.join(ROOT, 'testdata/nonfinite');
+  const want = JSON.parse(readFileSync(path.join(dir, 'expected.json'), 'utf8'));
+  await dropFiles(page, [{ name: 'nonfinite.safetensors', bytes: readFileSync(path.join(dir, 'nonfinite.safetensors')) }]);
+  await expect(page.locator('body')).toHaveAttribute('data-state', 'ready');
+  await page.locator(`[data-testid="layer-row"][data-path="${want.tensor}"]`).click();
+  const warning = page.getByTestId('non-finite');
+  await expect(warning).toBeVisible();
+  await expect(warning).toHaveAttribute('data-nan', String(want.nan));
+  await expect(warning).toHaveAttribute('data-pos-inf', String(want.pos_inf));
+  await expect(warning).toHaveAttribute('data-neg-inf', String(want.neg_inf));
+  await expect(warning).toContainText(`${want.nan} NaN · ${want.pos_inf} +Inf · ${want.neg_inf} −Inf`);
+  const stats = page.getByTestId('tensor-stats');
+  await expect(stats).toHaveAttribute('data-count', String(want.count));
+  for (const k of ['min', 'max', 'mean', 'std']) {
+    const v = Number(await stats.getAttribute(`data-${k}`));
+    expect(Math.abs(v - want[k]), k).toBeLessThanOrEqual(1e-9 * Math.max(1, Math.abs(want[k])));
+  }
+  // Two outliers would squeeze everything else into one bar: the histogram is clipped and says what it left out.
+  const note = page.getByTestId('histogram-note');
+  await expect(note).toHaveAttribute('data-clipped', 'true');
+  await expect(note).toHaveAttribute('data-below', String(want.below));
+  await expect(note).toHaveAttribute('data-above', String(want.above));
+});
+
+test('Run is prefilled with the model\'s input shape, and reset when another model opens', async ({ page }) => {
+  const values = async () => (await page.getByTestId('run-input').inputValue()).split(',').map(Number);
+  for (const id of ['grid_2x1x2x2', 'nested_int8']) {
+    await dropCase(page, id, 'loom.entity');
+    const shape = corpusCase(id).input_shape!; // the shape Loom's corpus ran the network with
+    await expect(page.getByTestId('run-shape')).toHaveValue(shape.join(','));
+    expect(await values()).toHaveLength(shape.reduce((a, b) => a * b, 1));
+    await expect(page.getByTestId('input-spec')).toContainText(`[batch, ${shape[1]}]`);
+    await page.getByTestId('run-button').click();
+    await expect(page.getByTestId('cpu-output')).toHaveAttribute('data-device', 'cpu');
+  }
+  // An Embedding first: token ids, integers below the vocabulary Loom wrote.
+  const vocab = JSON.parse(caseFile('transformer_int8', 'loom.json').toString('utf8')).layers[0].vocab_size as number;
+  await dropCase(page, 'transformer_int8', 'loom.entity');
+  await expect(page.getByTestId('input-spec')).toHaveAttribute('data-kind', 'token_ids');
+  await expect(page.getByTestId('input-spec')).toContainText(`0 to ${vocab - 1}`);
+  for (const id of await values()) expect(Number.isInteger(id) && id >= 0 && id < vocab, String(id)).toBe(true);
+  await expect(page.getByTestId('cpu-output')).toHaveCount(0); // the last model's output is gone
+});
+
+test('Run refuses a wrong input at the input, naming the expected shape', async ({ page }) => {
+  const width = corpusCase('grid_2x1x2x2').input_shape![1];
+  await dropCase(page, 'grid_2x1x2x2', 'loom.entity');
+  await page.getByTestId('run-shape').fill(`1,${width - 1}`);
+  await page.getByTestId('run-input').fill(Array.from({ length: width - 1 }, (_, i) => i / 10).join(', '));
+  await page.getByTestId('run-button').click();
+  const error = page.getByTestId('input-error');
+  await expect(error).toBeVisible();
+  await expect(error).toContainText(`[batch, ${width}]`);
+  await expect(error).toContainText(`got shape [1, ${width - 1}]`);
+  await expect(error).toHaveText(/^Invalid input: the input must be/); // the prefix said once
+  await expect(page.getByTestId('cpu-output')).toHaveCount(0);
+
+  // Token ids: fractional or past the vocabulary (vocab_size 10 in Loom's loom.json) are refused too.
+  await dropCase(page, 'transformer_int8', 'loom.entity');
+  for (const [bad, at] of [['1, 2.5', '2.5'], ['1, 10', '10']]) {
+    await page.getByTestId('run-shape').fill('2');
+    await page.getByTestId('run-input').fill(bad);
+    await page.getByTestId('run-button').click();
+    await expect(error).toContainText(`integers from 0 to 9`);
+    await expect(error).toContainText(`value 1 is ${at}`);
+    await expect(page.getByTestId('cpu-output')).toHaveCount(0);
+  }
+});
 
 test('a lossy conversion is marked before the download and needs a tick', async ({ page }) => {
   await dropCase(page, 'grid_2x1x2x2', 'loom.entity');
