@@ -212,6 +212,7 @@ test('Run is prefilled with the model\'s input shape, and reset when another mod
     await expect(page.getByTestId('input-spec')).toContainText(`[batch, ${shape[1]}]`);
     await page.getByTestId('run-button').click();
     await expect(page.getByTestId('cpu-output')).toHaveAttribute('data-device', 'cpu');
+    await expect(page.getByTestId('run-diff')).toContainText('max |GPU − CPU|'); // both columns done
   }
   // An Embedding first: token ids, integers below the vocabulary Loom wrote.
   const vocab = JSON.parse(caseFile('transformer_int8', 'loom.json').toString('utf8')).layers[0].vocab_size as number;
@@ -324,3 +325,53 @@ for (const [name, bytes] of HOSTILE) {
     await expect(summary(page)).toHaveAttribute('data-params', String(expectedParams('nested_int8')));
   });
 }
+
+test('a GGUF file is inspected, and Run and Convert are off with the reason', async ({ page }) => {
+  // A tiny llama written by llama.cpp's gguf-py (testdata/gguf/gen.py).
+  await dropFiles(page, [{ name: 'model.q4_0.gguf', bytes: readFileSync(path.join(ROOT, 'testdata/gguf/model.q4_0.gguf')) }]);
+  await expect(page.locator('body')).toHaveAttribute('data-state', 'ready');
+  await expect(summary(page)).toHaveAttribute('data-format', 'gguf');
+  await expect(page.getByTestId('run-button')).toBeDisabled();
+  await expect(page.getByTestId('run-random')).toBeDisabled();
+  await expect(page.getByTestId('run-unavailable')).toContainText('GGUF');
+  await expect(page.getByTestId('run-unavailable')).toContainText('not run or converted');
+  await expect(page.getByTestId('loss-report')).toHaveAttribute('data-state', 'unavailable');
+  await expect(page.getByTestId('convert-unavailable')).toContainText('GGUF');
+  await expect(page.getByTestId('convert-format')).toBeDisabled();
+  await expect(page.getByTestId('convert-download')).toBeDisabled();
+  // A Loom network opened next has both back.
+  await dropCase(page, 'grid_2x1x2x2', 'loom.entity');
+  await expect(page.getByTestId('run-unavailable')).toBeHidden();
+  await expect(page.getByTestId('run-button')).toBeEnabled();
+  await expect(page.getByTestId('loss-report')).toHaveAttribute('data-state', 'lossless');
+  await expect(page.getByTestId('convert-download')).toBeEnabled();
+});
+
+test('the Run panel says when WebGPU is a software adapter (headless Chromium: SwiftShader)', async ({ page }) => {
+  const architecture = await page.evaluate(async () => (await (navigator as any).gpu.requestAdapter()).info.architecture as string);
+  expect(architecture).toBe('swiftshader');
+  await dropCase(page, 'grid_2x1x2x2', 'loom.entity');
+  const note = page.getByTestId('gpu-info');
+  await expect(note).toHaveAttribute('data-software', 'true');
+  await expect(note).toContainText('swiftshader');
+  await expect(note).toContainText('software adapter');
+});
+
+test.describe('420 px wide', () => {
+  test.use({ viewport: { width: 420, height: 800 } });
+
+  test('the header fits: every action is inside the window and the page does not scroll sideways', async ({ page }) => {
+    const check = async () => {
+      expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(420);
+      for (const action of [page.getByText('Open files…'), page.getByText('Open folder…'), page.locator('#url-input'), page.getByRole('button', { name: 'Open URL' })]) {
+        const box = (await action.boundingBox())!;
+        expect(box.x).toBeGreaterThanOrEqual(0);
+        expect(box.x + box.width).toBeLessThanOrEqual(420);
+      }
+    };
+    await check();
+    await page.getByTestId('open-sample').click();
+    await expect(page.locator('body')).toHaveAttribute('data-state', 'ready');
+    await check();
+  });
+});

@@ -6,6 +6,7 @@ import type { ForwardResult, InputSpec, LoomModel } from 'loom-wasm';
 import { fill, h } from './dom';
 import { f32, f32Hex, num } from './format';
 import { errorText } from './errors';
+import { noNetworkReason } from './capability';
 
 /** mulberry32: a small seeded generator, so "random, seed 7" gives the same vector every time. */
 function seeded(seed: number): () => number {
@@ -66,6 +67,8 @@ export class RunPanel {
   });
   private readonly seed = h('input', { type: 'number', value: 1, 'aria-label': 'Seed', class: 'seed' });
   private readonly go = h('button', { type: 'button', class: 'btn primary', 'data-testid': 'run-button', disabled: true }, 'Run');
+  private readonly random = h('button', { type: 'button', class: 'btn', 'data-testid': 'run-random' }, 'Random');
+  private readonly unavailable = h('p', { class: 'note-warn', 'data-testid': 'run-unavailable', hidden: true });
   private readonly gpuNote = h('p', { class: 'muted', 'data-testid': 'gpu-info' }, 'Checking WebGPU…');
   private readonly specNote = h('p', { class: 'muted', 'data-testid': 'input-spec' });
   private readonly inputError = h('p', { class: 'inline-error', 'data-testid': 'input-error', hidden: true });
@@ -74,18 +77,18 @@ export class RunPanel {
 
   constructor(target: HTMLElement) {
     this.go.addEventListener('click', () => void this.run());
-    const random = h('button', { type: 'button', class: 'btn' }, 'Random');
-    random.addEventListener('click', () => this.randomize());
+    this.random.addEventListener('click', () => this.randomize());
     fill(target,
       h('h2', null, 'Run'),
       this.gpuNote,
       this.specNote,
+      this.unavailable,
       h(
         'div',
         { class: 'run-form' },
         h('label', null, 'Shape', this.shape),
         h('label', { class: 'grow' }, 'Input', this.input),
-        h('div', { class: 'run-buttons' }, h('label', null, 'Seed', this.seed), random, this.go),
+        h('div', { class: 'run-buttons' }, h('label', null, 'Seed', this.seed), this.random, this.go),
       ),
       this.inputError,
       this.results,
@@ -93,9 +96,11 @@ export class RunPanel {
     void gpuInfo().then(
       (g) => {
         this.gpuNote.textContent = g.available
-          ? `WebGPU: ${g.adapter || 'available'}${g.shader_f16 ? ' (shader-f16)' : ''}`
+          ? `WebGPU: ${g.adapter || 'available'}${g.shader_f16 ? ' (shader-f16)' : ''}` +
+            (g.software ? ', a software adapter: the WebGPU column runs on this CPU, not on a graphics card.' : '')
           : `WebGPU unavailable: ${g.reason ?? 'no adapter'}. The GPU column will run on the CPU and say so.`;
         this.gpuNote.dataset.available = String(g.available);
+        this.gpuNote.dataset.software = String(g.software === true);
       },
       (e) => (this.gpuNote.textContent = `WebGPU check failed: ${errorText(e)}`),
     );
@@ -106,7 +111,11 @@ export class RunPanel {
     this.abort?.abort();
     this.model = model;
     this.spec = model?.inspection.input ?? null;
-    this.go.disabled = !model;
+    const reason = model ? noNetworkReason(model.inspection) : null;
+    this.unavailable.textContent = reason ?? '';
+    this.unavailable.hidden = reason === null;
+    this.go.disabled = !model || reason !== null;
+    this.random.disabled = reason !== null;
     fill(this.results);
     this.inputError.hidden = true;
     const spec = this.spec;
