@@ -83,6 +83,30 @@ test('first paint comes from the header, and the sample opens in one click', asy
   await expect(page.getByTestId('grid-cell')).toHaveCount(1);
 });
 
+test('the landing page says GGUF opens and offers the decoder first; the summary and Run columns say things once', async ({ page }) => {
+  await expect(page.getByTestId('dropzone')).toContainText('.gguf');
+  const buttons = page.locator('.landing-actions button');
+  await expect(buttons.first()).toHaveAttribute('data-testid', 'open-decoder');
+  await buttons.first().click();
+  await expect(page.locator('body')).toHaveAttribute('data-state', 'ready');
+  // scripts/gen_decoder_sample.py: D 16, 4 heads, 2 KV heads (head_dim 4), FF 32, vocab 32, 6 blocks.
+  const [D, KV, FF, VOCAB, BLOCKS] = [16, 8, 32, 32, 6];
+  const attention = 2 * D * D + 2 * KV * D + D + 2 * KV + D;
+  const swiglu = 3 * D * FF + 2 * FF + D;
+  const params = VOCAB * D + BLOCKS * (2 * D + attention + swiglu) + D + D * VOCAB;
+  await expect(summary(page)).toHaveAttribute('data-params', String(params));
+  const stat = summary(page).locator('.stat', { hasText: 'Parameters' });
+  await expect(stat.locator('.note')).toHaveText(params.toLocaleString('en-US')); // rounded above, exact below
+
+  await dropCase(page, 'grid_2x1x2x2', 'loom.entity');
+  await expect(stat.locator('.value')).toHaveText(String(expectedParams('grid_2x1x2x2')));
+  await expect(stat.locator('.note')).toHaveCount(0); // not the same number twice
+  await page.getByTestId('run-button').click();
+  await expect(page.getByTestId('gpu-output')).toHaveAttribute('data-device', 'gpu', { timeout: 60_000 });
+  await expect(page.getByTestId('cpu-output').locator('h3')).toHaveText(/^CPU · [\d.]+ ms · shape \[1, \d+\]$/);
+  await expect(page.getByTestId('gpu-output').locator('h3')).toHaveText(/^WebGPU · [\d.]+ ms · shape \[1, \d+\]$/);
+});
+
 test('open a URL: the same network, fetched by the package', async ({ page, baseURL }) => {
   await page.locator('#url-input').fill(`${baseURL}/sample.entity`);
   await page.locator('#url-form button').click();

@@ -181,8 +181,8 @@ export class RunPanel {
     fill(this.results, h('div', { class: 'run-cols' }, cpuBox, gpuBox), diffBox);
     this.go.disabled = true;
     try {
-      const cpu = await this.column(cpuBox, 'CPU', () => model.forward(values, shape, { device: 'cpu', signal: abort.signal }));
-      const gpu = await this.column(gpuBox, 'WebGPU', () => model.forward(values, shape, { device: 'gpu', signal: abort.signal }));
+      const cpu = await this.column(cpuBox, 'CPU', 'cpu', () => model.forward(values, shape, { device: 'cpu', signal: abort.signal }));
+      const gpu = await this.column(gpuBox, 'WebGPU', 'gpu', () => model.forward(values, shape, { device: 'gpu', signal: abort.signal }));
       if (cpu && gpu && cpu.data.length === gpu.data.length) {
         let max = 0;
         for (let i = 0; i < cpu.data.length; i++) max = Math.max(max, Math.abs(cpu.data[i] - gpu.data[i]));
@@ -198,7 +198,13 @@ export class RunPanel {
     }
   }
 
-  private async column(box: HTMLElement, label: string, call: () => Promise<ForwardResult>): Promise<ForwardResult | undefined> {
+  /** `label` names the device the column asks for (`device`); the result says where it ran only when that differs. */
+  private async column(
+    box: HTMLElement,
+    label: string,
+    device: 'cpu' | 'gpu',
+    call: () => Promise<ForwardResult>,
+  ): Promise<ForwardResult | undefined> {
     box.querySelector('p')!.textContent = 'Running…';
     try {
       const r = await call();
@@ -206,7 +212,12 @@ export class RunPanel {
       box.dataset.device = r.device;
       const cpuLayers = Object.entries(r.cpu_layers ?? {});
       fill(box,
-        h('h3', null, label, h('span', { class: 'muted' }, ` · ${r.device.toUpperCase()} · ${r.ms.toFixed(1)} ms · shape [${r.shape.join(', ')}]`)),
+        h(
+          'h3',
+          null,
+          label,
+          h('span', { class: 'muted' }, `${r.device === device ? '' : ` · ran on the ${r.device.toUpperCase()}`} · ${r.ms.toFixed(1)} ms · shape [${r.shape.join(', ')}]`),
+        ),
         r.fallbackReason ? h('p', { class: 'note-warn', 'data-testid': 'fallback-reason' }, `Ran on the CPU: ${r.fallbackReason}`) : null,
         cpuLayers.length
           ? h('p', { class: 'muted' }, `On the CPU for want of a kernel: ${cpuLayers.map(([p, why]) => `${p} (${why})`).join(', ')}`)
