@@ -10,6 +10,7 @@ import {
   caseFile,
   corpusCase,
   dropFiles,
+  expectedLayerKinds,
   expectedLayerPaths,
   expectedParams,
   f32FromHex,
@@ -321,6 +322,31 @@ test('the tensor panel shows stats, a histogram and raw codes next to dequantize
   await expect(panel.getByTestId('tensor-preview').locator('tbody tr')).toHaveCount(expectedParams(id));
 });
 
+test('layer rows: an activation only where the layer applies one, and opened from the keyboard', async ({ page }) => {
+  const id = 'transformer_int8';
+  await dropCase(page, id, 'loom.entity');
+  const kinds = expectedLayerKinds(id);
+  // Loom's forward applies the activation in Dense, convolutions, Embedding and KMeans only.
+  const applies = new Set(['Dense', 'Embedding']);
+  const shown = await page.getByTestId('layer-row').evaluateAll((rows) => rows.map((r) => [r.getAttribute('data-path')!, r.querySelectorAll('td')[3].textContent!]));
+  expect(shown.length).toBe(kinds.size);
+  for (const [p, activation] of shown) {
+    const k = kinds.get(p)!;
+    expect(activation, `${p} (${k.type})`).toBe(applies.has(k.type) ? k.activation : '—');
+  }
+  expect(shown.filter(([, a]) => a === '—').length).toBeGreaterThan(0);
+
+  const rows = page.getByTestId('layer-row');
+  await page.getByRole('button', { name: 'Path' }).focus();
+  // Tab from the Path header past the other sort buttons to the first row.
+  for (let i = 0; i < 20 && !(await rows.first().evaluate((r) => r === document.activeElement)); i++) await page.keyboard.press('Tab');
+  await page.keyboard.press('Enter');
+  await expect(page.getByTestId('tensor-panel')).toHaveAttribute('data-path', (await rows.nth(0).getAttribute('data-path'))!);
+  await page.keyboard.press('ArrowDown');
+  await page.keyboard.press(' ');
+  await expect(page.getByTestId('tensor-panel')).toHaveAttribute('data-path', (await rows.nth(1).getAttribute('data-path'))!);
+});
+
 test('diff against a re-quantized copy: every weighted layer changes, with its dtype change', async ({ page }) => {
   await dropCase(page, 'nested_int8', 'loom.entity');
   await page.getByTestId('diff-input').setInputFiles({ name: 'nested_int4.entity', mimeType: 'application/octet-stream', buffer: caseFile('nested_int4', 'loom.entity') });
@@ -397,5 +423,30 @@ test.describe('420 px wide', () => {
     await page.getByTestId('open-sample').click();
     await expect(page.locator('body')).toHaveAttribute('data-state', 'ready');
     await check();
+  });
+
+  test('the layer table scrolls sideways under its path column, which stays in view when sorted', async ({ page }) => {
+    await page.getByTestId('open-sample').click();
+    await expect(page.locator('body')).toHaveAttribute('data-state', 'ready');
+    await page.getByRole('button', { name: 'Bytes' }).click();
+    const wrap = page.locator('.layers-card .table-wrap');
+    const scrolled = await wrap.evaluate((w) => {
+      w.scrollLeft = w.scrollWidth;
+      return w.scrollLeft;
+    });
+    expect(scrolled).toBeGreaterThan(0); // the table is wider than the window
+    const left = (await wrap.boundingBox())!.x;
+    for (const cell of (await page.locator('[data-testid="layer-row"] td.path').all()).slice(0, 3)) {
+      // Only the page scrolls, vertically, to bring the row into the window.
+      await cell.evaluate((td) => window.scrollBy(0, td.getBoundingClientRect().top - 400));
+      const box = (await cell.boundingBox())!;
+      expect(Math.abs(box.x - left)).toBeLessThanOrEqual(2); // stuck to the table's left edge
+      expect(box.width).toBeLessThan(420 / 2);
+      // What is drawn there is the path cell, not a column scrolled over it.
+      expect(await cell.evaluate((td) => {
+        const r = td.getBoundingClientRect();
+        return td.contains(document.elementFromPoint(r.left + 4, r.top + r.height / 2));
+      })).toBe(true);
+    }
   });
 });

@@ -28,6 +28,10 @@ interface Row {
   order: number;
 }
 
+// Layer types whose forward applies the layer's activation (crate/src/cpu: dense.rs, conv.rs, embedding.rs). The
+// others (norms, attention, SwiGLU, recurrent, softmax, containers) store one, Linear by default, and never use it.
+const ACTIVATED = new Set(['Dense', 'CNN1', 'CNN2', 'CNN3', 'ConvTransposed1D', 'ConvTransposed2D', 'ConvTransposed3D', 'Embedding', 'KMeans']);
+
 function rowsOf(ins: Inspection): Row[] {
   if (ins.layers.length) {
     return ins.layers.map((l, i) => ({
@@ -35,7 +39,7 @@ function rowsOf(ins: Inspection): Row[] {
       nesting: l.nesting,
       cell: l.nesting === 0 ? `${l.z},${l.y},${l.x},${l.l}` : '',
       type: l.type,
-      activation: l.activation,
+      activation: ACTIVATED.has(l.type) ? l.activation : '',
       dtype: l.dtype,
       scale: l.scale,
       shape: '',
@@ -106,7 +110,7 @@ export class LayerTable {
           name,
           { title: '(z,y,x,l)', key: (r) => r.cell, cell: (r) => r.cell },
           { title: 'Type', key: (r) => r.type, cell: (r) => (r.disabled ? `${r.type} (off)` : r.type) },
-          { title: 'Activation', key: (r) => r.activation, cell: (r) => r.activation },
+          { title: 'Activation', key: (r) => r.activation, cell: (r) => r.activation || '—' },
           { title: 'Dtype', key: (r) => r.dtype, cell: dtypeCell },
           { title: 'Scale', cls: 'num', key: (r) => r.scale ?? -Infinity, cell: (r) => (r.scale === null ? '' : f32(r.scale)) },
           { title: 'Params', cls: 'num', key: (r) => r.params, cell: (r) => (r.params ? int(r.params) : '—') },
@@ -136,6 +140,15 @@ export class LayerTable {
       tr.classList.toggle('selected', tr.dataset.path === path);
     }
     this.table.querySelector(`tr[data-path="${CSS.escape(path)}"]`)?.scrollIntoView({ block: 'nearest' });
+  }
+
+  private onRowKey(e: KeyboardEvent, path: string): void {
+    const tr = e.currentTarget as HTMLTableRowElement;
+    if (e.key === 'Enter' || e.key === ' ') this.onPick(path);
+    else if (e.key === 'ArrowDown') (tr.nextElementSibling as HTMLElement | null)?.focus();
+    else if (e.key === 'ArrowUp') (tr.previousElementSibling as HTMLElement | null)?.focus();
+    else return;
+    e.preventDefault();
   }
 
   private render(): void {
@@ -191,7 +204,10 @@ export class LayerTable {
           'data-params': r.params,
           'data-dtype': r.dtype,
           class: `${r.path === this.selected ? 'selected' : ''}${r.disabled ? ' disabled' : ''}`,
+          // Rows are reachable with Tab and the arrow keys, and open with Enter or Space, as they do on click.
+          tabindex: 0,
           onclick: () => this.onPick(r.path),
+          onkeydown: (e: Event) => this.onRowKey(e as KeyboardEvent, r.path),
         },
         this.columns.map((c) => h('td', { class: c.cls }, c.cell(r))),
       ),
