@@ -347,6 +347,29 @@ test('layer rows: an activation only where the layer applies one, and opened fro
   await expect(page.getByTestId('tensor-panel')).toHaveAttribute('data-path', (await rows.nth(1).getAttribute('data-path'))!);
 });
 
+test('container rows fold and unfold their nested layers, by click or from the keyboard', async ({ page }) => {
+  const id = 'transformer_int8';
+  await dropCase(page, id, 'loom.entity');
+  const all = expectedLayerPaths(id);
+  const container = 'layers.1'; // a Parallel block in Loom's loom.json
+  const nested = all.filter((p) => p.startsWith(`${container}.`));
+  expect(nested.length).toBeGreaterThan(0);
+  const fold = page.locator(`[data-testid="layer-row"][data-path="${container}"] [data-testid="fold"]`);
+  await fold.click();
+  expect(await rowPaths(page)).toEqual(all.filter((p) => !nested.includes(p)));
+  await expect(fold).toHaveAttribute('aria-expanded', 'false');
+  await expect(page.getByTestId('tensor-panel')).not.toHaveAttribute('data-path', container); // folding is not opening
+  await expect(fold).toBeFocused();
+  await page.keyboard.press('Enter');
+  expect(await rowPaths(page)).toEqual(all);
+  await expect(page.getByTestId('tensor-panel')).not.toHaveAttribute('data-path', container);
+  // Sorted, the table is flat: every row, no fold buttons.
+  await fold.click();
+  await page.getByRole('button', { name: 'Params' }).click();
+  expect((await rowPaths(page)).sort()).toEqual([...all].sort());
+  await expect(page.getByTestId('fold')).toHaveCount(0);
+});
+
 test('diff against a re-quantized copy: every weighted layer changes, with its dtype change', async ({ page }) => {
   await dropCase(page, 'nested_int8', 'loom.entity');
   await page.getByTestId('diff-input').setInputFiles({ name: 'nested_int4.entity', mimeType: 'application/octet-stream', buffer: caseFile('nested_int4', 'loom.entity') });

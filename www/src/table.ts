@@ -3,6 +3,7 @@
 import type { Inspection } from 'loom-wasm';
 import { barChart, dtypeColor } from './charts';
 import { fill, h } from './dom';
+import type { Child } from './dom';
 import { bytes, int, f32, percent } from './format';
 
 interface Column {
@@ -10,7 +11,7 @@ interface Column {
   cls?: string;
   /** Sort key; rows keep file order when no column is chosen. */
   key: (r: Row) => string | number;
-  cell: (r: Row) => Node | string;
+  cell: (r: Row) => Child;
 }
 
 interface Row {
@@ -72,6 +73,9 @@ export class LayerTable {
   private selected = '';
   private columns: Column[] = [];
   private fileBytes = 0;
+  /** Rows with nested rows (Parallel, Sequential, ...), and those of them folded shut (file order only). */
+  private parents = new Set<string>();
+  private collapsed = new Set<string>();
 
   constructor(
     private readonly table: HTMLTableElement,
@@ -85,6 +89,9 @@ export class LayerTable {
     this.fileBytes = ins.file_bytes;
     this.sortBy = -1;
     this.desc = false;
+    this.collapsed.clear();
+    const paths = new Set(this.rows.map((r) => r.path));
+    this.parents = new Set(this.rows.filter((r) => r.nesting > 0).map((r) => r.path.replace(/\.(parallel_branches|sequential_layers)\.\d+$|\.meta_observed_layer$/, '')).filter((p) => paths.has(p)));
     const loom = ins.layers.length > 0;
     this.title.textContent = loom ? `Layers (${this.rows.length})` : `Tensors (${this.rows.length})`;
     const dtypeCell = (r: Row) => h('span', { class: 'dtype', style: `--c:${dtypeColor(r.dtype)}` }, r.dtype);
@@ -100,10 +107,12 @@ export class LayerTable {
       cls: 'path',
       key: (r) => r.path,
       // In file order nested rows show only their own step (the tree gives the rest); sorted, the full path.
-      cell: (r) =>
+      cell: (r) => [
+        this.sortBy < 0 && this.parents.has(r.path) ? this.foldButton(r.path) : null,
         this.sortBy < 0 && r.nesting > 0
           ? h('span', { class: 'branch', style: `padding-left:${r.nesting * 14}px`, title: r.path }, '↳ ', r.path.endsWith('.meta_observed_layer') ? 'meta_observed_layer' : r.path.split('.').slice(-2).join('.'))
           : h('span', { title: r.path }, r.path),
+      ],
     };
     this.columns = loom
       ? [
@@ -142,6 +151,30 @@ export class LayerTable {
     this.table.querySelector(`tr[data-path="${CSS.escape(path)}"]`)?.scrollIntoView({ block: 'nearest' });
   }
 
+  /** Folds or unfolds the rows nested in `path`; keeps the keyboard focus on the button. */
+  private foldButton(path: string): HTMLButtonElement {
+    const shut = this.collapsed.has(path);
+    return h(
+      'button',
+      {
+        type: 'button',
+        class: 'fold',
+        'data-testid': 'fold',
+        'aria-expanded': String(!shut),
+        'aria-label': `${shut ? 'Unfold' : 'Fold'} the layers in ${path}`,
+        onclick: (e: Event) => {
+          e.stopPropagation(); // folding is not opening the row
+          if (shut) this.collapsed.delete(path);
+          else this.collapsed.add(path);
+          this.render();
+          this.table.querySelector<HTMLElement>(`tr[data-path="${CSS.escape(path)}"] button.fold`)?.focus();
+        },
+        onkeydown: (e: Event) => e.stopPropagation(), // Enter/Space click the button, not the row
+      },
+      shut ? '▸' : '▾',
+    );
+  }
+
   private onRowKey(e: KeyboardEvent, path: string): void {
     const tr = e.currentTarget as HTMLTableRowElement;
     if (e.key === 'Enter' || e.key === ' ') this.onPick(path);
@@ -152,7 +185,8 @@ export class LayerTable {
   }
 
   private render(): void {
-    const sorted = [...this.rows];
+    const folded = [...this.collapsed].map((p) => `${p}.`);
+    const sorted = this.sortBy < 0 ? this.rows.filter((r) => !folded.some((p) => r.path.startsWith(p))) : [...this.rows];
     if (this.sortBy >= 0) {
       const key = this.columns[this.sortBy].key;
       sorted.sort((a, b) => {
