@@ -347,6 +347,26 @@ test('layer rows: an activation only where the layer applies one, and opened fro
   await expect(page.getByTestId('tensor-panel')).toHaveAttribute('data-path', (await rows.nth(1).getAttribute('data-path'))!);
 });
 
+test('the bytes chart is labelled: what it shows and its tallest bar', async ({ page }) => {
+  const id = 'transformer_int8';
+  await dropCase(page, id, 'loom.entity');
+  // Bytes per layer from Loom's own file description: int8 codes are one byte, float32 (RMSNorm in .entity) four.
+  const net = JSON.parse(caseFile(id, 'loom.json').toString('utf8'));
+  const spec = JSON.parse(caseFile(id, 'spec.json').toString('utf8'));
+  const sizes = new Map<string, number>();
+  const walk = (l: any, s: any, p: string) => {
+    if (s.weights) sizes.set(p, (Buffer.from(s.weights, 'base64').length / 4) * (l.type === 'RMSNorm' ? 4 : 1));
+    (l.parallel_branches ?? []).forEach((c: any, j: number) => walk(c, s.parallel_branches[j], `${p}.parallel_branches.${j}`));
+    (l.sequential_layers ?? []).forEach((c: any, j: number) => walk(c, s.sequential_layers[j], `${p}.sequential_layers.${j}`));
+  };
+  net.layers.forEach((l: any, i: number) => walk(l, spec.layers[i], `layers.${i}`));
+  const [tallest, size] = [...sizes].reduce((a, b) => (b[1] > a[1] ? b : a));
+  const label = page.getByTestId('bytes-chart-label');
+  await expect(label).toContainText('Bytes on disk per layer, in file order');
+  await expect(label).toHaveAttribute('data-tallest', tallest);
+  await expect(label).toContainText(`${tallest}, ${size} B`);
+});
+
 test('container rows fold and unfold their nested layers, by click or from the keyboard', async ({ page }) => {
   const id = 'transformer_int8';
   await dropCase(page, id, 'loom.entity');

@@ -137,8 +137,20 @@ export class LayerTable {
     const bars = this.rows
       .filter((r) => r.bytes > 0)
       .map((r) => ({ label: `${r.path} (${r.dtype})`, value: r.bytes, color: dtypeColor(r.dtype), key: r.path }));
+    const tallest = bars.reduce<(typeof bars)[number] | undefined>((a, b) => (a && a.value >= b.value ? a : b), undefined);
     fill(this.chart,
-      bars.length ? barChart(bars, this.fileBytes, this.onPick) : h('p', { class: 'muted' }, 'No weights stored.'),
+      tallest
+        ? [
+            h(
+              'p',
+              { class: 'muted chart-note', 'data-testid': 'bytes-chart-label', 'data-tallest': tallest.key },
+              `Bytes on disk per ${loom ? 'layer' : 'tensor'}, in file order; the tallest bar is `,
+              h('code', null, tallest.key),
+              `, ${bytes(tallest.value)}. Click a bar to open it.`,
+            ),
+            barChart(bars, this.fileBytes, this.onPick),
+          ]
+        : h('p', { class: 'muted' }, 'No weights stored.'),
     );
     this.render();
   }
