@@ -373,8 +373,10 @@ async function gpuInfo(): Promise<GpuInfo> {
     return { available: false, reason: toLoomError(e).message };
   }
   if (!info.available) return info;
-  // wgpu's adapter info is mostly empty in browsers: the browser's own says what the adapter is.
-  const browser = await browserAdapter(gpu as BrowserGpu);
+  // wgpu's adapter info is mostly empty in browsers: the browser's own says what the adapter is. Asked once, since
+  // every GPU forward checks gpuInfo first.
+  adapterInfo ??= browserAdapter(gpu as BrowserGpu);
+  const browser = await adapterInfo;
   if (!browser) return info;
   return { ...info, adapter: info.adapter || browser.name, software: browser.software };
 }
@@ -385,6 +387,8 @@ interface BrowserGpu {
     isFallbackAdapter?: boolean;
   } | null>;
 }
+
+let adapterInfo: ReturnType<typeof browserAdapter> | undefined;
 
 /** Software rasterizers that WebGPU falls back to (Chromium's SwiftShader, Mesa's lavapipe/llvmpipe). */
 const SOFTWARE_ADAPTER = /swiftshader|lavapipe|llvmpipe/i;
