@@ -29,8 +29,9 @@ if stale web/dist/index.js web/src web/pkg web/scripts web/package.json web/tsco
   (cd web && node scripts/build.mjs)
 fi
 
-# The app: the sample network is served next to it (www/public is copied into www/dist by Vite).
+# The app: the two sample networks are served next to it (www/public is copied into www/dist by Vite).
 mkdir -p www/public
+cp -p testdata/sample/decoder.entity www/public/decoder.entity
 cp -p testdata/sample/sample.entity www/public/sample.entity
 if stale www/dist/index.html www/src www/public www/index.html www/vite.config.ts www/package.json web/dist; then
   log "app (www/dist)"

@@ -53,6 +53,41 @@ test('CPU forward in the browser is bit-exact with Loom on every corpus case', a
   expect(bad).toEqual([]);
 });
 
+test('gpuInfo names the adapter and says when it is a software one (headless Chromium: SwiftShader)', async ({ page }) => {
+  // What the browser itself reports for its adapter, read here without the package.
+  const browser = await page.evaluate(async () => {
+    const a = await (navigator as any).gpu.requestAdapter();
+    return { architecture: a.info.architecture as string, fallback: a.info.isFallbackAdapter as boolean | undefined };
+  });
+  expect(browser.architecture).toBe('swiftshader');
+  const info = await page.evaluate(() => window.loom.gpuInfo());
+  expect(info.available, info.reason).toBe(true);
+  expect(info.software).toBe(true);
+  expect(info.adapter).toContain('swiftshader');
+});
+
+test('GPU forwards of two models at once both finish, each equal to its own forward alone', async ({ page }) => {
+  // Two calls on one WebGPU device must not interleave their error scopes (wgpu panics on a scope popped out of
+  // order), e.g. when the inspector opens and runs another model while the last one's GPU forward is in flight.
+  const items = ['grid_2x1x2x2', 'nested_int8'].map((id) => {
+    const c = caseById(id);
+    return { u: url(c), input: c.input_f32_hex, shape: c.input_shape };
+  });
+  const r = await page.evaluate(async (items) => {
+    const models = await Promise.all(items.map(async ({ u }) => window.loom.open(new File([await (await fetch(u)).arrayBuffer()], 'm.entity'))));
+    const inputs = items.map(({ input }) => new Float32Array(new Uint8Array(input.match(/../g)!.map((h: string) => parseInt(h, 16))).buffer));
+    const run = (i: number) => models[i].forward(inputs[i], items[i].shape, { device: 'gpu' }).then((o) => ({ data: Array.from(o.data), device: o.device }));
+    const together = await Promise.all([run(0), run(1)]).catch((e) => String(e));
+    const alone = [await run(0), await run(1)];
+    for (const m of models) await m.dispose();
+    return { together, alone };
+  }, items);
+  expect(typeof r.together, String(r.together)).toBe('object');
+  const together = r.together as { data: number[]; device: string }[];
+  expect(together.map((o) => o.device)).toEqual(['gpu', 'gpu']);
+  expect(together).toEqual(r.alone);
+});
+
 test('GPU forward (WebGPU) agrees with Loom within 1e-4 + 1e-3·|loom|', async ({ page }) => {
   const info = await page.evaluate(() => window.loom.gpuInfo());
   expect(info.available, info.reason).toBe(true);

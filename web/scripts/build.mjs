@@ -1,4 +1,5 @@
-// Builds dist/: the wasm-bindgen output from pkg/ (scripts/build-pkg.sh at the repo root) plus the compiled TS.
+// Builds dist/: the wasm-bindgen output from pkg/ (scripts/build-pkg.sh at the repo root) plus the compiled TS, and
+// copies the repository's LICENSE next to package.json, where `npm pack` takes it into the tarball.
 import { cpSync, existsSync, readdirSync, rmSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -16,4 +17,5 @@ for (const name of readdirSync(pkg)) {
     cpSync(`${pkg}/${name}`, `${web}dist/pkg/${name}`, { recursive: true });
   }
 }
+cpSync(`${web}../LICENSE`, `${web}LICENSE`);
 execFileSync(`${web}node_modules/.bin/tsc`, ['-p', `${web}tsconfig.json`], { stdio: 'inherit' });

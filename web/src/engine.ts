@@ -193,13 +193,24 @@ async function open(src: WireSource, opts: EngineOptions, ctx: CallContext) {
   return register(model, name);
 }
 
+// One GPU call at a time: every model shares one WebGPU device, whose error scopes form a single stack, and wgpu
+// panics (killing the worker) when two calls that await in between pop their scopes out of order.
+let gpuQueue: Promise<unknown> = Promise.resolve();
+
+/** Runs `call` once every GPU call queued before it has settled. */
+function gpuTurn<T>(call: () => Promise<T>): Promise<T> {
+  const turn = gpuQueue.then(call);
+  gpuQueue = turn.catch(() => undefined);
+  return turn;
+}
+
 /** `load: 'gpu'`: the header, then each blob read from the source and fed to the GPU (`upload` progress in bytes
  * of weights); the wasm heap holds the header and one blob at a time. */
 async function openGpu(src: WireSource, opts: EngineOptions, ctx: CallContext) {
   const [header] = await Promise.all([gpuHeaderReader(src, opts, ctx), ready()]);
   const name = opts.name ?? defaultName(src);
   // The header first: another format, a bad header or no WebGPU is refused before any weights are read.
-  const stream = await withHeader(header, ctx, (prefix) => raw.GpuStream.begin(prefix, header.size, name)).catch((e) => {
+  const stream = await withHeader(header, ctx, (prefix) => gpuTurn(() => raw.GpuStream.begin(prefix, header.size, name))).catch((e) => {
     const err = toLoomError(e);
     if (err.code !== 'no_webgpu') throw err;
     throw new LoomError('no_webgpu', `load: 'gpu' needs WebGPU (${err.message}); open with load: 'full' to run on the CPU`);
@@ -218,7 +229,8 @@ async function openGpu(src: WireSource, opts: EngineOptions, ctx: CallContext) {
     ctx.onProgress({ phase: 'upload', loaded, total });
     for (const b of blobs) {
       throwIfAborted(ctx.signal);
-      await stream.feed(b.path, await reader.read(b.offset, b.length, ctx.signal));
+      const bytes = await reader.read(b.offset, b.length, ctx.signal);
+      await gpuTurn(() => stream.feed(b.path, bytes));
       loaded += b.length;
       ctx.onProgress({ phase: 'upload', loaded, total });
     }
@@ -295,7 +307,7 @@ async function forward(
     }
     ctx.onProgress({ phase: 'forward', loaded: 0, total: 1 });
     const t0 = performance.now();
-    const out = await m.stream.forward(input, dims);
+    const out = await gpuTurn(() => m.stream.forward(input, dims));
     const ms = performance.now() - t0;
     ctx.onProgress({ phase: 'forward', loaded: 1, total: 1 });
     const result: ForwardResult = { data: out.data, shape: Array.from(out.shape), device: 'gpu', ms };
@@ -314,7 +326,7 @@ async function forward(
   }
   if (device === 'gpu' && fallbackReason === undefined) {
     try {
-      out = await model.forwardGpu(input, dims);
+      out = await gpuTurn(() => model.forwardGpu(input, dims));
     } catch (e) {
       const err = toLoomError(e);
       if (err.code !== 'no_webgpu') throw err;
@@ -354,11 +366,41 @@ async function gpuInfo(): Promise<GpuInfo> {
   const gpu = (globalThis as { navigator?: { gpu?: unknown } }).navigator?.gpu;
   if (!gpu) return { available: false, reason: 'WebGPU is not available here (navigator.gpu is missing)' };
   await ready();
+  let info: GpuInfo;
   try {
-    return await raw.gpuInfo();
+    info = await raw.gpuInfo();
   } catch (e) {
     return { available: false, reason: toLoomError(e).message };
   }
+  if (!info.available) return info;
+  // wgpu's adapter info is mostly empty in browsers: the browser's own says what the adapter is. Asked once, since
+  // every GPU forward checks gpuInfo first.
+  adapterInfo ??= browserAdapter(gpu as BrowserGpu);
+  const browser = await adapterInfo;
+  if (!browser) return info;
+  return { ...info, adapter: info.adapter || browser.name, software: browser.software };
+}
+
+interface BrowserGpu {
+  requestAdapter(): Promise<{
+    info?: { vendor: string; architecture: string; description: string; isFallbackAdapter?: boolean };
+    isFallbackAdapter?: boolean;
+  } | null>;
+}
+
+let adapterInfo: ReturnType<typeof browserAdapter> | undefined;
+
+/** Software rasterizers that WebGPU falls back to (Chromium's SwiftShader, Mesa's lavapipe/llvmpipe). */
+const SOFTWARE_ADAPTER = /swiftshader|lavapipe|llvmpipe/i;
+
+/** The browser's name for its WebGPU adapter, and whether it is a software one rather than a GPU. */
+async function browserAdapter(gpu: BrowserGpu): Promise<{ name: string; software: boolean } | undefined> {
+  const adapter = await gpu.requestAdapter().catch(() => null);
+  const i = adapter?.info;
+  if (!adapter || !i) return undefined;
+  const name = i.description || [i.vendor, i.architecture].filter(Boolean).join(' ');
+  const software = i.isFallbackAdapter === true || adapter.isFallbackAdapter === true || SOFTWARE_ADAPTER.test(`${name} ${i.architecture}`);
+  return { name, software };
 }
 
 /** Every call the page can make. Arguments are what crosses postMessage (structured clone). */

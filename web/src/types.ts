@@ -170,6 +170,8 @@ export interface GpuInfo {
   reason?: string;
   adapter?: string;
   shader_f16?: boolean;
+  /** True when the browser's adapter is a software rasterizer (SwiftShader, lavapipe): WebGPU runs on the CPU. */
+  software?: boolean;
 }
 
 export interface CacheEntry {

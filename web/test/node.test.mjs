@@ -5,7 +5,7 @@ import { readFileSync, writeFileSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { inspect, open, openFiles, gpuInfo, memoryBytes, LoomError } from 'loom-wasm';
 import { cases, caseById, casePath, entityInspectionMismatches, f32FromHex, forwardCases, hexFromF32 } from './corpus.mjs';
 import { safetensors } from '../e2e/fixtures.mjs';
@@ -253,4 +253,12 @@ test('URLs in Node: inspect uses Range requests, open downloads with progress', 
   assert.deepEqual(seen.filter((p) => p.phase === 'download').at(-1), { phase: 'download', loaded: c.sizes['loom.entity'], total: c.sizes['loom.entity'] });
   await m.dispose();
   await rejectsWith(open(`${base}/gen/missing.entity`), 'network', /404/);
+});
+
+test('npm pack puts the LICENSE in the tarball, next to dist/ and the README', () => {
+  const web = fileURLToPath(new URL('..', import.meta.url));
+  const [pack] = JSON.parse(execFileSync('npm', ['pack', '--dry-run', '--json', '--silent'], { cwd: web, encoding: 'utf8' }));
+  const files = pack.files.map((f) => f.path);
+  for (const f of ['LICENSE', 'README.md', 'package.json', 'dist/index.js', 'dist/pkg/loom_wasm_bg.wasm']) assert.ok(files.includes(f), `${f} not in ${files}`);
+  assert.equal(pack.files.find((f) => f.path === 'LICENSE').size, readFileSync(new URL('../../LICENSE', import.meta.url)).length);
 });

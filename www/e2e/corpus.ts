@@ -35,6 +35,8 @@ export function caseFile(id: string, file: string): Buffer {
 }
 
 interface JsonLayer {
+  type?: string;
+  activation?: string;
   weights?: string;
   parallel_branches?: JsonLayer[];
   sequential_layers?: JsonLayer[];
@@ -59,6 +61,20 @@ function allLayers(net: { layers: JsonLayer[] }): { path: string; layer: JsonLay
 export function expectedLayerPaths(id: string): string[] {
   const net = JSON.parse(caseFile(id, 'loom.json').toString('utf8'));
   return allLayers(net).map((l) => l.path);
+}
+
+/** Each layer's type and activation as Loom wrote the network (loom.json), by path. */
+export function expectedLayerKinds(id: string): Map<string, { type: string; activation: string }> {
+  const net = JSON.parse(caseFile(id, 'loom.json').toString('utf8'));
+  return new Map(allLayers(net).map((l) => [l.path, { type: l.layer.type ?? '', activation: l.layer.activation ?? '' }]));
+}
+
+/** Paths of the layers of one type (e.g. RMSNorm) that carry weights, as Loom wrote the network (loom.json). */
+export function weightedLayersOfType(id: string, type: string): string[] {
+  const net = JSON.parse(caseFile(id, 'loom.json').toString('utf8'));
+  return allLayers(net)
+    .filter((l) => l.layer.type === type && l.layer.weights)
+    .map((l) => l.path);
 }
 
 /** Parameters = float32 values in the masters Loom was fed (spec.json weights are base64 little-endian f32). */

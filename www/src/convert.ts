@@ -5,6 +5,7 @@ import type { ConvertOptions, Inspection, LossReport, LoomModel } from 'loom-was
 import { fill, h } from './dom';
 import { int, num } from './format';
 import { errorText } from './errors';
+import { noNetworkReason } from './capability';
 
 const DTYPES = [
   'float64', 'float32', 'float16', 'bfloat16', 'fp8e4m3', 'fp8e5m2', 'int64', 'int32', 'int16', 'int8',
@@ -55,6 +56,8 @@ export class ConvertPanel {
   private readonly download = h('button', { type: 'button', class: 'btn primary', 'data-testid': 'convert-download', disabled: true }, 'Download');
   private layerSelects = new Map<string, HTMLSelectElement>();
   private lossy = false;
+  /** Why this file cannot be converted; null when it can. */
+  private unavailable: string | null = null;
   private ticket = 0;
 
   constructor(target: HTMLElement) {
@@ -78,6 +81,8 @@ export class ConvertPanel {
   setModel(model: LoomModel | undefined, ins: Inspection | undefined, name: string): void {
     this.model = model;
     this.name = name || 'model';
+    this.unavailable = ins ? noNetworkReason(ins) : null;
+    this.format.disabled = this.dtype.disabled = this.unavailable !== null;
     this.layerSelects.clear();
     const weighted = ins?.layers.filter((l) => l.params > 0) ?? [];
     fill(this.perLayer,
@@ -132,6 +137,12 @@ export class ConvertPanel {
       this.updateButton();
       return;
     }
+    if (this.unavailable !== null) {
+      fill(this.report, h('p', { class: 'note-warn', 'data-testid': 'convert-unavailable' }, this.unavailable));
+      this.report.dataset.state = 'unavailable';
+      this.updateButton();
+      return;
+    }
     fill(this.report, h('p', { class: 'muted' }, 'Checking what this conversion changes…'));
     this.download.disabled = true;
     try {
@@ -183,7 +194,8 @@ export class ConvertPanel {
 
   private updateButton(): void {
     this.acceptLabel.hidden = !this.lossy;
-    this.download.disabled = !this.model || (this.lossy && !this.accept.checked) || this.report.dataset.state === 'error';
+    this.download.disabled =
+      !this.model || (this.lossy && !this.accept.checked) || this.report.dataset.state === 'error' || this.unavailable !== null;
   }
 
   private async save(): Promise<void> {

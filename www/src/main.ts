@@ -14,7 +14,7 @@ import { RunPanel } from './run';
 import type { RunDefaults } from './run';
 import { ConvertPanel } from './convert';
 import { DiffPanel } from './diff';
-import { SAMPLE } from './sample';
+import { DECODER, SAMPLE } from './sample';
 
 const landing = byId('landing');
 const inspector = byId('inspector');
@@ -221,9 +221,9 @@ byId<HTMLFormElement>('url-form').addEventListener('submit', (e) => {
   if (url) void openSource(url, decodeURIComponent(new URL(url, location.href).pathname.split('/').pop() || url));
 });
 
-byId('open-sample').addEventListener('click', () => {
-  void openSource(new URL(SAMPLE.url, location.href).href, SAMPLE.name, SAMPLE.run);
-});
+for (const [id, sample] of [['open-decoder', DECODER], ['open-sample', SAMPLE]] as const) {
+  byId(id).addEventListener('click', () => void openSource(new URL(sample.url, location.href).href, sample.name, sample.run));
+}
 
 byId('status-cancel').addEventListener('click', () => {
   loading?.abort();

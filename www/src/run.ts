@@ -6,6 +6,7 @@ import type { ForwardResult, InputSpec, LoomModel } from 'loom-wasm';
 import { fill, h } from './dom';
 import { f32, f32Hex, num } from './format';
 import { errorText } from './errors';
+import { noNetworkReason } from './capability';
 
 /** mulberry32: a small seeded generator, so "random, seed 7" gives the same vector every time. */
 function seeded(seed: number): () => number {
@@ -66,6 +67,8 @@ export class RunPanel {
   });
   private readonly seed = h('input', { type: 'number', value: 1, 'aria-label': 'Seed', class: 'seed' });
   private readonly go = h('button', { type: 'button', class: 'btn primary', 'data-testid': 'run-button', disabled: true }, 'Run');
+  private readonly random = h('button', { type: 'button', class: 'btn', 'data-testid': 'run-random' }, 'Random');
+  private readonly unavailable = h('p', { class: 'note-warn', 'data-testid': 'run-unavailable', hidden: true });
   private readonly gpuNote = h('p', { class: 'muted', 'data-testid': 'gpu-info' }, 'Checking WebGPU…');
   private readonly specNote = h('p', { class: 'muted', 'data-testid': 'input-spec' });
   private readonly inputError = h('p', { class: 'inline-error', 'data-testid': 'input-error', hidden: true });
@@ -74,18 +77,18 @@ export class RunPanel {
 
   constructor(target: HTMLElement) {
     this.go.addEventListener('click', () => void this.run());
-    const random = h('button', { type: 'button', class: 'btn' }, 'Random');
-    random.addEventListener('click', () => this.randomize());
+    this.random.addEventListener('click', () => this.randomize());
     fill(target,
       h('h2', null, 'Run'),
       this.gpuNote,
       this.specNote,
+      this.unavailable,
       h(
         'div',
         { class: 'run-form' },
         h('label', null, 'Shape', this.shape),
         h('label', { class: 'grow' }, 'Input', this.input),
-        h('div', { class: 'run-buttons' }, h('label', null, 'Seed', this.seed), random, this.go),
+        h('div', { class: 'run-buttons' }, h('label', null, 'Seed', this.seed), this.random, this.go),
       ),
       this.inputError,
       this.results,
@@ -93,9 +96,11 @@ export class RunPanel {
     void gpuInfo().then(
       (g) => {
         this.gpuNote.textContent = g.available
-          ? `WebGPU: ${g.adapter || 'available'}${g.shader_f16 ? ' (shader-f16)' : ''}`
+          ? `WebGPU: ${g.adapter || 'available'}${g.shader_f16 ? ' (shader-f16)' : ''}` +
+            (g.software ? ', a software adapter: the WebGPU column runs on this CPU, not on a graphics card.' : '')
           : `WebGPU unavailable: ${g.reason ?? 'no adapter'}. The GPU column will run on the CPU and say so.`;
         this.gpuNote.dataset.available = String(g.available);
+        this.gpuNote.dataset.software = String(g.software === true);
       },
       (e) => (this.gpuNote.textContent = `WebGPU check failed: ${errorText(e)}`),
     );
@@ -106,7 +111,11 @@ export class RunPanel {
     this.abort?.abort();
     this.model = model;
     this.spec = model?.inspection.input ?? null;
-    this.go.disabled = !model;
+    const reason = model ? noNetworkReason(model.inspection) : null;
+    this.unavailable.textContent = reason ?? '';
+    this.unavailable.hidden = reason === null;
+    this.go.disabled = !model || reason !== null;
+    this.random.disabled = reason !== null;
     fill(this.results);
     this.inputError.hidden = true;
     const spec = this.spec;
@@ -172,8 +181,8 @@ export class RunPanel {
     fill(this.results, h('div', { class: 'run-cols' }, cpuBox, gpuBox), diffBox);
     this.go.disabled = true;
     try {
-      const cpu = await this.column(cpuBox, 'CPU', () => model.forward(values, shape, { device: 'cpu', signal: abort.signal }));
-      const gpu = await this.column(gpuBox, 'WebGPU', () => model.forward(values, shape, { device: 'gpu', signal: abort.signal }));
+      const cpu = await this.column(cpuBox, 'CPU', 'cpu', () => model.forward(values, shape, { device: 'cpu', signal: abort.signal }));
+      const gpu = await this.column(gpuBox, 'WebGPU', 'gpu', () => model.forward(values, shape, { device: 'gpu', signal: abort.signal }));
       if (cpu && gpu && cpu.data.length === gpu.data.length) {
         let max = 0;
         for (let i = 0; i < cpu.data.length; i++) max = Math.max(max, Math.abs(cpu.data[i] - gpu.data[i]));
@@ -189,7 +198,13 @@ export class RunPanel {
     }
   }
 
-  private async column(box: HTMLElement, label: string, call: () => Promise<ForwardResult>): Promise<ForwardResult | undefined> {
+  /** `label` names the device the column asks for (`device`); the result says where it ran only when that differs. */
+  private async column(
+    box: HTMLElement,
+    label: string,
+    device: 'cpu' | 'gpu',
+    call: () => Promise<ForwardResult>,
+  ): Promise<ForwardResult | undefined> {
     box.querySelector('p')!.textContent = 'Running…';
     try {
       const r = await call();
@@ -197,7 +212,12 @@ export class RunPanel {
       box.dataset.device = r.device;
       const cpuLayers = Object.entries(r.cpu_layers ?? {});
       fill(box,
-        h('h3', null, label, h('span', { class: 'muted' }, ` · ${r.device.toUpperCase()} · ${r.ms.toFixed(1)} ms · shape [${r.shape.join(', ')}]`)),
+        h(
+          'h3',
+          null,
+          label,
+          h('span', { class: 'muted' }, `${r.device === device ? '' : ` · ran on the ${r.device.toUpperCase()}`} · ${r.ms.toFixed(1)} ms · shape [${r.shape.join(', ')}]`),
+        ),
         r.fallbackReason ? h('p', { class: 'note-warn', 'data-testid': 'fallback-reason' }, `Ran on the CPU: ${r.fallbackReason}`) : null,
         cpuLayers.length
           ? h('p', { class: 'muted' }, `On the CPU for want of a kernel: ${cpuLayers.map(([p, why]) => `${p} (${why})`).join(', ')}`)

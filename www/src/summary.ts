@@ -39,7 +39,8 @@ export function renderSummary(target: HTMLElement, name: string, ins: Inspection
     h(
       'div',
       { class: 'stats' },
-      stat('Parameters', compact(ins.total_params), int(ins.total_params)),
+      // The exact count underneath only where the headline rounds it (1.23 M), not 240 twice.
+      stat('Parameters', compact(ins.total_params), compact(ins.total_params) === String(ins.total_params) ? undefined : int(ins.total_params)),
       stat('File size', bytes(ins.file_bytes), `${int(ins.file_bytes)} bytes`),
       stat('Weights', bytes(ins.weight_bytes), percent(ins.weight_bytes, ins.file_bytes) + ' of the file'),
       stat('Header', bytes(ins.header_bytes), percent(ins.header_bytes, ins.file_bytes) + ' of the file'),

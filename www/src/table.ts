@@ -3,6 +3,7 @@
 import type { Inspection } from 'loom-wasm';
 import { barChart, dtypeColor } from './charts';
 import { fill, h } from './dom';
+import type { Child } from './dom';
 import { bytes, int, f32, percent } from './format';
 
 interface Column {
@@ -10,7 +11,7 @@ interface Column {
   cls?: string;
   /** Sort key; rows keep file order when no column is chosen. */
   key: (r: Row) => string | number;
-  cell: (r: Row) => Node | string;
+  cell: (r: Row) => Child;
 }
 
 interface Row {
@@ -28,6 +29,10 @@ interface Row {
   order: number;
 }
 
+// Layer types whose forward applies the layer's activation (crate/src/cpu: dense.rs, conv.rs, embedding.rs). The
+// others (norms, attention, SwiGLU, recurrent, softmax, containers) store one, Linear by default, and never use it.
+const ACTIVATED = new Set(['Dense', 'CNN1', 'CNN2', 'CNN3', 'ConvTransposed1D', 'ConvTransposed2D', 'ConvTransposed3D', 'Embedding', 'KMeans']);
+
 function rowsOf(ins: Inspection): Row[] {
   if (ins.layers.length) {
     return ins.layers.map((l, i) => ({
@@ -35,7 +40,7 @@ function rowsOf(ins: Inspection): Row[] {
       nesting: l.nesting,
       cell: l.nesting === 0 ? `${l.z},${l.y},${l.x},${l.l}` : '',
       type: l.type,
-      activation: l.activation,
+      activation: ACTIVATED.has(l.type) ? l.activation : '',
       dtype: l.dtype,
       scale: l.scale,
       shape: '',
@@ -68,6 +73,9 @@ export class LayerTable {
   private selected = '';
   private columns: Column[] = [];
   private fileBytes = 0;
+  /** Rows with nested rows (Parallel, Sequential, ...), and those of them folded shut (file order only). */
+  private parents = new Set<string>();
+  private collapsed = new Set<string>();
 
   constructor(
     private readonly table: HTMLTableElement,
@@ -81,6 +89,9 @@ export class LayerTable {
     this.fileBytes = ins.file_bytes;
     this.sortBy = -1;
     this.desc = false;
+    this.collapsed.clear();
+    const paths = new Set(this.rows.map((r) => r.path));
+    this.parents = new Set(this.rows.filter((r) => r.nesting > 0).map((r) => r.path.replace(/\.(parallel_branches|sequential_layers)\.\d+$|\.meta_observed_layer$/, '')).filter((p) => paths.has(p)));
     const loom = ins.layers.length > 0;
     this.title.textContent = loom ? `Layers (${this.rows.length})` : `Tensors (${this.rows.length})`;
     const dtypeCell = (r: Row) => h('span', { class: 'dtype', style: `--c:${dtypeColor(r.dtype)}` }, r.dtype);
@@ -96,17 +107,19 @@ export class LayerTable {
       cls: 'path',
       key: (r) => r.path,
       // In file order nested rows show only their own step (the tree gives the rest); sorted, the full path.
-      cell: (r) =>
+      cell: (r) => [
+        this.sortBy < 0 && this.parents.has(r.path) ? this.foldButton(r.path) : null,
         this.sortBy < 0 && r.nesting > 0
           ? h('span', { class: 'branch', style: `padding-left:${r.nesting * 14}px`, title: r.path }, '↳ ', r.path.endsWith('.meta_observed_layer') ? 'meta_observed_layer' : r.path.split('.').slice(-2).join('.'))
           : h('span', { title: r.path }, r.path),
+      ],
     };
     this.columns = loom
       ? [
           name,
           { title: '(z,y,x,l)', key: (r) => r.cell, cell: (r) => r.cell },
           { title: 'Type', key: (r) => r.type, cell: (r) => (r.disabled ? `${r.type} (off)` : r.type) },
-          { title: 'Activation', key: (r) => r.activation, cell: (r) => r.activation },
+          { title: 'Activation', key: (r) => r.activation, cell: (r) => r.activation || '—' },
           { title: 'Dtype', key: (r) => r.dtype, cell: dtypeCell },
           { title: 'Scale', cls: 'num', key: (r) => r.scale ?? -Infinity, cell: (r) => (r.scale === null ? '' : f32(r.scale)) },
           { title: 'Params', cls: 'num', key: (r) => r.params, cell: (r) => (r.params ? int(r.params) : '—') },
@@ -124,8 +137,20 @@ export class LayerTable {
     const bars = this.rows
       .filter((r) => r.bytes > 0)
       .map((r) => ({ label: `${r.path} (${r.dtype})`, value: r.bytes, color: dtypeColor(r.dtype), key: r.path }));
+    const tallest = bars.reduce<(typeof bars)[number] | undefined>((a, b) => (a && a.value >= b.value ? a : b), undefined);
     fill(this.chart,
-      bars.length ? barChart(bars, this.fileBytes, this.onPick) : h('p', { class: 'muted' }, 'No weights stored.'),
+      tallest
+        ? [
+            h(
+              'p',
+              { class: 'muted chart-note', 'data-testid': 'bytes-chart-label', 'data-tallest': tallest.key },
+              `Bytes on disk per ${loom ? 'layer' : 'tensor'}, in file order; the tallest bar is `,
+              h('code', null, tallest.key),
+              `, ${bytes(tallest.value)}. Click a bar to open it.`,
+            ),
+            barChart(bars, this.fileBytes, this.onPick),
+          ]
+        : h('p', { class: 'muted' }, 'No weights stored.'),
     );
     this.render();
   }
@@ -138,8 +163,42 @@ export class LayerTable {
     this.table.querySelector(`tr[data-path="${CSS.escape(path)}"]`)?.scrollIntoView({ block: 'nearest' });
   }
 
+  /** Folds or unfolds the rows nested in `path`; keeps the keyboard focus on the button. */
+  private foldButton(path: string): HTMLButtonElement {
+    const shut = this.collapsed.has(path);
+    return h(
+      'button',
+      {
+        type: 'button',
+        class: 'fold',
+        'data-testid': 'fold',
+        'aria-expanded': String(!shut),
+        'aria-label': `${shut ? 'Unfold' : 'Fold'} the layers in ${path}`,
+        onclick: (e: Event) => {
+          e.stopPropagation(); // folding is not opening the row
+          if (shut) this.collapsed.delete(path);
+          else this.collapsed.add(path);
+          this.render();
+          this.table.querySelector<HTMLElement>(`tr[data-path="${CSS.escape(path)}"] button.fold`)?.focus();
+        },
+        onkeydown: (e: Event) => e.stopPropagation(), // Enter/Space click the button, not the row
+      },
+      shut ? '▸' : '▾',
+    );
+  }
+
+  private onRowKey(e: KeyboardEvent, path: string): void {
+    const tr = e.currentTarget as HTMLTableRowElement;
+    if (e.key === 'Enter' || e.key === ' ') this.onPick(path);
+    else if (e.key === 'ArrowDown') (tr.nextElementSibling as HTMLElement | null)?.focus();
+    else if (e.key === 'ArrowUp') (tr.previousElementSibling as HTMLElement | null)?.focus();
+    else return;
+    e.preventDefault();
+  }
+
   private render(): void {
-    const sorted = [...this.rows];
+    const folded = [...this.collapsed].map((p) => `${p}.`);
+    const sorted = this.sortBy < 0 ? this.rows.filter((r) => !folded.some((p) => r.path.startsWith(p))) : [...this.rows];
     if (this.sortBy >= 0) {
       const key = this.columns[this.sortBy].key;
       sorted.sort((a, b) => {
@@ -191,7 +250,10 @@ export class LayerTable {
           'data-params': r.params,
           'data-dtype': r.dtype,
           class: `${r.path === this.selected ? 'selected' : ''}${r.disabled ? ' disabled' : ''}`,
+          // Rows are reachable with Tab and the arrow keys, and open with Enter or Space, as they do on click.
+          tabindex: 0,
           onclick: () => this.onPick(r.path),
+          onkeydown: (e: Event) => this.onRowKey(e as KeyboardEvent, r.path),
         },
         this.columns.map((c) => h('td', { class: c.cls }, c.cell(r))),
       ),

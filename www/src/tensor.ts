@@ -47,7 +47,16 @@ export class TensorPanel {
         nonFinite(stats),
         h(
           'dl',
-          { class: 'tensor-stats', 'data-testid': 'tensor-stats', 'data-count': stats.count },
+          {
+            class: 'tensor-stats',
+            'data-testid': 'tensor-stats',
+            // Exact numbers for tests; the text shows them rounded.
+            'data-count': stats.count,
+            'data-min': stats.min,
+            'data-max': stats.max,
+            'data-mean': stats.mean,
+            'data-std': stats.std,
+          },
           [
             ['count', int(stats.count)],
             ['min', num(stats.min)],
