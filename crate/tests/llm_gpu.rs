@@ -155,3 +155,22 @@ fn smollm2_gguf_greedy_on_the_gpu() {
     }
     assert!(paris, "the golden set has the France prompt");
 }
+
+/// A device lost mid-conversation (here destroyed on purpose) is a typed error, never a panic, and the model opens
+/// again on a new device.
+#[test]
+fn device_lost_is_a_typed_error_and_the_model_reopens() {
+    let model = LlmModel::open(&golden().join("tiny-llama/model.q4_0.gguf")).unwrap();
+    let gpu = gpu();
+    let mut e = engine(&gpu, &model);
+    e.forward(&[72, 101], false).unwrap();
+    gpu.device.destroy();
+    let err = e.forward(&[108], false).unwrap_err();
+    assert_eq!(err.code(), "device_lost", "{err}");
+    let (expected, prompts) = tiny_expected();
+    let set = &expected["weight_sets"]["gguf_q4_0"];
+    let fresh = self::gpu();
+    check_tiny_on(model.config.vocab, "gguf_q4_0 reopened", set, &prompts, &mut || {
+        engine(&fresh, &model)
+    });
+}

@@ -212,7 +212,16 @@ impl Gpu {
         Ok(())
     }
 
-    fn check_alive(&self) -> Result<()> {
+    /// [`Gpu::check_alive`] after letting the device report a loss it has not reported yet (natively the loss
+    /// callback runs on poll; in the browser the event loop runs it): for telling a lost device from a bad call.
+    pub fn check_alive_now(&self) -> Result<()> {
+        #[cfg(not(target_arch = "wasm32"))]
+        let _ = self.device.poll(wgpu::PollType::Poll);
+        self.check_alive()
+    }
+
+    /// [`LoomError::GpuDeviceLost`] once the device is gone (lost, or destroyed).
+    pub fn check_alive(&self) -> Result<()> {
         if self.lost.load(Ordering::SeqCst) {
             return Err(LoomError::GpuDeviceLost(
                 "the GPU device was lost; create a new context".into(),
@@ -257,12 +266,16 @@ impl Gpu {
 
     /// A small uniform buffer (rewritable: a plan updates its words in place).
     pub fn uniform(&self, label: &str, bytes: &[u8]) -> wgpu::Buffer {
-        use wgpu::util::DeviceExt;
-        self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+        // Not `create_buffer_init`: it maps the new buffer and panics when the device is gone; a queued write
+        // reports that as an error instead.
+        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
-            contents: bytes,
+            size: (bytes.len().max(4).next_multiple_of(4)) as u64,
             usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-        })
+            mapped_at_creation: false,
+        });
+        self.queue.write_buffer(&buffer, 0, bytes);
+        buffer
     }
 
     /// Copies `buffer` back to the host (waits for queued work).

@@ -288,9 +288,14 @@ impl GpuEngine {
         };
         let key = (tokens.len(), kind);
         let plan = self.plans.remove(&key).unwrap_or_default();
-        let mut encoder = gpu.device.create_command_encoder(&Default::default());
+        gpu.check_alive()?;
+        // Errors while recording (a device gone since the check, buffers it invalidated) come back through the
+        // scopes as typed errors instead of reaching wgpu's default handler, which panics.
         let oom = gpu.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let invalid = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let mut encoder = gpu.device.create_command_encoder(&Default::default());
         let (read, plan, counts) = gpu.with_plan(plan, || self.encode(&mut encoder, tokens, kind));
+        let invalid = invalid.pop().await;
         let oom = oom.pop().await;
         // Keep the decode plan and the full-chunk prefill plan; other lengths come once per prompt.
         if tokens.len() == 1 || tokens.len() == GPU_CHUNK {
@@ -298,6 +303,10 @@ impl GpuEngine {
         }
         if let Some(e) = oom {
             return Err(LoomError::GpuOutOfMemory(format!("decoder activations: {e}")));
+        }
+        if let Some(e) = invalid {
+            gpu.check_alive_now()?;
+            return Err(LoomError::Gpu(format!("decoder: {e}")));
         }
         let read = read?;
         self.count(counts);
