@@ -55,6 +55,36 @@ var<workgroup> partial: array<XV, 64>;
 // The first of the BT batch rows this workgroup computes.
 var<private> b0: u32;
 
+// Σ x·value over the elements of row [start, end) that lie in partial units (where the row starts or ends inside a
+// unit): elements first, first + step, ... of each end, so the lanes of a workgroup share them, or one lane takes all.
+fn edge_dot(start: u32, end: u32, first: u32, step: u32) -> XV {
+    let ua = (start + EPU - 1u) / EPU;
+    let head_end = min(end, ua * EPU);
+    var acc = XV();
+    for (var e = start + first; e < head_end; e += step) {
+        acc += xv(e - start) * unit_value(e / EPU, e % EPU);
+    }
+    for (var e = max(end / EPU * EPU, head_end) + first; e < end; e += step) {
+        acc += xv(e - start) * unit_value(e / EPU, e % EPU);
+    }
+    return acc;
+}
+
+// Writes output row o for this workgroup's batch rows: act(sum · scale + bias).
+fn store_row(o: u32, acc: XV) {
+    let sum = acc * p.scale;
+    var b = 0.0;
+    if p.bias != NO_BIAS {
+        let e = p.bias + o;
+        b = unit_value(e / EPU, e % EPU) * p.scale;
+    }
+    for (var r = 0u; r < BT; r++) {
+        if b0 + r < p.batch {
+            y[(b0 + r) * p.n_out + o] = activate(component(sum, r) + b, p.act);
+        }
+    }
+}
+
 // @@ xv1
 // A batch of 1: XV is f32 and xv(i) is x[b0][i].
 alias XV = f32;
@@ -726,13 +756,7 @@ fn matvec(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) li
         }
         // The partial units at both ends (fewer than EPU elements each: up to 255 for K-quant super-blocks), one
         // element per lane at a time.
-        let head_end = min(end, ua * EPU);
-        for (var e = start + lid.x; e < head_end; e += 64u) {
-            acc += xv(e - start) * unit_value(e / EPU, e % EPU);
-        }
-        for (var e = max(ub * EPU, head_end) + lid.x; e < end; e += 64u) {
-            acc += xv(e - start) * unit_value(e / EPU, e % EPU);
-        }
+        acc += edge_dot(start, end, lid.x, 64u);
     }
     partial[lid.x] = acc;
     workgroupBarrier();
@@ -743,17 +767,7 @@ fn matvec(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) li
         workgroupBarrier();
     }
     if lid.x == 0u && o < p.n_out {
-        let sum = partial[0] * p.scale;
-        var b = 0.0;
-        if p.bias != NO_BIAS {
-            let e = p.bias + o;
-            b = unit_value(e / EPU, e % EPU) * p.scale;
-        }
-        for (var r = 0u; r < BT; r++) {
-            if b0 + r < p.batch {
-                y[(b0 + r) * p.n_out + o] = activate(component(sum, r) + b, p.act);
-            }
-        }
+        store_row(o, partial[0]);
     }
 }
 
@@ -770,32 +784,13 @@ fn matvec_rows(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_i
     }
     let start = p.first + o * p.n_in;
     let end = start + p.n_in;
-    let ua = (start + EPU - 1u) / EPU;
-    let ub = end / EPU;
-    var acc = XV();
-    let head_end = min(end, ua * EPU);
-    for (var e = start; e < head_end; e++) {
-        acc += xv(e - start) * unit_value(e / EPU, e % EPU);
-    }
-    for (var u = ua; u < ub; u++) {
+    var acc = edge_dot(start, end, 0u, 1u);
+    for (var u = (start + EPU - 1u) / EPU; u < end / EPU; u++) {
         for (var t = 0u; t < SPU; t++) {
             acc += part_dot(u, t, u * EPU - start);
         }
     }
-    for (var e = max(ub * EPU, head_end); e < end; e++) {
-        acc += xv(e - start) * unit_value(e / EPU, e % EPU);
-    }
-    let sum = acc * p.scale;
-    var b = 0.0;
-    if p.bias != NO_BIAS {
-        let e = p.bias + o;
-        b = unit_value(e / EPU, e % EPU) * p.scale;
-    }
-    for (var r = 0u; r < BT; r++) {
-        if b0 + r < p.batch {
-            y[(b0 + r) * p.n_out + o] = activate(component(sum, r) + b, p.act);
-        }
-    }
+    store_row(o, acc);
 }
 
 // @@ gather
