@@ -68,17 +68,20 @@ pub fn rope_inv_freq(theta: f32, dims: usize) -> Vec<f64> {
         .collect()
 }
 
+/// `(cos, sin)` of each pair's angle at position `pos`, computed in f64 and rounded once (the GPU's RoPE table
+/// holds the same values).
+pub fn rope_cos_sin(pos: usize, inv_freq: &[f64]) -> impl Iterator<Item = (f32, f32)> + '_ {
+    inv_freq.iter().map(move |f| {
+        let a = pos as f64 * f;
+        (a.cos() as f32, a.sin() as f32)
+    })
+}
+
 /// Rotates every head of one token's `x` (heads × head_dim) at position `pos`: the first `2·inv_freq.len()`
 /// dimensions of each head, paired as `pairs` says.
 pub fn rope(x: &mut [f32], head_dim: usize, pos: usize, inv_freq: &[f64], pairs: RopePairs) {
     let half = inv_freq.len();
-    let cs: Vec<(f32, f32)> = inv_freq
-        .iter()
-        .map(|f| {
-            let a = pos as f64 * f;
-            (a.cos() as f32, a.sin() as f32)
-        })
-        .collect();
+    let cs: Vec<(f32, f32)> = rope_cos_sin(pos, inv_freq).collect();
     for head in x.chunks_exact_mut(head_dim) {
         for (i, &(c, s)) in cs.iter().enumerate() {
             let (a, b) = match pairs {

@@ -36,18 +36,13 @@ pub struct GpuCallStats {
     pub bytes_read_back: u64,
 }
 
-/// A matrix in its stored blocks on the GPU.
-struct GpuMatrix {
-    w: PackedWeights,
-}
-
 /// One decoder block's tensors on the GPU.
 struct GpuBlock {
     attn_norm: wgpu::Buffer,
-    wq: GpuMatrix,
-    wk: GpuMatrix,
-    wv: GpuMatrix,
-    wo: GpuMatrix,
+    wq: PackedWeights,
+    wk: PackedWeights,
+    wv: PackedWeights,
+    wo: PackedWeights,
     bq: Option<wgpu::Buffer>,
     bk: Option<wgpu::Buffer>,
     bv: Option<wgpu::Buffer>,
@@ -58,9 +53,9 @@ struct GpuBlock {
     q_norm: Option<wgpu::Buffer>,
     k_norm: Option<wgpu::Buffer>,
     ffn_norm: wgpu::Buffer,
-    gate: GpuMatrix,
-    up: GpuMatrix,
-    down: GpuMatrix,
+    gate: PackedWeights,
+    up: PackedWeights,
+    down: PackedWeights,
 }
 
 struct Kernels {
@@ -73,9 +68,14 @@ struct Kernels {
 }
 
 /// What a chunk hands back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Output {
-    /// Logits of the last token, or of every token.
-    Logits { all: bool },
+    /// Nothing: a prompt chunk before the last.
+    Nothing,
+    /// Logits of the last token.
+    LastLogits,
+    /// Logits of every token.
+    AllLogits,
     /// The argmax of the last token's logits.
     Greedy,
 }
@@ -85,15 +85,15 @@ pub struct GpuEngine {
     gpu: Arc<Gpu>,
     cfg: ModelConfig,
     k: Kernels,
-    embed: GpuMatrix,
-    head: GpuMatrix,
+    embed: PackedWeights,
+    head: PackedWeights,
     final_norm: wgpu::Buffer,
     blocks: Vec<GpuBlock>,
     caches: Vec<KvCache>,
     cached: usize,
     inv_freq: Vec<f64>,
-    /// Plans by (tokens in the chunk, output kind): decode steps reuse theirs.
-    plans: HashMap<(usize, u8), Plan>,
+    /// Plans by (tokens in the chunk, output): decode steps reuse theirs.
+    plans: HashMap<(usize, Output), Plan>,
     last: GpuCallStats,
 }
 
@@ -110,7 +110,7 @@ async fn upload_opt(gpu: &Gpu, name: &str, v: &Option<Vec<f32>>) -> Result<Optio
 }
 
 /// Uploads `m` as stored, naming the tensor in any error (out of memory, a block type the GPU lacks).
-async fn upload_matrix(gpu: &Gpu, name: &str, m: &Matrix) -> Result<GpuMatrix> {
+async fn upload_matrix(gpu: &Gpu, name: &str, m: &Matrix) -> Result<PackedWeights> {
     let named = |e: LoomError| match e {
         LoomError::GpuOutOfMemory(why) => LoomError::GpuOutOfMemory(format!("{name}: {why}")),
         LoomError::UnsupportedDType(why) => LoomError::UnsupportedDType(format!("{name}: {why}")),
@@ -118,10 +118,9 @@ async fn upload_matrix(gpu: &Gpu, name: &str, m: &Matrix) -> Result<GpuMatrix> {
         e => e,
     };
     let packing = Packing::for_block_type(m.ty).map_err(named)?;
-    let w = PackedWeights::upload(gpu, packing, &m.data, 1.0, m.cols, m.rows)
+    PackedWeights::upload(gpu, packing, &m.data, 1.0, m.cols, m.rows)
         .await
-        .map_err(named)?;
-    Ok(GpuMatrix { w })
+        .map_err(named)
 }
 
 impl GpuEngine {
@@ -149,8 +148,6 @@ impl GpuEngine {
                 e.insert(MatVec::auto(g, p)?);
             }
         }
-        // The gather reads the embedding on the f32 path.
-        let embed_packing = Packing::for_block_type(weights.embed.ty)?;
         let k = Kernels {
             matvec,
             norm: Norm::new(g)?,
@@ -160,7 +157,6 @@ impl GpuEngine {
             argmax: Argmax::new(g)?,
         };
         let embed = upload_matrix(g, "token_embd", &weights.embed).await?;
-        debug_assert_eq!(embed.w.packing, embed_packing);
         let head = upload_matrix(g, "output", head_weights).await?;
         let final_norm = upload_f32(g, "output_norm", &weights.final_norm).await?;
         let mut blocks = Vec::with_capacity(weights.blocks.len());
@@ -226,7 +222,12 @@ impl GpuEngine {
     /// Runs `tokens` at positions `cached()..` and returns the logits of the last token (or of every token when
     /// `all_logits`), as [`super::engine::Engine::forward`].
     pub async fn forward_logits(&mut self, tokens: &[u32], all_logits: bool) -> Result<Vec<f32>> {
-        let bytes = self.run(tokens, Output::Logits { all: all_logits }).await?;
+        let out = if all_logits {
+            Output::AllLogits
+        } else {
+            Output::LastLogits
+        };
+        let bytes = self.run(tokens, out).await?;
         Ok(bytemuck::pod_collect_to_vec(&bytes))
     }
 
@@ -258,12 +259,11 @@ impl GpuEngine {
         let chunks = tokens.len().div_ceil(GPU_CHUNK);
         let mut result = Vec::new();
         for (i, chunk) in tokens.chunks(GPU_CHUNK).enumerate() {
-            let last = i + 1 == chunks;
-            let out = match (&out, last) {
-                (Output::Logits { all: true }, _) => Some(Output::Logits { all: true }),
-                (Output::Logits { all: false }, true) => Some(Output::Logits { all: false }),
-                (Output::Greedy, true) => Some(Output::Greedy),
-                _ => None,
+            // Only the last chunk hands back the last token's logits or id.
+            let out = if i + 1 == chunks || out == Output::AllLogits {
+                out
+            } else {
+                Output::Nothing
             };
             match self.chunk(chunk, out).await {
                 Ok(bytes) => result.extend_from_slice(&bytes),
@@ -277,16 +277,10 @@ impl GpuEngine {
         Ok(result)
     }
 
-    /// Records one chunk into one encoder and submits it; reads back what `out` asks for (nothing when `None`).
-    async fn chunk(&mut self, tokens: &[u32], out: Option<Output>) -> Result<Vec<u8>> {
+    /// Records one chunk into one encoder and submits it; reads back what `out` asks for.
+    async fn chunk(&mut self, tokens: &[u32], out: Output) -> Result<Vec<u8>> {
         let gpu = self.gpu.clone();
-        let kind = match out {
-            None => 0,
-            Some(Output::Logits { all: false }) => 1,
-            Some(Output::Logits { all: true }) => 2,
-            Some(Output::Greedy) => 3,
-        };
-        let key = (tokens.len(), kind);
+        let key = (tokens.len(), out);
         let plan = self.plans.remove(&key).unwrap_or_default();
         gpu.check_alive()?;
         // Errors while recording (a device gone since the check, buffers it invalidated) come back through the
@@ -294,7 +288,7 @@ impl GpuEngine {
         let oom = gpu.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let invalid = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let mut encoder = gpu.device.create_command_encoder(&Default::default());
-        let (read, plan, counts) = gpu.with_plan(plan, || self.encode(&mut encoder, tokens, kind));
+        let (read, plan, counts) = gpu.with_plan(plan, || self.encode(&mut encoder, tokens, out));
         let invalid = invalid.pop().await;
         let oom = oom.pop().await;
         // Keep the decode plan and the full-chunk prefill plan; other lengths come once per prompt.
@@ -332,7 +326,7 @@ impl GpuEngine {
     }
 
     /// Records the chunk; returns the buffer to read back, if any.
-    fn encode(&self, enc: &mut wgpu::CommandEncoder, tokens: &[u32], kind: u8) -> Result<Option<wgpu::Buffer>> {
+    fn encode(&self, enc: &mut wgpu::CommandEncoder, tokens: &[u32], out: Output) -> Result<Option<wgpu::Buffer>> {
         let gpu = &*self.gpu;
         let c = &self.cfg;
         let k = &self.k;
@@ -345,13 +339,10 @@ impl GpuEngine {
         let ids = GpuTensor::scratch(gpu, vec![n])?;
         let id_bits: Vec<f32> = tokens.iter().map(|&t| f32::from_bits(t)).collect();
         ids.write(gpu, &id_bits)?;
-        let mut table = Vec::with_capacity(n * rot * 2);
-        for t in 0..n {
-            for f in &self.inv_freq {
-                let a = (start + t) as f64 * f;
-                table.extend([a.cos() as f32, a.sin() as f32]);
-            }
-        }
+        let table: Vec<f32> = (start..start + n)
+            .flat_map(|pos| ops::rope_cos_sin(pos, &self.inv_freq))
+            .flat_map(|(c, s)| [c, s])
+            .collect();
         let rope_table = GpuTensor::scratch(gpu, vec![n, rot.max(1) * 2])?;
         if rot > 0 {
             rope_table.write(gpu, &table)?;
@@ -371,12 +362,12 @@ impl GpuEngine {
         let up = GpuTensor::scratch(gpu, vec![n, ffn])?;
         let act = GpuTensor::scratch(gpu, vec![n, ffn])?;
 
-        let mv = |m: &GpuMatrix, x: &GpuTensor, y: &GpuTensor, enc: &mut wgpu::CommandEncoder, rows: u32| {
-            k.matvec[&m.w.packing].encode(
+        let mv = |m: &PackedWeights, x: &GpuTensor, y: &GpuTensor, enc: &mut wgpu::CommandEncoder, rows: u32| {
+            k.matvec[&m.packing].encode(
                 gpu,
                 enc,
                 &x.buffer,
-                &m.w,
+                m,
                 &y.buffer,
                 rows,
                 crate::network::Activation::Linear,
@@ -393,7 +384,7 @@ impl GpuEngine {
             RopeStyle::Adjacent => RopePairs::Adjacent,
         };
 
-        k.matvec[&self.embed.w.packing].encode_gather(gpu, enc, &ids.buffer, &self.embed.w, &x.buffer, nu)?;
+        k.matvec[&self.embed.packing].encode_gather(gpu, enc, &ids.buffer, &self.embed, &x.buffer, nu)?;
         for (l, b) in self.blocks.iter().enumerate() {
             k.norm.encode_rms(
                 gpu,
@@ -483,11 +474,11 @@ impl GpuEngine {
             k.elementwise
                 .encode_add_inplace(gpu, enc, &x.buffer, &proj.buffer, (n * h) as u32, (n * h) as u32)?;
         }
-        if kind == 0 {
+        if out == Output::Nothing {
             return Ok(None);
         }
         // The head runs on every row for all logits, else on the last row only.
-        let rows = if kind == 2 { n } else { 1 };
+        let rows = if out == Output::AllLogits { n } else { 1 };
         let last = GpuTensor::scratch(gpu, vec![rows, h])?;
         let from = (4 * (n - rows) * h) as u64;
         enc.copy_buffer_to_buffer(&x.buffer, from, &last.buffer, 0, (4 * rows * h) as u64);
@@ -505,7 +496,7 @@ impl GpuEngine {
         )?;
         let logits = GpuTensor::scratch(gpu, vec![rows, c.vocab])?;
         mv(&self.head, &normed, &logits, enc, rows as u32)?;
-        if kind != 3 {
+        if out != Output::Greedy {
             return Ok(Some(logits.buffer));
         }
         let id = GpuTensor::scratch(gpu, vec![1])?;
