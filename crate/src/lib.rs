@@ -19,6 +19,8 @@ pub mod stats;
 
 #[cfg(target_arch = "wasm32")]
 pub mod wasm;
+#[cfg(target_arch = "wasm32")]
+pub mod wasm_chat;
 
 #[cfg(not(target_arch = "wasm32"))]
 pub mod cli;

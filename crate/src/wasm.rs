@@ -64,10 +64,10 @@ export interface GpuInfo { available: boolean; reason?: string; adapter?: string
 export interface BlobRange { path: string; offset: number; length: number; dtype: string }
 "#;
 
-type JsResult<T> = std::result::Result<T, JsValue>;
+pub(crate) type JsResult<T> = std::result::Result<T, JsValue>;
 
 /// The thrown object for an error.
-fn js_error(e: LoomError) -> JsValue {
+pub(crate) fn js_error(e: LoomError) -> JsValue {
     let o = Object::new();
     set(&o, "code", &e.code().into());
     set(&o, "message", &e.to_string().into());
@@ -77,13 +77,13 @@ fn js_error(e: LoomError) -> JsValue {
     o.into()
 }
 
-fn set(o: &Object, key: &str, value: &JsValue) {
+pub(crate) fn set(o: &Object, key: &str, value: &JsValue) {
     // Setting a property on a fresh plain object cannot fail.
     let _ = Reflect::set(o, &key.into(), value);
 }
 
 /// Serializes as JSON would: maps become plain objects, `None` becomes `null`.
-fn to_js<T: Serialize + ?Sized>(value: &T) -> JsResult<JsValue> {
+pub(crate) fn to_js<T: Serialize + ?Sized>(value: &T) -> JsResult<JsValue> {
     value
         .serialize(&serde_wasm_bindgen::Serializer::json_compatible())
         .map_err(|e| js_error(LoomError::InvalidInput(format!("cannot build the result object: {e}"))))
@@ -133,7 +133,7 @@ thread_local! {
     static GPU: RefCell<Option<Arc<Gpu>>> = const { RefCell::new(None) };
 }
 
-async fn shared_gpu() -> crate::Result<Arc<Gpu>> {
+pub(crate) async fn shared_gpu() -> crate::Result<Arc<Gpu>> {
     if let Some(gpu) = GPU.with(|g| g.borrow().clone()) {
         return Ok(gpu);
     }
@@ -151,6 +151,11 @@ async fn shared_gpu() -> crate::Result<Arc<Gpu>> {
     let gpu = Arc::new(Gpu::new().await?);
     GPU.with(|g| *g.borrow_mut() = Some(gpu.clone()));
     Ok(gpu)
+}
+
+/// Drops the shared device after it was lost: the next GPU call asks for a new one.
+pub(crate) fn forget_gpu() {
+    GPU.with(|g| *g.borrow_mut() = None);
 }
 
 /// Bytes of WebAssembly memory this module holds: its high-water mark, as wasm memory never shrinks.
@@ -407,7 +412,7 @@ fn put_back<T, R>(slot: &RefCell<GpuSlot<T>>, model: Option<T>, result: &crate::
     let mut s = slot.borrow_mut();
     s.busy = false;
     if matches!(result, Err(LoomError::GpuDeviceLost(_))) {
-        GPU.with(|g| *g.borrow_mut() = None);
+        forget_gpu();
     } else {
         s.model = model;
     }

@@ -93,7 +93,7 @@ fn a_second_turn_reuses_the_cache_and_equals_a_fresh_run() {
         second.reused_tokens,
         first.prompt_ids.len()
     );
-    assert_eq!(s.history.len(), 4);
+    assert_eq!(s.conversation.history.len(), 4);
     // The same conversation from an empty cache gives the same reply.
     let mut fresh = session(model);
     let g = fresh.generate(&second.prompt_ids, &greedy(12), &mut |_| true).unwrap();
@@ -165,10 +165,13 @@ fn the_context_limit_is_an_error_or_a_truncation() {
     let long = "Say hello. ".repeat(40);
     let e = s.chat(&long, &greedy(8), false, &mut |_| true).unwrap_err();
     assert_eq!(e.code(), "context_full");
-    assert!(s.history.is_empty(), "a refused turn leaves the history as it was");
+    assert!(
+        s.conversation.history.is_empty(),
+        "a refused turn leaves the history as it was"
+    );
     // With truncation the oldest turns go; the system message stays.
     let mut s = Session::new(&model, engine()).unwrap();
-    s.history.push(ChatMessage {
+    s.conversation.history.push(ChatMessage {
         role: "system".into(),
         content: "Be brief.".into(),
     });
@@ -176,13 +179,16 @@ fn the_context_limit_is_an_error_or_a_truncation() {
     for q in &questions {
         s.chat(q, &greedy(8), true, &mut |_| true).unwrap();
     }
-    assert_eq!(s.history[0].role, "system");
+    assert_eq!(s.conversation.history[0].role, "system");
     assert!(
-        s.history.len() < 1 + 2 * questions.len(),
+        s.conversation.history.len() < 1 + 2 * questions.len(),
         "{} messages kept",
-        s.history.len()
+        s.conversation.history.len()
     );
-    assert_eq!(s.history[s.history.len() - 2].content, questions[5]);
+    assert_eq!(
+        s.conversation.history[s.conversation.history.len() - 2].content,
+        questions[5]
+    );
     // Generation that reaches the context stops there.
     let prompt = s.format().chat_prompt(&[user("Count to one hundred.")]).unwrap();
     let g = s.generate(&prompt, &greedy(500), &mut |_| true).unwrap();

@@ -87,3 +87,74 @@ fn smollm2_gguf_top20_and_greedy() {
         }
     }
 }
+
+/// A person's picked files (the browser's way in, names with folder paths): a GGUF alone, an HF folder, a shard
+/// index naming its shards, and a `.entity` with `tokenizer.json` beside it.
+#[test]
+fn picked_files_open_as_the_same_models() {
+    use bytes::Bytes;
+    let dir = golden().join("tiny-llama");
+    let expected = json(&dir.join("expected.json"));
+    let prompts: Vec<Vec<u32>> = expected["prompts"].as_array().unwrap().iter().map(ids).collect();
+    let read = |name: &str| Bytes::from(std::fs::read(dir.join(name)).unwrap());
+    let picked = |names: &[(&str, &str)]| -> Vec<(String, Bytes)> {
+        names
+            .iter()
+            .map(|(file, as_name)| (format!("tiny/{as_name}"), read(file)))
+            .collect()
+    };
+    let gguf = LlmModel::from_files(picked(&[
+        ("model.q4_1.gguf", "model.q4_1.gguf"),
+        ("tokenizer.json", "tokenizer.json"),
+    ]));
+    check_tiny(
+        &gguf.unwrap(),
+        "gguf_q4_1",
+        &expected["weight_sets"]["gguf_q4_1"],
+        &prompts,
+    );
+    let hf = LlmModel::from_files(picked(&[
+        ("config.json", "config.json"),
+        ("model.f16.safetensors", "model.safetensors"),
+        ("tokenizer.json", "tokenizer.json"),
+    ]))
+    .unwrap();
+    assert!(hf.tokenizer.is_some());
+    check_tiny(
+        &hf,
+        "safetensors_f16",
+        &expected["weight_sets"]["safetensors_f16"],
+        &prompts,
+    );
+    // An index naming one shard: found by name, whatever else was picked.
+    let index = br#"{"metadata": {}, "weight_map": {"model.norm.weight": "shard-1.safetensors"}}"#;
+    let mut files = picked(&[
+        ("config.json", "config.json"),
+        ("model.bf16.safetensors", "shard-1.safetensors"),
+    ]);
+    files.push(("tiny/model.safetensors.index.json".into(), Bytes::from_static(index)));
+    files.push(("tiny/README.md".into(), Bytes::from_static(b"# notes")));
+    check_tiny(
+        &LlmModel::from_files(files).unwrap(),
+        "safetensors_bf16",
+        &expected["weight_sets"]["safetensors_bf16"],
+        &prompts,
+    );
+    let (entity, _) =
+        LlmModel::from_hf(&loom_wasm::llm::model::hf_files(&dir, Some(&dir.join("model.f32.safetensors"))).unwrap())
+            .unwrap()
+            .to_entity(true)
+            .unwrap();
+    let mut files = picked(&[("tokenizer.json", "tokenizer.json")]);
+    files.push(("tiny/model.entity".into(), Bytes::from(entity)));
+    let model = LlmModel::from_files(files).unwrap();
+    assert!(model.tokenizer.is_some(), "the tokenizer beside the .entity is used");
+    check_tiny(&model, "loom_q4_0", &expected["weight_sets"]["loom_q4_0"], &prompts);
+    // What is missing or ambiguous is said.
+    let err = |files: Vec<(String, Bytes)>| LlmModel::from_files(files).err().unwrap().to_string();
+    assert!(err(picked(&[("model.q4_0.gguf", "a.gguf"), ("model.q8_0.gguf", "b.gguf")])).contains("pick one"));
+    assert!(err(picked(&[("tokenizer.json", "tokenizer.json")])).contains("HF folder"));
+    let mut files = picked(&[("config.json", "config.json")]);
+    files.push(("tiny/model.safetensors.index.json".into(), Bytes::from_static(index)));
+    assert!(err(files).contains("shard-1.safetensors"));
+}

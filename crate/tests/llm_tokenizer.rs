@@ -7,6 +7,7 @@ use loom_wasm::inspect::FileSource;
 use loom_wasm::llm::template::{ChatMessage, ChatTemplate};
 use loom_wasm::llm::tokenizer::Tokenizer;
 use serde_json::Value;
+use std::sync::Arc;
 
 const SMOL_GGUF: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -227,9 +228,10 @@ fn llama_spm_specials_and_bos() {
 fn stream_emits_whole_characters() {
     let spm = Tokenizer::from_gguf(&gguf_header(&format!("{TESTDATA}/vocab/ggml-vocab-llama-spm.gguf"))).unwrap();
     let tiny = Tokenizer::from_json(&std::fs::read(format!("{TINY_GOLDEN}/tokenizer.json")).unwrap()).unwrap();
-    let mut tokenizers = vec![("llama-spm", spm), ("tiny-llama bytes", tiny)];
+    let mut tokenizers = vec![("llama-spm", Arc::new(spm)), ("tiny-llama bytes", Arc::new(tiny))];
     if std::path::Path::new(SMOL_GGUF).exists() {
-        tokenizers.push(("smollm2", Tokenizer::from_gguf(&gguf_header(SMOL_GGUF)).unwrap()));
+        let smol = Tokenizer::from_gguf(&gguf_header(SMOL_GGUF)).unwrap();
+        tokenizers.push(("smollm2", Arc::new(smol)));
     }
     let text = "Emoji 👋🏽 and 🦙, CJK 日本語のテキスト, accents naïve — done.";
     for (name, tok) in &tokenizers {

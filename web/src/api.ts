@@ -3,9 +3,11 @@ import type { CacheBackend } from './cache.js';
 import type { Method } from './engine.js';
 import { LoomError, abortError } from './errors.js';
 import type { WireSource } from './source.js';
+import type { ChatOpenOptions, RawReply, WireChatSource, WireSendOptions } from './engine.js';
 import type {
-  CacheEntry, ChatMessage, ConvertOptions, ForwardOptions, ForwardResult, GpuInfo, Inspection, LoomModel, LossReport,
-  ModelDiff, OpenOptions, Progress, Source, TensorPreview, TensorStats,
+  CacheEntry, ChatMessage, ChatModelInfo, ChatReply, ChatSession, ChatSource, ChatStream, ConvertOptions,
+  ForwardOptions, ForwardResult, GpuInfo, Inspection, LoomModel, LossReport, ModelDiff, OpenChatOptions, OpenOptions,
+  Progress, SendOptions, Source, StopReason, TensorPreview, TensorStats,
 } from './types.js';
 
 export interface CallOptions {
@@ -14,10 +16,12 @@ export interface CallOptions {
 }
 
 export interface Transport {
-  /** Runs `method` on the engine; `cancel` tells the engine to stop the call (the promise is already settled). */
-  start(method: Method, args: unknown[], onProgress: (p: Progress) => void): {
+  /** Runs `method` on the engine; `cancel` tells the engine to stop the call and forgets it (the caller settles its
+   * promise itself); `interrupt` fires the call's signal on the engine and still delivers its result. */
+  start(method: Method, args: unknown[], onProgress: (p: Progress) => void, onToken?: (text: string) => void): {
     result: Promise<unknown>;
     cancel(): void;
+    interrupt(): void;
   };
 }
 
@@ -118,10 +122,6 @@ class Model implements LoomModel {
     return call(this.transport, 'diff', [this.id, other.id]);
   }
 
-  async chat(_messages: ChatMessage[], _opts?: { onToken?: (t: string) => void; signal?: AbortSignal }): Promise<string> {
-    throw new LoomError('unsupported', 'chat() needs the LLM runtime, which is not part of this version of loom-wasm');
-  }
-
   dispose(): Promise<void> {
     return call(this.transport, 'dispose', [this.id]);
   }
@@ -131,9 +131,216 @@ function plainConvertOptions(opts: ConvertOptions): ConvertOptions {
   return { format: opts.format, dtype: opts.dtype, layerDtypes: opts.layerDtypes };
 }
 
+function checkMessages(input: unknown): void {
+  if (typeof input === 'string') return;
+  const ok =
+    Array.isArray(input) &&
+    input.length > 0 &&
+    input.every((m) => m && typeof m === 'object' && typeof m.role === 'string' && typeof m.content === 'string');
+  if (!ok) {
+    throw new LoomError('invalid_input', 'send() takes a string or a non-empty array of {role, content} messages');
+  }
+}
+
+/** What `send` puts on the wire: the sampling options, type-checked here so mistakes name the option. */
+function wireSendOptions(opts: SendOptions): WireSendOptions {
+  const out: WireSendOptions = {};
+  for (const key of ['temperature', 'topK', 'topP', 'minP', 'repetitionPenalty', 'seed', 'maxTokens'] as const) {
+    const v = opts[key];
+    if (v === undefined) continue;
+    if (typeof v !== 'number' || !Number.isFinite(v)) {
+      throw new LoomError('invalid_input', `${key} must be a finite number, got ${JSON.stringify(v)}`);
+    }
+    out[key] = v;
+  }
+  if (opts.stop !== undefined) {
+    if (!Array.isArray(opts.stop) || !opts.stop.every((s) => typeof s === 'string')) {
+      throw new LoomError('invalid_input', 'stop must be an array of strings');
+    }
+    out.stop = [...opts.stop];
+  }
+  return out;
+}
+
+class Chat implements ChatSession {
+  /** Calls on one session run in order: each waits for the one before. */
+  private queue: Promise<unknown> = Promise.resolve();
+  private messages: ChatMessage[] = [];
+
+  constructor(
+    private readonly transport: Transport,
+    private readonly id: number,
+    readonly name: string,
+    readonly device: 'gpu' | 'cpu',
+    readonly info: ChatModelInfo,
+    readonly adapter?: string,
+    readonly fallbackReason?: string,
+  ) {}
+
+  get history(): ChatMessage[] {
+    return this.messages.map((m) => ({ ...m }));
+  }
+
+  private enqueue<T>(run: () => Promise<T>): Promise<T> {
+    const next = this.queue.then(run, run);
+    this.queue = next.catch(() => undefined);
+    return next;
+  }
+
+  send(input: ChatMessage[] | string, opts: SendOptions = {}): Promise<ChatReply> {
+    try {
+      checkMessages(input);
+      const wire = wireSendOptions(opts);
+      const wireInput = typeof input === 'string' ? input : input.map((m) => ({ role: m.role, content: m.content }));
+      const { signal, onToken } = opts;
+      return this.enqueue(async () => {
+        if (signal?.aborted) throw abortError('send()');
+        const report = (t: string) => {
+          try {
+            onToken?.(t);
+          } catch (e) {
+            console.error('loom-wasm: an onToken callback threw', e);
+          }
+        };
+        const { result, interrupt } = this.transport.start('chatSend', [this.id, wireInput, wire], () => {}, report);
+        signal?.addEventListener('abort', interrupt, { once: true });
+        try {
+          const { reply, history } = (await result) as { reply: RawReply; history: ChatMessage[] };
+          this.messages = history;
+          return { ...reply, stopReason: reply.stopReason as StopReason };
+        } finally {
+          signal?.removeEventListener('abort', interrupt);
+        }
+      });
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  }
+
+  stream(input: ChatMessage[] | string, opts: Omit<SendOptions, 'onToken'> = {}): ChatStream {
+    const pieces: string[] = [];
+    let ended = false;
+    let failure: unknown;
+    let wake: (() => void) | undefined;
+    const stop = new AbortController();
+    const outer = opts.signal;
+    if (outer?.aborted) stop.abort();
+    outer?.addEventListener('abort', () => stop.abort(), { once: true });
+    const reply = this.send(input, {
+      ...opts,
+      signal: stop.signal,
+      onToken: (t) => {
+        pieces.push(t);
+        wake?.();
+      },
+    });
+    reply.then(
+      () => {
+        ended = true;
+        wake?.();
+      },
+      (e) => {
+        failure = e;
+        ended = true;
+        wake?.();
+      },
+    );
+    return {
+      reply,
+      async *[Symbol.asyncIterator]() {
+        try {
+          for (;;) {
+            if (pieces.length) {
+              yield pieces.shift()!;
+              continue;
+            }
+            if (ended) {
+              if (failure !== undefined) throw failure;
+              return;
+            }
+            await new Promise<void>((r) => (wake = r));
+            wake = undefined;
+          }
+        } finally {
+          // Leaving the loop early (break, an exception in its body) stops the reply.
+          if (!ended) stop.abort();
+        }
+      },
+    };
+  }
+
+  reset(): Promise<void> {
+    return this.enqueue(async () => {
+      await call(this.transport, 'chatReset', [this.id]);
+      this.messages = [];
+    });
+  }
+
+  tokenize(text: string, opts: { addSpecial?: boolean } = {}): Promise<Uint32Array> {
+    if (typeof text !== 'string') return Promise.reject(new LoomError('invalid_input', 'tokenize() takes a string'));
+    return this.enqueue(() => call(this.transport, 'chatTokenize', [this.id, text, opts.addSpecial ?? false]));
+  }
+
+  detokenize(ids: Uint32Array | number[], opts: { skipSpecial?: boolean } = {}): Promise<string> {
+    const list = Array.from(ids as ArrayLike<number>);
+    if (!list.every((i) => Number.isInteger(i) && i >= 0 && i < 2 ** 32)) {
+      return Promise.reject(new LoomError('invalid_input', 'detokenize() takes token ids (whole numbers ≥ 0)'));
+    }
+    return this.enqueue(() =>
+      call(this.transport, 'chatDetokenize', [this.id, Uint32Array.from(list), opts.skipSpecial ?? true]),
+    );
+  }
+
+  applyTemplate(messages: ChatMessage[], opts: { addGenerationPrompt?: boolean } = {}): Promise<string> {
+    try {
+      checkMessages(messages);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    const plain = messages.map((m) => ({ role: m.role, content: m.content }));
+    return this.enqueue(() =>
+      call(this.transport, 'chatTemplate', [this.id, plain, opts.addGenerationPrompt ?? true]),
+    );
+  }
+
+  dispose(): Promise<void> {
+    return this.enqueue(() => call(this.transport, 'chatDispose', [this.id]));
+  }
+}
+
+/** Every file under a directory handle, with its path relative to it. */
+async function directoryFiles(dir: FileSystemDirectoryHandle, prefix = ''): Promise<{ files: File[]; names: string[] }> {
+  const files: File[] = [];
+  const names: string[] = [];
+  const entries = (dir as unknown as { values(): AsyncIterable<FileSystemHandle> }).values();
+  for await (const entry of entries) {
+    const path = `${prefix}${entry.name}`;
+    if (entry.kind === 'file') {
+      files.push(await (entry as FileSystemFileHandle).getFile());
+      names.push(path);
+    } else {
+      const sub = await directoryFiles(entry as FileSystemDirectoryHandle, `${path}/`);
+      files.push(...sub.files);
+      names.push(...sub.names);
+    }
+  }
+  return { files, names };
+}
+
+function isDirectoryHandle(x: unknown): x is FileSystemDirectoryHandle {
+  return !!x && typeof x === 'object' && (x as { kind?: unknown }).kind === 'directory' &&
+    typeof (x as { values?: unknown }).values === 'function';
+}
+
+function isFileList(x: unknown): x is FileList {
+  return typeof FileList !== 'undefined' && x instanceof FileList;
+}
+
 export interface Api {
   inspect(source: Source, opts?: OpenOptions): Promise<Inspection>;
   open(source: Source, opts?: OpenOptions): Promise<LoomModel>;
+  /** Opens an LLM to chat with (GGUF, HF folder, Loom transformer `.entity`), in the worker. */
+  openChat(source: ChatSource, opts?: OpenChatOptions): Promise<ChatSession>;
   openFiles(files: File[], opts?: OpenOptions): Promise<LoomModel>;
   gpuInfo(): Promise<GpuInfo>;
   /** Bytes of WebAssembly memory the engine holds (its high-water mark: wasm memory never shrinks). */
@@ -171,6 +378,36 @@ export function createApi(transport: Transport, resolveUrl: (url: string | URL) 
         transport, 'openFiles', [files, wireOptions(opts)], opts,
       );
       return new Model(transport, id, name, inspection);
+    },
+    openChat: async (source, opts = {}) => {
+      const device = opts.device ?? 'auto';
+      if (device !== 'auto' && device !== 'gpu' && device !== 'cpu') {
+        throw new LoomError('invalid_input', `device must be 'auto', 'gpu' or 'cpu', got ${JSON.stringify(device)}`);
+      }
+      if (opts.context !== undefined && !(Number.isInteger(opts.context) && opts.context > 0)) {
+        throw new LoomError('invalid_input', `context must be a whole number of positions, got ${opts.context}`);
+      }
+      let wire: WireChatSource;
+      if (isDirectoryHandle(source)) wire = await directoryFiles(source);
+      else if (isFileList(source) || Array.isArray(source)) {
+        const files = Array.from(source as ArrayLike<File>);
+        if (!files.length || !files.every((f) => f instanceof Blob)) {
+          throw new LoomError('invalid_input', 'openChat() needs a non-empty list of Files (a model folder)');
+        }
+        const names = files.map((f) => (f as File & { webkitRelativePath?: string }).webkitRelativePath || f.name || 'model');
+        wire = { files, names };
+      } else wire = toWire(source as Source);
+      const wireOpts: ChatOpenOptions = {
+        device,
+        cache: opts.cache ?? true,
+        integrity: opts.integrity,
+        context: opts.context,
+        name: opts.name,
+      };
+      const r = await call<{
+        id: number; name: string; device: 'gpu' | 'cpu'; adapter?: string; fallbackReason?: string; info: ChatModelInfo;
+      }>(transport, 'chatOpen', [wire, wireOpts], opts);
+      return new Chat(transport, r.id, r.name, r.device, r.info, r.adapter, r.fallbackReason);
     },
     gpuInfo: () => call(transport, 'gpuInfo', []),
     memoryBytes: () => call(transport, 'memoryBytes', []),

@@ -7,7 +7,8 @@ import { LoomError, throwIfAborted, toLoomError } from './errors.js';
 import { BlobReader, BytesReader, HttpReader, concat, defaultName, readAll } from './source.js';
 import type { ByteReader, WireSource } from './source.js';
 import type {
-  ConvertOptions, ForwardResult, GpuInfo, Inspection, LossReport, ModelDiff, Progress, TensorPreview, TensorStats,
+  ChatMessage, ChatModelInfo, ConvertOptions, ForwardResult, GpuInfo, Inspection, LossReport, ModelDiff, Progress,
+  SendOptions, TensorPreview, TensorStats,
 } from './types.js';
 
 /** The wasm-bindgen exports this file uses (crate/src/wasm.rs). Errors are thrown as `{code, message}`. */
@@ -43,7 +44,36 @@ interface BlobRange {
   offset: number;
   length: number;
 }
+/** A model to chat with (crate/src/wasm_chat.rs): `begin`, then `step` until done, then `finish`. */
+interface RawChat {
+  useGpu(context?: number): Promise<string>;
+  device(): string;
+  info(): ChatModelInfo;
+  tokenize(text: string, addSpecial: boolean): Uint32Array;
+  detokenize(ids: Uint32Array, skipSpecial: boolean): string;
+  applyTemplate(messages: ChatMessage[], addGenerationPrompt: boolean): string;
+  history(): ChatMessage[];
+  reset(): void;
+  begin(input: ChatMessage[] | string, opts: WireSendOptions): number;
+  step(): Promise<{ text: string; done: boolean }>;
+  cancel(): string;
+  finish(): RawReply;
+  free(): void;
+}
+export type WireSendOptions = Omit<SendOptions, 'onToken' | 'signal'>;
+export interface RawReply {
+  text: string;
+  ids: Uint32Array;
+  promptTokens: number;
+  reusedTokens: number;
+  stopReason: string;
+  prefillMs: number;
+  decodeMs: number;
+  tokensPerSecond: number;
+  prefillTokensPerSecond: number;
+}
 interface Raw {
+  Chat: { open(names: string[], files: Uint8Array[]): RawChat };
   inspectHeader(prefix: Uint8Array, totalLen: number): Inspection;
   gpuInfo(): Promise<GpuInfo>;
   memoryBytes(): number;
@@ -57,6 +87,8 @@ const raw = bindings as unknown as Raw;
 
 export interface CallContext {
   onProgress: (p: Progress) => void;
+  /** A chat reply's text, piece by piece. */
+  onToken?: (text: string) => void;
   signal: AbortSignal;
 }
 
@@ -403,6 +435,142 @@ async function browserAdapter(gpu: BrowserGpu): Promise<{ name: string; software
   return { name, software };
 }
 
+
+/** A chat source as it crosses postMessage: one file or URL, or the files of a folder with their relative names. */
+export type WireChatSource = WireSource | { files: File[]; names: string[] };
+
+export interface ChatOpenOptions {
+  device: 'auto' | 'gpu' | 'cpu';
+  cache: boolean;
+  integrity?: string;
+  context?: number;
+  name?: string;
+}
+
+interface OpenChat {
+  chat: RawChat;
+  device: 'gpu' | 'cpu';
+  name: string;
+}
+const chats = new Map<number, OpenChat>();
+
+function getChat(id: number): OpenChat {
+  const c = chats.get(id);
+  if (!c) throw new LoomError('invalid_input', 'this chat was disposed; open it again');
+  return c;
+}
+
+/** The SHA-256 an `integrity` string names, as lowercase hex (SRI `sha256-<base64>`, or 64 hex digits). */
+function expectedSha256(integrity: string): string {
+  const sri = /^sha256-([A-Za-z0-9+/]{43}=)$/.exec(integrity.trim());
+  if (sri) return [...atob(sri[1])].map((c) => c.charCodeAt(0).toString(16).padStart(2, '0')).join('');
+  const hex = /^(?:sha256:)?([0-9a-fA-F]{64})$/.exec(integrity.trim());
+  if (hex) return hex[1].toLowerCase();
+  throw new LoomError('invalid_input', `integrity must be 'sha256-<base64>' or 64 hex digits, got ${JSON.stringify(integrity)}`);
+}
+
+async function checkIntegrity(bytes: Uint8Array, integrity: string, src: WireChatSource): Promise<void> {
+  const want = expectedSha256(integrity);
+  const digest = new Uint8Array(await crypto.subtle.digest('SHA-256', bytes as Uint8Array<ArrayBuffer>));
+  const got = [...digest].map((b) => b.toString(16).padStart(2, '0')).join('');
+  if (got === want) return;
+  if ('url' in src && typeof src.url === 'string') await deleteCached(src.url).catch(() => {});
+  throw new LoomError('bad_format', `the file's SHA-256 is ${got}, not the ${want} its integrity names: it was not used (and not kept)`);
+}
+
+/** Hands control back to the event loop (without setTimeout's clamping), so a stop message is seen between tokens. */
+function yieldToEvents(): Promise<void> {
+  return new Promise((resolve) => {
+    const ch = new MessageChannel();
+    ch.port1.onmessage = () => {
+      ch.port1.close();
+      resolve();
+    };
+    ch.port2.postMessage(null);
+  });
+}
+
+async function chatOpen(src: WireChatSource, opts: ChatOpenOptions, ctx: CallContext) {
+  await ready();
+  let names: string[];
+  let contents: Uint8Array[];
+  if ('files' in src && Array.isArray(src.files)) {
+    const total = src.files.reduce((s, f) => s + f.size, 0);
+    let before = 0;
+    contents = [];
+    for (const f of src.files) {
+      const bytes = await readAll(new BlobReader(f), (p) => ctx.onProgress({ ...p, loaded: before + p.loaded, total }), ctx.signal);
+      contents.push(bytes);
+      before += f.size;
+    }
+    names = src.names;
+  } else {
+    const one = src as WireSource;
+    const bytes = await loadBytes(one, { cache: opts.cache }, ctx);
+    if (opts.integrity !== undefined) await checkIntegrity(bytes, opts.integrity, one);
+    names = [defaultName(one)];
+    contents = [bytes];
+  }
+  throwIfAborted(ctx.signal);
+  const name = opts.name ?? (names.length === 1 ? names[0] : commonFolder(names));
+  const total = contents.reduce((s, b) => s + b.length, 0);
+  ctx.onProgress({ phase: 'parse', loaded: 0, total });
+  const chat = raw.Chat.open(names, contents);
+  contents = [];
+  ctx.onProgress({ phase: 'parse', loaded: total, total });
+  try {
+    let device: 'gpu' | 'cpu' = 'cpu';
+    let adapter: string | undefined;
+    let fallbackReason: string | undefined;
+    if (opts.device !== 'cpu') {
+      const info = await gpuInfo();
+      if (!info.available) fallbackReason = info.reason ?? 'WebGPU is not available';
+      else if (opts.device === 'auto' && info.software) {
+        fallbackReason = `WebGPU runs on a software adapter here (${info.adapter ?? 'unknown'}), slower than the CPU engine`;
+      } else {
+        const weights = chat.info().weight_bytes;
+        ctx.onProgress({ phase: 'upload', loaded: 0, total: weights });
+        try {
+          adapter = await gpuTurn(() => chat.useGpu(opts.context));
+          device = 'gpu';
+          ctx.onProgress({ phase: 'upload', loaded: weights, total: weights });
+        } catch (e) {
+          const err = toLoomError(e);
+          if (opts.device === 'gpu' && err.code !== 'no_webgpu') throw err;
+          fallbackReason = err.message;
+        }
+      }
+    }
+    throwIfAborted(ctx.signal);
+    const id = nextId++;
+    chats.set(id, { chat, device, name });
+    return { id, name, device, adapter, fallbackReason, info: chat.info() };
+  } catch (e) {
+    chat.free();
+    throw e;
+  }
+}
+
+/** Generates a reply, streaming its text through `ctx.onToken`; an aborted signal ends it (`cancelled`). */
+async function chatSend(id: number, input: ChatMessage[] | string, opts: WireSendOptions, ctx: CallContext) {
+  const c = getChat(id);
+  const step = () => (c.device === 'gpu' ? gpuTurn(() => c.chat.step()) : c.chat.step());
+  c.chat.begin(input, opts);
+  for (;;) {
+    if (ctx.signal.aborted) {
+      const rest = c.chat.cancel();
+      if (rest) ctx.onToken?.(rest);
+      break;
+    }
+    const { text, done } = await step();
+    if (text) ctx.onToken?.(text);
+    if (done) break;
+    if (c.device === 'cpu') await yieldToEvents();
+  }
+  const reply = c.chat.finish();
+  return { reply, history: c.chat.history() };
+}
+
 /** Every call the page can make. Arguments are what crosses postMessage (structured clone). */
 const methods = {
   inspect: (ctx: CallContext, src: WireSource, opts: EngineOptions) => inspect(src, opts, ctx),
@@ -429,6 +597,20 @@ const methods = {
     if (m?.kind === 'full') m.model.free();
     if (m?.kind === 'gpu') m.stream.free();
     models.delete(id);
+  },
+  chatOpen: (ctx: CallContext, src: WireChatSource, opts: ChatOpenOptions) => chatOpen(src, opts, ctx),
+  chatSend: (ctx: CallContext, id: number, input: ChatMessage[] | string, opts: WireSendOptions) =>
+    chatSend(id, input, opts, ctx),
+  chatTokenize: async (_: CallContext, id: number, text: string, addSpecial: boolean) =>
+    getChat(id).chat.tokenize(text, addSpecial),
+  chatDetokenize: async (_: CallContext, id: number, ids: Uint32Array, skipSpecial: boolean) =>
+    getChat(id).chat.detokenize(ids, skipSpecial),
+  chatTemplate: async (_: CallContext, id: number, messages: ChatMessage[], addGenerationPrompt: boolean) =>
+    getChat(id).chat.applyTemplate(messages, addGenerationPrompt),
+  chatReset: async (_: CallContext, id: number) => getChat(id).chat.reset(),
+  chatDispose: async (_: CallContext, id: number) => {
+    chats.get(id)?.chat.free();
+    chats.delete(id);
   },
   gpuInfo: () => gpuInfo(),
   memoryBytes: async () => {

@@ -11,6 +11,8 @@ export type LoomErrorCode =
   | 'device_lost'
   | 'out_of_memory'
   | 'gpu'
+  | 'template'
+  | 'context_full'
   | 'aborted'
   | 'quota'
   | 'network'
@@ -18,7 +20,7 @@ export type LoomErrorCode =
 
 const CODES: ReadonlySet<string> = new Set<LoomErrorCode>([
   'bad_format', 'unsupported_dtype', 'unsupported', 'invalid_input', 'invalid_network', 'lossy', 'no_webgpu',
-  'device_lost', 'out_of_memory', 'gpu', 'aborted', 'quota', 'network', 'internal',
+  'device_lost', 'out_of_memory', 'gpu', 'template', 'context_full', 'aborted', 'quota', 'network', 'internal',
 ]);
 
 export class LoomError extends Error {

@@ -15,6 +15,7 @@ interface Pending {
   resolve(v: unknown): void;
   reject(e: unknown): void;
   onProgress(p: Progress): void;
+  onToken?(text: string): void;
 }
 
 class WorkerTransport implements Transport {
@@ -32,6 +33,7 @@ class WorkerTransport implements Transport {
       const p = this.pending.get(msg.id);
       if (!p) return; // Aborted on the page already.
       if (msg.type === 'progress') return p.onProgress(msg.progress);
+      if (msg.type === 'token') return p.onToken?.(msg.text);
       this.pending.delete(msg.id);
       if (msg.type === 'result') p.resolve(msg.value);
       else p.reject(deserializeError(msg.error));
@@ -50,11 +52,11 @@ class WorkerTransport implements Transport {
     return w;
   }
 
-  start(method: Method, args: unknown[], onProgress: (p: Progress) => void) {
+  start(method: Method, args: unknown[], onProgress: (p: Progress) => void, onToken?: (text: string) => void) {
     const id = this.nextId++;
     const result = new Promise<unknown>((resolve, reject) => {
       const w = this.get();
-      this.pending.set(id, { resolve, reject, onProgress });
+      this.pending.set(id, { resolve, reject, onProgress, onToken });
       // Arguments are copied, not transferred: the caller's buffers stay usable.
       w.postMessage({ type: 'call', id, method, args } satisfies ToWorker);
     });
@@ -63,10 +65,13 @@ class WorkerTransport implements Transport {
       cancel: () => {
         if (this.pending.delete(id)) this.worker?.postMessage({ type: 'abort', id } satisfies ToWorker);
       },
+      interrupt: () => {
+        if (this.pending.has(id)) this.worker?.postMessage({ type: 'abort', id } satisfies ToWorker);
+      },
     };
   }
 }
 
 const api = createApi(new WorkerTransport(), (url) => new URL(url, globalThis.location?.href).href);
 
-export const { inspect, open, openFiles, gpuInfo, memoryBytes, cache, configure } = api;
+export const { inspect, open, openChat, openFiles, gpuInfo, memoryBytes, cache, configure } = api;

@@ -20,11 +20,12 @@ configureEngine({
 
 const api = createApi(
   {
-    start(method, args, onProgress) {
+    start(method, args, onProgress, onToken) {
       const controller = new AbortController();
       return {
-        result: handle(method, args, { signal: controller.signal, onProgress }),
+        result: handle(method, args, { signal: controller.signal, onProgress, onToken }),
         cancel: () => controller.abort(),
+        interrupt: () => controller.abort(),
       };
     },
   },
@@ -36,4 +37,4 @@ const api = createApi(
   },
 );
 
-export const { inspect, open, openFiles, gpuInfo, memoryBytes, cache, configure } = api;
+export const { inspect, open, openChat, openFiles, gpuInfo, memoryBytes, cache, configure } = api;

@@ -4,9 +4,11 @@ import type { Method } from './engine.js';
 import type { Progress } from './types.js';
 
 export type ToWorker = { type: 'call'; id: number; method: Method; args: unknown[] } | { type: 'abort'; id: number };
+// 'abort' fires the call's AbortSignal: most calls reject at once on the page; a chat reply ends and resolves.
 
 export type FromWorker =
   | { type: 'progress'; id: number; progress: Progress }
+  | { type: 'token'; id: number; text: string }
   | { type: 'result'; id: number; value: unknown }
   | { type: 'error'; id: number; error: SerializedError };
 

@@ -161,8 +161,122 @@ export interface ModelDiff {
 }
 
 export interface ChatMessage {
-  role: 'system' | 'user' | 'assistant';
+  role: 'system' | 'user' | 'assistant' | (string & {});
   content: string;
+}
+
+/**
+ * What `openChat` accepts: a GGUF or `.entity` file (File, Blob, bytes, or a URL to fetch), the files of an HF
+ * folder (`config.json`, `*.safetensors` or the shards `model.safetensors.index.json` names, `tokenizer.json`,
+ * `tokenizer_config.json`, `generation_config.json`) as a `FileList`, an array of Files or a directory handle, or
+ * a `.entity` with its `tokenizer.json` beside it the same way.
+ */
+export type ChatSource = Source | File[] | FileList | FileSystemDirectoryHandle;
+
+export interface OpenChatOptions {
+  /** `'auto'` (default): WebGPU on a hardware adapter, else the CPU; `'gpu'`: WebGPU (even a software one), falling
+   * back to the CPU only without WebGPU; `'cpu'`: the wasm CPU engine. `ChatSession.fallbackReason` says why a
+   * GPU was not used. */
+  device?: 'auto' | 'gpu' | 'cpu';
+  onProgress?: (p: Progress) => void;
+  signal?: AbortSignal;
+  /** Keep a downloaded URL in browser storage, resuming a cut download (default true). */
+  cache?: boolean;
+  /** The file's SHA-256, as SRI (`sha256-<base64>`) or hex: a download that does not match is deleted and
+   * rejected with `bad_format`. */
+  integrity?: string;
+  /** KV-cache positions on the GPU (default: the model's context, at most 4096). */
+  context?: number;
+  name?: string;
+}
+
+export interface SendOptions {
+  /** Each piece of the reply's text as it is generated. */
+  onToken?: (text: string) => void;
+  /** 0 is greedy (default 0.7). */
+  temperature?: number;
+  /** 0 keeps all (default 40). */
+  topK?: number;
+  /** Default 0.95. */
+  topP?: number;
+  /** Default 0.05. */
+  minP?: number;
+  /** 1 is off (default). */
+  repetitionPenalty?: number;
+  /** Same seed, same options, same model: same reply (default: random). */
+  seed?: number;
+  /** Most new tokens (default 256). */
+  maxTokens?: number;
+  /** Texts that end the reply (cut before them). */
+  stop?: string[];
+  /** Stops the reply: `send` resolves at once with the text so far and `stopReason: 'cancelled'`. */
+  signal?: AbortSignal;
+}
+
+export type StopReason = 'eos' | 'stop' | 'max_tokens' | 'cancelled' | 'context_full';
+
+export interface ChatReply {
+  text: string;
+  ids: Uint32Array;
+  promptTokens: number;
+  /** Prompt tokens whose KV cache was kept from the turn before (not computed again). */
+  reusedTokens: number;
+  stopReason: StopReason;
+  /** Decode speed: new tokens after the first, per second. */
+  tokensPerSecond: number;
+  prefillTokensPerSecond: number;
+  /** Time to the first token. */
+  prefillMs: number;
+  decodeMs: number;
+}
+
+export interface ChatModelInfo {
+  format: 'gguf' | 'hf' | 'entity';
+  arch: string;
+  layers: number;
+  hidden: number;
+  heads: number;
+  kv_heads: number;
+  head_dim: number;
+  ffn: number;
+  vocab: number;
+  /** Context of the engine in use (the GPU's KV cache may be shorter than the model's). */
+  context: number;
+  weight_bytes: number;
+  /** Bytes of weight matrices per block type (Q4_K, Q6_K, F16 …): the quantization mix. */
+  block_types: Record<string, number>;
+  has_template: boolean;
+}
+
+/** An async iterator of a reply's text pieces; `reply` resolves when it ends. */
+export interface ChatStream extends AsyncIterable<string> {
+  reply: Promise<ChatReply>;
+}
+
+export interface ChatSession {
+  readonly name: string;
+  /** Where it runs. */
+  readonly device: 'gpu' | 'cpu';
+  /** The GPU adapter's name when `device` is `'gpu'`. */
+  readonly adapter?: string;
+  /** Why the CPU runs it when a GPU was asked for (`device: 'auto' | 'gpu'`). */
+  readonly fallbackReason?: string;
+  readonly info: ChatModelInfo;
+  /** The conversation so far (a copy). */
+  readonly history: ChatMessage[];
+  /** Sends a user message (a string, added to the history) or a whole conversation (replacing it) and resolves to
+   * the reply, which joins the history. Calls on one session run one after another. */
+  send(input: ChatMessage[] | string, opts?: SendOptions): Promise<ChatReply>;
+  /** `send` as an async iterator of text pieces. */
+  stream(input: ChatMessage[] | string, opts?: Omit<SendOptions, 'onToken'>): ChatStream;
+  /** Forgets the conversation and the KV cache. */
+  reset(): Promise<void>;
+  tokenize(text: string, opts?: { addSpecial?: boolean }): Promise<Uint32Array>;
+  detokenize(ids: Uint32Array | number[], opts?: { skipSpecial?: boolean }): Promise<string>;
+  /** The model's chat template applied to `messages` (the assistant's turn opened unless told otherwise). */
+  applyTemplate(messages: ChatMessage[], opts?: { addGenerationPrompt?: boolean }): Promise<string>;
+  /** Frees the model (wasm memory or GPU buffers); later calls reject with `invalid_input`. */
+  dispose(): Promise<void>;
 }
 
 export interface GpuInfo {
@@ -196,8 +310,6 @@ export interface LoomModel {
     opts: ConvertOptions & { allowLossy?: boolean; signal?: AbortSignal; onProgress?: (p: Progress) => void },
   ): Promise<{ blob: Blob; loss: LossReport }>;
   diff(other: LoomModel): Promise<ModelDiff>;
-  /** Reserved for the LLM runtime: rejects with code `unsupported` for now. */
-  chat(messages: ChatMessage[], opts?: { onToken?: (t: string) => void; signal?: AbortSignal }): Promise<string>;
   /** Frees the model's memory in the worker; later calls reject with code `invalid_input`. */
   dispose(): Promise<void>;
 }

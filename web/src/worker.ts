@@ -22,6 +22,7 @@ scope.onmessage = async ({ data: msg }) => {
     const value = await handle(msg.method, msg.args, {
       signal: controller.signal,
       onProgress: (progress) => scope.postMessage({ type: 'progress', id, progress }),
+      onToken: (text) => scope.postMessage({ type: 'token', id, text }),
     });
     scope.postMessage({ type: 'result', id, value }, transferables(value));
   } catch (e) {

@@ -15,6 +15,7 @@ import type { RunDefaults } from './run';
 import { ConvertPanel } from './convert';
 import { DiffPanel } from './diff';
 import { DECODER, SAMPLE } from './sample';
+import { dropOnChat, isChatShown } from './chat';
 
 const landing = byId('landing');
 const inspector = byId('inspector');
@@ -152,6 +153,7 @@ async function openSource(source: Source | File[], name: string, runDefaults?: R
 
 function openFileList(files: File[], folderName?: string): void {
   if (files.length === 0) return;
+  if (isChatShown()) return dropOnChat(files, folderName);
   if (files.length === 1 && !folderName) void openSource(files[0], files[0].name);
   else void openSource(files, folderName ?? files[0].webkitRelativePath.split('/')[0] ?? 'checkpoint');
 }

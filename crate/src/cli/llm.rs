@@ -233,7 +233,7 @@ pub fn run_chat(
     let mut session = Session::new(&model, engine)?;
     let mut opts = s.options();
     if let Some(sys) = system {
-        session.history.push(ChatMessage {
+        session.conversation.history.push(ChatMessage {
             role: "system".into(),
             content: sys.into(),
         });

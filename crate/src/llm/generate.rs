@@ -141,6 +141,10 @@ impl ChatFormat {
         &self.tokenizer
     }
 
+    pub fn has_template(&self) -> bool {
+        self.template.is_some()
+    }
+
     /// The chat template applied to `messages` (with the assistant's turn opened when `add_generation_prompt`).
     pub fn apply_template(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
         let t = self
@@ -174,7 +178,7 @@ impl ChatFormat {
 }
 
 /// What a forward hands the sampler: the next id when the engine picked it, else the logits.
-enum Step {
+pub enum Step {
     Id(u32),
     Logits(Vec<f32>),
 }
@@ -188,19 +192,141 @@ fn step(engine: &mut dyn Engine, tokens: &[u32], greedy: bool) -> Result<Step> {
     })
 }
 
-/// An engine, the chat format, and the ids the engine's KV cache holds.
-pub struct Session {
-    engine: Box<dyn Engine>,
+/// A reply being generated, one engine step at a time, without owning the engine: a synchronous loop
+/// ([`Session::generate`]) and an asynchronous one (the GPU in a browser, which yields between tokens) drive it
+/// the same way: run [`Reply::input`] on the engine, hand the result to [`Reply::accept`], until `input` is `None`.
+pub struct Reply {
+    sampler: Sampler,
+    greedy: bool,
+    max_tokens: usize,
+    /// The model's EOS ids and the caller's stop ids.
+    stop_ids: Vec<u32>,
+    stop_strings: Vec<String>,
+    limit: usize,
+    prompt_len: usize,
+    reused: usize,
+    /// The prompt, then the new ids.
+    context: Vec<u32>,
+    /// Leading ids of `context` whose keys and values are in the engine's cache.
+    computed: usize,
+    text: String,
+    /// Bytes of `text` already handed out.
+    emitted: usize,
+    stream: super::tokenizer::TokenStream,
+    stop: Option<StopReason>,
+    t0: f64,
+    t1: Option<f64>,
+}
+
+impl Reply {
+    /// Ids the engine must run next (the uncached part of the prompt, then each new id); `None` once ended.
+    pub fn input(&self) -> Option<&[u32]> {
+        match self.stop {
+            None => Some(&self.context[self.computed..]),
+            Some(_) => None,
+        }
+    }
+
+    /// Whether the engine may pick the next id itself (plain greedy sampling).
+    pub fn greedy(&self) -> bool {
+        self.greedy
+    }
+
+    /// Ids in the engine's cache once the steps so far ran.
+    pub fn cached_ids(&self) -> &[u32] {
+        &self.context[..self.computed]
+    }
+
+    pub fn stop_reason(&self) -> Option<StopReason> {
+        self.stop
+    }
+
+    /// Takes the engine's output for [`Reply::input`] and returns the text that can be shown now (text that may
+    /// be the start of a stop string is held back until the next token says).
+    pub fn accept(&mut self, step: Step) -> Result<String> {
+        if self.stop.is_some() {
+            return Err(LoomError::InvalidInput("this reply has ended".into()));
+        }
+        self.computed = self.context.len();
+        self.t1.get_or_insert_with(now_s);
+        if self.new_ids().len() >= self.max_tokens {
+            return Ok(self.end(StopReason::MaxTokens));
+        }
+        let next = match step {
+            Step::Id(id) => id,
+            Step::Logits(mut logits) => self.sampler.sample(&mut logits, &self.context),
+        };
+        if self.stop_ids.contains(&next) {
+            return Ok(self.end(StopReason::Eos));
+        }
+        self.context.push(next);
+        self.text.push_str(&self.stream.push(next)?);
+        let fresh = &self.text[self.emitted..];
+        if let Some(at) = self.stop_strings.iter().filter_map(|s| fresh.find(s.as_str())).min() {
+            self.text.truncate(self.emitted + at);
+            let out = self.text[self.emitted..].to_string();
+            self.emitted = self.text.len();
+            self.stop = Some(StopReason::StopString);
+            return Ok(out);
+        }
+        let safe = self.text.len() - held_back(fresh, &self.stop_strings);
+        let mut out = self.text[self.emitted..safe].to_string();
+        self.emitted = safe;
+        if self.new_ids().len() >= self.max_tokens {
+            out.push_str(&self.end(StopReason::MaxTokens));
+        } else if self.computed >= self.limit {
+            out.push_str(&self.end(StopReason::ContextFull));
+        }
+        Ok(out)
+    }
+
+    /// Ends the reply (a stop button, a dropped stream) and returns the text still held back.
+    pub fn cancel(&mut self) -> String {
+        match self.stop {
+            None => self.end(StopReason::Cancelled),
+            Some(_) => String::new(),
+        }
+    }
+
+    fn new_ids(&self) -> &[u32] {
+        &self.context[self.prompt_len..]
+    }
+
+    fn end(&mut self, reason: StopReason) -> String {
+        self.stop = Some(reason);
+        self.text.push_str(&self.stream.finish());
+        let out = self.text[self.emitted..].to_string();
+        self.emitted = self.text.len();
+        out
+    }
+
+    /// The reply so far, with its timings.
+    pub fn generation(&self) -> Generation {
+        let t1 = self.t1.unwrap_or_else(now_s);
+        Generation {
+            prompt_ids: self.context[..self.prompt_len].to_vec(),
+            ids: self.new_ids().to_vec(),
+            text: self.text.clone(),
+            stop_reason: self.stop.unwrap_or(StopReason::Cancelled),
+            reused_tokens: self.reused,
+            prefill_s: t1 - self.t0,
+            decode_s: now_s() - t1,
+        }
+    }
+}
+
+/// A conversation with a model, apart from the engine that runs it: the chat format, the ids the engine's KV
+/// cache holds (so a new prompt recomputes only what changed) and the messages so far.
+pub struct Conversation {
     format: ChatFormat,
     eos_ids: Vec<u32>,
     /// Ids whose keys and values are in the engine's cache, in order.
     cached: Vec<u32>,
-    /// The conversation so far ([`Session::chat`]).
     pub history: Vec<ChatMessage>,
 }
 
-impl Session {
-    pub fn new(model: &LlmModel, engine: Box<dyn Engine>) -> Result<Session> {
+impl Conversation {
+    pub fn new(model: &LlmModel) -> Result<Conversation> {
         let format = ChatFormat::new(model)?;
         let mut eos_ids = model.eos_ids.clone();
         for id in format.tokenizer().eos_ids() {
@@ -208,8 +334,7 @@ impl Session {
                 eos_ids.push(id);
             }
         }
-        Ok(Session {
-            engine,
+        Ok(Conversation {
             format,
             eos_ids,
             cached: Vec::new(),
@@ -221,14 +346,114 @@ impl Session {
         &self.format
     }
 
+    /// Forgets the messages and the cached ids (the caller empties the engine's cache).
+    pub fn reset(&mut self) {
+        self.history.clear();
+        self.cached.clear();
+    }
+
+    /// The templated prompt of the history for a reply of up to `max_tokens` in a `limit`-token context. When
+    /// `truncate` is set, the oldest turns (after a system message) are dropped until it fits; otherwise a prompt
+    /// that does not fit is [`LoomError::ContextFull`].
+    pub fn chat_prompt(&mut self, max_tokens: usize, limit: usize, truncate: bool) -> Result<Vec<u32>> {
+        loop {
+            let prompt = self.format.chat_prompt(&self.history)?;
+            let needed = prompt.len() + max_tokens.min(limit);
+            if needed <= limit {
+                return Ok(prompt);
+            }
+            let first = usize::from(self.history.first().is_some_and(|m| m.role == "system"));
+            // Keep at least the newest message.
+            if !truncate || self.history.len() - first < 2 {
+                return Err(LoomError::ContextFull { needed, limit });
+            }
+            self.history.remove(first);
+        }
+    }
+
+    /// Starts a reply to `prompt` (ids) on an engine whose cache holds this conversation's cached ids and has a
+    /// `limit`-token context. Returns the reply and how many cached ids the engine must keep (truncate it to that
+    /// before the first step): the prefix shared with the prompt, less at least its last id (run again for its
+    /// logits).
+    pub fn begin(&mut self, prompt: &[u32], opts: &GenerateOptions, limit: usize) -> Result<(Reply, usize)> {
+        if prompt.is_empty() {
+            return Err(LoomError::InvalidInput("an empty prompt".into()));
+        }
+        if prompt.len() > limit {
+            return Err(LoomError::ContextFull {
+                needed: prompt.len(),
+                limit,
+            });
+        }
+        let sampler = Sampler::new(opts.sampling.clone())?;
+        let common = self
+            .cached
+            .iter()
+            .zip(prompt)
+            .take_while(|(a, b)| a == b)
+            .count()
+            .min(prompt.len() - 1);
+        self.cached.truncate(common);
+        let mut stop_ids = self.eos_ids.clone();
+        stop_ids.extend_from_slice(&opts.stop_ids);
+        let reply = Reply {
+            greedy: sampler.is_plain_argmax(),
+            sampler,
+            max_tokens: opts.max_tokens,
+            stop_ids,
+            stop_strings: opts.stop_strings.iter().filter(|s| !s.is_empty()).cloned().collect(),
+            limit,
+            prompt_len: prompt.len(),
+            reused: common,
+            context: prompt.to_vec(),
+            computed: common,
+            text: String::new(),
+            emitted: 0,
+            stream: self.format.tokenizer.stream(),
+            stop: None,
+            t0: now_s(),
+            t1: None,
+        };
+        Ok((reply, common))
+    }
+
+    /// Forgets the cached ids (the engine changed, its cache is empty).
+    pub fn reset_cache(&mut self) {
+        self.cached.clear();
+    }
+
+    /// Records what the engine's cache holds after `reply`'s steps (also after a failed step: engines leave
+    /// their cache as it was when a step fails).
+    pub fn settle(&mut self, reply: &Reply) {
+        self.cached = reply.cached_ids().to_vec();
+    }
+}
+
+/// An engine and a conversation on it.
+pub struct Session {
+    engine: Box<dyn Engine>,
+    pub conversation: Conversation,
+}
+
+impl Session {
+    pub fn new(model: &LlmModel, engine: Box<dyn Engine>) -> Result<Session> {
+        Ok(Session {
+            engine,
+            conversation: Conversation::new(model)?,
+        })
+    }
+
+    pub fn format(&self) -> &ChatFormat {
+        self.conversation.format()
+    }
+
     pub fn engine(&self) -> &dyn Engine {
         &*self.engine
     }
 
     /// Forgets the conversation and the cache.
     pub fn reset(&mut self) {
-        self.history.clear();
-        self.cached.clear();
+        self.conversation.reset();
         self.engine.truncate(0);
     }
 
@@ -242,43 +467,27 @@ impl Session {
         truncate: bool,
         on_text: &mut dyn FnMut(&str) -> bool,
     ) -> Result<Generation> {
-        self.history.push(ChatMessage {
+        let history = &mut self.conversation.history;
+        history.push(ChatMessage {
             role: "user".into(),
             content: text.into(),
         });
-        let result = self.chat_turn(opts, truncate, on_text);
+        let limit = self.engine.config().context;
+        let result = self
+            .conversation
+            .chat_prompt(opts.max_tokens, limit, truncate)
+            .and_then(|prompt| self.generate(&prompt, opts, on_text));
+        let history = &mut self.conversation.history;
         match &result {
-            Ok(g) => self.history.push(ChatMessage {
+            Ok(g) => history.push(ChatMessage {
                 role: "assistant".into(),
                 content: g.text.clone(),
             }),
             Err(_) => {
-                self.history.pop();
+                history.pop();
             }
         }
         result
-    }
-
-    fn chat_turn(
-        &mut self,
-        opts: &GenerateOptions,
-        truncate: bool,
-        on_text: &mut dyn FnMut(&str) -> bool,
-    ) -> Result<Generation> {
-        let limit = self.engine.config().context;
-        loop {
-            let prompt = self.format.chat_prompt(&self.history)?;
-            let needed = prompt.len() + opts.max_tokens.min(limit);
-            if needed <= limit {
-                return self.generate(&prompt, opts, on_text);
-            }
-            let first = usize::from(self.history.first().is_some_and(|m| m.role == "system"));
-            // Keep at least the newest message.
-            if !truncate || self.history.len() - first < 2 {
-                return Err(LoomError::ContextFull { needed, limit });
-            }
-            self.history.remove(first);
-        }
     }
 
     /// Generates from `prompt` (ids), streaming text to `on_text` (return `false` to stop).
@@ -288,98 +497,32 @@ impl Session {
         opts: &GenerateOptions,
         on_text: &mut dyn FnMut(&str) -> bool,
     ) -> Result<Generation> {
-        if prompt.is_empty() {
-            return Err(LoomError::InvalidInput("an empty prompt".into()));
-        }
-        let limit = self.engine.config().context;
-        if prompt.len() > limit {
-            return Err(LoomError::ContextFull {
-                needed: prompt.len(),
-                limit,
-            });
-        }
-        let mut sampler = Sampler::new(opts.sampling.clone())?;
-        // Reuse the cached prefix; at least the last prompt token runs again, for its logits.
-        let common = self
-            .cached
-            .iter()
-            .zip(prompt)
-            .take_while(|(a, b)| a == b)
-            .count()
-            .min(prompt.len() - 1);
-        self.engine.truncate(common);
-        self.cached.truncate(common);
-        let t0 = now_s();
-        let greedy = sampler.is_plain_argmax();
-        let mut next_step = step(self.engine.as_mut(), &prompt[common..], greedy)?;
-        self.cached.extend_from_slice(&prompt[common..]);
-        let t1 = now_s();
+        let (mut reply, keep) = self.conversation.begin(prompt, opts, self.engine.config().context)?;
+        self.engine.truncate(keep);
+        let result = self.drive(&mut reply, opts, on_text);
+        self.conversation.settle(&reply);
+        result.map(|()| reply.generation())
+    }
 
-        let mut context = prompt.to_vec();
-        let mut ids = Vec::new();
-        let mut text = String::new();
-        let mut emitted = 0;
-        let mut stream = self.format.tokenizer.stream();
+    fn drive(
+        &mut self,
+        reply: &mut Reply,
+        opts: &GenerateOptions,
+        on_text: &mut dyn FnMut(&str) -> bool,
+    ) -> Result<()> {
         let cancelled = || opts.cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed));
-        let stop_reason = loop {
-            if cancelled() {
-                break StopReason::Cancelled;
-            }
-            if ids.len() >= opts.max_tokens {
-                break StopReason::MaxTokens;
-            }
-            let next = match &mut next_step {
-                Step::Id(id) => *id,
-                Step::Logits(logits) => sampler.sample(logits, &context),
+        while let Some(input) = reply.input() {
+            let text = if cancelled() {
+                reply.cancel()
+            } else {
+                let out = step(self.engine.as_mut(), input, reply.greedy())?;
+                reply.accept(out)?
             };
-            if self.eos_ids.contains(&next) || opts.stop_ids.contains(&next) {
-                break StopReason::Eos;
-            }
-            ids.push(next);
-            context.push(next);
-            text.push_str(&stream.push(next)?);
-            if let Some(at) = opts
-                .stop_strings
-                .iter()
-                .filter_map(|s| text[emitted..].find(s.as_str()))
-                .min()
-            {
-                text.truncate(emitted + at);
-                if !on_text(&text[emitted..]) {
-                    break StopReason::Cancelled;
-                }
-                emitted = text.len();
-                break StopReason::StopString;
-            }
-            let safe = text.len() - held_back(&text[emitted..], &opts.stop_strings);
-            if safe > emitted {
-                let go_on = on_text(&text[emitted..safe]);
-                emitted = safe;
-                if !go_on {
-                    break StopReason::Cancelled;
-                }
-            }
-            if self.engine.cached() >= limit {
-                break StopReason::ContextFull;
-            }
-            next_step = step(self.engine.as_mut(), &[next], greedy)?;
-            self.cached.push(next);
-        };
-        if stop_reason != StopReason::StopString {
-            text.push_str(&stream.finish());
-            if text.len() > emitted {
-                on_text(&text[emitted..]);
+            if !text.is_empty() && !on_text(&text) {
+                reply.cancel();
             }
         }
-        Ok(Generation {
-            prompt_ids: prompt.to_vec(),
-            ids,
-            text,
-            stop_reason,
-            reused_tokens: common,
-            prefill_s: t1 - t0,
-            decode_s: now_s() - t1,
-        })
+        Ok(())
     }
 }
 

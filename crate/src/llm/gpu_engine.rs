@@ -204,6 +204,17 @@ impl GpuEngine {
         })
     }
 
+    /// The model's configuration, with the context this engine's KV cache holds.
+    pub fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    /// Keeps the first `len` cached positions.
+    pub fn truncate(&mut self, len: usize) {
+        // Rows past `len` are rewritten before any query reads them.
+        self.cached = self.cached.min(len);
+    }
+
     /// The device's adapter, for people ("NVIDIA H100 (Vulkan)").
     pub fn adapter(&self) -> String {
         format!("{} ({:?})", self.gpu.info.name, self.gpu.info.backend)
@@ -509,7 +520,7 @@ impl GpuEngine {
 #[cfg(not(target_arch = "wasm32"))]
 impl super::engine::Engine for GpuEngine {
     fn config(&self) -> &ModelConfig {
-        &self.cfg
+        GpuEngine::config(self)
     }
 
     fn device(&self) -> String {
@@ -521,8 +532,7 @@ impl super::engine::Engine for GpuEngine {
     }
 
     fn truncate(&mut self, len: usize) {
-        // Rows past `len` are rewritten before any query reads them.
-        self.cached = self.cached.min(len);
+        GpuEngine::truncate(self, len)
     }
 
     fn forward(&mut self, tokens: &[u32], all_logits: bool) -> Result<Vec<f32>> {

@@ -69,6 +69,31 @@ fn ids_of(v: Option<&Value>) -> Vec<u32> {
     }
 }
 
+/// The shard files `model.safetensors.index.json` names, each once, in the order first named.
+fn shard_names(index: &[u8]) -> Result<Vec<String>> {
+    let v: Value = serde_json::from_slice(index).map_err(|e| json_err("model.safetensors.index.json", e))?;
+    let map = v
+        .get("weight_map")
+        .and_then(Value::as_object)
+        .ok_or_else(|| LoomError::InvalidNetwork("model.safetensors.index.json has no weight_map".into()))?;
+    let mut names: Vec<String> = Vec::new();
+    for f in map.values() {
+        let f = f.as_str().ok_or_else(|| {
+            LoomError::InvalidNetwork("model.safetensors.index.json: a weight_map value is not a file name".into())
+        })?;
+        // Shards live beside the index: no paths out of the folder.
+        if f.contains('/') || f.contains('\\') || f == ".." {
+            return Err(LoomError::InvalidNetwork(format!(
+                "shard name {f:?} is not a file in the folder"
+            )));
+        }
+        if !names.iter().any(|n| n == f) {
+            names.push(f.to_string());
+        }
+    }
+    Ok(names)
+}
+
 impl LlmModel {
     /// A GGUF file held in one buffer.
     pub fn from_gguf(file: Bytes) -> Result<LlmModel> {
@@ -175,6 +200,67 @@ impl LlmModel {
     pub fn cpu_engine(&self) -> CpuEngine {
         CpuEngine::new(self.config.clone(), self.weights.clone())
     }
+
+    /// A model from files a person picked (a dropped file or folder): one GGUF; a `.entity` with the folder's
+    /// `tokenizer.json` (and `tokenizer_config.json`) beside it; or an HF folder. Names may carry folder paths:
+    /// files are matched by their last component, formats by their first bytes.
+    pub fn from_files(files: Vec<(String, Bytes)>) -> Result<LlmModel> {
+        use crate::formats::detect::{detect, Format};
+        let base = |n: &str| n.rsplit(['/', '\\']).next().unwrap_or(n).to_string();
+        let files: Vec<(String, Bytes)> = files.into_iter().map(|(n, b)| (base(&n), b)).collect();
+        let named = |name: &str| files.iter().find(|(n, _)| n == name).map(|(_, b)| b.to_vec());
+        let of = |f: Format| files.iter().filter(move |(_, b)| detect(b) == f);
+        let pick_one = |f: Format, what: &str| -> Result<Option<Bytes>> {
+            let found: Vec<_> = of(f).collect();
+            match found.as_slice() {
+                [] => Ok(None),
+                [(_, b)] => Ok(Some(b.clone())),
+                _ => Err(LoomError::InvalidInput(format!(
+                    "{} {what} files were given ({}): pick one",
+                    found.len(),
+                    found.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
+                ))),
+            }
+        };
+        if let Some(file) = pick_one(Format::Gguf, "GGUF")? {
+            return LlmModel::from_gguf(file);
+        }
+        if let Some(file) = pick_one(Format::Entity, ".entity")? {
+            let mut model = LlmModel::from_entity(file)?;
+            if let Some(json) = named("tokenizer.json") {
+                let config = named("tokenizer_config.json");
+                model.tokenizer = Some(Arc::new(Tokenizer::from_json_with_config(&json, config.as_deref())?));
+            }
+            return Ok(model);
+        }
+        let config_json = named("config.json").ok_or_else(|| {
+            LoomError::InvalidInput(
+                "no model among these files: give a .gguf, a .entity, or an HF folder (config.json with .safetensors)"
+                    .into(),
+            )
+        })?;
+        let safetensors = match named("model.safetensors.index.json") {
+            Some(index) => shard_names(&index)?
+                .into_iter()
+                .map(|n| {
+                    let bytes = files.iter().find(|(f, _)| *f == n).map(|(_, b)| b.clone());
+                    bytes.map(|b| (n.clone(), b)).ok_or_else(|| {
+                        LoomError::InvalidInput(format!(
+                            "the shard {n} named by model.safetensors.index.json is missing"
+                        ))
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?,
+            None => of(Format::Safetensors).cloned().collect(),
+        };
+        LlmModel::from_hf(&HfFiles {
+            config_json,
+            safetensors,
+            generation_config_json: named("generation_config.json"),
+            tokenizer_json: named("tokenizer.json"),
+            tokenizer_config_json: named("tokenizer_config.json"),
+        })
+    }
 }
 
 #[cfg(not(target_arch = "wasm32"))]
@@ -210,27 +296,7 @@ mod native {
         if let Some(file) = single {
             names.push(file.file_name().unwrap_or_default().to_string_lossy().into_owned());
         } else if let Some(index) = read_opt(dir.join("model.safetensors.index.json"))? {
-            let v: Value = serde_json::from_slice(&index).map_err(|e| json_err("model.safetensors.index.json", e))?;
-            let map = v
-                .get("weight_map")
-                .and_then(Value::as_object)
-                .ok_or_else(|| LoomError::InvalidNetwork("model.safetensors.index.json has no weight_map".into()))?;
-            for f in map.values() {
-                let f = f.as_str().ok_or_else(|| {
-                    LoomError::InvalidNetwork(
-                        "model.safetensors.index.json: a weight_map value is not a file name".into(),
-                    )
-                })?;
-                // Shards live beside the index: no paths out of the folder.
-                if f.contains('/') || f.contains('\\') || f == ".." {
-                    return Err(LoomError::InvalidNetwork(format!(
-                        "shard name {f:?} is not a file in the folder"
-                    )));
-                }
-                if !names.iter().any(|n| n == f) {
-                    names.push(f.to_string());
-                }
-            }
+            names = shard_names(&index)?;
         } else if dir.join("model.safetensors").exists() {
             names.push("model.safetensors".into());
         } else {

@@ -13,6 +13,7 @@
 //! tokenizer's own padding and truncation are switched off, so encoding never grows beyond its input.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use serde::Deserialize;
 use tokenizers::decoders::byte_fallback::ByteFallback;
@@ -297,9 +298,9 @@ impl Tokenizer {
     }
 
     /// Incremental decoding of generated ids (special tokens skipped).
-    pub fn stream(&self) -> TokenStream<'_> {
+    pub fn stream(self: &Arc<Self>) -> TokenStream {
         TokenStream {
-            tokenizer: self,
+            tokenizer: self.clone(),
             ids: Vec::new(),
             prefix_offset: 0,
             read_offset: 0,
@@ -315,8 +316,8 @@ const MAX_PENDING_TOKENS: usize = 4;
 /// a short window of recent ids (the ids since the last emitted text plus the ones before it), so that decoders
 /// that depend on context (SentencePiece's leading space) and byte tokens that only form a character together
 /// come out as the full decode would.
-pub struct TokenStream<'a> {
-    tokenizer: &'a Tokenizer,
+pub struct TokenStream {
+    tokenizer: Arc<Tokenizer>,
     ids: Vec<u32>,
     /// Start of the window: the first id of the last emitted chunk.
     prefix_offset: usize,
@@ -324,7 +325,7 @@ pub struct TokenStream<'a> {
     read_offset: usize,
 }
 
-impl TokenStream<'_> {
+impl TokenStream {
     /// The new text `id` completes: never half a character, holding bytes back until they form one.
     pub fn push(&mut self, id: u32) -> Result<String> {
         self.tokenizer.decode(&[id], true)?; // rejects ids outside the vocabulary before they enter the window

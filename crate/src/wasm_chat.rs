@@ -1,0 +1,504 @@
+//! The JavaScript chat API (wasm-bindgen): the `Chat` class runs an LLM (GGUF, HF folder, Loom transformer
+//! `.entity`) on the CPU or WebGPU, one engine step per `step()` call so that the worker stays responsive (a stop
+//! message is handled between tokens) and streams each token's text.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use bytes::Bytes;
+use js_sys::{Uint32Array, Uint8Array};
+use serde::{Deserialize, Serialize};
+use wasm_bindgen::prelude::*;
+
+use crate::error::LoomError;
+use crate::llm::engine::{CpuEngine, Engine};
+use crate::llm::generate::{Conversation, GenerateOptions, Reply, Step};
+use crate::llm::gpu_engine::GpuEngine;
+use crate::llm::model::LlmModel;
+use crate::llm::sampler::SamplingParams;
+use crate::llm::template::ChatMessage;
+use crate::wasm::{js_error, shared_gpu, to_js, JsResult};
+
+#[wasm_bindgen(typescript_custom_section)]
+const TS_TYPES: &'static str = r#"
+export interface ChatModelInfo {
+  format: "gguf" | "hf" | "entity"; arch: string; layers: number; hidden: number; heads: number; kv_heads: number;
+  head_dim: number; ffn: number; vocab: number; context: number; weight_bytes: number;
+  block_types: Record<string, number>; has_template: boolean;
+}
+export interface ChatMessageObject { role: string; content: string }
+export interface RawSendOptions {
+  temperature?: number; topK?: number; topP?: number; minP?: number; repetitionPenalty?: number; seed?: number;
+  maxTokens?: number; stop?: string[]; truncate?: boolean;
+}
+export interface RawReply {
+  text: string; ids: Uint32Array; promptTokens: number; reusedTokens: number; stopReason: string;
+  prefillMs: number; decodeMs: number; tokensPerSecond: number; prefillTokensPerSecond: number;
+}
+"#;
+
+/// The engine a chat runs on.
+enum ChatEngine {
+    Cpu(CpuEngine),
+    Gpu(Box<GpuEngine>),
+}
+
+impl ChatEngine {
+    fn context(&self) -> usize {
+        match self {
+            ChatEngine::Cpu(e) => e.config().context,
+            ChatEngine::Gpu(e) => e.config().context,
+        }
+    }
+
+    fn truncate(&mut self, len: usize) {
+        match self {
+            ChatEngine::Cpu(e) => e.truncate(len),
+            ChatEngine::Gpu(e) => e.truncate(len),
+        }
+    }
+
+    /// Runs `tokens`; the GPU is awaited (pollster cannot block in a browser).
+    async fn step(&mut self, tokens: &[u32], greedy: bool) -> crate::Result<Step> {
+        Ok(match self {
+            ChatEngine::Cpu(e) if greedy => Step::Id(e.forward_greedy(tokens)?),
+            ChatEngine::Cpu(e) => Step::Logits(e.forward(tokens, false)?),
+            ChatEngine::Gpu(e) if greedy => Step::Id(e.forward_argmax(tokens).await?),
+            ChatEngine::Gpu(e) => Step::Logits(e.forward_logits(tokens, false).await?),
+        })
+    }
+}
+
+/// A reply in progress and the history to restore if it fails.
+struct Turn {
+    reply: Reply,
+    history_before: Vec<ChatMessage>,
+}
+
+struct ChatState {
+    /// The weights in wasm memory, kept while the CPU runs them; dropped once they are on the GPU.
+    model: Option<LlmModel>,
+    engine: ChatEngine,
+    conversation: Conversation,
+    turn: Option<Turn>,
+    info: ChatInfo,
+}
+
+#[derive(Clone, Serialize)]
+struct ChatInfo {
+    format: &'static str,
+    arch: &'static str,
+    layers: usize,
+    hidden: usize,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    ffn: usize,
+    vocab: usize,
+    context: usize,
+    weight_bytes: u64,
+    /// Bytes of matrices per block type (Q4_K, F32, ...): the quantization mix.
+    block_types: BTreeMap<String, u64>,
+    has_template: bool,
+}
+
+impl ChatInfo {
+    fn of(model: &LlmModel, conversation: &Conversation) -> ChatInfo {
+        let c = &model.config;
+        let w = &model.weights;
+        let mut block_types = BTreeMap::new();
+        let mut weight_bytes = 0;
+        let matrices = w
+            .blocks
+            .iter()
+            .flat_map(|b| [&b.wq, &b.wk, &b.wv, &b.wo, &b.gate, &b.up, &b.down])
+            .chain([&w.embed])
+            .chain(w.head.as_ref());
+        for m in matrices {
+            *block_types.entry(m.ty.name().to_string()).or_insert(0) += m.data.len() as u64;
+            weight_bytes += m.data.len() as u64;
+        }
+        ChatInfo {
+            format: match model.format {
+                crate::llm::model::ModelFormat::Gguf => "gguf",
+                crate::llm::model::ModelFormat::Entity => "entity",
+                _ => "hf",
+            },
+            arch: c.arch.name(),
+            layers: c.n_layers,
+            hidden: c.hidden,
+            heads: c.n_heads,
+            kv_heads: c.n_kv_heads,
+            head_dim: c.head_dim,
+            ffn: c.ffn,
+            vocab: c.vocab,
+            context: c.context,
+            weight_bytes,
+            block_types,
+            has_template: conversation.format().has_template(),
+        }
+    }
+}
+
+/// `send` options as JavaScript passes them (camelCase, all optional).
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct SendOptions {
+    temperature: Option<f32>,
+    top_k: Option<f64>,
+    top_p: Option<f32>,
+    min_p: Option<f32>,
+    repetition_penalty: Option<f32>,
+    seed: Option<f64>,
+    max_tokens: Option<f64>,
+    stop: Option<Vec<String>>,
+    /// Drop the oldest turns when the conversation outgrows the context (default), or fail with `context_full`.
+    truncate: Option<bool>,
+}
+
+/// A non-negative whole number from JavaScript.
+fn count(n: Option<f64>, what: &str, default: usize) -> crate::Result<usize> {
+    match n {
+        None => Ok(default),
+        Some(n) if n.is_finite() && n >= 0.0 && n.fract() == 0.0 && n <= 9_007_199_254_740_991.0 => Ok(n as usize),
+        Some(n) => Err(LoomError::InvalidInput(format!(
+            "{what} must be a whole number ≥ 0, got {n}"
+        ))),
+    }
+}
+
+impl SendOptions {
+    fn generate_options(&self) -> crate::Result<GenerateOptions> {
+        let d = SamplingParams::default();
+        let seed = match self.seed {
+            None => (js_sys::Math::random() * 4_294_967_296.0) as u64,
+            Some(_) => count(self.seed, "seed", 0)? as u64,
+        };
+        let sampling = SamplingParams {
+            temperature: self.temperature.unwrap_or(d.temperature),
+            top_k: count(self.top_k, "topK", d.top_k)?,
+            top_p: self.top_p.unwrap_or(d.top_p),
+            min_p: self.min_p.unwrap_or(d.min_p),
+            repetition_penalty: self.repetition_penalty.unwrap_or(d.repetition_penalty),
+            seed,
+            ..d
+        };
+        sampling.validate()?;
+        Ok(GenerateOptions {
+            sampling,
+            max_tokens: count(self.max_tokens, "maxTokens", GenerateOptions::default().max_tokens)?,
+            stop_strings: self.stop.clone().unwrap_or_default(),
+            ..GenerateOptions::default()
+        })
+    }
+}
+
+fn from_js<T: for<'de> Deserialize<'de>>(value: JsValue, what: &str) -> JsResult<T> {
+    serde_wasm_bindgen::from_value(value).map_err(|e| js_error(LoomError::InvalidInput(format!("{what}: {e}"))))
+}
+
+#[derive(Default)]
+struct Slot {
+    state: Option<ChatState>,
+    /// A step is running (the state is out of the slot meanwhile).
+    busy: bool,
+}
+
+/// A model to chat with and its conversation.
+#[wasm_bindgen(js_name = Chat)]
+pub struct JsChat {
+    slot: Rc<RefCell<Slot>>,
+}
+
+fn busy() -> JsValue {
+    js_error(LoomError::InvalidInput(
+        "this chat is busy with a reply; wait for it to finish".into(),
+    ))
+}
+
+#[wasm_bindgen(js_class = Chat)]
+impl JsChat {
+    /// Opens a model from the files a person picked: one GGUF, a `.entity` with `tokenizer.json` beside it, or an
+    /// HF folder (`config.json`, `.safetensors`, `tokenizer.json`, ...). It runs on the CPU until `useGpu`.
+    pub fn open(names: Vec<String>, files: Vec<Uint8Array>) -> JsResult<JsChat> {
+        if names.len() != files.len() {
+            return Err(js_error(LoomError::InvalidInput(format!(
+                "{} names for {} files",
+                names.len(),
+                files.len()
+            ))));
+        }
+        let files = names
+            .into_iter()
+            .zip(files)
+            .map(|(n, f)| (n, Bytes::from(f.to_vec())))
+            .collect();
+        let model = LlmModel::from_files(files).map_err(js_error)?;
+        let conversation = Conversation::new(&model).map_err(js_error)?;
+        let info = ChatInfo::of(&model, &conversation);
+        Ok(JsChat {
+            slot: Rc::new(RefCell::new(Slot {
+                state: Some(ChatState {
+                    engine: ChatEngine::Cpu(model.cpu_engine()),
+                    model: Some(model),
+                    conversation,
+                    turn: None,
+                    info,
+                }),
+                busy: false,
+            })),
+        })
+    }
+
+    /// Moves the model to WebGPU with a KV cache of `context` positions (default: the model's, at most 4096);
+    /// resolves to the adapter's name. The weights leave wasm memory once uploaded; on failure (`no_webgpu`,
+    /// `out_of_memory` naming the tensor, ...) the chat stays on the CPU.
+    #[wasm_bindgen(js_name = useGpu, unchecked_return_type = "Promise<string>")]
+    pub fn use_gpu(&self, context: Option<f64>) -> js_sys::Promise {
+        let slot = self.slot.clone();
+        wasm_bindgen_futures::future_to_promise(async move {
+            let context = count(context, "context", 0).map_err(js_error)?;
+            let mut state = take(&slot)?;
+            let result = async {
+                let model = state
+                    .model
+                    .as_ref()
+                    .ok_or_else(|| LoomError::InvalidInput("this chat runs on the GPU already".into()))?;
+                let gpu = shared_gpu().await?;
+                let context = (context > 0).then_some(context);
+                GpuEngine::new(gpu, &model.config, &model.weights, context).await
+            }
+            .await;
+            let out = match result {
+                Ok(engine) => {
+                    let adapter = engine.adapter();
+                    state.info.context = engine.config().context;
+                    state.engine = ChatEngine::Gpu(Box::new(engine));
+                    state.model = None;
+                    state.conversation.reset_cache();
+                    Ok(JsValue::from(adapter))
+                }
+                Err(e) => Err(js_error(e)),
+            };
+            put(&slot, state);
+            out
+        })
+    }
+
+    /// `"cpu"` or the GPU adapter's name.
+    pub fn device(&self) -> JsResult<String> {
+        self.with(|s| {
+            Ok(match &s.engine {
+                ChatEngine::Cpu(_) => "cpu".into(),
+                ChatEngine::Gpu(e) => e.adapter(),
+            })
+        })
+    }
+
+    #[wasm_bindgen(unchecked_return_type = "ChatModelInfo")]
+    pub fn info(&self) -> JsResult<JsValue> {
+        self.with(|s| Ok(s.info.clone())).and_then(|i| to_js(&i))
+    }
+
+    /// Token ids of `text` (special tokens in it recognised; `addSpecial` adds BOS/EOS as the tokenizer says).
+    pub fn tokenize(&self, text: &str, #[wasm_bindgen(js_name = addSpecial)] add_special: bool) -> JsResult<Vec<u32>> {
+        self.with(|s| s.conversation.format().tokenizer().encode(text, add_special))
+    }
+
+    /// The text of `ids`.
+    pub fn detokenize(
+        &self,
+        ids: Vec<u32>,
+        #[wasm_bindgen(js_name = skipSpecial)] skip_special: bool,
+    ) -> JsResult<String> {
+        self.with(|s| s.conversation.format().tokenizer().decode(&ids, skip_special))
+    }
+
+    /// The chat template applied to `messages`, with the assistant's turn opened when `addGenerationPrompt`.
+    #[wasm_bindgen(js_name = applyTemplate)]
+    pub fn apply_template(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "ChatMessageObject[]")] messages: JsValue,
+        #[wasm_bindgen(js_name = addGenerationPrompt)] add_generation_prompt: bool,
+    ) -> JsResult<String> {
+        let messages: Vec<ChatMessage> = from_js(messages, "messages")?;
+        self.with(|s| s.conversation.format().apply_template(&messages, add_generation_prompt))
+    }
+
+    /// The conversation so far.
+    #[wasm_bindgen(unchecked_return_type = "ChatMessageObject[]")]
+    pub fn history(&self) -> JsResult<JsValue> {
+        self.with(|s| Ok(s.conversation.history.clone()))
+            .and_then(|h| to_js(&h))
+    }
+
+    /// Forgets the conversation and the KV cache.
+    pub fn reset(&self) -> JsResult<()> {
+        self.with(|s| {
+            s.turn = None;
+            s.conversation.reset();
+            s.engine.truncate(0);
+            Ok(())
+        })
+    }
+
+    /// Starts a reply: to `messages` (the whole conversation, replacing the history) or to `text` (a user message
+    /// added to the history). Resolves nothing yet: call `step()` until it says `done`, then `finish()`. Returns
+    /// the prompt's token count.
+    pub fn begin(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "ChatMessageObject[] | string")] input: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "RawSendOptions | undefined")] options: JsValue,
+    ) -> JsResult<u32> {
+        let opts: SendOptions = if options.is_undefined() || options.is_null() {
+            SendOptions::default()
+        } else {
+            from_js(options, "send options")?
+        };
+        let generate = opts.generate_options().map_err(js_error)?;
+        let (messages, text) = match input.as_string() {
+            Some(text) => (None, text),
+            None => (Some(from_js::<Vec<ChatMessage>>(input, "messages")?), String::new()),
+        };
+        self.with(|s| {
+            let history_before = s.conversation.history.clone();
+            match messages {
+                Some(m) => s.conversation.history = m,
+                None => s.conversation.history.push(ChatMessage {
+                    role: "user".into(),
+                    content: text,
+                }),
+            }
+            let limit = s.engine.context();
+            let started = s
+                .conversation
+                .chat_prompt(generate.max_tokens, limit, opts.truncate.unwrap_or(true))
+                .and_then(|prompt| s.conversation.begin(&prompt, &generate, limit));
+            match started {
+                Ok((reply, keep)) => {
+                    s.engine.truncate(keep);
+                    let n = reply.generation().prompt_ids.len() as u32;
+                    s.turn = Some(Turn { reply, history_before });
+                    Ok(n)
+                }
+                Err(e) => {
+                    s.conversation.history = history_before;
+                    Err(e)
+                }
+            }
+        })
+    }
+
+    /// Runs one engine step of the reply: resolves to `{text, done}`, the text that step adds.
+    #[wasm_bindgen(unchecked_return_type = "Promise<{ text: string; done: boolean }>")]
+    pub fn step(&self) -> js_sys::Promise {
+        let slot = self.slot.clone();
+        wasm_bindgen_futures::future_to_promise(async move {
+            let mut state = take(&slot)?;
+            let result = async {
+                let s = &mut state;
+                let turn = s
+                    .turn
+                    .as_mut()
+                    .ok_or_else(|| LoomError::InvalidInput("no reply was begun".into()))?;
+                let Some(input) = turn.reply.input() else {
+                    return Ok((String::new(), true));
+                };
+                let step = s.engine.step(input, turn.reply.greedy()).await?;
+                let text = turn.reply.accept(step)?;
+                s.conversation.settle(&turn.reply);
+                Ok((text, turn.reply.input().is_none()))
+            }
+            .await;
+            if result.is_err() {
+                // The engine left its cache as it was; the conversation goes back to before this message.
+                if let Some(turn) = state.turn.take() {
+                    state.conversation.settle(&turn.reply);
+                    state.conversation.history = turn.history_before;
+                }
+            }
+            let lost = matches!(result, Err(LoomError::GpuDeviceLost(_)));
+            put(&slot, state);
+            if lost {
+                crate::wasm::forget_gpu();
+            }
+            let (text, done) = result.map_err(js_error)?;
+            let o = js_sys::Object::new();
+            crate::wasm::set(&o, "text", &text.into());
+            crate::wasm::set(&o, "done", &done.into());
+            Ok(o.into())
+        })
+    }
+
+    /// Ends the reply now (a stop button); returns text still held back. `finish()` then reports `cancelled`.
+    pub fn cancel(&self) -> JsResult<String> {
+        self.with(|s| Ok(s.turn.as_mut().map(|t| t.reply.cancel()).unwrap_or_default()))
+    }
+
+    /// The ended reply, added to the history as the assistant's message.
+    #[wasm_bindgen(unchecked_return_type = "RawReply")]
+    pub fn finish(&self) -> JsResult<JsValue> {
+        let g = self.with(|s| {
+            let mut turn = s
+                .turn
+                .take()
+                .ok_or_else(|| LoomError::InvalidInput("no reply was begun".into()))?;
+            turn.reply.cancel();
+            s.conversation.settle(&turn.reply);
+            let g = turn.reply.generation();
+            s.conversation.history.push(ChatMessage {
+                role: "assistant".into(),
+                content: g.text.clone(),
+            });
+            Ok(g)
+        })?;
+        let o = js_sys::Object::new();
+        let set = |k: &str, v: JsValue| crate::wasm::set(&o, k, &v);
+        set("text", g.text.as_str().into());
+        set("ids", Uint32Array::from(g.ids.as_slice()).into());
+        set("promptTokens", (g.prompt_ids.len() as f64).into());
+        set("reusedTokens", (g.reused_tokens as f64).into());
+        set("stopReason", g.stop_reason.name().into());
+        set("prefillMs", (g.prefill_s * 1000.0).into());
+        set("decodeMs", (g.decode_s * 1000.0).into());
+        set("tokensPerSecond", g.tokens_per_s().into());
+        set("prefillTokensPerSecond", g.prefill_tokens_per_s().into());
+        Ok(o.into())
+    }
+}
+
+impl JsChat {
+    /// Runs `f` on the state, unless a step holds it.
+    fn with<T>(&self, f: impl FnOnce(&mut ChatState) -> crate::Result<T>) -> JsResult<T> {
+        let mut slot = self.slot.borrow_mut();
+        if slot.busy {
+            return Err(busy());
+        }
+        let state = slot
+            .state
+            .as_mut()
+            .ok_or_else(|| js_error(LoomError::InvalidInput("this chat was closed".into())))?;
+        f(state).map_err(js_error)
+    }
+}
+
+/// Takes the state out of the slot for an async call.
+fn take(slot: &RefCell<Slot>) -> JsResult<ChatState> {
+    let mut s = slot.borrow_mut();
+    if s.busy {
+        return Err(busy());
+    }
+    let state = s
+        .state
+        .take()
+        .ok_or_else(|| js_error(LoomError::InvalidInput("this chat was closed".into())))?;
+    s.busy = true;
+    Ok(state)
+}
+
+fn put(slot: &RefCell<Slot>, state: ChatState) {
+    let mut s = slot.borrow_mut();
+    s.busy = false;
+    s.state = Some(state);
+}

@@ -1,0 +1,194 @@
+// The chat API under Node (in-thread engine, the wasm CPU engine): tiny-llama against its golden greedy ids, SmolLM2
+// against llama_ref/jinja2/HF-tokenizers goldens, and bad input.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { existsSync, readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { openChat, LoomError } from 'loom-wasm';
+
+const root = fileURLToPath(new URL('../../', import.meta.url));
+const TINY = `${root}../shared/golden/tiny-llama`;
+const SMOL_GOLDEN = `${root}../shared/golden/smollm2/expected.json`;
+const SMOL_GGUF = `${root}models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf`;
+const tinyExpected = JSON.parse(readFileSync(`${TINY}/expected.json`, 'utf8'));
+
+async function rejectsWith(promise, code, messagePart) {
+  await assert.rejects(promise, (e) => {
+    assert.ok(e instanceof LoomError, `expected a LoomError, got ${e}`);
+    assert.equal(e.code, code, e.message);
+    if (messagePart) assert.match(e.message, messagePart);
+    return true;
+  });
+}
+
+// The tiny model's vocabulary is the 256 bytes (id i = byte i) and it ships no chat template: this one renders the
+// messages' text as is, so a one-message conversation is exactly the golden prompt.
+const CONCAT_TEMPLATE = JSON.stringify({ chat_template: '{% for m in messages %}{{ m.content }}{% endfor %}' });
+
+function tinyFolder(weights = 'model.f32.safetensors') {
+  const file = (name, as = name) => new File([readFileSync(`${TINY}/${name}`)], as);
+  return [
+    file('config.json'),
+    file(weights),
+    file('tokenizer.json'),
+    new File([CONCAT_TEMPLATE], 'tokenizer_config.json'),
+  ];
+}
+
+const greedyIds = (set, prompt) => tinyExpected.weight_sets[set].results[prompt].greedy_ids;
+const bytesOf = (text) => [...new TextEncoder().encode(text)];
+const textOf = (ids) => new TextDecoder().decode(Uint8Array.from(ids));
+
+test('an HF folder chats: greedy ids equal the golden reference, tokens stream, the next turn reuses the cache', async () => {
+  const chat = await openChat(tinyFolder(), { device: 'cpu' });
+  assert.equal(chat.device, 'cpu');
+  assert.equal(chat.info.format, 'hf');
+  assert.deepEqual([chat.info.layers, chat.info.hidden, chat.info.heads, chat.info.kv_heads, chat.info.vocab], [2, 64, 4, 2, 256]);
+  assert.deepEqual(Object.keys(chat.info.block_types), ['F32']);
+  const prompt = tinyExpected.prompts[1];
+  const pieces = [];
+  const reply = await chat.send(textOf(prompt), { temperature: 0, maxTokens: 16, onToken: (t) => pieces.push(t) });
+  const want = greedyIds('safetensors_f32', 1);
+  assert.deepEqual([...reply.ids], want);
+  assert.equal(reply.promptTokens, prompt.length);
+  assert.equal(reply.stopReason, 'max_tokens');
+  assert.ok(pieces.length > 1, `${pieces.length} pieces`);
+  assert.equal(pieces.join(''), reply.text);
+  assert.deepEqual(chat.history, [
+    { role: 'user', content: textOf(prompt) },
+    { role: 'assistant', content: reply.text },
+  ]);
+  // Turn two: the prompt is turn one's text (the reply's bytes as UTF-8) plus the new message; the keys and values
+  // of what the two prompts share are reused.
+  const second = await chat.send('and', { temperature: 0, maxTokens: 4 });
+  assert.equal(second.promptTokens, prompt.length + bytesOf(reply.text).length + 3);
+  assert.ok(second.reusedTokens >= prompt.length, `reused ${second.reusedTokens}`);
+  assert.equal(chat.history.length, 4);
+  await chat.reset();
+  assert.deepEqual(chat.history, []);
+  assert.equal((await chat.send(textOf(prompt), { temperature: 0, maxTokens: 16 })).reusedTokens, 0);
+  await chat.dispose();
+  await rejectsWith(chat.send('x'), 'invalid_input', /disposed/);
+});
+
+test('tokenize, detokenize and applyTemplate follow the model files; stream() yields the reply', async () => {
+  const chat = await openChat(tinyFolder('model.bf16.safetensors'));
+  assert.equal(chat.device, 'cpu');
+  assert.match(chat.fallbackReason, /WebGPU/);
+  assert.deepEqual([...(await chat.tokenize('Hello, '))], bytesOf('Hello, '));
+  assert.equal(await chat.detokenize(bytesOf('naïve 🦙')), 'naïve 🦙');
+  const messages = [
+    { role: 'user', content: 'The quick' },
+    { role: 'assistant', content: ' brown' },
+  ];
+  assert.equal(await chat.applyTemplate(messages), 'The quick brown');
+  const prompt = tinyExpected.prompts[2];
+  const stream = chat.stream([{ role: 'user', content: textOf(prompt) }], { temperature: 0, maxTokens: 16 });
+  const pieces = [];
+  for await (const piece of stream) pieces.push(piece);
+  const reply = await stream.reply;
+  assert.deepEqual([...reply.ids], greedyIds('safetensors_bf16', 2));
+  assert.equal(pieces.join(''), reply.text);
+  await chat.dispose();
+});
+
+test('a stop signal ends the reply early with stopReason cancelled; breaking out of stream() does too', async () => {
+  const chat = await openChat(tinyFolder());
+  const stop = new AbortController();
+  let seen = 0;
+  const reply = await chat.send('Hello, ', {
+    temperature: 0,
+    maxTokens: 200,
+    signal: stop.signal,
+    onToken: () => ++seen === 3 && stop.abort(),
+  });
+  assert.equal(reply.stopReason, 'cancelled');
+  assert.ok(reply.ids.length >= 3 && reply.ids.length < 200, `${reply.ids.length} ids`);
+  assert.equal(chat.history.at(-1).content, reply.text);
+  const stream = chat.stream('Hello, ', { temperature: 0, maxTokens: 200 });
+  let n = 0;
+  for await (const _ of stream) if (++n === 2) break;
+  assert.equal((await stream.reply).stopReason, 'cancelled');
+  await chat.dispose();
+});
+
+test('sampling: the same seed gives the same reply; a stop string cuts it', async () => {
+  const chat = await openChat(tinyFolder());
+  const opts = { temperature: 1.2, topK: 0, topP: 1, minP: 0, seed: 7, maxTokens: 24 };
+  const a = await chat.send([{ role: 'user', content: 'Hello, ' }], opts);
+  const b = await chat.send([{ role: 'user', content: 'Hello, ' }], opts);
+  assert.deepEqual([...a.ids], [...b.ids]);
+  // Prompt "H" continues with bytes 127 127 254 77 ('M') …: a stop string "M" ends the reply at that token.
+  const greedy = greedyIds('safetensors_f32', 0);
+  const at = greedy.indexOf(77);
+  assert.ok(at > 0);
+  const cut = await chat.send([{ role: 'user', content: 'H' }], { temperature: 0, maxTokens: 16, stop: ['M'] });
+  assert.equal(cut.stopReason, 'stop');
+  assert.deepEqual([...cut.ids], greedy.slice(0, at + 1));
+  assert.ok(!cut.text.includes('M'), cut.text);
+  await chat.dispose();
+});
+
+test('bad input and bad files are typed errors', async () => {
+  const gguf = readFileSync(`${TINY}/model.q4_0.gguf`);
+  await rejectsWith(openChat(gguf.subarray(0, 2000)), 'bad_format');
+  await rejectsWith(openChat(new Uint8Array(100)), 'invalid_input', /\.gguf, a \.entity, or an HF folder/);
+  await rejectsWith(openChat([]), 'invalid_input', /Files/);
+  await rejectsWith(openChat(gguf, { device: 'tpu' }), 'invalid_input', /device/);
+  await rejectsWith(openChat([new File(['{}'], 'config.json')]), 'invalid_input', /no \.safetensors/);
+  // A GGUF without a chat template opens (tokenizer from its vocabulary) but cannot template a conversation.
+  const chat = await openChat(new Uint8Array(gguf), { device: 'gpu' });
+  assert.equal(chat.device, 'cpu');
+  assert.match(chat.fallbackReason, /WebGPU/);
+  assert.equal(chat.info.format, 'gguf');
+  assert.deepEqual(Object.keys(chat.info.block_types), ['Q4_0']);
+  assert.deepEqual([...(await chat.tokenize('Hi'))], bytesOf('Hi'));
+  await rejectsWith(chat.send('Hello'), 'unsupported', /chat template/);
+  await rejectsWith(chat.send(42), 'invalid_input');
+  await rejectsWith(chat.send([{ role: 'user' }]), 'invalid_input');
+  const folder = await openChat(tinyFolder());
+  await rejectsWith(folder.send('x', { temperature: Number.NaN }), 'invalid_input', /temperature/);
+  await rejectsWith(folder.send('x', { topP: 2 }), 'invalid_input', /top_p/);
+  await rejectsWith(folder.send('x', { maxTokens: -1 }), 'invalid_input', /maxTokens/);
+  await rejectsWith(folder.send('x'.repeat(300), { maxTokens: 8, temperature: 0 }), 'context_full', /256/);
+  // The failed turns left the history as it was.
+  assert.deepEqual(folder.history, []);
+  await chat.dispose();
+  await folder.dispose();
+});
+
+test('integrity: a file whose SHA-256 differs is refused; the right one opens', async () => {
+  const path = `${TINY}/model.q8_0.gguf`;
+  const digest = createHash('sha256').update(readFileSync(path)).digest();
+  const chat = await openChat(path, { integrity: `sha256-${digest.toString('base64')}` });
+  assert.equal(chat.info.format, 'gguf');
+  await chat.dispose();
+  await (await openChat(path, { integrity: digest.toString('hex') })).dispose();
+  const wrong = Buffer.from(digest);
+  wrong[0] ^= 1;
+  await rejectsWith(openChat(path, { integrity: wrong.toString('hex') }), 'bad_format', /SHA-256/);
+  await rejectsWith(openChat(path, { integrity: 'md5-abc' }), 'invalid_input', /integrity/);
+});
+
+test('SmolLM2-135M Q4_1 on the wasm CPU engine: templated prompts and the greedy reply match the reference', async (t) => {
+  if (!existsSync(SMOL_GGUF)) return t.skip('models/ is missing: run scripts/setup.sh');
+  const golden = JSON.parse(readFileSync(SMOL_GOLDEN, 'utf8'));
+  const chat = await openChat(SMOL_GGUF, { device: 'cpu' });
+  // The file is named for its main block type.
+  const [main] = Object.entries(chat.info.block_types).sort((a, b) => b[1] - a[1])[0];
+  assert.equal(main, 'Q4_1');
+  for (const c of golden.cases) {
+    const text = await chat.applyTemplate([{ role: 'user', content: c.user_message }]);
+    assert.equal(text, c.templated_text);
+    assert.deepEqual([...(await chat.tokenize(text))], c.prompt_ids);
+  }
+  const france = golden.cases.find((c) => /France/.test(c.user_message));
+  const want = france.results.gguf_dequant_f32;
+  const reply = await chat.send(france.user_message, { temperature: 0, maxTokens: want.greedy_ids.length + 1 });
+  assert.equal(reply.promptTokens, france.n_prompt_tokens);
+  assert.deepEqual([...reply.ids], want.greedy_ids);
+  assert.equal(reply.stopReason, want.stopped_on_eos ? 'eos' : 'max_tokens');
+  assert.equal(reply.text, want.greedy_text);
+  await chat.dispose();
+});

