@@ -1,5 +1,5 @@
 // The packed tarball as a user meets it: `npm install` into a fresh Vite + TypeScript project, type-check,
-// `vite build`, then the built page inspects a corpus file in Chromium.
+// `vite build`, then the built page inspects a corpus file and chats with the tiny golden Llama in Chromium.
 import { test, expect } from '@playwright/test';
 import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync, mkdirSync, rmSync } from 'node:fs';
@@ -9,10 +9,12 @@ import { fileURLToPath } from 'node:url';
 import { caseById, casePath, entityInspectionMismatches } from '../test/corpus.mjs';
 
 const web = fileURLToPath(new URL('..', import.meta.url));
+const TINY = join(web, '../../shared/golden/tiny-llama');
+const tinyGreedy = JSON.parse(readFileSync(join(TINY, 'expected.json'), 'utf8')).weight_sets.safetensors_f32.results[1].greedy_ids;
 const run = (cmd: string, args: string[], cwd: string) =>
   execFileSync(cmd, args, { cwd, stdio: ['ignore', 'pipe', 'pipe'], encoding: 'utf8', timeout: 240_000 });
 
-test('npm pack → fresh Vite + TS project → tsc + vite build → the page inspects a file (build and dev server)', async ({ page }) => {
+test('npm pack → fresh Vite + TS project → tsc + vite build → the page inspects a file and chats (build and dev server)', async ({ page }) => {
   test.setTimeout(300_000);
   const dir = mkdtempSync(join(tmpdir(), 'loom-vite-'));
   try {
@@ -21,9 +23,20 @@ test('npm pack → fresh Vite + TS project → tsc + vite build → the page ins
     mkdirSync(join(app, 'src'), { recursive: true });
     writeFileSync(join(app, 'package.json'), JSON.stringify({ name: 'app', private: true, type: 'module' }));
     writeFileSync(join(app, 'index.html'), '<!doctype html><input type="file" id="file"><pre id="out"></pre>' +
-      '<script type="module" src="/src/main.ts"></script>');
+      '<input type="file" id="chat" multiple><pre id="reply"></pre><script type="module" src="/src/main.ts"></script>');
     writeFileSync(join(app, 'src/main.ts'), `
-import { inspect, LoomError, type Inspection } from 'loom-wasm';
+import { inspect, openChat, LoomError, type ChatReply, type Inspection } from 'loom-wasm';
+document.querySelector<HTMLInputElement>('#chat')!.addEventListener('change', async (e) => {
+  const out = document.querySelector<HTMLPreElement>('#reply')!;
+  try {
+    const chat = await openChat((e.target as HTMLInputElement).files!, { device: 'cpu' });
+    const pieces: string[] = [];
+    const r: ChatReply = await chat.send('Hello, ', { temperature: 0, maxTokens: 16, onToken: (t) => pieces.push(t) });
+    out.textContent = JSON.stringify({ ids: [...r.ids], pieces: pieces.length, joined: pieces.join('') === r.text });
+  } catch (err) {
+    out.textContent = err instanceof LoomError ? 'error ' + err.code + ' ' + err.message : String(err);
+  }
+});
 const out = document.querySelector<HTMLPreElement>('#out')!;
 document.querySelector<HTMLInputElement>('#file')!.addEventListener('change', async (e) => {
   const file = (e.target as HTMLInputElement).files![0];
@@ -57,6 +70,19 @@ document.querySelector<HTMLInputElement>('#file')!.addEventListener('change', as
         await expect(page.locator('#out'), mode).toContainText('"format"', { timeout: 30_000 });
         const r = JSON.parse(await page.locator('#out').textContent() ?? '');
         expect(entityInspectionMismatches(c, r), mode).toEqual([]);
+        // The tiny Llama as an HF folder, with a chat template that renders the message as is: greedy ids = golden.
+        const file = (name: string) => ({ name, mimeType: 'application/octet-stream', buffer: readFileSync(join(TINY, name)) });
+        await page.setInputFiles('#chat', [
+          file('config.json'),
+          file('model.f32.safetensors'),
+          file('tokenizer.json'),
+          { name: 'tokenizer_config.json', mimeType: 'application/json',
+            buffer: Buffer.from(JSON.stringify({ chat_template: '{% for m in messages %}{{ m.content }}{% endfor %}' })) },
+        ]);
+        await expect(page.locator('#reply'), mode).toContainText('"ids"', { timeout: 60_000 });
+        const reply = JSON.parse(await page.locator('#reply').textContent() ?? '');
+        expect(reply, mode).toEqual({ ids: tinyGreedy, pieces: reply.pieces, joined: true });
+        expect(reply.pieces, mode).toBeGreaterThan(1);
       } finally {
         server.kill();
         await new Promise((r) => server.once('exit', r));
