@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 bash scripts/build-www.sh
 port=${PORT:-4173}
 echo
-echo "  Loom inspector: http://127.0.0.1:$port/   (click \"Open the sample network\", or drop a file)"
+echo "  Loom inspector: http://127.0.0.1:$port/        (click \"Open the sample decoder\", or drop a file)"
+echo "  Chat:           http://127.0.0.1:$port/#chat   (click \"Chat with SmolLM2-135M-Instruct\")"
 echo
 cd www
 exec node_modules/.bin/vite preview --host 127.0.0.1 --port "$port" --strictPort

@@ -51,3 +51,19 @@ test('run and convert', async ({ page }) => {
   await page.locator('#run').screenshot({ path: path.join(OUT, 'run.png') });
   await page.locator('#convert').screenshot({ path: path.join(OUT, 'convert.png') });
 });
+
+test('a conversation on the Chat page (SmolLM2-135M, the CPU engine, greedy)', async ({ page }) => {
+  test.setTimeout(180_000);
+  await page.goto('/#chat');
+  await page.locator('body[data-app="ready"]').waitFor();
+  await page.getByTestId('device-choice').selectOption('cpu');
+  await page.getByTestId('open-default-model').click();
+  await expect(page.getByTestId('chat-page')).toHaveAttribute('data-state', 'ready', { timeout: 120_000 });
+  await page.getByTestId('temperature').fill('0');
+  for (const q of ['What is the capital of France?', 'Write a Python function that adds two numbers.']) {
+    await page.getByTestId('prompt').fill(q);
+    await page.getByTestId('send').click();
+    await expect(page.getByTestId('assistant-message').last()).toHaveAttribute('data-done', 'true', { timeout: 120_000 });
+  }
+  await page.screenshot({ path: path.join(OUT, 'chat.png') });
+});
