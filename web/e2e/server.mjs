@@ -43,7 +43,8 @@ const PAGE = `<!doctype html><meta charset="utf-8"><title>loom-wasm test</title>
 
 async function fileBytes(path) {
   if (path.startsWith('/gen/') && generated[path]) return gen(path);
-  const root = path.startsWith('/dist/') ? web : path.startsWith('/testdata/') ? join(corpus, '..') : null;
+  // /models/: the GGUF scripts/setup.sh fetched (scripts/bench-chat.mjs).
+  const root = path.startsWith('/dist/') ? web : /^\/(testdata|models)\//.test(path) ? join(corpus, '..') : null;
   if (!root) return null;
   const full = normalize(join(root, path));
   if (!full.startsWith(normalize(root))) return null;

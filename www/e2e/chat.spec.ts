@@ -118,3 +118,20 @@ test('a hostile GGUF dropped on the chat page says why; the bundled model still 
   await expect(page.getByTestId('chat-page')).toHaveAttribute('data-state', 'ready', { timeout: 120_000 });
   await expect(page.getByTestId('chat-error')).toBeHidden();
 });
+
+test('a GGUF open in the inspector: "Chat with this model" opens it on the Chat page ("auto" picks the CPU over a software WebGPU)', async ({ page }) => {
+  test.setTimeout(180_000);
+  await page.goto('/');
+  await page.locator('body[data-app="ready"]').waitFor();
+  await expect(page.getByTestId('chat-with-model')).toBeHidden();
+  await page.locator('#file-input').setInputFiles(GGUF);
+  await expect(page.getByTestId('summary')).toHaveAttribute('data-format', 'gguf', { timeout: 60_000 });
+  await page.getByTestId('chat-with-model').click();
+  await expect(page.getByTestId('chat-page')).toHaveAttribute('data-state', 'ready', { timeout: 120_000 });
+  await expect(page.getByTestId('chat-model-name')).toHaveText(path.basename(GGUF));
+  await expect(page.getByTestId('device')).toHaveText('CPU');
+  await expect(page.getByTestId('device-reason')).toContainText(/software|WebGPU/);
+  await ask(page, france.user_message, { maxTokens: 12 });
+  await expect(lastReply(page)).toHaveAttribute('data-done', 'true', { timeout: 120_000 });
+  await expect(lastReply(page)).toContainText('Paris');
+});

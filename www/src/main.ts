@@ -15,7 +15,7 @@ import type { RunDefaults } from './run';
 import { ConvertPanel } from './convert';
 import { DiffPanel } from './diff';
 import { DECODER, SAMPLE } from './sample';
-import { dropOnChat, isChatShown } from './chat';
+import { dropOnChat, isChatShown, openModel as chatWith } from './chat';
 
 const landing = byId('landing');
 const inspector = byId('inspector');
@@ -36,6 +36,8 @@ interface Current {
   name: string;
   inspection: Inspection;
   model?: LoomModel;
+  /** Where it came from, for "Chat with this model". */
+  source: Source | File[];
 }
 let current: Current | undefined;
 let loading: AbortController | undefined;
@@ -89,6 +91,8 @@ function paint(name: string, ins: Inspection, loaded: boolean): void {
   table.show(ins);
   landing.hidden = true;
   inspector.hidden = false;
+  // A GGUF is an LLM the Chat page can run.
+  byId('chat-with-bar').hidden = ins.format !== 'gguf';
   document.title = `${name} · Loom inspector`;
 }
 
@@ -119,7 +123,7 @@ async function openSource(source: Source | File[], name: string, runDefaults?: R
       busy(`Reading the header of ${name}…`);
       const ins = await inspect(source, { onProgress: progress(name), signal, name });
       if (signal.aborted) return;
-      current = { name, inspection: ins };
+      current = { name, inspection: ins, source };
       paint(name, ins, false);
       document.body.dataset.state = 'inspected';
       busy(`Loading the weights of ${name}…`);
@@ -129,7 +133,7 @@ async function openSource(source: Source | File[], name: string, runDefaults?: R
       void model.dispose();
       return;
     }
-    current = { name, inspection: model.inspection, model };
+    current = { name, inspection: model.inspection, model, source };
     paint(name, model.inspection, true);
     run.setModel(model, runDefaults);
     convert.setModel(model, model.inspection, name);
@@ -226,6 +230,10 @@ byId<HTMLFormElement>('url-form').addEventListener('submit', (e) => {
 for (const [id, sample] of [['open-decoder', DECODER], ['open-sample', SAMPLE]] as const) {
   byId(id).addEventListener('click', () => void openSource(new URL(sample.url, location.href).href, sample.name, sample.run));
 }
+
+byId('chat-with').addEventListener('click', () => {
+  if (current) void chatWith(current.source as Source | File[], current.name);
+});
 
 byId('status-cancel').addEventListener('click', () => {
   loading?.abort();
