@@ -43,8 +43,14 @@ const PAGE = `<!doctype html><meta charset="utf-8"><title>loom-wasm test</title>
 
 async function fileBytes(path) {
   if (path.startsWith('/gen/') && generated[path]) return gen(path);
-  // /models/: the GGUF scripts/setup.sh fetched (scripts/bench-chat.mjs).
-  const root = path.startsWith('/dist/') ? web : /^\/(testdata|models)\//.test(path) ? join(corpus, '..') : null;
+  // /models/: the GGUF scripts/setup.sh fetched; /golden/: ../shared/golden (the chat tests' reference models).
+  const root = path.startsWith('/dist/')
+    ? web
+    : /^\/(testdata|models)\//.test(path)
+      ? join(corpus, '..')
+      : path.startsWith('/golden/')
+        ? join(web, '../../shared')
+        : null;
   if (!root) return null;
   const full = normalize(join(root, path));
   if (!full.startsWith(normalize(root))) return null;

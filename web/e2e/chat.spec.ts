@@ -1,0 +1,102 @@
+// The chat API of the built package in Chromium (its module worker): an HF folder from a directory handle, a URL
+// with integrity, WebGPU (SwiftShader here) against the tiny-llama golden, and a stop that crosses to the worker.
+import { test, expect } from '@playwright/test';
+import { createHash } from 'node:crypto';
+import { existsSync, readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { CATCH, ready } from './helpers';
+
+const root = fileURLToPath(new URL('../../', import.meta.url));
+const TINY = `${root}../shared/golden/tiny-llama`;
+const expected = JSON.parse(readFileSync(`${TINY}/expected.json`, 'utf8'));
+const greedy = (set: string, prompt: number): number[] => expected.weight_sets[set].results[prompt].greedy_ids;
+const SMOL = 'models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf';
+const TEMPLATE = JSON.stringify({ chat_template: '{% for m in messages %}{{ m.content }}{% endfor %}' });
+
+test.beforeEach(async ({ page }) => {
+  await ready(page);
+  await page.evaluate(CATCH);
+});
+
+test('an HF folder from a directory handle chats in the worker; greedy ids equal the golden, on the CPU and WebGPU', async ({ page }) => {
+  test.setTimeout(180_000);
+  const got = await page.evaluate(async (template) => {
+    // A real FileSystemDirectoryHandle: the tiny Llama's folder written into the origin's private file system.
+    const dir = await (await navigator.storage.getDirectory()).getDirectoryHandle('tiny-llama', { create: true });
+    const put = async (name: string, data: BlobPart) => {
+      const w = await (await dir.getFileHandle(name, { create: true })).createWritable();
+      await w.write(data);
+      await w.close();
+    };
+    for (const name of ['config.json', 'model.f32.safetensors', 'tokenizer.json']) {
+      await put(name, await (await fetch(`/golden/tiny-llama/${name}`)).blob());
+    }
+    await put('tokenizer_config.json', template);
+    const out: Record<string, unknown> = {};
+    for (const device of ['cpu', 'gpu'] as const) {
+      const chat = await window.loom.openChat(dir, { device });
+      let pieces = 0;
+      const r = await chat.send('Hello, ', { temperature: 0, maxTokens: 16, onToken: () => pieces++ });
+      out[device] = { device: chat.device, format: chat.info.format, ids: [...r.ids], pieces, history: chat.history.length };
+      await chat.dispose();
+    }
+    return out;
+  }, TEMPLATE);
+  const want = greedy('safetensors_f32', 1);
+  expect(got.cpu).toEqual({ device: 'cpu', format: 'hf', ids: want, pieces: (got.cpu as any).pieces, history: 2 });
+  expect((got.cpu as any).pieces).toBeGreaterThan(1);
+  expect(got.gpu).toEqual({ device: 'gpu', format: 'hf', ids: want, pieces: (got.gpu as any).pieces, history: 2 });
+});
+
+test('a URL with integrity: the right SHA-256 opens, a wrong one is bad_format and leaves nothing in the cache', async ({ page }) => {
+  const digest = createHash('sha256').update(readFileSync(`${TINY}/model.q8_0.gguf`)).digest();
+  const wrong = Buffer.from(digest);
+  wrong[31] ^= 0x80;
+  const got = await page.evaluate(async ([good, bad]) => {
+    const u = '/golden/tiny-llama/model.q8_0.gguf';
+    const t = (window as any).__try;
+    const ok = await t(async () => {
+      const chat = await window.loom.openChat(u, { integrity: good });
+      const ids = [...(await chat.tokenize('Hi'))];
+      await chat.dispose();
+      return ids;
+    });
+    await window.loom.cache.clear();
+    const refused = await t(() => window.loom.openChat(u, { integrity: bad }));
+    const cached = (await window.loom.cache.list()).map((e: { url: string }) => e.url);
+    return { ok, refused, cached };
+  }, [`sha256-${digest.toString('base64')}`, wrong.toString('hex')]);
+  expect(got.ok).toEqual({ value: [72, 105] });
+  expect(got.refused.error).toMatchObject({ code: 'bad_format', isLoomError: true });
+  expect(got.refused.error.message).toMatch(/SHA-256/);
+  expect(got.cached).toEqual([]);
+});
+
+test('stop: aborting the signal ends a SmolLM2 reply in the worker after a few tokens, resolving as cancelled', async ({ page }) => {
+  test.skip(!existsSync(`${root}${SMOL}`), 'models/ is missing: run scripts/setup.sh');
+  test.setTimeout(120_000);
+  const got = await page.evaluate(async (url) => {
+    const chat = await window.loom.openChat(url, { device: 'cpu' });
+    const stop = new AbortController();
+    let seen = 0;
+    const t0 = performance.now();
+    let stoppedAt = 0;
+    const r = await chat.send('Write a long story about a dragon.', {
+      temperature: 0.8, seed: 1, maxTokens: 300, signal: stop.signal,
+      onToken: () => {
+        if (++seen === 3) {
+          stoppedAt = performance.now();
+          stop.abort();
+        }
+      },
+    });
+    const settled = performance.now();
+    const next = await chat.send('What is the capital of France?', { temperature: 0, maxTokens: 8 });
+    await chat.dispose();
+    return { reason: r.stopReason, n: r.ids.length, afterStopMs: settled - stoppedAt, total: settled - t0, next: next.text };
+  }, `/${SMOL}`);
+  expect(got.reason).toBe('cancelled');
+  expect(got.n).toBeLessThan(20);
+  expect(got.afterStopMs).toBeLessThan(1000);
+  expect(got.next).toContain('Paris');
+});
