@@ -160,7 +160,7 @@ fn k_bits(t: GgmlType, block: &[u8]) -> (&[u8], Option<&[u8]>) {
 /// bit 4 (Q5_K).
 fn k_code(qs: &[u8], qh: Option<&[u8]>, s: usize, l: usize) -> u8 {
     let q = (qs[32 * (s / 2) + l] >> (4 * (s % 2))) & 0xF;
-    qh.map_or(q, |qh| q | ((qh[l] >> s) & 1) << 4)
+    qh.map_or(q, |qh| q | (((qh[l] >> s) & 1) << 4))
 }
 
 /// Q6_K element `e`'s 6-bit code: half h = e / 128; within it r = e % 128 takes nibble r / 64 of
