@@ -151,8 +151,8 @@ impl WeightTensor<'_> {
     }
 
     /// The stored integer codes of the first `n` elements, for narrow dtypes: Loom's sub-32-bit dtypes (int4
-    /// sign-extended, uint4, fp8 bytes, f16 bits…), safetensors 8/16-bit types, GGUF quants (Q4 nibbles in value
-    /// order, Q8_0 signed bytes) and F16/BF16 bits.
+    /// sign-extended, uint4, fp8 bytes, f16 bits…), safetensors 8/16-bit types, GGUF block types (in value order,
+    /// see [`quant::codes`]) and F16/BF16 bits.
     pub fn codes(&self, n: usize) -> Option<Vec<i32>> {
         let n = n.min(self.count);
         let u16s = |b: &[u8]| -> Vec<i32> {
@@ -195,28 +195,17 @@ impl WeightTensor<'_> {
             },
             Data::Gguf { ty, bytes } => match ty {
                 GgmlType::F16 | GgmlType::BF16 => Some(u16s(bytes)),
-                GgmlType::Q4_0 | GgmlType::Q4_1 => {
-                    let qs = if *ty == GgmlType::Q4_0 { 2 } else { 4 };
-                    let mut out = Vec::with_capacity(n.next_multiple_of(32));
-                    for block in bytes.chunks_exact(ty.block_bytes()).take(n.div_ceil(32)) {
-                        let q = &block[qs..qs + 16];
-                        out.extend(q.iter().map(|b| i32::from(b & 0xF)));
-                        out.extend(q.iter().map(|b| i32::from(b >> 4)));
-                    }
-                    out.truncate(n);
-                    Some(out)
-                }
-                GgmlType::Q8_0 => {
-                    let mut out: Vec<i32> = bytes
-                        .chunks_exact(34)
-                        .take(n.div_ceil(32))
-                        .flat_map(|b| b[2..].iter().map(|&q| i32::from(q as i8)))
-                        .collect();
-                    out.truncate(n);
-                    Some(out)
-                }
-                _ => None,
+                ty => quant::codes(*ty, bytes, n).map(|(codes, _)| codes),
             },
+        }
+    }
+
+    /// For GGUF block types, the groups of shared scale (block or sub-block scale and min) covering the first `n`
+    /// codes of [`WeightTensor::codes`].
+    pub fn code_groups(&self, n: usize) -> Option<Vec<quant::CodeGroup>> {
+        match &self.data {
+            Data::Gguf { ty, bytes } => quant::codes(*ty, bytes, n.min(self.count)).map(|(_, groups)| groups),
+            _ => None,
         }
     }
 

@@ -5,6 +5,7 @@ use serde::Serialize;
 
 use crate::error::{LoomError, Result};
 use crate::model::{LoadedModel, WeightTensor};
+use crate::quant::CodeGroup;
 
 /// Elements per chunk: a multiple of every ggml block size.
 pub const CHUNK: usize = 1 << 16;
@@ -96,6 +97,8 @@ pub struct Preview {
     pub values: Vec<f32>,
     /// The stored integer codes of narrow dtypes (int4 nibbles, fp8 bytes, f16 bits, ggml quants).
     pub codes: Option<Vec<i32>>,
+    /// For ggml block types, the block (or sub-block) scales and mins turning `codes` into `values`, in order.
+    pub groups: Option<Vec<CodeGroup>>,
 }
 
 /// `bins + 1` edges from `lo` to `hi` as `numpy.linspace` computes them.
@@ -248,6 +251,7 @@ pub fn preview(tensor: &WeightTensor, n: usize) -> Result<Preview> {
         shape: tensor.shape.clone(),
         values: tensor.values(0, n)?,
         codes: tensor.codes(n),
+        groups: tensor.code_groups(n),
     })
 }
 

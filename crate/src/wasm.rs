@@ -224,6 +224,8 @@ fn preview_object(model: &LoadedModel, name: &str, n: u32) -> JsResult<JsValue> 
     set(&o, "values", &Float32Array::from(&p.values[..]).into());
     let codes = p.codes.map_or(JsValue::UNDEFINED, |c| Int32Array::from(&c[..]).into());
     set(&o, "codes", &codes);
+    let groups = p.groups.map_or(Ok(JsValue::UNDEFINED), |g| to_js(&g))?;
+    set(&o, "groups", &groups);
     Ok(o.into())
 }
 

@@ -251,6 +251,55 @@ fn stats_and_previews_match_numpy() {
     assert!(checked > 100, "{checked}");
 }
 
+fn f32_hex(v: f32) -> String {
+    v.to_le_bytes().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// blocks.gguf (a tensor per block type): the preview's stored codes and the block / sub-block scales and mins
+/// next to them are those gguf-py's layout gives, and they turn the codes into the values gguf-py dequantizes.
+#[test]
+fn block_codes_scales_and_mins_match_gguf_py() {
+    let exp = expected();
+    let model = load("gguf/blocks.gguf");
+    let all = exp["codes"]["blocks.gguf"].as_object().unwrap();
+    assert_eq!(all.len(), 8); // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K
+    for (name, theirs) in all {
+        let n = theirs["codes"].as_array().unwrap().len();
+        let p = model.tensor_preview(name, n).unwrap();
+        assert_eq!(p.dtype, theirs["type"].as_str().unwrap());
+        let codes: Vec<i32> = theirs["codes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_i64().unwrap() as i32)
+            .collect();
+        assert_eq!(p.codes.as_ref(), Some(&codes), "{name}");
+        let groups = p.groups.as_ref().unwrap();
+        let scales: Vec<String> = groups.iter().map(|g| f32_hex(g.scale)).collect();
+        let mins: Vec<String> = groups.iter().map(|g| f32_hex(g.min)).collect();
+        let want = |k: &str| -> Vec<String> {
+            theirs[k]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_str().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(scales, want("scale_f32_hex"), "{name}");
+        assert_eq!(mins, want("min_f32_hex"), "{name}");
+        for g in groups {
+            assert_eq!(g.len as u64, theirs["group"].as_u64().unwrap(), "{name}");
+            assert_eq!(i64::from(g.zero), theirs["zero"].as_i64().unwrap(), "{name}");
+        }
+        let values: String = p.values.iter().map(|&v| f32_hex(v)).collect();
+        assert_eq!(values, theirs["values_f32_hex"].as_str().unwrap(), "{name}");
+    }
+    // Plain floats have no groups; F16/BF16 show their bits as codes.
+    let p = model.tensor_preview("bf16.weight", 4).unwrap();
+    assert!(p.groups.is_none() && p.codes.is_some());
+    assert!(model.tensor_preview("f32.weight", 4).unwrap().codes.is_none());
+}
+
 #[test]
 fn stats_refuse_unknown_names_and_bad_bins() {
     let model = load("gguf/model.q4_0.gguf");

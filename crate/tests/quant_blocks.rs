@@ -77,6 +77,33 @@ fn vectors(t: GgmlType) -> Vectors {
     }
 }
 
+/// `quant::codes` over whole tensors: each code with its group's scale and min gives gguf-py's value
+/// (scale·(code − zero) + min in float32); types without integer codes have none.
+#[test]
+fn codes_and_their_scales_give_gguf_py_values() {
+    for t in TYPES {
+        let v = vectors(t);
+        let Some((codes, groups)) = quant::codes(t, &v.bytes, v.values.len()) else {
+            assert!(
+                matches!(t, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::LoomQ4_0),
+                "{t}"
+            );
+            continue;
+        };
+        assert_eq!(codes.len(), v.values.len(), "{t}");
+        assert_eq!(groups.iter().map(|g| g.len).sum::<usize>(), codes.len(), "{t}");
+        let per_element = groups.iter().flat_map(|g| std::iter::repeat_n(g, g.len));
+        for (i, ((&c, g), &want)) in codes.iter().zip(per_element).zip(&v.values).enumerate() {
+            let value = g.scale * (c - g.zero) as f32 + g.min;
+            assert!(value == want, "{t} element {i}: code {c} gives {value}, gguf-py {want}");
+        }
+        // A prefix: its codes, and the groups that cover them.
+        let (codes, groups) = quant::codes(t, &v.bytes, 40).unwrap();
+        assert_eq!(codes.len(), 40, "{t}");
+        assert_eq!(groups.len(), 40usize.div_ceil(groups[0].len), "{t}");
+    }
+}
+
 /// `quant::dequantize` of every type's vectors against gguf-py, bit for bit.
 fn check_dequantize(simd: bool) {
     for t in TYPES {

@@ -8,6 +8,14 @@ Inputs: the tiny-llama files of /work/shared/golden/tiny-llama (model.{f32,f16,q
 model.f16.safetensors, copied here unchanged; see that README for how they were made) and Loom's conformance corpus
 (testdata/conformance, Dense layers of a few dtypes).
 
+Written here first (deterministic, re-running gives identical files):
+- `blocks.gguf`: one tensor per block type the runtime dequantizes (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+  Q4_K, Q5_K, Q6_K), the block bytes of testdata/ggml-blocks (made by gguf-py; see its gen.py), written by
+  `gguf.GGUFWriter`.
+- `mixed.gguf`: the tiny llama (model.f32.gguf's tensors) with a llama.cpp-style quantization mix made by
+  `gguf.quants.quantize`: norms F32, token_embd Q8_0, attn_v/ffn_down a wider type than the other matrices and a
+  different one per block (as Q4_K_M does).
+
 Output `expected.json`:
 - `gguf.<file>`: version, alignment, data offset, every metadata key (scalars and strings in full, arrays as item
   type, length and first items) and every tensor (name, ne, ggml type, absolute data offset, bytes, elements), as
@@ -19,6 +27,10 @@ Output `expected.json`:
   j + 16 its high nibble; Q8_0: the signed bytes; F16: the half bits). safetensors F16 values are numpy float16, codes
   their bits. Loom layers follow spec §3 (int8/int4: signed code × scale in float32, int4 MSB-first nibbles; uint8:
   code × scale; float16: half → float32; float32: as stored), read from `loom.json`'s base64 weights and scale.
+- `codes`: for blocks.gguf, each tensor's first CODES elements as stored: the integer code of each element, and per
+  group of elements that share a scale (a block, or a K-quant sub-block) its float32 `scale`, `min` and the code's
+  `zero`, so that value = scale·(code − zero) + min in float32; read from the block bytes with numpy (K-quant
+  sub-block scales by gguf-py's `Q4_K.get_scale_min`), and checked here to give gguf-py's dequantized values.
 - `diff`: max and mean absolute differences of the dequantized values between two files, per tensor or layer.
 """
 import base64
@@ -27,7 +39,7 @@ import json
 import pathlib
 
 import numpy as np
-from gguf import GGUFReader, GGUFValueType
+from gguf import GGUFReader, GGUFValueType, GGUFWriter
 from gguf import quants
 from gguf.constants import GGMLQuantizationType as T
 
@@ -35,6 +47,7 @@ here = pathlib.Path(__file__).resolve().parent
 corpus = here.parent / "conformance" / "cases"
 BINS = 16
 PREVIEW = 8
+CODES = 48  # the app's tensor preview length
 
 
 def stats(values, codes):
@@ -57,18 +70,86 @@ def stats(values, codes):
     }
 
 
+def half(raw):
+    return raw.copy().view("<f2").astype(np.float32).reshape(-1)
+
+
+def q5_codes(qh, qs):
+    """Q5_0/Q5_1: element j < 16 is the low nibble of qs[j], j + 16 its high nibble; bit j of qh is bit 4."""
+    low = np.concatenate([qs & 0xF, qs >> 4], axis=-1).astype(np.int32)
+    bits = (qh.copy().view("<u4").reshape(-1, 1) >> np.arange(32, dtype=np.uint32)) & 1
+    return low | (bits.astype(np.int32) << 4)
+
+
+def block_codes(ttype, raw):
+    """(codes, scale, min, zero, group): every element's stored integer code and, per group of `group` elements
+    sharing a scale, float32 scale and min, with value = scale * (code - zero) + min. None for plain floats."""
+    size = quants.GGML_QUANT_SIZES[ttype][1]
+    b = np.asarray(raw, dtype=np.uint8).reshape(-1, size)
+    zeros = lambda n: np.zeros(n, dtype=np.float32)
+    if ttype in (T.Q4_0, T.Q4_1):
+        qs = b[:, 2:18] if ttype == T.Q4_0 else b[:, 4:20]
+        codes = np.concatenate([qs & 0xF, qs >> 4], axis=-1).astype(np.int32)
+        m = zeros(len(b)) if ttype == T.Q4_0 else half(b[:, 2:4])
+        return codes, half(b[:, :2]), m, 8 if ttype == T.Q4_0 else 0, 32
+    if ttype == T.Q5_0:
+        return q5_codes(b[:, 2:6], b[:, 6:22]), half(b[:, :2]), zeros(len(b)), 16, 32
+    if ttype == T.Q5_1:
+        return q5_codes(b[:, 4:8], b[:, 8:24]), half(b[:, :2]), half(b[:, 2:4]), 0, 32
+    if ttype == T.Q8_0:
+        return b[:, 2:34].view(np.int8).astype(np.int32), half(b[:, :2]), zeros(len(b)), 0, 32
+    if ttype in (T.Q4_K, T.Q5_K):
+        d, dmin = half(b[:, :2]).reshape(-1, 1), half(b[:, 2:4]).reshape(-1, 1)
+        sc, m = quants.Q4_K.get_scale_min(b[:, 4:16])
+        qs = b[:, 16:144] if ttype == T.Q4_K else b[:, 48:176]
+        # Sub-block s: nibble s % 2 of bytes 32 * (s // 2) .. + 32; Q5_K: bit s of qh[l] is bit 4.
+        codes = np.stack([(qs[:, 32 * (s // 2):32 * (s // 2) + 32] >> (4 * (s % 2))) & 0xF for s in range(8)], axis=1)
+        codes = codes.astype(np.int32)
+        if ttype == T.Q5_K:
+            qh = b[:, 16:48]
+            codes |= np.stack([((qh >> s) & 1).astype(np.int32) << 4 for s in range(8)], axis=1)
+        scale = (d * sc.astype(np.float32)).reshape(-1)
+        mins = -(dmin * m.astype(np.float32)).reshape(-1)
+        return codes.reshape(len(b), -1), scale, mins, 0, 32
+    if ttype == T.Q6_K:
+        ql, qh, sc, d = b[:, :128], b[:, 128:192], b[:, 192:208].view(np.int8), half(b[:, 208:210])
+        e = np.arange(256)
+        h, r = e // 128, e % 128
+        lo = (ql[:, 64 * h + r % 64] >> (4 * (r // 64)).astype(np.uint8)) & 0xF
+        hi = (qh[:, 32 * h + r % 32] >> (2 * (r // 32)).astype(np.uint8)) & 3
+        codes = (lo | (hi << 4)).astype(np.int32)
+        scale = (d.reshape(-1, 1) * sc.astype(np.float32)).reshape(-1)
+        return codes, scale, zeros(scale.size), 32, 16
+    return None
+
+
 def ggml_codes(ttype, raw):
     """The first stored codes of a tensor, from its raw block bytes (gguf-py gives F16 data as float16)."""
-    if ttype == T.F16:
+    if ttype in (T.F16, T.BF16):
         return np.asarray(raw).view("<u2").reshape(-1)
-    raw = np.asarray(raw, dtype=np.uint8).reshape(-1)
-    if ttype in (T.Q4_0, T.Q4_1):
-        start = 2 if ttype == T.Q4_0 else 4
-        qs = raw[start : start + 16]
-        return np.concatenate([qs & 0xF, qs >> 4])
-    if ttype == T.Q8_0:
-        return raw[2:34].view(np.int8)
-    return None
+    found = block_codes(ttype, raw)
+    return None if found is None else found[0].reshape(-1)
+
+
+def codes_record(ttype, raw, values):
+    """The `codes` entry of one tensor: its first CODES elements, checked against gguf-py's dequantized values."""
+    codes, scale, mins, zero, group = block_codes(ttype, raw)
+    codes = codes.reshape(-1)
+    g = np.repeat(np.arange(scale.size), group)
+    rebuilt = scale[g] * (codes - zero).astype(np.float32) + mins[g]
+    assert np.array_equal(rebuilt, np.asarray(values, dtype=np.float32).reshape(-1)), ttype
+    n = CODES
+    groups = -(-n // group)
+    f32hex = lambda a: [np.float32(x).tobytes().hex() for x in a]
+    return {
+        "type": ttype.name,
+        "group": group,
+        "zero": zero,
+        "codes": [int(c) for c in codes[:n]],
+        "scale_f32_hex": f32hex(scale[:groups]),
+        "min_f32_hex": f32hex(mins[:groups]),
+        "values_f32_hex": np.asarray(values, dtype="<f4").reshape(-1)[:n].tobytes().hex(),
+    }
 
 
 def value_of(field):
@@ -96,6 +177,52 @@ out = {
     "stats": {},
 }
 
+def write_blocks_gguf():
+    blocks = here.parent / "ggml-blocks"
+    manifest = json.loads((blocks / "manifest.json").read_text())
+    w = GGUFWriter(here / "blocks.gguf", "blocks")
+    w.add_name("ggml block types")
+    for name in ["f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k"]:
+        m = manifest["types"][name]
+        raw = np.frombuffer((blocks / f"{name}.bin").read_bytes(), dtype=np.uint8).reshape(m["rows"], -1)
+        w.add_tensor(f"{name}.weight", raw, raw_dtype=T[name.upper()])  # a byte shape: gguf-py derives ne
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def write_mixed_gguf():
+    src = GGUFReader(here / "model.f32.gguf")
+    w = GGUFWriter(here / "mixed.gguf", "llama")
+    w.add_name("tiny llama, mixed quantization")
+    w.add_block_count(2)
+    wide = {0: T.Q8_0, 1: T.Q5_1}  # attn_v / ffn_down per block
+    for t in src.tensors:
+        parts = t.name.split(".")
+        if t.name == "token_embd.weight":
+            qt = T.Q8_0
+        elif t.name.endswith("norm.weight"):
+            qt = T.F32
+        elif parts[2] in ("attn_v", "ffn_down"):
+            qt = wide[int(parts[1])]
+        else:
+            qt = T.Q4_1 if parts[2].startswith("ffn") else T.Q4_0
+        data = np.asarray(t.data, dtype=np.float32).reshape([int(d) for d in reversed(t.shape)])
+        if qt in (T.F32, T.F16):
+            w.add_tensor(t.name, data.astype(np.float16 if qt == T.F16 else np.float32))
+        else:
+            w.add_tensor(t.name, quants.quantize(data, qt), raw_dtype=qt)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+write_blocks_gguf()
+write_mixed_gguf()
+out["codes"] = {"blocks.gguf": {}}
+
 for path in sorted(here.glob("*.gguf")):
     r = GGUFReader(path)
     version = r.fields["GGUF.version"].parts[-1].tolist()[0]
@@ -115,6 +242,8 @@ for path in sorted(here.glob("*.gguf")):
         )
         values = quants.dequantize(t.data, t.tensor_type)
         file_stats[t.name] = stats(values, ggml_codes(t.tensor_type, t.data))
+        if path.name == "blocks.gguf" and t.tensor_type not in (T.F32, T.F16, T.BF16):
+            out["codes"]["blocks.gguf"][t.name] = codes_record(t.tensor_type, t.data, values)
     out["gguf_files"][path.name] = {
         "version": int(version),
         "alignment": int(r.alignment),

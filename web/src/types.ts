@@ -119,6 +119,11 @@ export interface TensorPreview {
   values: Float32Array;
   /** Raw stored codes, for packed dtypes. */
   codes?: Int32Array;
+  /**
+   * For GGUF block types (Q4_0 … Q6_K): the runs of codes sharing a block (or K-quant sub-block) scale, in order;
+   * value = scale·(code − zero) + min.
+   */
+  groups?: { len: number; scale: number; min: number; zero: number }[];
 }
 
 export interface ForwardOptions {

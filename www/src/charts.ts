@@ -9,6 +9,11 @@ export function dtypeColor(dtype: string): string {
   if (/^(float16|f16|bfloat16|bf16)$/.test(d)) return '#7b8ff5';
   if (/^fp8|^f8/.test(d)) return '#9b6bd8';
   if (/^(fp4|f4|q4_0)$/.test(d)) return '#d0648a';
+  // ggml block types (GGUF): 4-bit pinks, 5- and 6-bit ambers, Q8_0 with the 8-bit ints.
+  if (/^q4_(1|k)$/.test(d)) return d === 'q4_1' ? '#e08aa8' : '#b84a74';
+  if (/^q5_(0|1|k)$/.test(d)) return '#efb45a';
+  if (d === 'q6_k') return '#c99a2e';
+  if (d === 'q8_0') return '#3fbf8f';
   if (/^(int|uint|i|u)(64|32|16)$/.test(d)) return '#14a37f';
   if (/^(int|uint|i|u)8$/.test(d)) return '#3fbf8f';
   if (/^(int|uint)(4|2)$/.test(d)) return '#e8a33d';
@@ -112,7 +117,9 @@ export function barChart(bars: Bar[], total: number, onPick: (key: string) => vo
 }
 
 /** One horizontal bar split by dtype, with a legend. */
-export function dtypeBar(byDtype: Record<string, number>): HTMLElement {
+/** Bytes per dtype as one stacked bar and a legend; with `tensors` (count per dtype) the legend says how many
+ * tensors each one holds (a GGUF's quantization mix). */
+export function dtypeBar(byDtype: Record<string, number>, tensors?: Record<string, number>): HTMLElement {
   const entries = Object.entries(byDtype).sort((a, b) => b[1] - a[1]);
   const total = entries.reduce((a, [, v]) => a + v, 0);
   return h(
@@ -131,9 +138,10 @@ export function dtypeBar(byDtype: Record<string, number>): HTMLElement {
       entries.map(([d, v]) =>
         h(
           'li',
-          { 'data-dtype': d },
+          { 'data-dtype': d, 'data-bytes': v, 'data-tensors': tensors?.[d] },
           h('i', { style: `background:${dtypeColor(d)}` }),
           h('b', null, d),
+          tensors ? ` ×${tensors[d] ?? 0} tensor${tensors[d] === 1 ? '' : 's'}` : '',
           ` ${bytes(v)} · ${percent(v, total)}`,
         ),
       ),

@@ -20,7 +20,7 @@ export function errorCode(e: unknown): string {
 }
 
 // The start of a message that restates its code (the Rust error's own wording): the hint says it once instead.
-const RESTATED = /^(invalid input|invalid network|unsupported|lossy conversion refused|no GPU|GPU out of memory|error): /i;
+const RESTATED = /^(invalid input|invalid network|unsupported dtype|unsupported|lossy conversion refused|no GPU|GPU out of memory|error): /i;
 
 export function errorText(e: unknown): string {
   if (e instanceof LoomError) return `${HINTS[e.code] ?? 'Error'}: ${e.message.replace(RESTATED, '')}`;

@@ -17,6 +17,13 @@ function stat(label: string, value: string, note?: string): HTMLElement {
   return h('div', { class: 'stat' }, h('div', { class: 'label' }, label), h('div', { class: 'value' }, value), note ? h('div', { class: 'note' }, note) : null);
 }
 
+/** How many tensors a file of bare tensors holds per dtype (GGUF: per block type). */
+function tensorCounts(ins: Inspection): Record<string, number> {
+  const counts: Record<string, number> = {};
+  for (const t of ins.tensors) counts[t.dtype] = (counts[t.dtype] ?? 0) + 1;
+  return counts;
+}
+
 export function renderSummary(target: HTMLElement, name: string, ins: Inspection, loaded: boolean): void {
   target.dataset.format = ins.format;
   target.dataset.params = String(ins.total_params);
@@ -62,8 +69,10 @@ export function renderSummary(target: HTMLElement, name: string, ins: Inspection
       h('span', null, h('i', { class: 'wts' }), `weights ${bytes(ins.weight_bytes)}`),
       other > 0 ? h('span', null, h('i', { class: 'oth' }), `other ${bytes(other)}`) : null,
     ),
-    Object.keys(ins.bytes_by_dtype).length ? h('h3', null, 'Bytes by dtype') : null,
-    Object.keys(ins.bytes_by_dtype).length ? dtypeBar(ins.bytes_by_dtype) : null,
+    Object.keys(ins.bytes_by_dtype).length
+      ? h('h3', null, ins.format === 'gguf' ? 'Quantization mix' : 'Bytes by dtype')
+      : null,
+    Object.keys(ins.bytes_by_dtype).length ? dtypeBar(ins.bytes_by_dtype, ins.layers.length ? undefined : tensorCounts(ins)) : null,
     metadata.length
       ? h(
           'details',

@@ -128,7 +128,7 @@ export class LayerTable {
         ]
       : [
           name,
-          { title: 'Dtype', key: (r) => r.dtype, cell: dtypeCell },
+          { title: ins.format === 'gguf' ? 'Block type' : 'Dtype', key: (r) => r.dtype, cell: dtypeCell },
           { title: 'Shape', key: (r) => r.shape, cell: (r) => r.shape || 'scalar' },
           { title: 'Params', cls: 'num', key: (r) => r.params, cell: (r) => int(r.params) },
           { title: 'Bytes', cls: 'num', key: (r) => r.bytes, cell: (r) => bytes(r.bytes) },

@@ -1,8 +1,8 @@
 // The tensor panel: stats, a histogram, and the first values dequantized next to the raw stored codes.
-import type { LoomModel, TensorStats } from 'loom-wasm';
+import type { LoomModel, TensorPreview, TensorStats } from 'loom-wasm';
 import { dtypeColor, histogram } from './charts';
 import { fill, h } from './dom';
-import { f32, int, num, percent } from './format';
+import { f32, f32Hex, int, num, percent } from './format';
 import { errorText } from './errors';
 
 const PREVIEW = 48;
@@ -74,20 +74,26 @@ export class TensorPanel {
           codes ? 'Stored codes → dequantized values' : 'Values',
           h('span', { class: 'muted' }, ` (first ${preview.values.length} of ${int(stats.count)})`),
         ),
+        preview.groups ? h('p', { class: 'muted', 'data-testid': 'code-formula' }, FORMULAS[preview.dtype] ?? FORMULAS.other) : null,
         h(
           'div',
           { class: 'table-wrap preview-wrap' },
           h(
             'table',
-            { class: 'preview', 'data-testid': 'tensor-preview' },
-            h('thead', null, h('tr', null, h('th', null, '#'), codes ? h('th', null, 'code') : null, h('th', null, 'value'))),
+            { class: 'preview', 'data-testid': 'tensor-preview', 'data-f32-hex': f32Hex(preview.values) },
             h(
-              'tbody',
+              'thead',
               null,
-              Array.from(preview.values, (v, i) =>
-                h('tr', null, h('td', null, i), codes ? h('td', { class: 'code' }, codes[i]) : null, h('td', null, f32(v))),
+              h(
+                'tr',
+                null,
+                h('th', null, '#'),
+                codes ? h('th', null, 'code') : null,
+                h('th', null, 'value'),
+                preview.groups ? [h('th', null, 'scale'), h('th', null, 'min')] : null,
               ),
             ),
+            h('tbody', null, previewRows(preview)),
           ),
         ),
       );
@@ -96,6 +102,47 @@ export class TensorPanel {
       fill(this.target, title, h('p', { class: 'inline-error' }, errorText(e)));
     }
   }
+}
+
+/** How each GGUF block type turns its stored codes into values (gguf-py's dequantization, in float32). */
+const FORMULAS: Record<string, string> = {
+  Q4_0: 'Q4_0: value = d · (code − 8); 4-bit codes, one scale d per block of 32.',
+  Q4_1: 'Q4_1: value = d · code + m; 4-bit codes, a scale d and a min m per block of 32.',
+  Q5_0: 'Q5_0: value = d · (code − 16); 5-bit codes, one scale d per block of 32.',
+  Q5_1: 'Q5_1: value = d · code + m; 5-bit codes, a scale d and a min m per block of 32.',
+  Q8_0: 'Q8_0: value = d · code; signed 8-bit codes, one scale d per block of 32.',
+  Q4_K: 'Q4_K: value = (d·sc) · code − dmin·m; 4-bit codes; per sub-block of 32 a 6-bit scale sc and min m, per super-block of 256 d and dmin. The scale column is d·sc, the min −dmin·m.',
+  Q5_K: 'Q5_K: value = (d·sc) · code − dmin·m; 5-bit codes; per sub-block of 32 a 6-bit scale sc and min m, per super-block of 256 d and dmin. The scale column is d·sc, the min −dmin·m.',
+  Q6_K: 'Q6_K: value = (d·sc) · (code − 32); 6-bit codes; per sub-block of 16 a signed 8-bit scale sc, per super-block of 256 d. The scale column is d·sc.',
+  other: 'value = scale · (code − zero) + min, per block.',
+};
+
+/** One row per previewed value, its code first; for block types the scale and min of each block (or sub-block)
+ * span its rows, after the values. */
+function previewRows(preview: TensorPreview): HTMLElement[] {
+  const { codes, groups, values } = preview;
+  const spans = new Map<number, { len: number; scale: number; min: number }>();
+  let at = 0;
+  for (const g of groups ?? []) {
+    if (at < values.length) spans.set(at, { len: Math.min(g.len, values.length - at), scale: g.scale, min: g.min });
+    at += g.len;
+  }
+  return Array.from(values, (v, i) => {
+    const g = spans.get(i);
+    return h(
+      'tr',
+      codes ? { 'data-code': codes[i] } : null,
+      h('td', null, i),
+      codes ? h('td', { class: 'code' }, codes[i]) : null,
+      h('td', null, f32(v)),
+      g
+        ? [
+            h('td', { class: 'group', rowspan: g.len, 'data-scale': g.scale }, f32(g.scale)),
+            h('td', { class: 'group', rowspan: g.len, 'data-min': g.min }, f32(g.min)),
+          ]
+        : null,
+    );
+  });
 }
 
 /** NaN and ±Inf counts, in a warning above the stats they are left out of; nothing when every value is finite. */

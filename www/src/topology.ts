@@ -1,6 +1,8 @@
 // The network's shape: the Loom grid as cells (z,y,x) holding their layer stacks, nested parallel / sequential /
 // meta branches as a tree, and runs of identical blocks collapsed into one row with a count. Files without a Loom
-// topology (safetensors) get their tensor names as a tree, with numbered siblings of identical shape collapsed.
+// topology (safetensors, GGUF) get their tensor names as a tree, with numbered siblings of identical shape collapsed
+// (a GGUF's blk.N decoder blocks fold as one ×N even where their block types differ, as in Q4_K_M; the fold says
+// which types it holds).
 import type { Inspection, LayerRow, TensorRow } from 'loom-wasm';
 import { dtypeColor } from './charts';
 import { fill, h } from './dom';
@@ -114,10 +116,13 @@ function folded<T>(
   items: T[],
   key: (t: T) => string,
   view: (t: T) => HTMLElement,
-  describe: (first: T, last: T, count: number, block: T[]) => string,
+  describe: (first: T, last: T, count: number, block: T[], all: T[]) => string,
+  /** False when the folded blocks match by shape only (their dtypes differ). */
+  identical: (all: T[]) => boolean = () => true,
 ): HTMLElement[] {
   return repeats(items, key).flatMap(({ start, period, count }) => {
     const block = (k: number) => items.slice(start + k * period, start + (k + 1) * period);
+    const all = items.slice(start, start + period * count);
     if (count === 1) return block(0).map(view);
     const rest = h(
       'div',
@@ -141,8 +146,8 @@ function folded<T>(
           h(
             'span',
             { class: 'muted' },
-            ` identical ${period > 1 ? `${period}-layer ` : ''}blocks ` +
-              describe(items[start], items[start + period * count - 1], count, block(0)),
+            ` ${identical(all) ? 'identical' : 'same-shape'} ${period > 1 ? `${period}-layer ` : ''}blocks ` +
+              describe(items[start], items[start + period * count - 1], count, block(0), all),
           ),
           toggle,
         ),
@@ -216,28 +221,48 @@ interface NameNode {
   name: string;
   children: Map<string, NameNode>;
   tensor?: TensorRow;
+  /** Names and shapes below this node; `signature` adds the dtypes. */
+  shape: string;
   signature: string;
   bytes: number;
 }
 
 function nameTree(tensors: TensorRow[]): NameNode {
-  const root: NameNode = { name: '', children: new Map(), signature: '', bytes: 0 };
+  const root: NameNode = { name: '', children: new Map(), shape: '', signature: '', bytes: 0 };
   for (const t of tensors) {
     let node = root;
     for (const part of t.name.split('.')) {
-      if (!node.children.has(part)) node.children.set(part, { name: part, children: new Map(), signature: '', bytes: 0 });
+      if (!node.children.has(part)) node.children.set(part, { name: part, children: new Map(), shape: '', signature: '', bytes: 0 });
       node = node.children.get(part)!;
     }
     node.tensor = t;
   }
   const finish = (n: NameNode): void => {
     n.children.forEach(finish);
-    const own = n.tensor ? `${n.tensor.dtype}[${n.tensor.shape.join('x')}]` : '';
-    n.signature = own + '{' + [...n.children.values()].map((c) => `${/^\d+$/.test(c.name) ? '#' : c.name}:${c.signature}`).join(',') + '}';
+    const kids = [...n.children.values()];
+    const sig = (own: string, part: (c: NameNode) => string) =>
+      own + '{' + kids.map((c) => `${/^\d+$/.test(c.name) ? '#' : c.name}:${part(c)}`).join(',') + '}';
+    n.shape = sig(n.tensor ? `[${n.tensor.shape.join('x')}]` : '', (c) => c.shape);
+    n.signature = sig(n.tensor ? `${n.tensor.dtype}[${n.tensor.shape.join('x')}]` : '', (c) => c.signature);
     n.bytes = (n.tensor?.bytes ?? 0) + [...n.children.values()].reduce((a, c) => a + c.bytes, 0);
   };
   finish(root);
   return root;
+}
+
+/** The tensors per dtype of folded blocks whose dtypes differ (` · types vary: Q4_K ×14, Q6_K ×2`); empty when
+ * every block stores the same dtypes, which the sample block then shows. */
+const sameTypes = (blocks: NameNode[]): boolean => blocks.every((b) => b.signature === blocks[0].signature);
+
+function typeMix(blocks: NameNode[]): string {
+  if (sameTypes(blocks)) return '';
+  const counts = new Map<string, number>();
+  const visit = (n: NameNode): void => {
+    if (n.tensor) counts.set(n.tensor.dtype, (counts.get(n.tensor.dtype) ?? 0) + 1);
+    n.children.forEach(visit);
+  };
+  blocks.forEach(visit);
+  return ' · types vary: ' + [...counts].sort((a, b) => b[1] - a[1]).map(([d, c]) => `${d} ×${c}`).join(', ');
 }
 
 function nameView(n: NameNode, prefix: string, onPick: Pick): HTMLElement {
@@ -252,9 +277,9 @@ function nameView(n: NameNode, prefix: string, onPick: Pick): HTMLElement {
       )
     : h('div', { class: 'node-head static' }, h('span', { class: 'type' }, n.name), h('span', { class: 'params' }, bytes(n.bytes)));
   const kids = [...n.children.values()];
-  const key = (k: NameNode) => (/^\d+$/.test(k.name) ? k.signature : `name:${k.name}`);
-  const items = folded(kids, key, (k) => nameView(k, path, onPick), (first, last, count, block) =>
-    `${path}.${first.name} … ${last.name} · ${bytes(block.reduce((a, k) => a + k.bytes, 0) * count)}`);
+  const key = (k: NameNode) => (/^\d+$/.test(k.name) ? k.shape : `name:${k.name}`);
+  const items = folded(kids, key, (k) => nameView(k, path, onPick), (first, last, _count, _block, all) =>
+    `${path}.${first.name} … ${last.name} · ${bytes(all.reduce((a, k) => a + k.bytes, 0))}` + typeMix(all), sameTypes);
   return h('div', { class: 'node role-sequential' }, label, items.length ? h('div', { class: 'children sequential' }, items) : null);
 }
 

@@ -351,7 +351,9 @@ pub fn read_header(src: &mut dyn ByteSource, head: Vec<u8>) -> Result<(GgufHeade
         for _ in 0..n_dims {
             dims.push(c.u64()?);
         }
-        let ggml_type = GgmlType::from_id(c.u32()?)?;
+        let type_id = c.u32()?;
+        let ggml_type = GgmlType::from_id(type_id)
+            .map_err(|_| LoomError::UnsupportedDType(format!("tensor {name}: unknown ggml type id {type_id}")))?;
         let (block, block_bytes) = (ggml_type.block_len() as u64, ggml_type.block_bytes() as u64);
         let offset = c.u64()?;
         let elements =
@@ -396,11 +398,13 @@ pub fn read_header(src: &mut dyn ByteSource, head: Vec<u8>) -> Result<(GgufHeade
             .offset
             .checked_add(t.bytes)
             .filter(|&e| e <= data_len)
-            .ok_or_else(|| LoomError::BlobOutOfRange {
-                path: t.name.clone(),
-                offset: t.offset,
-                end: t.offset.saturating_add(t.bytes),
-                payload: data_len,
+            .ok_or_else(|| {
+                // A lying offset or shape, or a file cut short: say which tensor and where its bytes would end.
+                bad(format!(
+                    "tensor {}: {} bytes of {} at data offset {} end past the {data_len} bytes of tensor data \
+                     the file holds (a truncated file, or a wrong offset or shape)",
+                    t.name, t.bytes, t.ggml_type, t.offset
+                ))
             })?;
         ranges.push((t.offset, end, &t.name));
     }

@@ -1,6 +1,8 @@
 //! One block of each computable type to float32, in gguf-py's operation order (`gguf/quants.py`): products and
 //! sums are separate float32 roundings (never fused), and K-quant sub-block scales are `d·sc` rounded first.
 
+use serde::Serialize;
+
 use super::GgmlType;
 
 fn half(b: &[u8]) -> f32 {
@@ -50,35 +52,20 @@ pub(super) fn dequantize_block(t: GgmlType, block: &[u8], out: &mut [f32]) {
         GgmlType::Q4_K | GgmlType::Q5_K => {
             let (d, dmin) = (half(block), half(&block[2..]));
             let (sc, mn) = k_scale_min(&block[4..16]);
-            let (qh, qs) = if t == GgmlType::Q5_K {
-                (Some(&block[16..48]), &block[48..176])
-            } else {
-                (None, &block[16..144])
-            };
-            // Sub-block s: nibble s % 2 of bytes 32·(s / 2)..+32, plus bit s of qh[l] as bit 4 (Q5_K).
+            let (qs, qh) = k_bits(t, block);
             for (s, out) in out.chunks_exact_mut(32).enumerate() {
                 let scale = d * f32::from(sc[s]);
                 let min = dmin * f32::from(mn[s]);
-                let bytes = &qs[32 * (s / 2)..32 * (s / 2) + 32];
                 for (l, v) in out.iter_mut().enumerate() {
-                    let mut q = (bytes[l] >> (4 * (s % 2))) & 0xF;
-                    if let Some(qh) = qh {
-                        q |= ((qh[l] >> s) & 1) << 4;
-                    }
-                    *v = scale * f32::from(q) - min;
+                    *v = scale * f32::from(k_code(qs, qh, s, l)) - min;
                 }
             }
         }
         GgmlType::Q6_K => {
-            let (ql, qh, scales) = (&block[..128], &block[128..192], &block[192..208]);
-            let d = half(&block[208..]);
-            // Element e: half h = e / 128; within it r = e % 128 takes nibble r / 64 of ql[64h + r % 64] and
-            // bits 2·(r / 32).. of qh[32h + r % 32]; sub-block (16 elements) e / 16 has scale d·scales[e / 16].
+            let (scales, d) = (&block[192..208], half(&block[208..]));
+            // Sub-block (16 elements) e / 16 has scale d·scales[e / 16].
             for (e, v) in out.iter_mut().enumerate() {
-                let (h, r) = (e / 128, e % 128);
-                let lo = (ql[64 * h + r % 64] >> (4 * (r / 64))) & 0xF;
-                let hi = (qh[32 * h + r % 32] >> (2 * (r / 32))) & 3;
-                let q = i16::from(lo | (hi << 4)) - 32;
+                let q = i16::from(q6_code(block, e)) - 32;
                 *v = d * f32::from(scales[e / 16] as i8) * f32::from(q);
             }
         }
@@ -91,6 +78,99 @@ pub(super) fn dequantize_block(t: GgmlType, block: &[u8], out: &mut [f32]) {
         }
         _ => unreachable!("dequantize_block is only called for types that can compute"),
     }
+}
+
+/// Elements sharing one scale in a block's stored codes: value = `scale`·(code − `zero`) + `min`, in float32 in
+/// that order (for the ggml types, as gguf-py computes them).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct CodeGroup {
+    pub len: usize,
+    pub scale: f32,
+    pub min: f32,
+    pub zero: i32,
+}
+
+/// Appends one block's stored integer codes (one per element, in value order) and its groups of shared scale to
+/// `codes` and `groups`; false for types without integer codes (floats, and types that cannot compute).
+pub(super) fn block_codes(t: GgmlType, block: &[u8], codes: &mut Vec<i32>, groups: &mut Vec<CodeGroup>) -> bool {
+    let group = |len, scale, min, zero| CodeGroup { len, scale, min, zero };
+    match t {
+        GgmlType::Q4_0 | GgmlType::Q4_1 => {
+            let qs = if t == GgmlType::Q4_0 {
+                &block[2..18]
+            } else {
+                &block[4..20]
+            };
+            codes.extend(qs.iter().map(|q| i32::from(q & 0xF)));
+            codes.extend(qs.iter().map(|q| i32::from(q >> 4)));
+            groups.push(if t == GgmlType::Q4_0 {
+                group(32, half(block), 0.0, 8)
+            } else {
+                group(32, half(block), half(&block[2..]), 0)
+            });
+        }
+        GgmlType::Q5_0 => {
+            let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
+            codes.extend(q5_codes(qh, &block[6..22]).map(i32::from));
+            groups.push(group(32, half(block), 0.0, 16));
+        }
+        GgmlType::Q5_1 => {
+            let qh = u32::from_le_bytes([block[4], block[5], block[6], block[7]]);
+            codes.extend(q5_codes(qh, &block[8..24]).map(i32::from));
+            groups.push(group(32, half(block), half(&block[2..]), 0));
+        }
+        GgmlType::Q8_0 => {
+            codes.extend(block[2..34].iter().map(|&q| i32::from(q as i8)));
+            groups.push(group(32, half(block), 0.0, 0));
+        }
+        GgmlType::Q4_K | GgmlType::Q5_K => {
+            let (d, dmin) = (half(block), half(&block[2..]));
+            let (sc, mn) = k_scale_min(&block[4..16]);
+            let (qs, qh) = k_bits(t, block);
+            for s in 0..8 {
+                codes.extend((0..32).map(|l| i32::from(k_code(qs, qh, s, l))));
+                // − dmin·m added is the subtraction gguf-py does (a − b = a + (−b) exactly).
+                groups.push(group(32, d * f32::from(sc[s]), -(dmin * f32::from(mn[s])), 0));
+            }
+        }
+        GgmlType::Q6_K => {
+            let d = half(&block[208..]);
+            codes.extend((0..256).map(|e| i32::from(q6_code(block, e))));
+            groups.extend(
+                block[192..208]
+                    .iter()
+                    .map(|&sc| group(16, d * f32::from(sc as i8), 0.0, 32)),
+            );
+        }
+        _ => return false,
+    }
+    true
+}
+
+/// Q4_K/Q5_K's 4-bit codes and, for Q5_K, the bytes holding each code's bit 4.
+fn k_bits(t: GgmlType, block: &[u8]) -> (&[u8], Option<&[u8]>) {
+    if t == GgmlType::Q5_K {
+        (&block[48..176], Some(&block[16..48]))
+    } else {
+        (&block[16..144], None)
+    }
+}
+
+/// Q4_K/Q5_K element `l` of sub-block `s`: nibble `s % 2` of `qs[32·(s / 2) + l]`, plus bit `s` of `qh[l]` as
+/// bit 4 (Q5_K).
+fn k_code(qs: &[u8], qh: Option<&[u8]>, s: usize, l: usize) -> u8 {
+    let q = (qs[32 * (s / 2) + l] >> (4 * (s % 2))) & 0xF;
+    qh.map_or(q, |qh| q | (((qh[l] >> s) & 1) << 4))
+}
+
+/// Q6_K element `e`'s 6-bit code: half h = e / 128; within it r = e % 128 takes nibble r / 64 of
+/// `ql[64h + r % 64]` and bits 2·(r / 32).. of `qh[32h + r % 32]`.
+fn q6_code(block: &[u8], e: usize) -> u8 {
+    let (ql, qh) = (&block[..128], &block[128..192]);
+    let (h, r) = (e / 128, e % 128);
+    let lo = (ql[64 * h + r % 64] >> (4 * (r / 64))) & 0xF;
+    let hi = (qh[32 * h + r % 32] >> (2 * (r / 32))) & 3;
+    lo | (hi << 4)
 }
 
 /// The low nibble of `b` as a 4-bit two's-complement number.

@@ -12,6 +12,7 @@ mod simd_wasm;
 #[cfg(target_arch = "x86_64")]
 mod simd_x86;
 
+pub use blocks::CodeGroup;
 pub use matmul::{matmul, set_simd, set_threads, QMatrix};
 
 use crate::error::{LoomError, Result};
@@ -215,6 +216,30 @@ pub fn dequantize(t: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<()> {
     }
     matmul::dequantize_blocks(matmul::Level::current(), t, bytes, out);
     Ok(())
+}
+
+/// The stored integer codes of the first `n` elements of whole blocks of type `t` and the groups of shared scale
+/// covering them (the last group may reach past `n`); `None` for types without integer codes (floats, and types
+/// that cannot compute).
+pub fn codes(t: GgmlType, bytes: &[u8], n: usize) -> Option<(Vec<i32>, Vec<CodeGroup>)> {
+    let (mut codes, mut groups) = (Vec::new(), Vec::new());
+    // At least one block, so that a type without codes says so for n = 0 too.
+    for block in bytes
+        .chunks_exact(t.block_bytes())
+        .take(n.div_ceil(t.block_len()).max(1))
+    {
+        if !blocks::block_codes(t, block, &mut codes, &mut groups) {
+            return None;
+        }
+    }
+    codes.truncate(n);
+    let mut covered = 0;
+    groups.retain(|g| {
+        let keep = covered < n;
+        covered += g.len;
+        keep
+    });
+    Some((codes, groups))
 }
 
 #[cfg(test)]
