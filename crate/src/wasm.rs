@@ -90,7 +90,7 @@ pub(crate) fn to_js<T: Serialize + ?Sized>(value: &T) -> JsResult<JsValue> {
 }
 
 /// A JavaScript number that must be a byte count.
-fn byte_count(n: f64, what: &str) -> JsResult<u64> {
+pub(crate) fn byte_count(n: f64, what: &str) -> JsResult<u64> {
     if n.is_finite() && n >= 0.0 && n.fract() == 0.0 && n <= 9_007_199_254_740_992.0 {
         Ok(n as u64)
     } else {

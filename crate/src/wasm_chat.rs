@@ -12,13 +12,19 @@ use serde::{Deserialize, Serialize};
 use wasm_bindgen::prelude::*;
 
 use crate::error::LoomError;
+use crate::formats::gguf;
+use crate::inspect::PrefixSource;
+use crate::llm::config::ModelConfig;
 use crate::llm::engine::{CpuEngine, Engine};
-use crate::llm::generate::{Conversation, GenerateOptions, Reply, Step};
-use crate::llm::gpu_engine::GpuEngine;
-use crate::llm::model::LlmModel;
+use crate::llm::generate::{ChatFormat, Conversation, GenerateOptions, Reply, Step};
+use crate::llm::gpu_engine::{GpuEngine, GpuEngineBuilder};
+use crate::llm::model::{gguf_config, LlmModel, ModelFormat};
 use crate::llm::sampler::SamplingParams;
+use crate::llm::sources::{GgufData, GgufSource};
 use crate::llm::template::ChatMessage;
-use crate::wasm::{js_error, shared_gpu, to_js, JsResult};
+use crate::llm::tokenizer::Tokenizer;
+use crate::llm::weights::{self, Matrix};
+use crate::wasm::{byte_count, js_error, shared_gpu, to_js, JsResult};
 
 #[wasm_bindgen(typescript_custom_section)]
 const TS_TYPES: &'static str = r#"
@@ -104,25 +110,11 @@ struct ChatInfo {
 }
 
 impl ChatInfo {
-    fn of(model: &LlmModel, conversation: &Conversation) -> ChatInfo {
-        let c = &model.config;
-        let w = &model.weights;
-        let mut block_types = BTreeMap::new();
-        let mut weight_bytes = 0;
-        let matrices = w
-            .blocks
-            .iter()
-            .flat_map(|b| [&b.wq, &b.wk, &b.wv, &b.wo, &b.gate, &b.up, &b.down])
-            .chain([&w.embed])
-            .chain(w.head.as_ref());
-        for m in matrices {
-            *block_types.entry(m.ty.name().to_string()).or_insert(0) += m.data.len() as u64;
-            weight_bytes += m.data.len() as u64;
-        }
+    fn new(format: ModelFormat, c: &ModelConfig, has_template: bool) -> ChatInfo {
         ChatInfo {
-            format: match model.format {
-                crate::llm::model::ModelFormat::Gguf => "gguf",
-                crate::llm::model::ModelFormat::Entity => "entity",
+            format: match format {
+                ModelFormat::Gguf => "gguf",
+                ModelFormat::Entity => "entity",
                 _ => "hf",
             },
             arch: c.arch.name(),
@@ -134,11 +126,48 @@ impl ChatInfo {
             ffn: c.ffn,
             vocab: c.vocab,
             context: c.context,
-            weight_bytes,
-            block_types,
-            has_template: conversation.format().has_template(),
+            weight_bytes: 0,
+            block_types: BTreeMap::new(),
+            has_template,
         }
     }
+
+    /// Counts a weight matrix in the quantization mix.
+    fn add(&mut self, m: &Matrix) {
+        *self.block_types.entry(m.ty.name().to_string()).or_insert(0) += m.data.len() as u64;
+        self.weight_bytes += m.data.len() as u64;
+    }
+
+    fn of(model: &LlmModel, conversation: &Conversation) -> ChatInfo {
+        let mut info = ChatInfo::new(model.format, &model.config, conversation.format().has_template());
+        let w = &model.weights;
+        let blocks = w
+            .blocks
+            .iter()
+            .flat_map(|b| [&b.wq, &b.wk, &b.wv, &b.wo, &b.gate, &b.up, &b.down]);
+        for m in blocks.chain([&w.embed]).chain(w.head.as_ref()) {
+            info.add(m);
+        }
+        info
+    }
+}
+
+/// Reads the named tensors of a GGUF through the page's `read(offset, length)`: each is fetched on its own.
+async fn read_tensors(
+    header: &gguf::GgufHeader,
+    names: Vec<String>,
+    read: &js_sys::Function,
+) -> JsResult<std::collections::HashMap<String, Bytes>> {
+    let mut out = std::collections::HashMap::new();
+    for name in names {
+        let Some(t) = header.tensor(&name) else { continue };
+        // The header reader checked every range against the file's length.
+        let offset = (header.data_start + t.offset) as f64;
+        let promise = read.call2(&JsValue::NULL, &offset.into(), &(t.bytes as f64).into())?;
+        let bytes = wasm_bindgen_futures::JsFuture::from(js_sys::Promise::from(promise)).await?;
+        out.insert(name, Bytes::from(Uint8Array::new(&bytes).to_vec()));
+    }
+    Ok(out)
 }
 
 /// `send` options as JavaScript passes them (camelCase, all optional).
@@ -248,6 +277,76 @@ impl JsChat {
                 }),
                 busy: false,
             })),
+        })
+    }
+
+    /// Opens a GGUF straight onto WebGPU: `header` is the file's first bytes holding its whole header, `read(offset,
+    /// length)` resolves to any byte range of the `totalLen`-byte file. Tensors are read, uploaded and freed one
+    /// at a time (the globals, then block by block), so wasm memory never holds the model.
+    #[wasm_bindgen(js_name = openGgufGpu, unchecked_return_type = "Promise<Chat>")]
+    pub fn open_gguf_gpu(
+        header: Vec<u8>,
+        #[wasm_bindgen(js_name = totalLen)] total_len: f64,
+        #[wasm_bindgen(unchecked_param_type = "(offset: number, length: number) => Promise<Uint8Array>")]
+        read: js_sys::Function,
+        context: Option<f64>,
+    ) -> js_sys::Promise {
+        wasm_bindgen_futures::future_to_promise(async move {
+            let total = byte_count(total_len, "totalLen")?;
+            let context = count(context, "context", 0).map_err(js_error)?;
+            let mut src = PrefixSource::new(&header, total).map_err(js_error)?;
+            let (h, _) = gguf::read_header(&mut src, Vec::new()).map_err(js_error)?;
+            drop(header);
+            let (config, eos_ids) = gguf_config(&h).map_err(js_error)?;
+            let format = ChatFormat::of(std::sync::Arc::new(Tokenizer::from_gguf(&h).map_err(js_error)?));
+            let conversation = Conversation::of(format.map_err(js_error)?, &eos_ids).map_err(js_error)?;
+            let mut info = ChatInfo::new(ModelFormat::Gguf, &config, conversation.format().has_template());
+            let gpu = shared_gpu().await.map_err(js_error)?;
+            let mut builder = GpuEngineBuilder::new(gpu, &config, (context > 0).then_some(context));
+            let source = |parts| GgufSource {
+                header: &h,
+                data: GgufData::Tensors(parts),
+            };
+            let lost = |e: LoomError| {
+                if matches!(e, LoomError::GpuDeviceLost(_)) {
+                    crate::wasm::forget_gpu();
+                }
+                js_error(e)
+            };
+            let parts = read_tensors(&h, GgufSource::global_tensors(&h), &read).await?;
+            let g = weights::load_globals(&config, &source(parts)).map_err(js_error)?;
+            info.add(&g.embed);
+            if let Some(head) = &g.head {
+                info.add(head);
+            }
+            builder
+                .globals(&g.embed, g.head.as_ref(), &g.final_norm)
+                .await
+                .map_err(lost)?;
+            drop(g);
+            for i in 0..config.n_layers {
+                let parts = read_tensors(&h, GgufSource::block_tensors(&h, i), &read).await?;
+                let b = weights::load_block(&config, &source(parts), i).map_err(js_error)?;
+                for m in [&b.wq, &b.wk, &b.wv, &b.wo, &b.gate, &b.up, &b.down] {
+                    info.add(m);
+                }
+                builder.block(&b).await.map_err(lost)?;
+            }
+            let engine = builder.finish().await.map_err(lost)?;
+            info.context = engine.config().context;
+            Ok(JsChat {
+                slot: Rc::new(RefCell::new(Slot {
+                    state: Some(ChatState {
+                        model: None,
+                        engine: ChatEngine::Gpu(Box::new(engine)),
+                        conversation,
+                        turn: None,
+                        info,
+                    }),
+                    busy: false,
+                })),
+            }
+            .into())
         })
     }
 

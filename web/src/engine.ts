@@ -73,7 +73,15 @@ export interface RawReply {
   prefillTokensPerSecond: number;
 }
 interface Raw {
-  Chat: { open(names: string[], files: Uint8Array[]): RawChat };
+  Chat: {
+    open(names: string[], files: Uint8Array[]): RawChat;
+    openGgufGpu(
+      header: Uint8Array,
+      totalLen: number,
+      read: (offset: number, length: number) => Promise<Uint8Array>,
+      context?: number,
+    ): Promise<RawChat>;
+  };
   inspectHeader(prefix: Uint8Array, totalLen: number): Inspection;
   gpuInfo(): Promise<GpuInfo>;
   memoryBytes(): number;
@@ -490,8 +498,67 @@ function yieldToEvents(): Promise<void> {
   });
 }
 
+/** Where a chat may run, asked before anything is read: the GPU with its adapter, or the CPU and why. */
+async function chatDevice(opts: ChatOpenOptions): Promise<{ gpu: boolean; reason?: string }> {
+  if (opts.device === 'cpu') return { gpu: false };
+  const info = await gpuInfo();
+  if (!info.available) return { gpu: false, reason: info.reason ?? 'WebGPU is not available' };
+  if (opts.device === 'auto' && info.software) {
+    return { gpu: false, reason: `WebGPU runs on a software adapter here (${info.adapter ?? 'unknown'}), slower than the CPU engine` };
+  }
+  return { gpu: true };
+}
+
+const GGUF_MAGIC = [0x47, 0x47, 0x55, 0x46];
+
+/** A GGUF file or URL opened straight onto the GPU: the header, then each tensor read from the source, uploaded
+ * and freed (`upload` progress in bytes of the file), so WebAssembly memory never holds the model. `undefined`
+ * when the source is not a GGUF file (the caller loads it whole). */
+async function chatStreamGguf(src: WireSource, opts: ChatOpenOptions, ctx: CallContext): Promise<RawChat | undefined> {
+  if (src instanceof ArrayBuffer || ArrayBuffer.isView(src)) return undefined; // already in memory
+  let reader: ByteReader;
+  if (src instanceof Blob) reader = new BlobReader(src);
+  else {
+    const data =
+      (await fileUrlBlob(src.url)) ??
+      (await download(src.url, { cache: opts.cache, signal: ctx.signal, onProgress: ctx.onProgress }));
+    reader = data instanceof Blob ? new BlobReader(data) : new BytesReader(data);
+  }
+  const magic = await reader.read(0, Math.min(4, reader.size), ctx.signal);
+  if (!GGUF_MAGIC.every((b, i) => magic[i] === b)) return undefined;
+  if (opts.integrity !== undefined) await checkIntegrity(await readAll(reader, () => {}, ctx.signal), opts.integrity, src);
+  const header = await withHeader(reader, ctx, (prefix) => {
+    raw.inspectHeader(prefix, reader.size);
+    return prefix;
+  });
+  let loaded = header.length;
+  ctx.onProgress({ phase: 'upload', loaded, total: reader.size });
+  const read = async (offset: number, length: number) => {
+    throwIfAborted(ctx.signal);
+    const bytes = await reader.read(offset, length, ctx.signal);
+    loaded += length;
+    ctx.onProgress({ phase: 'upload', loaded, total: reader.size });
+    return bytes;
+  };
+  return gpuTurn(() => raw.Chat.openGgufGpu(header, reader.size, read, opts.context));
+}
+
 async function chatOpen(src: WireChatSource, opts: ChatOpenOptions, ctx: CallContext) {
   await ready();
+  const single = 'files' in src && Array.isArray(src.files) ? (src.files.length === 1 ? src.files[0] : undefined) : (src as WireSource);
+  const where = await chatDevice(opts);
+  let fallbackReason = where.reason;
+  // A GGUF for the GPU streams there tensor by tensor; anything else is read whole into wasm memory first.
+  if (where.gpu && single !== undefined) {
+    try {
+      const chat = await chatStreamGguf(single, opts, ctx);
+      if (chat) return registerChat(chat, 'gpu', opts.name ?? defaultName(single), undefined);
+    } catch (e) {
+      const err = toLoomError(e);
+      if (err.code === 'aborted' || err.code === 'bad_format' || (opts.device === 'gpu' && err.code !== 'no_webgpu')) throw err;
+      fallbackReason = err.message;
+    }
+  }
   let names: string[];
   let contents: Uint8Array[];
   if ('files' in src && Array.isArray(src.files)) {
@@ -520,35 +587,32 @@ async function chatOpen(src: WireChatSource, opts: ChatOpenOptions, ctx: CallCon
   ctx.onProgress({ phase: 'parse', loaded: total, total });
   try {
     let device: 'gpu' | 'cpu' = 'cpu';
-    let adapter: string | undefined;
-    let fallbackReason: string | undefined;
-    if (opts.device !== 'cpu') {
-      const info = await gpuInfo();
-      if (!info.available) fallbackReason = info.reason ?? 'WebGPU is not available';
-      else if (opts.device === 'auto' && info.software) {
-        fallbackReason = `WebGPU runs on a software adapter here (${info.adapter ?? 'unknown'}), slower than the CPU engine`;
-      } else {
-        const weights = chat.info().weight_bytes;
-        ctx.onProgress({ phase: 'upload', loaded: 0, total: weights });
-        try {
-          adapter = await gpuTurn(() => chat.useGpu(opts.context));
-          device = 'gpu';
-          ctx.onProgress({ phase: 'upload', loaded: weights, total: weights });
-        } catch (e) {
-          const err = toLoomError(e);
-          if (opts.device === 'gpu' && err.code !== 'no_webgpu') throw err;
-          fallbackReason = err.message;
-        }
+    if (where.gpu && fallbackReason === undefined) {
+      const weights = chat.info().weight_bytes;
+      ctx.onProgress({ phase: 'upload', loaded: 0, total: weights });
+      try {
+        await gpuTurn(() => chat.useGpu(opts.context));
+        device = 'gpu';
+        ctx.onProgress({ phase: 'upload', loaded: weights, total: weights });
+      } catch (e) {
+        const err = toLoomError(e);
+        if (opts.device === 'gpu' && err.code !== 'no_webgpu') throw err;
+        fallbackReason = err.message;
       }
     }
     throwIfAborted(ctx.signal);
-    const id = nextId++;
-    chats.set(id, { chat, device, name });
-    return { id, name, device, adapter, fallbackReason, info: chat.info() };
+    return registerChat(chat, device, name, fallbackReason);
   } catch (e) {
     chat.free();
     throw e;
   }
+}
+
+function registerChat(chat: RawChat, device: 'gpu' | 'cpu', name: string, fallbackReason: string | undefined) {
+  const id = nextId++;
+  chats.set(id, { chat, device, name });
+  const adapter = device === 'gpu' ? chat.device() : undefined;
+  return { id, name, device, adapter, fallbackReason, info: chat.info() };
 }
 
 /** Generates a reply, streaming its text through `ctx.onToken`; an aborted signal ends it (`cancelled`). */

@@ -129,7 +129,11 @@ pub struct ChatFormat {
 
 impl ChatFormat {
     pub fn new(model: &LlmModel) -> Result<ChatFormat> {
-        let tokenizer = model.tokenizer()?;
+        ChatFormat::of(model.tokenizer()?)
+    }
+
+    /// The tokenizer and the chat template it carries.
+    pub fn of(tokenizer: Arc<Tokenizer>) -> Result<ChatFormat> {
         let template = match tokenizer.chat_template() {
             Some(t) => Some(Arc::new(ChatTemplate::new(t)?)),
             None => None,
@@ -327,8 +331,12 @@ pub struct Conversation {
 
 impl Conversation {
     pub fn new(model: &LlmModel) -> Result<Conversation> {
-        let format = ChatFormat::new(model)?;
-        let mut eos_ids = model.eos_ids.clone();
+        Conversation::of(ChatFormat::new(model)?, &model.eos_ids)
+    }
+
+    /// A conversation in `format` whose replies also end at `eos_ids` (the model's own, besides the tokenizer's).
+    pub fn of(format: ChatFormat, eos_ids: &[u32]) -> Result<Conversation> {
+        let mut eos_ids = eos_ids.to_vec();
         for id in format.tokenizer().eos_ids() {
             if !eos_ids.contains(&id) {
                 eos_ids.push(id);

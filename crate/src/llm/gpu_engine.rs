@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::config::{ModelConfig, RopeStyle};
-use super::weights::{Matrix, ModelWeights};
+use super::weights::{BlockWeights, Matrix, ModelWeights};
 use crate::cpu::ops::{self, RopePairs};
 use crate::error::{LoomError, Result};
 use crate::gpu::{
@@ -123,31 +123,103 @@ async fn upload_matrix(gpu: &Gpu, name: &str, m: &Matrix) -> Result<PackedWeight
         .map_err(named)
 }
 
-impl GpuEngine {
-    /// Uploads `weights` to `gpu` with a KV cache of `context` positions (default: the model's context, at most
-    /// [`DEFAULT_GPU_CONTEXT`]). A tensor the device cannot hold is [`LoomError::GpuOutOfMemory`] naming it.
-    pub async fn new(
-        gpu: Arc<Gpu>,
-        cfg: &ModelConfig,
-        weights: &ModelWeights,
-        context: Option<usize>,
-    ) -> Result<GpuEngine> {
+/// A GPU engine built in steps, so that a load can stream a file's tensors: the globals, then each block in order;
+/// every tensor is uploaded as it comes and its host copy can go.
+pub struct GpuEngineBuilder {
+    gpu: Arc<Gpu>,
+    cfg: ModelConfig,
+    matvec: HashMap<Packing, MatVec>,
+    globals: Option<(PackedWeights, PackedWeights, wgpu::Buffer)>,
+    blocks: Vec<GpuBlock>,
+}
+
+impl GpuEngineBuilder {
+    /// An engine for `cfg` with a KV cache of `context` positions (default: the model's context, at most
+    /// [`DEFAULT_GPU_CONTEXT`]).
+    pub fn new(gpu: Arc<Gpu>, cfg: &ModelConfig, context: Option<usize>) -> GpuEngineBuilder {
         let mut cfg = cfg.clone();
         cfg.context = context.unwrap_or(DEFAULT_GPU_CONTEXT).min(cfg.context).max(1);
-        let g = &*gpu;
-        let mut matvec = HashMap::new();
-        let head_weights = weights.lm_head();
-        let all = weights
-            .blocks
-            .iter()
-            .flat_map(|b| [&b.wq, &b.wk, &b.wv, &b.wo, &b.gate, &b.up, &b.down])
-            .chain([&weights.embed, head_weights]);
-        for m in all {
-            let p = Packing::for_block_type(m.ty)?;
-            if let std::collections::hash_map::Entry::Vacant(e) = matvec.entry(p) {
-                e.insert(MatVec::auto(g, p)?);
-            }
+        GpuEngineBuilder {
+            gpu,
+            cfg,
+            matvec: HashMap::new(),
+            globals: None,
+            blocks: Vec::new(),
         }
+    }
+
+    /// Uploads `m` as stored (compiling the matvec kernel of its block type on first sight).
+    async fn matrix(&mut self, name: &str, m: &Matrix) -> Result<PackedWeights> {
+        let p = Packing::for_block_type(m.ty)?;
+        if let std::collections::hash_map::Entry::Vacant(e) = self.matvec.entry(p) {
+            e.insert(MatVec::auto(&self.gpu, p)?);
+        }
+        upload_matrix(&self.gpu, name, m).await
+    }
+
+    /// The embedding, the output head (`None`: tied to the embedding) and the final norm.
+    pub async fn globals(&mut self, embed: &Matrix, head: Option<&Matrix>, final_norm: &[f32]) -> Result<()> {
+        let embed_w = self.matrix("token_embd", embed).await?;
+        let head_w = self.matrix("output", head.unwrap_or(embed)).await?;
+        let norm = upload_f32(&self.gpu, "output_norm", final_norm).await?;
+        self.globals = Some((embed_w, head_w, norm));
+        Ok(())
+    }
+
+    /// The next block's weights.
+    pub async fn block(&mut self, b: &BlockWeights) -> Result<()> {
+        let i = self.blocks.len();
+        if i >= self.cfg.n_layers {
+            return Err(LoomError::InvalidNetwork(format!(
+                "block {i}: the model has {} blocks",
+                self.cfg.n_layers
+            )));
+        }
+        let n = |s: &str| format!("blk.{i}.{s}");
+        let g = self.gpu.clone();
+        let block = GpuBlock {
+            attn_norm: upload_f32(&g, &n("attn_norm"), &b.attn_norm).await?,
+            wq: self.matrix(&n("attn_q"), &b.wq).await?,
+            wk: self.matrix(&n("attn_k"), &b.wk).await?,
+            wv: self.matrix(&n("attn_v"), &b.wv).await?,
+            wo: self.matrix(&n("attn_output"), &b.wo).await?,
+            bq: upload_opt(&g, &n("attn_q.bias"), &b.bq).await?,
+            bk: upload_opt(&g, &n("attn_k.bias"), &b.bk).await?,
+            bv: upload_opt(&g, &n("attn_v.bias"), &b.bv).await?,
+            bo: upload_opt(&g, &n("attn_output.bias"), &b.bo).await?,
+            b_gate: upload_opt(&g, &n("ffn_gate.bias"), &b.b_gate).await?,
+            b_up: upload_opt(&g, &n("ffn_up.bias"), &b.b_up).await?,
+            b_down: upload_opt(&g, &n("ffn_down.bias"), &b.b_down).await?,
+            q_norm: upload_opt(&g, &n("attn_q_norm"), &b.q_norm).await?,
+            k_norm: upload_opt(&g, &n("attn_k_norm"), &b.k_norm).await?,
+            ffn_norm: upload_f32(&g, &n("ffn_norm"), &b.ffn_norm).await?,
+            gate: self.matrix(&n("ffn_gate"), &b.gate).await?,
+            up: self.matrix(&n("ffn_up"), &b.up).await?,
+            down: self.matrix(&n("ffn_down"), &b.down).await?,
+        };
+        self.blocks.push(block);
+        Ok(())
+    }
+
+    /// The engine, once the globals and every block are in; allocates the KV cache.
+    pub async fn finish(self) -> Result<GpuEngine> {
+        let GpuEngineBuilder {
+            gpu,
+            cfg,
+            matvec,
+            globals,
+            blocks,
+        } = self;
+        let (embed, head, final_norm) =
+            globals.ok_or_else(|| LoomError::InvalidNetwork("the embedding and output head were not loaded".into()))?;
+        if blocks.len() != cfg.n_layers {
+            return Err(LoomError::InvalidNetwork(format!(
+                "{} of {} blocks were loaded",
+                blocks.len(),
+                cfg.n_layers
+            )));
+        }
+        let g = &*gpu;
         let k = Kernels {
             matvec,
             norm: Norm::new(g)?,
@@ -156,33 +228,6 @@ impl GpuEngine {
             elementwise: Elementwise::new(g)?,
             argmax: Argmax::new(g)?,
         };
-        let embed = upload_matrix(g, "token_embd", &weights.embed).await?;
-        let head = upload_matrix(g, "output", head_weights).await?;
-        let final_norm = upload_f32(g, "output_norm", &weights.final_norm).await?;
-        let mut blocks = Vec::with_capacity(weights.blocks.len());
-        for (i, b) in weights.blocks.iter().enumerate() {
-            let n = |s: &str| format!("blk.{i}.{s}");
-            blocks.push(GpuBlock {
-                attn_norm: upload_f32(g, &n("attn_norm"), &b.attn_norm).await?,
-                wq: upload_matrix(g, &n("attn_q"), &b.wq).await?,
-                wk: upload_matrix(g, &n("attn_k"), &b.wk).await?,
-                wv: upload_matrix(g, &n("attn_v"), &b.wv).await?,
-                wo: upload_matrix(g, &n("attn_output"), &b.wo).await?,
-                bq: upload_opt(g, &n("attn_q.bias"), &b.bq).await?,
-                bk: upload_opt(g, &n("attn_k.bias"), &b.bk).await?,
-                bv: upload_opt(g, &n("attn_v.bias"), &b.bv).await?,
-                bo: upload_opt(g, &n("attn_output.bias"), &b.bo).await?,
-                b_gate: upload_opt(g, &n("ffn_gate.bias"), &b.b_gate).await?,
-                b_up: upload_opt(g, &n("ffn_up.bias"), &b.b_up).await?,
-                b_down: upload_opt(g, &n("ffn_down.bias"), &b.b_down).await?,
-                q_norm: upload_opt(g, &n("attn_q_norm"), &b.q_norm).await?,
-                k_norm: upload_opt(g, &n("attn_k_norm"), &b.k_norm).await?,
-                ffn_norm: upload_f32(g, &n("ffn_norm"), &b.ffn_norm).await?,
-                gate: upload_matrix(g, &n("ffn_gate"), &b.gate).await?,
-                up: upload_matrix(g, &n("ffn_up"), &b.up).await?,
-                down: upload_matrix(g, &n("ffn_down"), &b.down).await?,
-            });
-        }
         let mut caches = Vec::with_capacity(cfg.n_layers);
         for _ in 0..cfg.n_layers {
             caches.push(KvCache::new(g, cfg.n_kv_heads, cfg.head_dim, cfg.context).await?);
@@ -202,6 +247,25 @@ impl GpuEngine {
             plans: HashMap::new(),
             last: GpuCallStats::default(),
         })
+    }
+}
+
+impl GpuEngine {
+    /// Uploads `weights` to `gpu` with a KV cache of `context` positions (default: the model's context, at most
+    /// [`DEFAULT_GPU_CONTEXT`]). A tensor the device cannot hold is [`LoomError::GpuOutOfMemory`] naming it.
+    pub async fn new(
+        gpu: Arc<Gpu>,
+        cfg: &ModelConfig,
+        weights: &ModelWeights,
+        context: Option<usize>,
+    ) -> Result<GpuEngine> {
+        let mut b = GpuEngineBuilder::new(gpu, cfg, context);
+        b.globals(&weights.embed, weights.head.as_ref(), &weights.final_norm)
+            .await?;
+        for block in &weights.blocks {
+            b.block(block).await?;
+        }
+        b.finish().await
     }
 
     /// The model's configuration, with the context this engine's KV cache holds.

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::config::ModelConfig;
 use super::engine::CpuEngine;
-use super::sources::{GgufSource, SafetensorsSource};
+use super::sources::{GgufData, GgufSource, SafetensorsSource};
 use super::tokenizer::Tokenizer;
 use super::weights::{self, ModelWeights};
 use crate::error::{json_err, LoomError, Result};
@@ -94,32 +94,44 @@ fn shard_names(index: &[u8]) -> Result<Vec<String>> {
     Ok(names)
 }
 
+/// A GGUF header's model configuration and its end-of-reply ids (eos, eot).
+pub fn gguf_config(header: &gguf::GgufHeader) -> Result<(ModelConfig, Vec<u32>)> {
+    let embed = header
+        .tensor("token_embd.weight")
+        .ok_or_else(|| LoomError::InvalidNetwork("missing tensor token_embd.weight".into()))?;
+    let vocab = embed
+        .dims
+        .get(1)
+        .and_then(|&v| usize::try_from(v).ok())
+        .ok_or_else(|| LoomError::InvalidNetwork("token_embd.weight is not a matrix".into()))?;
+    let config = ModelConfig::from_gguf(header, vocab)?;
+    let mut eos_ids = Vec::new();
+    for key in ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"] {
+        if let Some(id) = header
+            .get(key)
+            .and_then(|v| v.as_u64())
+            .and_then(|v| u32::try_from(v).ok())
+        {
+            if !eos_ids.contains(&id) {
+                eos_ids.push(id);
+            }
+        }
+    }
+    Ok((config, eos_ids))
+}
+
 impl LlmModel {
     /// A GGUF file held in one buffer.
     pub fn from_gguf(file: Bytes) -> Result<LlmModel> {
         let header = gguf::read_header_bytes(&file)?;
-        let embed = header
-            .tensor("token_embd.weight")
-            .ok_or_else(|| LoomError::InvalidNetwork("missing tensor token_embd.weight".into()))?;
-        let vocab = embed
-            .dims
-            .get(1)
-            .and_then(|&v| usize::try_from(v).ok())
-            .ok_or_else(|| LoomError::InvalidNetwork("token_embd.weight is not a matrix".into()))?;
-        let config = ModelConfig::from_gguf(&header, vocab)?;
-        let weights = weights::load(&config, &GgufSource { header: &header, file })?;
-        let mut eos_ids = Vec::new();
-        for key in ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"] {
-            if let Some(id) = header
-                .get(key)
-                .and_then(|v| v.as_u64())
-                .and_then(|v| u32::try_from(v).ok())
-            {
-                if !eos_ids.contains(&id) {
-                    eos_ids.push(id);
-                }
-            }
-        }
+        let (config, eos_ids) = gguf_config(&header)?;
+        let weights = weights::load(
+            &config,
+            &GgufSource {
+                header: &header,
+                data: GgufData::File(file),
+            },
+        )?;
         Ok(LlmModel {
             format: ModelFormat::Gguf,
             config,

@@ -9,10 +9,38 @@ use crate::error::{LoomError, Result};
 use crate::formats::gguf::GgufHeader;
 use crate::quant::GgmlType;
 
-/// A GGUF file held as one buffer (a memory map natively); tensors are slices of it.
+/// A GGUF file's tensors: slices of the whole file held as one buffer (a memory map natively), or only some
+/// tensors' bytes, each read on its own (a load that streams to the GPU), keyed by name.
 pub struct GgufSource<'h> {
     pub header: &'h GgufHeader,
-    pub file: Bytes,
+    pub data: GgufData,
+}
+
+pub enum GgufData {
+    File(Bytes),
+    Tensors(HashMap<String, Bytes>),
+}
+
+impl GgufSource<'_> {
+    /// The names of block `block`'s tensors that the file holds (what a streaming load reads for it).
+    pub fn block_tensors(header: &GgufHeader, block: usize) -> Vec<String> {
+        let prefix = format!("blk.{block}.");
+        header
+            .tensors
+            .iter()
+            .filter(|t| t.name.starts_with(&prefix))
+            .map(|t| t.name.clone())
+            .collect()
+    }
+
+    /// The names of the tensors outside the blocks that the decoder reads.
+    pub fn global_tensors(header: &GgufHeader) -> Vec<String> {
+        ["token_embd.weight", "output_norm.weight", "output.weight"]
+            .into_iter()
+            .filter(|n| header.tensor(n).is_some())
+            .map(String::from)
+            .collect()
+    }
 }
 
 fn gguf_block_name(block: usize, role: Role) -> String {
@@ -45,16 +73,32 @@ impl GgufSource<'_> {
             return Ok(None);
         };
         let ty = t.ggml_type;
-        // The header reader checked every range against the file's length.
-        let start = self.header.data_start + t.offset;
-        let end = start + t.bytes;
-        if end > self.file.len() as u64 {
-            return Err(LoomError::Truncated {
-                what: name.to_string(),
-                needed: end,
-                available: self.file.len() as u64,
-            });
-        }
+        let data = match &self.data {
+            GgufData::File(file) => {
+                // The header reader checked every range against the file's length.
+                let start = self.header.data_start + t.offset;
+                let end = start + t.bytes;
+                if end > file.len() as u64 {
+                    return Err(LoomError::Truncated {
+                        what: name.to_string(),
+                        needed: end,
+                        available: file.len() as u64,
+                    });
+                }
+                file.slice(start as usize..end as usize)
+            }
+            GgufData::Tensors(parts) => match parts.get(name) {
+                Some(b) if b.len() as u64 == t.bytes => b.clone(),
+                Some(b) => {
+                    return Err(LoomError::Truncated {
+                        what: name.to_string(),
+                        needed: t.bytes,
+                        available: b.len() as u64,
+                    })
+                }
+                None => return Ok(None),
+            },
+        };
         let shape = t
             .shape()
             .into_iter()
@@ -64,11 +108,7 @@ impl GgufSource<'_> {
                 what: name.to_string(),
                 shape: t.shape(),
             })?;
-        Ok(Some(RawTensor {
-            ty,
-            shape,
-            data: self.file.slice(start as usize..end as usize),
-        }))
+        Ok(Some(RawTensor { ty, shape, data }))
     }
 }
 

@@ -211,9 +211,17 @@ fn vector(t: RawTensor, name: &str, len: usize) -> Result<Vec<f32>> {
     Ok(out)
 }
 
-/// Reads and checks every tensor the config needs.
-pub fn load(cfg: &ModelConfig, src: &dyn TensorSource) -> Result<ModelWeights> {
-    let (h, q, kv, f) = (cfg.hidden, cfg.q_dim(), cfg.kv_dim(), cfg.ffn);
+/// The tensors outside the blocks.
+pub struct Globals {
+    pub embed: Matrix,
+    pub final_norm: Vec<f32>,
+    /// `None` when the embeddings are tied.
+    pub head: Option<Matrix>,
+}
+
+/// Reads and checks the embedding, the final norm and the output head.
+pub fn load_globals(cfg: &ModelConfig, src: &dyn TensorSource) -> Result<Globals> {
+    let h = cfg.hidden;
     let need_g = |g: Global| -> Result<RawTensor> {
         src.global(g)?
             .ok_or_else(|| LoomError::InvalidNetwork(format!("missing tensor {}", src.global_name(g))))
@@ -230,56 +238,71 @@ pub fn load(cfg: &ModelConfig, src: &dyn TensorSource) -> Result<ModelWeights> {
         }
         (true, _) => None,
     };
-    let mut blocks = Vec::with_capacity(cfg.n_layers);
-    for i in 0..cfg.n_layers {
-        let name = |r: Role| src.block_name(i, r);
-        let need = |r: Role| -> Result<RawTensor> {
-            src.block(i, r)?
-                .ok_or_else(|| LoomError::InvalidNetwork(format!("missing tensor {}", name(r))))
-        };
-        let mat = |r: Role, rows: usize, cols: usize| matrix(need(r)?, &name(r), rows, cols);
-        let vec = |r: Role, len: usize| vector(need(r)?, &name(r), len);
-        let opt = |r: Role, len: usize| -> Result<Option<Vec<f32>>> {
-            src.block(i, r)?.map(|t| vector(t, &name(r), len)).transpose()
-        };
-        let (bq, bk, bv) = (opt(Role::QBias, q)?, opt(Role::KBias, kv)?, opt(Role::VBias, kv)?);
-        let (bo, b_gate, b_up, b_down) = (
-            opt(Role::OBias, h)?,
-            opt(Role::GateBias, f)?,
-            opt(Role::UpBias, f)?,
-            opt(Role::DownBias, h)?,
-        );
-        let (q_norm, k_norm) = (opt(Role::QNorm, cfg.head_dim)?, opt(Role::KNorm, cfg.head_dim)?);
-        if cfg.arch == Arch::Qwen3 && (q_norm.is_none() || k_norm.is_none()) {
-            return Err(LoomError::InvalidNetwork(format!(
-                "qwen3 block {i} lacks its q/k norms"
-            )));
-        }
-        blocks.push(BlockWeights {
-            attn_norm: vec(Role::AttnNorm, h)?,
-            wq: mat(Role::Q, q, h)?,
-            wk: mat(Role::K, kv, h)?,
-            wv: mat(Role::V, kv, h)?,
-            wo: mat(Role::O, h, q)?,
-            bq,
-            bk,
-            bv,
-            bo,
-            b_gate,
-            b_up,
-            b_down,
-            q_norm,
-            k_norm,
-            ffn_norm: vec(Role::FfnNorm, h)?,
-            gate: mat(Role::Gate, f, h)?,
-            up: mat(Role::Up, f, h)?,
-            down: mat(Role::Down, h, f)?,
-        });
-    }
-    Ok(ModelWeights {
+    Ok(Globals {
         embed,
-        blocks,
         final_norm,
         head,
+    })
+}
+
+/// Reads and checks the tensors of block `i`.
+pub fn load_block(cfg: &ModelConfig, src: &dyn TensorSource, i: usize) -> Result<BlockWeights> {
+    let (h, q, kv, f) = (cfg.hidden, cfg.q_dim(), cfg.kv_dim(), cfg.ffn);
+    let name = |r: Role| src.block_name(i, r);
+    let need = |r: Role| -> Result<RawTensor> {
+        src.block(i, r)?
+            .ok_or_else(|| LoomError::InvalidNetwork(format!("missing tensor {}", name(r))))
+    };
+    let mat = |r: Role, rows: usize, cols: usize| matrix(need(r)?, &name(r), rows, cols);
+    let vec = |r: Role, len: usize| vector(need(r)?, &name(r), len);
+    let opt = |r: Role, len: usize| -> Result<Option<Vec<f32>>> {
+        src.block(i, r)?.map(|t| vector(t, &name(r), len)).transpose()
+    };
+    let (bq, bk, bv) = (opt(Role::QBias, q)?, opt(Role::KBias, kv)?, opt(Role::VBias, kv)?);
+    let (bo, b_gate, b_up, b_down) = (
+        opt(Role::OBias, h)?,
+        opt(Role::GateBias, f)?,
+        opt(Role::UpBias, f)?,
+        opt(Role::DownBias, h)?,
+    );
+    let (q_norm, k_norm) = (opt(Role::QNorm, cfg.head_dim)?, opt(Role::KNorm, cfg.head_dim)?);
+    if cfg.arch == Arch::Qwen3 && (q_norm.is_none() || k_norm.is_none()) {
+        return Err(LoomError::InvalidNetwork(format!(
+            "qwen3 block {i} lacks its q/k norms"
+        )));
+    }
+    Ok(BlockWeights {
+        attn_norm: vec(Role::AttnNorm, h)?,
+        wq: mat(Role::Q, q, h)?,
+        wk: mat(Role::K, kv, h)?,
+        wv: mat(Role::V, kv, h)?,
+        wo: mat(Role::O, h, q)?,
+        bq,
+        bk,
+        bv,
+        bo,
+        b_gate,
+        b_up,
+        b_down,
+        q_norm,
+        k_norm,
+        ffn_norm: vec(Role::FfnNorm, h)?,
+        gate: mat(Role::Gate, f, h)?,
+        up: mat(Role::Up, f, h)?,
+        down: mat(Role::Down, h, f)?,
+    })
+}
+
+/// Reads and checks every tensor the config needs.
+pub fn load(cfg: &ModelConfig, src: &dyn TensorSource) -> Result<ModelWeights> {
+    let g = load_globals(cfg, src)?;
+    let blocks = (0..cfg.n_layers)
+        .map(|i| load_block(cfg, src, i))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(ModelWeights {
+        embed: g.embed,
+        blocks,
+        final_norm: g.final_norm,
+        head: g.head,
     })
 }
