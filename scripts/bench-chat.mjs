@@ -38,7 +38,7 @@ try {
     const context = await browser.newContext();
     const page = await context.newPage();
     await page.goto(`http://127.0.0.1:${port}/`);
-    await page.waitForSelector('body[data-ready="1"]');
+    await page.waitForSelector('body[data-ready="1"]', { state: 'attached' });
     results[device] = await page.evaluate(
       async ({ url, device, prompt, decodeTokens }) => {
         const { openChat, memoryBytes, gpuInfo } = window.loom;
