@@ -2,25 +2,17 @@
 // against llama_ref/jinja2/HF-tokenizers goldens, and bad input.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { rejectsWith } from './assert.mjs';
 import { createHash } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { openChat, LoomError } from 'loom-wasm';
+import { openChat } from 'loom-wasm';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
 const TINY = `${root}../shared/golden/tiny-llama`;
 const SMOL_GOLDEN = `${root}../shared/golden/smollm2/expected.json`;
 const SMOL_GGUF = `${root}models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf`;
 const tinyExpected = JSON.parse(readFileSync(`${TINY}/expected.json`, 'utf8'));
-
-async function rejectsWith(promise, code, messagePart) {
-  await assert.rejects(promise, (e) => {
-    assert.ok(e instanceof LoomError, `expected a LoomError, got ${e}`);
-    assert.equal(e.code, code, e.message);
-    if (messagePart) assert.match(e.message, messagePart);
-    return true;
-  });
-}
 
 // The tiny model's vocabulary is the 256 bytes (id i = byte i) and it ships no chat template: this one renders the
 // messages' text as is, so a one-message conversation is exactly the golden prompt.

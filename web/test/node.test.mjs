@@ -1,25 +1,17 @@
 // The package's public API under Node (in-thread engine) on Loom's conformance corpus.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { rejectsWith } from './assert.mjs';
 import { readFileSync, writeFileSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { execFileSync, spawn } from 'node:child_process';
-import { inspect, open, openFiles, gpuInfo, memoryBytes, LoomError } from 'loom-wasm';
+import { inspect, open, openFiles, gpuInfo, memoryBytes } from 'loom-wasm';
 import { cases, caseById, casePath, entityInspectionMismatches, f32FromHex, forwardCases, hexFromF32 } from './corpus.mjs';
 import { safetensors } from '../e2e/fixtures.mjs';
 
 const entityCases = cases.filter((c) => c.files?.['loom.entity'] && c.sizes?.entity_header_json !== undefined);
-
-async function rejectsWith(promise, code, messagePart) {
-  await assert.rejects(promise, (e) => {
-    assert.ok(e instanceof LoomError, `expected a LoomError, got ${e}`);
-    assert.equal(e.code, code, e.message);
-    if (messagePart) assert.match(e.message, messagePart);
-    return true;
-  });
-}
 
 test('inspect of every corpus .entity agrees with the manifest', async () => {
   assert.ok(entityCases.length > 350, `only ${entityCases.length} corpus cases`);

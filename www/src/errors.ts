@@ -26,3 +26,11 @@ export function errorText(e: unknown): string {
   if (e instanceof LoomError) return `${HINTS[e.code] ?? 'Error'}: ${e.message.replace(RESTATED, '')}`;
   return e instanceof Error ? e.message : String(e);
 }
+
+/** Shows `e` in an error box (its code in data-code), or hides the box for `null`. */
+export function showErrorIn(box: HTMLElement, e: unknown | null): void {
+  box.hidden = e === null;
+  box.textContent = e === null ? '' : errorText(e);
+  if (e === null) delete box.dataset.code;
+  else box.dataset.code = errorCode(e);
+}

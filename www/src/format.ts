@@ -1,4 +1,15 @@
 // Number and size formatting shared by the panels.
+import type { Progress } from 'loom-wasm';
+
+/** What a load is doing, for people. */
+export const PHASES: Record<Progress['phase'], string> = {
+  download: 'Downloading',
+  read: 'Reading',
+  parse: 'Parsing',
+  upload: 'Uploading to the GPU',
+  forward: 'Running',
+  convert: 'Converting',
+};
 
 const UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
 

@@ -4,8 +4,8 @@ import './style.css';
 import { inspect, open, openFiles } from 'loom-wasm';
 import type { Inspection, LoomModel, Progress, Source } from 'loom-wasm';
 import { byId } from './dom';
-import { bytes } from './format';
-import { errorCode, errorText } from './errors';
+import { PHASES, bytes } from './format';
+import { showErrorIn } from './errors';
 import { renderSummary } from './summary';
 import { renderTopology } from './topology';
 import { LayerTable } from './table';
@@ -42,15 +42,6 @@ interface Current {
 let current: Current | undefined;
 let loading: AbortController | undefined;
 
-const PHASES: Record<Progress['phase'], string> = {
-  download: 'Downloading',
-  read: 'Reading',
-  parse: 'Parsing',
-  upload: 'Uploading to the GPU',
-  forward: 'Running',
-  convert: 'Converting',
-};
-
 function progress(what: string): (p: Progress) => void {
   return (p) => {
     statusBar.hidden = false;
@@ -68,10 +59,7 @@ function busy(text: string | null): void {
 }
 
 function showError(e: unknown | null): void {
-  errorBox.hidden = e === null;
-  errorBox.textContent = e === null ? '' : errorText(e);
-  if (e === null) delete errorBox.dataset.code;
-  else errorBox.dataset.code = errorCode(e);
+  showErrorIn(errorBox, e);
 }
 
 function pick(path: string): void {
