@@ -32,7 +32,13 @@ const lastReply = (page: Page) => page.getByTestId('assistant-message').last();
 
 test('greedy on the CPU: the reply is the reference reply, streamed, and a second turn continues the conversation', async ({ page }) => {
   test.setTimeout(180_000);
-  await openChatPage(page, 'cpu');
+  // One click from the app's first page opens the bundled model on the Chat page ('auto': the CPU here, where
+  // WebGPU is SwiftShader).
+  await page.goto('/');
+  await page.locator('body[data-app="ready"]').waitFor();
+  await page.getByTestId('landing-chat').click();
+  await expect(page).toHaveURL(/#chat$/);
+  await expect(page.getByTestId('chat-page')).toHaveAttribute('data-state', 'ready', { timeout: 120_000 });
   await expect(page.getByTestId('device')).toHaveText('CPU');
   await ask(page, france.user_message);
   const reply = lastReply(page);

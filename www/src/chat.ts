@@ -270,9 +270,12 @@ promptBox.addEventListener('keydown', (e) => {
   }
 });
 stopButton.addEventListener('click', stop);
-byId('open-default-model').addEventListener('click', () => {
-  void openModel(new URL(DEFAULT_MODEL.url, location.href).href, DEFAULT_MODEL.name, DEFAULT_MODEL.integrity);
-});
+// The bundled model, from the Chat page or in one click from the landing page.
+for (const id of ['open-default-model', 'landing-chat']) {
+  byId(id).addEventListener('click', () => {
+    void openModel(new URL(DEFAULT_MODEL.url, location.href).href, DEFAULT_MODEL.name, DEFAULT_MODEL.integrity);
+  });
+}
 byId('new-chat').addEventListener('click', () => {
   stop();
   messages = [];
