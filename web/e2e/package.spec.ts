@@ -288,7 +288,7 @@ test('errors are typed LoomErrors with a code and an actionable message', async 
       badSource: await t(() => loom.open(42 as any)),
       lossy: await t(() => m.convert({ format: 'entity', dtype: 'int2' })),
       dtype: await t(() => m.lossReport({ format: 'entity', dtype: 'int3' })),
-      chat: await t(() => m.chat([])),
+      chat: await t(() => loom.openChat(json)),
       shape: await t(() => m.forward([1, 2], [2])),
     };
     await m.dispose();
@@ -301,7 +301,9 @@ test('errors are typed LoomErrors with a code and an actionable message', async 
   expect(r.badSource.error).toMatchObject({ code: 'invalid_input', isLoomError: true });
   expect(r.lossy.error).toMatchObject({ code: 'lossy', isLoomError: true });
   expect(r.dtype.error).toMatchObject({ code: 'unsupported_dtype', isLoomError: true });
+  // A Loom network is not a language model to chat with.
   expect(r.chat.error).toMatchObject({ code: 'unsupported', isLoomError: true });
+  expect(r.chat.error.message).toMatch(/not a language model/);
   expect(r.shape.error).toMatchObject({ code: 'invalid_input', isLoomError: true });
   expect(r.disposed.error).toMatchObject({ code: 'invalid_input', isLoomError: true });
 });
