@@ -100,6 +100,18 @@ pub(crate) fn byte_count(n: f64, what: &str) -> JsResult<u64> {
     }
 }
 
+/// File names paired with their contents, copied into wasm memory.
+pub(crate) fn named_files(names: Vec<String>, files: Vec<Uint8Array>) -> JsResult<Vec<(String, Vec<u8>)>> {
+    if names.len() != files.len() {
+        return Err(js_error(LoomError::InvalidInput(format!(
+            "{} names for {} files",
+            names.len(),
+            files.len()
+        ))));
+    }
+    Ok(names.into_iter().zip(files.iter().map(Uint8Array::to_vec)).collect())
+}
+
 /// The crate version.
 #[wasm_bindgen]
 pub fn version() -> String {
@@ -273,15 +285,7 @@ impl JsModel {
     /// Loads a training-checkpoint folder: file names (relative paths) and their contents.
     #[wasm_bindgen(js_name = fromFiles)]
     pub fn from_files(names: Vec<String>, files: Vec<Uint8Array>) -> JsResult<JsModel> {
-        if names.len() != files.len() {
-            return Err(js_error(LoomError::InvalidInput(format!(
-                "{} names for {} files",
-                names.len(),
-                files.len()
-            ))));
-        }
-        let files = names.into_iter().zip(files.iter().map(Uint8Array::to_vec)).collect();
-        let model = LoadedModel::from_files(files, "checkpoint").map_err(js_error)?;
+        let model = LoadedModel::from_files(named_files(names, files)?, "checkpoint").map_err(js_error)?;
         Ok(JsModel::new(model))
     }
 

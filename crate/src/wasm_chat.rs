@@ -24,7 +24,7 @@ use crate::llm::sources::{GgufData, GgufSource};
 use crate::llm::template::ChatMessage;
 use crate::llm::tokenizer::Tokenizer;
 use crate::llm::weights::{self, Matrix};
-use crate::wasm::{byte_count, js_error, shared_gpu, to_js, JsResult};
+use crate::wasm::{byte_count, js_error, named_files, shared_gpu, to_js, JsResult};
 
 #[wasm_bindgen(typescript_custom_section)]
 const TS_TYPES: &'static str = r#"
@@ -140,12 +140,7 @@ impl ChatInfo {
 
     fn of(model: &LlmModel, conversation: &Conversation) -> ChatInfo {
         let mut info = ChatInfo::new(model.format, &model.config, conversation.format().has_template());
-        let w = &model.weights;
-        let blocks = w
-            .blocks
-            .iter()
-            .flat_map(|b| [&b.wq, &b.wk, &b.wv, &b.wo, &b.gate, &b.up, &b.down]);
-        for m in blocks.chain([&w.embed]).chain(w.head.as_ref()) {
+        for m in model.weights.matrices() {
             info.add(m);
         }
         info
@@ -227,17 +222,10 @@ fn from_js<T: for<'de> Deserialize<'de>>(value: JsValue, what: &str) -> JsResult
     serde_wasm_bindgen::from_value(value).map_err(|e| js_error(LoomError::InvalidInput(format!("{what}: {e}"))))
 }
 
-#[derive(Default)]
-struct Slot {
-    state: Option<ChatState>,
-    /// A step is running (the state is out of the slot meanwhile).
-    busy: bool,
-}
-
-/// A model to chat with and its conversation.
+/// A model to chat with and its conversation. The state is out of the slot (`None`) while a step runs.
 #[wasm_bindgen(js_name = Chat)]
 pub struct JsChat {
-    slot: Rc<RefCell<Slot>>,
+    slot: Rc<RefCell<Option<ChatState>>>,
 }
 
 fn busy() -> JsValue {
@@ -251,33 +239,20 @@ impl JsChat {
     /// Opens a model from the files a person picked: one GGUF, a `.entity` with `tokenizer.json` beside it, or an
     /// HF folder (`config.json`, `.safetensors`, `tokenizer.json`, ...). It runs on the CPU until `useGpu`.
     pub fn open(names: Vec<String>, files: Vec<Uint8Array>) -> JsResult<JsChat> {
-        if names.len() != files.len() {
-            return Err(js_error(LoomError::InvalidInput(format!(
-                "{} names for {} files",
-                names.len(),
-                files.len()
-            ))));
-        }
-        let files = names
+        let files = named_files(names, files)?
             .into_iter()
-            .zip(files)
-            .map(|(n, f)| (n, Bytes::from(f.to_vec())))
+            .map(|(n, f)| (n, Bytes::from(f)))
             .collect();
         let model = LlmModel::from_files(files).map_err(js_error)?;
         let conversation = Conversation::new(&model).map_err(js_error)?;
         let info = ChatInfo::of(&model, &conversation);
-        Ok(JsChat {
-            slot: Rc::new(RefCell::new(Slot {
-                state: Some(ChatState {
-                    engine: ChatEngine::Cpu(model.cpu_engine()),
-                    model: Some(model),
-                    conversation,
-                    turn: None,
-                    info,
-                }),
-                busy: false,
-            })),
-        })
+        Ok(JsChat::new(ChatState {
+            engine: ChatEngine::Cpu(model.cpu_engine()),
+            model: Some(model),
+            conversation,
+            turn: None,
+            info,
+        }))
     }
 
     /// Opens a GGUF straight onto WebGPU: `header` is the file's first bytes holding its whole header, `read(offset,
@@ -327,25 +302,20 @@ impl JsChat {
             for i in 0..config.n_layers {
                 let parts = read_tensors(&h, GgufSource::block_tensors(&h, i), &read).await?;
                 let b = weights::load_block(&config, &source(parts), i).map_err(js_error)?;
-                for m in [&b.wq, &b.wk, &b.wv, &b.wo, &b.gate, &b.up, &b.down] {
+                for m in b.matrices() {
                     info.add(m);
                 }
                 builder.block(&b).await.map_err(lost)?;
             }
             let engine = builder.finish().await.map_err(lost)?;
             info.context = engine.config().context;
-            Ok(JsChat {
-                slot: Rc::new(RefCell::new(Slot {
-                    state: Some(ChatState {
-                        model: None,
-                        engine: ChatEngine::Gpu(Box::new(engine)),
-                        conversation,
-                        turn: None,
-                        info,
-                    }),
-                    busy: false,
-                })),
-            }
+            Ok(JsChat::new(ChatState {
+                model: None,
+                engine: ChatEngine::Gpu(Box::new(engine)),
+                conversation,
+                turn: None,
+                info,
+            })
             .into())
         })
     }
@@ -477,7 +447,7 @@ impl JsChat {
             match started {
                 Ok((reply, keep)) => {
                     s.engine.truncate(keep);
-                    let n = reply.generation().prompt_ids.len() as u32;
+                    let n = reply.prompt_len() as u32;
                     s.turn = Some(Turn { reply, history_before });
                     Ok(n)
                 }
@@ -568,36 +538,25 @@ impl JsChat {
 }
 
 impl JsChat {
+    fn new(state: ChatState) -> JsChat {
+        JsChat {
+            slot: Rc::new(RefCell::new(Some(state))),
+        }
+    }
+
     /// Runs `f` on the state, unless a step holds it.
     fn with<T>(&self, f: impl FnOnce(&mut ChatState) -> crate::Result<T>) -> JsResult<T> {
         let mut slot = self.slot.borrow_mut();
-        if slot.busy {
-            return Err(busy());
-        }
-        let state = slot
-            .state
-            .as_mut()
-            .ok_or_else(|| js_error(LoomError::InvalidInput("this chat was closed".into())))?;
+        let state = slot.as_mut().ok_or_else(busy)?;
         f(state).map_err(js_error)
     }
 }
 
 /// Takes the state out of the slot for an async call.
-fn take(slot: &RefCell<Slot>) -> JsResult<ChatState> {
-    let mut s = slot.borrow_mut();
-    if s.busy {
-        return Err(busy());
-    }
-    let state = s
-        .state
-        .take()
-        .ok_or_else(|| js_error(LoomError::InvalidInput("this chat was closed".into())))?;
-    s.busy = true;
-    Ok(state)
+fn take(slot: &RefCell<Option<ChatState>>) -> JsResult<ChatState> {
+    slot.borrow_mut().take().ok_or_else(busy)
 }
 
-fn put(slot: &RefCell<Slot>, state: ChatState) {
-    let mut s = slot.borrow_mut();
-    s.busy = false;
-    s.state = Some(state);
+fn put(slot: &RefCell<Option<ChatState>>, state: ChatState) {
+    *slot.borrow_mut() = Some(state);
 }

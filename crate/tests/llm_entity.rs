@@ -60,7 +60,7 @@ fn q4_entity_reproduces_the_loom_q4_0_golden() {
     assert_eq!(model.format, ModelFormat::Entity);
     // Rows of 64 and 128 are whole blocks: the matrices stay Loom Q4_0 blocks in memory.
     let b = &model.weights.blocks[0];
-    for m in [&b.wq, &b.wk, &b.wv, &b.wo, &b.gate, &b.up, &b.down] {
+    for m in b.matrices() {
         assert_eq!(m.ty, GgmlType::LoomQ4_0);
     }
     let (expected, prompts) = tiny_expected();

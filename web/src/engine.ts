@@ -293,8 +293,8 @@ async function blobBytes(m: Extract<OpenModel, { kind: 'gpu' }>, name: string, s
   return b ? m.reader.read(b.offset, b.length, signal) : new Uint8Array(0);
 }
 
-async function openFiles(files: File[], opts: EngineOptions, ctx: CallContext) {
-  await ready();
+/** Every file's bytes, with `read` progress over all of them. */
+async function readFiles(files: File[], ctx: CallContext): Promise<Uint8Array[]> {
   const total = files.reduce((s, f) => s + f.size, 0);
   let before = 0;
   const contents: Uint8Array[] = [];
@@ -303,6 +303,13 @@ async function openFiles(files: File[], opts: EngineOptions, ctx: CallContext) {
     contents.push(bytes);
     before += f.size;
   }
+  return contents;
+}
+
+async function openFiles(files: File[], opts: EngineOptions, ctx: CallContext) {
+  await ready();
+  const total = files.reduce((s, f) => s + f.size, 0);
+  const contents = await readFiles(files, ctx);
   const names = files.map((f) => (f as File & { webkitRelativePath?: string }).webkitRelativePath || f.name);
   const name = opts.name ?? commonFolder(names);
   ctx.onProgress({ phase: 'parse', loaded: 0, total });
@@ -562,14 +569,7 @@ async function chatOpen(src: WireChatSource, opts: ChatOpenOptions, ctx: CallCon
   let names: string[];
   let contents: Uint8Array[];
   if ('files' in src && Array.isArray(src.files)) {
-    const total = src.files.reduce((s, f) => s + f.size, 0);
-    let before = 0;
-    contents = [];
-    for (const f of src.files) {
-      const bytes = await readAll(new BlobReader(f), (p) => ctx.onProgress({ ...p, loaded: before + p.loaded, total }), ctx.signal);
-      contents.push(bytes);
-      before += f.size;
-    }
+    contents = await readFiles(src.files, ctx);
     names = src.names;
   } else {
     const one = src as WireSource;

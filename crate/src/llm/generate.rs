@@ -241,6 +241,11 @@ impl Reply {
         &self.context[..self.computed]
     }
 
+    /// Tokens in the prompt.
+    pub fn prompt_len(&self) -> usize {
+        self.prompt_len
+    }
+
     pub fn stop_reason(&self) -> Option<StopReason> {
         self.stop
     }

@@ -65,6 +65,13 @@ pub struct BlockWeights {
     pub down: Matrix,
 }
 
+impl BlockWeights {
+    /// The block's seven weight matrices.
+    pub fn matrices(&self) -> [&Matrix; 7] {
+        [&self.wq, &self.wk, &self.wv, &self.wo, &self.gate, &self.up, &self.down]
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct ModelWeights {
     /// [vocab][hidden]; also the LM head when `head` is `None`.
@@ -80,6 +87,12 @@ impl ModelWeights {
         self.head.as_ref().unwrap_or(&self.embed)
     }
 
+    /// Every weight matrix: the embedding, the head when it has its own, then each block's.
+    pub fn matrices(&self) -> impl Iterator<Item = &Matrix> {
+        let blocks = self.blocks.iter().flat_map(BlockWeights::matrices);
+        std::iter::once(&self.embed).chain(self.head.as_ref()).chain(blocks)
+    }
+
     /// Bytes of every tensor (what the model costs in memory, without the KV cache).
     pub fn bytes(&self) -> usize {
         let m = |m: &Matrix| m.data.len();
@@ -89,10 +102,7 @@ impl ModelWeights {
             .blocks
             .iter()
             .map(|b| {
-                [&b.wq, &b.wk, &b.wv, &b.wo, &b.gate, &b.up, &b.down]
-                    .into_iter()
-                    .map(m)
-                    .sum::<usize>()
+                b.matrices().into_iter().map(m).sum::<usize>()
                     + v(&b.attn_norm)
                     + v(&b.ffn_norm)
                     + ov(&b.bq)
@@ -116,14 +126,8 @@ impl ModelWeights {
             Some((_, n)) => *n += 1,
             None => mix.push((t, 1)),
         };
-        add(self.embed.ty);
-        if let Some(h) = &self.head {
-            add(h.ty);
-        }
-        for b in &self.blocks {
-            for m in [&b.wq, &b.wk, &b.wv, &b.wo, &b.gate, &b.up, &b.down] {
-                add(m.ty);
-            }
+        for m in self.matrices() {
+            add(m.ty);
         }
         mix
     }
