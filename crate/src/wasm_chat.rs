@@ -12,18 +12,15 @@ use serde::{Deserialize, Serialize};
 use wasm_bindgen::prelude::*;
 
 use crate::error::LoomError;
-use crate::formats::gguf;
-use crate::inspect::PrefixSource;
 use crate::llm::config::ModelConfig;
 use crate::llm::engine::{CpuEngine, Engine};
 use crate::llm::generate::{ChatFormat, Conversation, GenerateOptions, Reply, Step};
 use crate::llm::gpu_engine::{GpuEngine, GpuEngineBuilder};
-use crate::llm::model::{gguf_config, LlmModel, ModelFormat};
+use crate::llm::model::{LlmModel, ModelFormat};
 use crate::llm::sampler::SamplingParams;
-use crate::llm::sources::{GgufData, GgufSource};
+use crate::llm::streamed::{RangeReader, StreamedModel};
 use crate::llm::template::ChatMessage;
-use crate::llm::tokenizer::Tokenizer;
-use crate::llm::weights::{self, Matrix};
+use crate::llm::weights::Matrix;
 use crate::wasm::{byte_count, js_error, named_files, shared_gpu, to_js, JsResult};
 
 #[wasm_bindgen(typescript_custom_section)]
@@ -83,8 +80,6 @@ struct Turn {
 }
 
 struct ChatState {
-    /// The weights in wasm memory, kept while the CPU runs them; dropped once they are on the GPU.
-    model: Option<LlmModel>,
     engine: ChatEngine,
     conversation: Conversation,
     turn: Option<Turn>,
@@ -147,22 +142,43 @@ impl ChatInfo {
     }
 }
 
-/// Reads the named tensors of a GGUF through the page's `read(offset, length)`: each is fetched on its own.
-async fn read_tensors(
-    header: &gguf::GgufHeader,
-    names: Vec<String>,
-    read: &js_sys::Function,
-) -> JsResult<std::collections::HashMap<String, Bytes>> {
-    let mut out = std::collections::HashMap::new();
-    for name in names {
-        let Some(t) = header.tensor(&name) else { continue };
-        // The header reader checked every range against the file's length.
-        let offset = (header.data_start + t.offset) as f64;
-        let promise = read.call2(&JsValue::NULL, &offset.into(), &(t.bytes as f64).into())?;
-        let bytes = wasm_bindgen_futures::JsFuture::from(js_sys::Promise::from(promise)).await?;
-        out.insert(name, Bytes::from(Uint8Array::new(&bytes).to_vec()));
+/// The page's `read(file, offset, length)` over the picked files.
+struct JsReader(js_sys::Function);
+
+impl RangeReader for JsReader {
+    async fn read(&self, file: usize, offset: u64, len: u64) -> crate::Result<Bytes> {
+        let call = self
+            .0
+            .call3(
+                &JsValue::NULL,
+                &(file as f64).into(),
+                &(offset as f64).into(),
+                &(len as f64).into(),
+            )
+            .map_err(js_io)?;
+        let bytes = wasm_bindgen_futures::JsFuture::from(js_sys::Promise::from(call))
+            .await
+            .map_err(js_io)?;
+        let bytes = Uint8Array::new(&bytes);
+        if u64::from(bytes.length()) != len {
+            return Err(LoomError::Truncated {
+                what: format!("file {file} at {offset}"),
+                needed: len,
+                available: u64::from(bytes.length()),
+            });
+        }
+        Ok(Bytes::from(bytes.to_vec()))
     }
-    Ok(out)
+}
+
+/// A failed read in the page, as an error that keeps its message.
+fn js_io(e: JsValue) -> LoomError {
+    let msg = e
+        .dyn_ref::<js_sys::Error>()
+        .map(|e| String::from(e.message()))
+        .or_else(|| e.as_string())
+        .unwrap_or_else(|| format!("{e:?}"));
+    LoomError::Io(msg)
 }
 
 /// `send` options as JavaScript passes them (camelCase, all optional).
@@ -237,7 +253,7 @@ fn busy() -> JsValue {
 #[wasm_bindgen(js_class = Chat)]
 impl JsChat {
     /// Opens a model from the files a person picked: one GGUF, a `.entity` with `tokenizer.json` beside it, or an
-    /// HF folder (`config.json`, `.safetensors`, `tokenizer.json`, ...). It runs on the CPU until `useGpu`.
+    /// HF folder (`config.json`, `.safetensors`, `tokenizer.json`, ...), on the CPU (`openGpu` opens one on WebGPU).
     pub fn open(names: Vec<String>, files: Vec<Uint8Array>) -> JsResult<JsChat> {
         let files = named_files(names, files)?
             .into_iter()
@@ -248,48 +264,44 @@ impl JsChat {
         let info = ChatInfo::of(&model, &conversation);
         Ok(JsChat::new(ChatState {
             engine: ChatEngine::Cpu(model.cpu_engine()),
-            model: Some(model),
             conversation,
             turn: None,
             info,
         }))
     }
 
-    /// Opens a GGUF straight onto WebGPU: `header` is the file's first bytes holding its whole header, `read(offset,
-    /// length)` resolves to any byte range of the `totalLen`-byte file. Tensors are read, uploaded and freed one
-    /// at a time (the globals, then block by block), so wasm memory never holds the model.
-    #[wasm_bindgen(js_name = openGgufGpu, unchecked_return_type = "Promise<Chat>")]
-    pub fn open_gguf_gpu(
-        header: Vec<u8>,
-        #[wasm_bindgen(js_name = totalLen)] total_len: f64,
-        #[wasm_bindgen(unchecked_param_type = "(offset: number, length: number) => Promise<Uint8Array>")]
+    /// Opens a model straight onto WebGPU from the files a person picked (as `open` takes them): `sizes` are
+    /// their lengths and `read(file, offset, length)` resolves to any byte range of one. The headers come first,
+    /// then the tensors are read, uploaded and freed a block at a time (the globals, then each decoder block), so
+    /// wasm memory never holds the model.
+    #[wasm_bindgen(js_name = openGpu, unchecked_return_type = "Promise<Chat>")]
+    pub fn open_gpu(
+        names: Vec<String>,
+        sizes: Vec<f64>,
+        #[wasm_bindgen(unchecked_param_type = "(file: number, offset: number, length: number) => Promise<Uint8Array>")]
         read: js_sys::Function,
         context: Option<f64>,
     ) -> js_sys::Promise {
         wasm_bindgen_futures::future_to_promise(async move {
-            let total = byte_count(total_len, "totalLen")?;
+            let sizes = sizes
+                .into_iter()
+                .map(|s| byte_count(s, "sizes"))
+                .collect::<JsResult<Vec<u64>>>()?;
             let context = count(context, "context", 0).map_err(js_error)?;
-            let mut src = PrefixSource::new(&header, total).map_err(js_error)?;
-            let (h, _) = gguf::read_header(&mut src, Vec::new()).map_err(js_error)?;
-            drop(header);
-            let (config, eos_ids) = gguf_config(&h).map_err(js_error)?;
-            let format = ChatFormat::of(std::sync::Arc::new(Tokenizer::from_gguf(&h).map_err(js_error)?));
-            let conversation = Conversation::of(format.map_err(js_error)?, &eos_ids).map_err(js_error)?;
-            let mut info = ChatInfo::new(ModelFormat::Gguf, &config, conversation.format().has_template());
+            let reader = JsReader(read);
+            let model = StreamedModel::open(&names, &sizes, &reader).await.map_err(js_error)?;
+            let format = ChatFormat::of(model.tokenizer().map_err(js_error)?).map_err(js_error)?;
+            let conversation = Conversation::of(format, &model.eos_ids).map_err(js_error)?;
+            let mut info = ChatInfo::new(model.format, &model.config, conversation.format().has_template());
             let gpu = shared_gpu().await.map_err(js_error)?;
-            let mut builder = GpuEngineBuilder::new(gpu, &config, (context > 0).then_some(context));
-            let source = |parts| GgufSource {
-                header: &h,
-                data: GgufData::Tensors(parts),
-            };
+            let mut builder = GpuEngineBuilder::new(gpu, &model.config, (context > 0).then_some(context));
             let lost = |e: LoomError| {
                 if matches!(e, LoomError::GpuDeviceLost(_)) {
                     crate::wasm::forget_gpu();
                 }
                 js_error(e)
             };
-            let parts = read_tensors(&h, GgufSource::global_tensors(&h), &read).await?;
-            let g = weights::load_globals(&config, &source(parts)).map_err(js_error)?;
+            let g = model.globals(&reader).await.map_err(js_error)?;
             info.add(&g.embed);
             if let Some(head) = &g.head {
                 info.add(head);
@@ -299,59 +311,23 @@ impl JsChat {
                 .await
                 .map_err(lost)?;
             drop(g);
-            for i in 0..config.n_layers {
-                let parts = read_tensors(&h, GgufSource::block_tensors(&h, i), &read).await?;
-                let b = weights::load_block(&config, &source(parts), i).map_err(js_error)?;
+            for i in 0..model.config.n_layers {
+                let b = model.block(&reader, i).await.map_err(js_error)?;
                 for m in b.matrices() {
                     info.add(m);
                 }
+                info.arch = model.arch_with(&b).name();
                 builder.block(&b).await.map_err(lost)?;
             }
             let engine = builder.finish().await.map_err(lost)?;
             info.context = engine.config().context;
             Ok(JsChat::new(ChatState {
-                model: None,
                 engine: ChatEngine::Gpu(Box::new(engine)),
                 conversation,
                 turn: None,
                 info,
             })
             .into())
-        })
-    }
-
-    /// Moves the model to WebGPU with a KV cache of `context` positions (default: the model's, at most 4096);
-    /// resolves to the adapter's name. The weights leave wasm memory once uploaded; on failure (`no_webgpu`,
-    /// `out_of_memory` naming the tensor, ...) the chat stays on the CPU.
-    #[wasm_bindgen(js_name = useGpu, unchecked_return_type = "Promise<string>")]
-    pub fn use_gpu(&self, context: Option<f64>) -> js_sys::Promise {
-        let slot = self.slot.clone();
-        wasm_bindgen_futures::future_to_promise(async move {
-            let context = count(context, "context", 0).map_err(js_error)?;
-            let mut state = take(&slot)?;
-            let result = async {
-                let model = state
-                    .model
-                    .as_ref()
-                    .ok_or_else(|| LoomError::InvalidInput("this chat runs on the GPU already".into()))?;
-                let gpu = shared_gpu().await?;
-                let context = (context > 0).then_some(context);
-                GpuEngine::new(gpu, &model.config, &model.weights, context).await
-            }
-            .await;
-            let out = match result {
-                Ok(engine) => {
-                    let adapter = engine.adapter();
-                    state.info.context = engine.config().context;
-                    state.engine = ChatEngine::Gpu(Box::new(engine));
-                    state.model = None;
-                    state.conversation.reset_cache();
-                    Ok(JsValue::from(adapter))
-                }
-                Err(e) => Err(js_error(e)),
-            };
-            put(&slot, state);
-            out
         })
     }
 

@@ -5,14 +5,18 @@
 
 mod llm_util;
 
-use std::path::Path;
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+use bytes::Bytes;
 
 use llm_util::{check_tiny_on, golden, ids, json, tiny_expected};
 use loom_wasm::gpu::Gpu;
 use loom_wasm::llm::engine::Engine;
-use loom_wasm::llm::gpu_engine::GpuEngine;
+use loom_wasm::llm::gpu_engine::{GpuEngine, GpuEngineBuilder};
 use loom_wasm::llm::model::LlmModel;
+use loom_wasm::llm::streamed::{RangeReader, StreamedModel};
 
 fn gpu() -> Arc<Gpu> {
     Arc::new(pollster::block_on(Gpu::new()).expect("no wgpu adapter: is mesa-vulkan-drivers installed?"))
@@ -69,6 +73,96 @@ fn tensors_split_across_bindings() {
     // A KV cache of 128 positions fits one binding (2 heads × 16 × 128 × 4 bytes).
     let mut new_engine = || engine_with_context(&gpu, &model, Some(128));
     check_tiny_on(model.config.vocab, "gguf_f32 split", set, &prompts, &mut new_engine);
+}
+
+/// Picked files read through [`RangeReader`], every read recorded as `(file, offset, length)`.
+struct RecordingReader {
+    paths: Vec<PathBuf>,
+    reads: RefCell<Vec<(usize, u64, u64)>>,
+}
+
+impl RangeReader for RecordingReader {
+    async fn read(&self, file: usize, offset: u64, len: u64) -> loom_wasm::Result<Bytes> {
+        use std::os::unix::fs::FileExt;
+        self.reads.borrow_mut().push((file, offset, len));
+        let mut buf = vec![0; len as usize];
+        std::fs::File::open(&self.paths[file])?.read_exact_at(&mut buf, offset)?;
+        Ok(buf.into())
+    }
+}
+
+/// A streamed load onto the GPU, as the browser's `Chat.openGpu` runs it: headers, then the globals and each block
+/// read, uploaded and dropped.
+fn streamed_engine(gpu: &Arc<Gpu>, reader: &RecordingReader) -> (StreamedModel, GpuEngine) {
+    let names: Vec<String> = reader
+        .paths
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    let sizes: Vec<u64> = reader.paths.iter().map(|p| p.metadata().unwrap().len()).collect();
+    pollster::block_on(async {
+        let model = StreamedModel::open(&names, &sizes, reader).await.unwrap();
+        let mut builder = GpuEngineBuilder::new(gpu.clone(), &model.config, None);
+        let g = model.globals(reader).await.unwrap();
+        builder.globals(&g.embed, g.head.as_ref(), &g.final_norm).await.unwrap();
+        for i in 0..model.config.n_layers {
+            builder.block(&model.block(reader, i).await.unwrap()).await.unwrap();
+        }
+        let engine = builder.finish().await.unwrap();
+        (model, engine)
+    })
+}
+
+/// Every tiny-llama weight file (GGUF; safetensors with config.json and tokenizer.json as an HF folder; our Loom
+/// Q4_0 `.entity` with tokenizer.json) streamed onto the GPU gives the golden logits and greedy ids, and the load
+/// reads no range longer than the largest tensor beyond each file's first (header) read.
+#[test]
+fn tiny_llama_streamed_onto_the_gpu() {
+    let gpu = gpu();
+    let dir = golden().join("tiny-llama");
+    let (expected, prompts) = tiny_expected();
+    let entity = Path::new(env!("CARGO_TARGET_TMPDIR")).join("tiny_streamed.entity");
+    let (bytes, _) = LlmModel::open(&dir.join("model.f32.safetensors"))
+        .unwrap()
+        .to_entity(true)
+        .unwrap();
+    std::fs::write(&entity, bytes).unwrap();
+    for (name, set) in expected["weight_sets"].as_object().unwrap() {
+        let file = dir.join(set["file"].as_str().unwrap());
+        let (paths, largest) = match name.as_str() {
+            "loom_q4_0" => (vec![entity.clone(), dir.join("tokenizer.json")], &entity),
+            n if n.starts_with("safetensors") => (
+                vec![dir.join("config.json"), dir.join("tokenizer.json"), file.clone()],
+                &file,
+            ),
+            _ => (vec![file.clone()], &file),
+        };
+        let whole = LlmModel::open(largest).unwrap();
+        let largest = whole.weights.matrices().map(|m| m.data.len() as u64).max().unwrap();
+        let reader = RecordingReader {
+            paths,
+            reads: RefCell::new(Vec::new()),
+        };
+        check_tiny_on(
+            whole.config.vocab,
+            &format!("{name} streamed"),
+            set,
+            &prompts,
+            &mut || Box::new(streamed_engine(&gpu, &reader).1),
+        );
+        let (model, _) = streamed_engine(&gpu, &reader);
+        assert!(model.tokenizer().is_ok(), "{name}");
+        let weight_reads: Vec<u64> = reader.reads.borrow().iter().filter(|r| r.1 > 0).map(|r| r.2).collect();
+        assert!(
+            weight_reads.len() > 2 * model.config.n_layers,
+            "{name}: {} reads",
+            weight_reads.len()
+        );
+        assert!(
+            weight_reads.iter().all(|&n| n <= largest),
+            "{name}: a read over {largest} bytes"
+        );
+    }
 }
 
 #[test]

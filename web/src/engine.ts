@@ -46,7 +46,6 @@ interface BlobRange {
 }
 /** A model to chat with (crate/src/wasm_chat.rs): `begin`, then `step` until done, then `finish`. */
 interface RawChat {
-  useGpu(context?: number): Promise<string>;
   device(): string;
   info(): ChatModelInfo;
   tokenize(text: string, addSpecial: boolean): Uint32Array;
@@ -75,10 +74,10 @@ export interface RawReply {
 interface Raw {
   Chat: {
     open(names: string[], files: Uint8Array[]): RawChat;
-    openGgufGpu(
-      header: Uint8Array,
-      totalLen: number,
-      read: (offset: number, length: number) => Promise<Uint8Array>,
+    openGpu(
+      names: string[],
+      sizes: number[],
+      read: (file: number, offset: number, length: number) => Promise<Uint8Array>,
       context?: number,
     ): Promise<RawChat>;
   };
@@ -516,61 +515,75 @@ async function chatDevice(opts: ChatOpenOptions): Promise<{ gpu: boolean; reason
   return { gpu: true };
 }
 
-const GGUF_MAGIC = [0x47, 0x47, 0x55, 0x46];
+/** Errors of the GPU itself: with `device: 'auto'` the chat falls back to the CPU on these. Any other error is the
+ * file's, and the CPU would meet it too. */
+const GPU_ERRORS = new Set(['no_webgpu', 'gpu', 'out_of_memory', 'device_lost']);
 
-/** A GGUF file or URL opened straight onto the GPU: the header, then each tensor read from the source, uploaded
- * and freed (`upload` progress in bytes of the file), so WebAssembly memory never holds the model. `undefined`
- * when the source is not a GGUF file (the caller loads it whole). */
-async function chatStreamGguf(src: WireSource, opts: ChatOpenOptions, ctx: CallContext): Promise<RawChat | undefined> {
-  if (src instanceof ArrayBuffer || ArrayBuffer.isView(src)) return undefined; // already in memory
-  let reader: ByteReader;
-  if (src instanceof Blob) reader = new BlobReader(src);
-  else {
-    const data =
-      (await fileUrlBlob(src.url)) ??
-      (await download(src.url, { cache: opts.cache, signal: ctx.signal, onProgress: ctx.onProgress }));
-    reader = data instanceof Blob ? new BlobReader(data) : new BytesReader(data);
+/** A model opened straight onto the GPU from its source (a URL, a file, or an HF folder's files): the headers, then
+ * each block's tensors read from the source, uploaded and freed (`upload` progress in bytes of the files), so
+ * WebAssembly memory never holds the model. */
+async function chatStreamGpu(src: WireChatSource, opts: ChatOpenOptions, ctx: CallContext): Promise<RawChat> {
+  let names: string[];
+  let readers: ByteReader[];
+  if ('files' in src && Array.isArray(src.files)) {
+    names = src.names;
+    readers = src.files.map((f) => new BlobReader(f));
+  } else {
+    const one = src as WireSource;
+    let reader: ByteReader;
+    if (one instanceof ArrayBuffer || ArrayBuffer.isView(one)) reader = new BytesReader(one instanceof ArrayBuffer ? new Uint8Array(one) : (one as Uint8Array));
+    else if (one instanceof Blob) reader = new BlobReader(one);
+    else {
+      const data =
+        (await fileUrlBlob(one.url)) ??
+        (await download(one.url, { cache: opts.cache, signal: ctx.signal, onProgress: ctx.onProgress }));
+      reader = data instanceof Blob ? new BlobReader(data) : new BytesReader(data);
+    }
+    if (opts.integrity !== undefined) await checkIntegrity(await readAll(reader, () => {}, ctx.signal), opts.integrity, one);
+    names = [defaultName(one)];
+    readers = [reader];
   }
-  const magic = await reader.read(0, Math.min(4, reader.size), ctx.signal);
-  if (!GGUF_MAGIC.every((b, i) => magic[i] === b)) return undefined;
-  if (opts.integrity !== undefined) await checkIntegrity(await readAll(reader, () => {}, ctx.signal), opts.integrity, src);
-  const header = await withHeader(reader, ctx, (prefix) => {
-    raw.inspectHeader(prefix, reader.size);
-    return prefix;
-  });
-  let loaded = header.length;
-  ctx.onProgress({ phase: 'upload', loaded, total: reader.size });
-  const read = async (offset: number, length: number) => {
+  const total = readers.reduce((s, r) => s + r.size, 0);
+  let loaded = 0;
+  ctx.onProgress({ phase: 'upload', loaded, total });
+  const read = async (file: number, offset: number, length: number) => {
     throwIfAborted(ctx.signal);
-    const bytes = await reader.read(offset, length, ctx.signal);
+    const bytes = await readers[file].read(offset, length, ctx.signal);
     loaded += length;
-    ctx.onProgress({ phase: 'upload', loaded, total: reader.size });
+    ctx.onProgress({ phase: 'upload', loaded: Math.min(loaded, total), total });
     return bytes;
   };
-  return gpuTurn(() => raw.Chat.openGgufGpu(header, reader.size, read, opts.context));
+  return gpuTurn(() =>
+    raw.Chat.openGpu(
+      names,
+      readers.map((r) => r.size),
+      read,
+      opts.context,
+    ),
+  );
 }
 
 async function chatOpen(src: WireChatSource, opts: ChatOpenOptions, ctx: CallContext) {
   await ready();
-  const single = 'files' in src && Array.isArray(src.files) ? (src.files.length === 1 ? src.files[0] : undefined) : (src as WireSource);
+  const files = 'files' in src && Array.isArray(src.files) ? src : undefined;
+  const name = opts.name ?? (files ? (files.names.length === 1 ? files.names[0] : commonFolder(files.names)) : defaultName(src as WireSource));
   const where = await chatDevice(opts);
   let fallbackReason = where.reason;
-  // A GGUF for the GPU streams there tensor by tensor; anything else is read whole into wasm memory first.
-  if (where.gpu && single !== undefined) {
+  // On the GPU the model streams there block by block; on the CPU it is read whole into wasm memory.
+  if (where.gpu) {
     try {
-      const chat = await chatStreamGguf(single, opts, ctx);
-      if (chat) return registerChat(chat, 'gpu', opts.name ?? defaultName(single), undefined);
+      return registerChat(await chatStreamGpu(src, opts, ctx), 'gpu', name, undefined);
     } catch (e) {
       const err = toLoomError(e);
-      if (err.code === 'aborted' || err.code === 'bad_format' || (opts.device === 'gpu' && err.code !== 'no_webgpu')) throw err;
+      if (!GPU_ERRORS.has(err.code) || (opts.device === 'gpu' && err.code !== 'no_webgpu')) throw err;
       fallbackReason = err.message;
     }
   }
   let names: string[];
   let contents: Uint8Array[];
-  if ('files' in src && Array.isArray(src.files)) {
-    contents = await readFiles(src.files, ctx);
-    names = src.names;
+  if (files) {
+    contents = await readFiles(files.files, ctx);
+    names = files.names;
   } else {
     const one = src as WireSource;
     const bytes = await loadBytes(one, { cache: opts.cache }, ctx);
@@ -579,33 +592,16 @@ async function chatOpen(src: WireChatSource, opts: ChatOpenOptions, ctx: CallCon
     contents = [bytes];
   }
   throwIfAborted(ctx.signal);
-  const name = opts.name ?? (names.length === 1 ? names[0] : commonFolder(names));
   const total = contents.reduce((s, b) => s + b.length, 0);
   ctx.onProgress({ phase: 'parse', loaded: 0, total });
   const chat = raw.Chat.open(names, contents);
   contents = [];
   ctx.onProgress({ phase: 'parse', loaded: total, total });
-  try {
-    let device: 'gpu' | 'cpu' = 'cpu';
-    if (where.gpu && fallbackReason === undefined) {
-      const weights = chat.info().weight_bytes;
-      ctx.onProgress({ phase: 'upload', loaded: 0, total: weights });
-      try {
-        await gpuTurn(() => chat.useGpu(opts.context));
-        device = 'gpu';
-        ctx.onProgress({ phase: 'upload', loaded: weights, total: weights });
-      } catch (e) {
-        const err = toLoomError(e);
-        if (opts.device === 'gpu' && err.code !== 'no_webgpu') throw err;
-        fallbackReason = err.message;
-      }
-    }
-    throwIfAborted(ctx.signal);
-    return registerChat(chat, device, name, fallbackReason);
-  } catch (e) {
+  if (ctx.signal.aborted) {
     chat.free();
-    throw e;
+    throwIfAborted(ctx.signal);
   }
+  return registerChat(chat, 'cpu', name, fallbackReason);
 }
 
 function registerChat(chat: RawChat, device: 'gpu' | 'cpu', name: string, fallbackReason: string | undefined) {

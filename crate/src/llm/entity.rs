@@ -68,9 +68,11 @@ fn role_label(role: Role) -> &'static str {
     }
 }
 
-/// The tensors of a transformer `.entity`, for [`super::weights::load`].
+/// The tensors of a transformer `.entity` (all of them, or one block's or the globals' for a streamed load), for
+/// [`super::weights::load`].
 pub struct EntitySource {
-    blocks: Vec<Vec<(Role, RawTensor)>>,
+    /// `(block, tensors)`.
+    blocks: Vec<(usize, Vec<(Role, RawTensor)>)>,
     embeddings: Option<Bytes>,
     lm_head: Option<Bytes>,
     final_norm: Option<Bytes>,
@@ -78,12 +80,56 @@ pub struct EntitySource {
     hidden: usize,
 }
 
+impl EntitySource {
+    /// The globals of `t` (their blobs installed), and no block.
+    pub fn globals(t: &Transformer, cfg: &ModelConfig) -> EntitySource {
+        EntitySource {
+            blocks: Vec::new(),
+            embeddings: t.embeddings.clone(),
+            // Loom ignores a stored head when the section says it is tied.
+            lm_head: t.lm_head.clone().filter(|_| !t.lm_head_tied),
+            final_norm: t.final_norm.clone(),
+            vocab: cfg.vocab,
+            hidden: cfg.hidden,
+        }
+    }
+
+    /// Block `b` of `net` (layers `4b..4b+4`, their blobs installed), and no global.
+    pub fn block(net: &Network, b: usize, cfg: &ModelConfig) -> Result<EntitySource> {
+        let layers = net
+            .layers
+            .get(4 * b..4 * b + 4)
+            .ok_or_else(|| bad(format!("block {b} needs layers {}..{}", 4 * b, 4 * b + 4)))?;
+        Ok(EntitySource {
+            blocks: vec![(b, block_tensors(layers, b, cfg)?)],
+            embeddings: None,
+            lm_head: None,
+            final_norm: None,
+            vocab: cfg.vocab,
+            hidden: cfg.hidden,
+        })
+    }
+
+    /// The architecture the blocks' tensors show (q/k norms: Qwen3; q/k/v biases: Qwen2).
+    pub fn arch(&self) -> Arch {
+        let has = |role: Role| self.blocks.iter().any(|(_, b)| b.iter().any(|(r, _)| *r == role));
+        if has(Role::QNorm) {
+            Arch::Qwen3
+        } else if has(Role::QBias) {
+            Arch::Qwen2
+        } else {
+            Arch::Llama
+        }
+    }
+}
+
 impl TensorSource for EntitySource {
     fn block(&self, block: usize, role: Role) -> Result<Option<RawTensor>> {
         Ok(self
             .blocks
-            .get(block)
-            .and_then(|b| b.iter().find(|(r, _)| *r == role))
+            .iter()
+            .find(|(b, _)| *b == block)
+            .and_then(|(_, b)| b.iter().find(|(r, _)| *r == role))
             .map(|(_, t)| t.clone()))
     }
 
@@ -418,10 +464,23 @@ fn block_tensors(layers: &[Layer], b: usize, cfg: &ModelConfig) -> Result<Vec<(R
 /// Reads a transformer `.entity` (kept as slices of `file` where the bytes are usable as they are).
 pub fn read(file: Bytes) -> Result<(ModelConfig, ModelWeights)> {
     let net = entity::read_bytes(file)?;
+    let mut cfg = network_config(&net)?;
+    let mut src = EntitySource::globals(net.transformer.as_ref().expect("checked by network_config"), &cfg);
+    for b in 0..cfg.n_layers {
+        src.blocks.extend(EntitySource::block(&net, b, &cfg)?.blocks);
+    }
+    cfg.arch = src.arch();
+    let weights = super::weights::load(&cfg, &src)?;
+    Ok((cfg, weights))
+}
+
+/// The decoder config of a transformer network (its header is enough), checked against its layer count. The
+/// architecture is Llama's until the blocks are read ([`EntitySource::arch`] refines it).
+pub fn network_config(net: &Network) -> Result<ModelConfig> {
     let t = net.transformer.as_ref().ok_or_else(|| {
         LoomError::Unsupported("this .entity has no transformer section: a Loom network, not a language model".into())
     })?;
-    let mut cfg = config(t)?;
+    let cfg = config(t)?;
     if net.layers.len() != 4 * cfg.n_layers {
         return Err(bad(format!(
             "{} layers, {} blocks need {}",
@@ -430,31 +489,7 @@ pub fn read(file: Bytes) -> Result<(ModelConfig, ModelWeights)> {
             4 * cfg.n_layers
         )));
     }
-    let blocks = net
-        .layers
-        .chunks_exact(4)
-        .enumerate()
-        .map(|(b, layers)| block_tensors(layers, b, &cfg))
-        .collect::<Result<Vec<_>>>()?;
-    let has = |role: Role| blocks.iter().any(|b| b.iter().any(|(r, _)| *r == role));
-    cfg.arch = if has(Role::QNorm) {
-        Arch::Qwen3
-    } else if has(Role::QBias) {
-        Arch::Qwen2
-    } else {
-        Arch::Llama
-    };
-    let src = EntitySource {
-        blocks,
-        embeddings: t.embeddings.clone(),
-        // Loom ignores a stored head when the section says it is tied.
-        lm_head: t.lm_head.clone().filter(|_| !t.lm_head_tied),
-        final_norm: t.final_norm.clone(),
-        vocab: cfg.vocab,
-        hidden: cfg.hidden,
-    };
-    let weights = super::weights::load(&cfg, &src)?;
-    Ok((cfg, weights))
+    Ok(cfg)
 }
 
 /// float32 values of a matrix, exactly (every block type dequantizes exactly to f32).

@@ -9,6 +9,7 @@ pub mod gpu_engine;
 pub mod model;
 pub mod sampler;
 pub mod sources;
+pub mod streamed;
 pub mod template;
 pub mod tokenizer;
 pub mod weights;

@@ -152,18 +152,7 @@ impl LlmModel {
         }
         let config = ModelConfig::from_hf_json(&files.config_json, src.has("lm_head.weight"))?;
         let weights = weights::load(&config, &src)?;
-        let mut eos_ids = Vec::new();
-        for json in [&files.generation_config_json, &Some(files.config_json.clone())]
-            .into_iter()
-            .flatten()
-        {
-            let v: Value = serde_json::from_slice(json).map_err(|e| json_err("generation_config.json", e))?;
-            for id in ids_of(v.get("eos_token_id")) {
-                if !eos_ids.contains(&id) {
-                    eos_ids.push(id);
-                }
-            }
-        }
+        let eos_ids = hf_eos_ids(files.generation_config_json.as_deref(), &files.config_json)?;
         let tokenizer = match &files.tokenizer_json {
             Some(json) => Some(Arc::new(Tokenizer::from_json_with_config(
                 json,
@@ -182,12 +171,7 @@ impl LlmModel {
 
     /// The tokenizer, or an error that says what is missing.
     pub fn tokenizer(&self) -> Result<Arc<Tokenizer>> {
-        self.tokenizer.clone().ok_or_else(|| {
-            LoomError::InvalidInput(format!(
-                "this {} has no tokenizer: put tokenizer.json (and tokenizer_config.json) beside it, or use token ids",
-                self.format.name()
-            ))
-        })
+        self.tokenizer.clone().ok_or_else(|| no_tokenizer(self.format))
     }
 
     /// A Loom transformer `.entity` held in one buffer (spec §8); float32 layers stay slices of it.
@@ -217,62 +201,163 @@ impl LlmModel {
     /// `tokenizer.json` (and `tokenizer_config.json`) beside it; or an HF folder. Names may carry folder paths:
     /// files are matched by their last component, formats by their first bytes.
     pub fn from_files(files: Vec<(String, Bytes)>) -> Result<LlmModel> {
+        let names: Vec<String> = files.iter().map(|(n, _)| n.clone()).collect();
+        let picked = Picked::new(&names, |i| &files[i].1)?;
+        let bytes = |i: usize| files[i].1.clone();
+        let small = |i: Option<usize>| i.map(|i| files[i].1.to_vec());
+        match picked.model {
+            PickedModel::Gguf(i) => LlmModel::from_gguf(bytes(i)),
+            PickedModel::Entity(i) => {
+                let mut model = LlmModel::from_entity(bytes(i))?;
+                model.tokenizer = picked.tokenizer(&small)?;
+                Ok(model)
+            }
+            PickedModel::Hf { config, index } => {
+                let shards = picked.shards(small(index).as_deref())?;
+                LlmModel::from_hf(&HfFiles {
+                    config_json: bytes(config).to_vec(),
+                    safetensors: shards
+                        .into_iter()
+                        .map(|i| (picked.names[i].clone(), bytes(i)))
+                        .collect(),
+                    generation_config_json: small(picked.named("generation_config.json")),
+                    tokenizer_json: small(picked.named("tokenizer.json")),
+                    tokenizer_config_json: small(picked.named("tokenizer_config.json")),
+                })
+            }
+        }
+    }
+}
+
+/// The error for a model without a tokenizer.
+pub fn no_tokenizer(format: ModelFormat) -> LoomError {
+    LoomError::InvalidInput(format!(
+        "this {} has no tokenizer: put tokenizer.json (and tokenizer_config.json) beside it, or use token ids",
+        format.name()
+    ))
+}
+
+/// Which file holds the model among those a person picked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PickedModel {
+    Gguf(usize),
+    /// A `.entity` (a `tokenizer.json` beside it brings the vocabulary).
+    Entity(usize),
+    /// An HF folder: its `config.json` and its `model.safetensors.index.json`, if any.
+    Hf {
+        config: usize,
+        index: Option<usize>,
+    },
+}
+
+/// Picked files by base name and format (detected from their first bytes), and the model among them.
+pub struct Picked {
+    /// Last path components.
+    pub names: Vec<String>,
+    formats: Vec<crate::formats::detect::Format>,
+    pub model: PickedModel,
+}
+
+impl Picked {
+    /// `head(i)`: at least the first [`crate::formats::detect::DETECT_LEN`] bytes of file `i` (fewer when it is
+    /// shorter).
+    pub fn new<'a>(names: &[String], head: impl Fn(usize) -> &'a [u8]) -> Result<Picked> {
         use crate::formats::detect::{detect, Format};
-        let base = |n: &str| n.rsplit(['/', '\\']).next().unwrap_or(n).to_string();
-        let files: Vec<(String, Bytes)> = files.into_iter().map(|(n, b)| (base(&n), b)).collect();
-        let named = |name: &str| files.iter().find(|(n, _)| n == name).map(|(_, b)| b.to_vec());
-        let of = |f: Format| files.iter().filter(move |(_, b)| detect(b) == f);
-        let pick_one = |f: Format, what: &str| -> Result<Option<Bytes>> {
-            let found: Vec<_> = of(f).collect();
+        let names: Vec<String> = names
+            .iter()
+            .map(|n| n.rsplit(['/', '\\']).next().unwrap_or(n).to_string())
+            .collect();
+        let formats: Vec<Format> = (0..names.len()).map(|i| detect(head(i))).collect();
+        let one_of = |f: Format, what: &str| -> Result<Option<usize>> {
+            let found: Vec<usize> = (0..names.len()).filter(|&i| formats[i] == f).collect();
             match found.as_slice() {
                 [] => Ok(None),
-                [(_, b)] => Ok(Some(b.clone())),
+                [i] => Ok(Some(*i)),
                 _ => Err(LoomError::InvalidInput(format!(
                     "{} {what} files were given ({}): pick one",
                     found.len(),
-                    found.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
+                    found.iter().map(|&i| names[i].as_str()).collect::<Vec<_>>().join(", ")
                 ))),
             }
         };
-        if let Some(file) = pick_one(Format::Gguf, "GGUF")? {
-            return LlmModel::from_gguf(file);
-        }
-        if let Some(file) = pick_one(Format::Entity, ".entity")? {
-            let mut model = LlmModel::from_entity(file)?;
-            if let Some(json) = named("tokenizer.json") {
-                let config = named("tokenizer_config.json");
-                model.tokenizer = Some(Arc::new(Tokenizer::from_json_with_config(&json, config.as_deref())?));
+        let named = |name: &str| names.iter().position(|n| n == name);
+        let model = if let Some(i) = one_of(Format::Gguf, "GGUF")? {
+            PickedModel::Gguf(i)
+        } else if let Some(i) = one_of(Format::Entity, ".entity")? {
+            PickedModel::Entity(i)
+        } else {
+            let config = named("config.json").ok_or_else(|| {
+                LoomError::InvalidInput(
+                    "no model among these files: give a .gguf, a .entity, or an HF folder (config.json with .safetensors)"
+                        .into(),
+                )
+            })?;
+            PickedModel::Hf {
+                config,
+                index: named("model.safetensors.index.json"),
             }
-            return Ok(model);
-        }
-        let config_json = named("config.json").ok_or_else(|| {
-            LoomError::InvalidInput(
-                "no model among these files: give a .gguf, a .entity, or an HF folder (config.json with .safetensors)"
-                    .into(),
-            )
-        })?;
-        let safetensors = match named("model.safetensors.index.json") {
-            Some(index) => shard_names(&index)?
-                .into_iter()
-                .map(|n| {
-                    let bytes = files.iter().find(|(f, _)| *f == n).map(|(_, b)| b.clone());
-                    bytes.map(|b| (n.clone(), b)).ok_or_else(|| {
-                        LoomError::InvalidInput(format!(
-                            "the shard {n} named by model.safetensors.index.json is missing"
-                        ))
-                    })
-                })
-                .collect::<Result<Vec<_>>>()?,
-            None => of(Format::Safetensors).cloned().collect(),
         };
-        LlmModel::from_hf(&HfFiles {
-            config_json,
-            safetensors,
-            generation_config_json: named("generation_config.json"),
-            tokenizer_json: named("tokenizer.json"),
-            tokenizer_config_json: named("tokenizer_config.json"),
-        })
+        Ok(Picked { names, formats, model })
     }
+
+    /// The file called `name` (its last path component).
+    pub fn named(&self, name: &str) -> Option<usize> {
+        self.names.iter().position(|n| n == name)
+    }
+
+    /// The safetensors files of an HF folder: the shards its index (`index_json`) names, in order, or else every
+    /// safetensors file picked.
+    pub fn shards(&self, index_json: Option<&[u8]>) -> Result<Vec<usize>> {
+        let Some(index) = index_json else {
+            let all: Vec<usize> = (0..self.names.len())
+                .filter(|&i| self.formats[i] == crate::formats::detect::Format::Safetensors)
+                .collect();
+            if all.is_empty() {
+                return Err(LoomError::InvalidInput("the HF folder has no .safetensors file".into()));
+            }
+            return Ok(all);
+        };
+        shard_names(index)?
+            .into_iter()
+            .map(|n| {
+                self.named(&n).ok_or_else(|| {
+                    LoomError::InvalidInput(format!(
+                        "the shard {n} named by model.safetensors.index.json is missing"
+                    ))
+                })
+            })
+            .collect()
+    }
+
+    /// The tokenizer from a picked `tokenizer.json` (with `tokenizer_config.json`), read by `read`.
+    pub fn tokenizer(&self, read: &impl Fn(Option<usize>) -> Option<Vec<u8>>) -> Result<Option<Arc<Tokenizer>>> {
+        let Some(json) = read(self.named("tokenizer.json")) else {
+            return Ok(None);
+        };
+        let config = read(self.named("tokenizer_config.json"));
+        Ok(Some(Arc::new(Tokenizer::from_json_with_config(
+            &json,
+            config.as_deref(),
+        )?)))
+    }
+}
+
+/// End-of-reply ids from an HF folder's `generation_config.json` and `config.json`.
+pub fn hf_eos_ids(generation_config_json: Option<&[u8]>, config_json: &[u8]) -> Result<Vec<u32>> {
+    let mut eos_ids = Vec::new();
+    for (name, json) in [
+        ("generation_config.json", generation_config_json),
+        ("config.json", Some(config_json)),
+    ] {
+        let Some(json) = json else { continue };
+        let v: Value = serde_json::from_slice(json).map_err(|e| json_err(name, e))?;
+        for id in ids_of(v.get("eos_token_id")) {
+            if !eos_ids.contains(&id) {
+                eos_ids.push(id);
+            }
+        }
+    }
+    Ok(eos_ids)
 }
 
 #[cfg(not(target_arch = "wasm32"))]

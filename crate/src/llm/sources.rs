@@ -181,18 +181,8 @@ impl SafetensorsSource {
             .map_err(|e| LoomError::Safetensors(format!("{file_name}: {e}")))?;
         let data_start = 8 + n;
         for (name, info) in meta.tensors() {
-            let ty = match info.dtype {
-                safetensors::Dtype::F32 => GgmlType::F32,
-                safetensors::Dtype::F16 => GgmlType::F16,
-                safetensors::Dtype::BF16 => GgmlType::BF16,
-                // Kept out of the map: a decoder tensor in another dtype shows up as missing with its name.
-                other => {
-                    self.tensors.remove(&name);
-                    if name.starts_with("model.") || name == "lm_head.weight" {
-                        return Err(LoomError::UnsupportedDType(format!("{file_name}: {name} is {other:?}")));
-                    }
-                    continue;
-                }
+            let Some(ty) = safetensors_type(&name, info.dtype, file_name)? else {
+                continue;
             };
             let (start, end) = info.data_offsets;
             let range = data_start.saturating_add(start)..data_start.saturating_add(end);
@@ -221,6 +211,25 @@ impl SafetensorsSource {
 
     pub fn has(&self, name: &str) -> bool {
         self.tensors.contains_key(name)
+    }
+
+    /// Tensors read one by one (a streamed load), by HF name.
+    pub fn from_tensors(tensors: HashMap<String, RawTensor>) -> SafetensorsSource {
+        SafetensorsSource { tensors }
+    }
+}
+
+/// The block type a safetensors tensor runs as: F32, F16, BF16; `None` for a tensor of another dtype outside the
+/// decoder (ignored), an error for a decoder tensor in one.
+pub fn safetensors_type(name: &str, dtype: safetensors::Dtype, file_name: &str) -> Result<Option<GgmlType>> {
+    match dtype {
+        safetensors::Dtype::F32 => Ok(Some(GgmlType::F32)),
+        safetensors::Dtype::F16 => Ok(Some(GgmlType::F16)),
+        safetensors::Dtype::BF16 => Ok(Some(GgmlType::BF16)),
+        other if name.starts_with("model.") || name == "lm_head.weight" => {
+            Err(LoomError::UnsupportedDType(format!("{file_name}: {name} is {other:?}")))
+        }
+        _ => Ok(None),
     }
 }
 
