@@ -5,7 +5,8 @@
 //!   cargo bench -p loom-wasm --bench llm_gpu -- MODEL [--runs R] [--prefill-tokens 512] [--decode-tokens 128]
 //!
 //! `prefill`: a fixed sequence of ordinary vocabulary ids into an empty KV cache, last-token logits read back.
-//! `decode`: after a short prompt, `decode-tokens` greedy steps, each picked on the GPU (one id read back). Each
+//! `decode`: after a short prompt, `decode-tokens` greedy steps, each picked on the GPU (one id read back); then
+//! `decode_sampled`, the same steps sampled and drawn on the GPU (`sample.wgsl`, one id read back). Each
 //! measurement follows one untimed warm-up (which compiles the pipelines) and reports every run and the median.
 //! Without arguments (as under `cargo test --all-targets`) it prints its usage and exits successfully.
 
@@ -18,6 +19,7 @@ use common::{loadavg, median, ms_since};
 use loom_wasm::gpu::Gpu;
 use loom_wasm::llm::gpu_engine::GpuEngine;
 use loom_wasm::llm::model::LlmModel;
+use loom_wasm::llm::sampler::{Sampler, SamplingParams};
 use serde_json::json;
 
 const USAGE: &str =
@@ -78,7 +80,26 @@ fn main() -> BoxResult<()> {
         }
         step_stats = engine.last_call();
     }
+    // The same steps sampled (temperature 0.7, top-k 40, top-p 0.95, min-p 0.05) and drawn on the GPU.
+    let mut sampled_ms = Vec::new();
+    let mut sampled_stats = engine.last_call();
+    for run in 0..=runs {
+        engine.reset();
+        let mut sampler = Sampler::new(SamplingParams::default())?;
+        let mut context = prompt[..16].to_vec();
+        let mut next = pollster::block_on(engine.forward_sampled(&context, &sampler.draw(&context)))?;
+        let t = Instant::now();
+        for _ in 0..decode_n {
+            context.push(next);
+            next = pollster::block_on(engine.forward_sampled(&[next], &sampler.draw(&context)))?;
+        }
+        if run > 0 {
+            sampled_ms.push(ms_since(t));
+        }
+        sampled_stats = engine.last_call();
+    }
     let (p, d) = (median(&prefill_ms), median(&decode_ms));
+    let ds = median(&sampled_ms);
     let report = json!({
         "model": model_path,
         "adapter": engine.adapter(),
@@ -98,6 +119,9 @@ fn main() -> BoxResult<()> {
             "buffers_created": step_stats.buffers_created,
             "bytes_read_back": step_stats.bytes_read_back,
         },
+        "decode_sampled": {"tokens": decode_n, "ms": sampled_ms, "ms_per_token": ds / decode_n.max(1) as f64,
+                           "dispatches": sampled_stats.dispatches, "submits": sampled_stats.submits,
+                           "bytes_read_back": sampled_stats.bytes_read_back},
     });
     println!("{}", serde_json::to_string_pretty(&report)?);
     Ok(())

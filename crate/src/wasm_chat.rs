@@ -17,7 +17,7 @@ use crate::llm::engine::{CpuEngine, Engine};
 use crate::llm::generate::{ChatFormat, Conversation, GenerateOptions, Reply, Step};
 use crate::llm::gpu_engine::{GpuEngine, GpuEngineBuilder};
 use crate::llm::model::{LlmModel, ModelFormat};
-use crate::llm::sampler::SamplingParams;
+use crate::llm::sampler::{SampleArgs, SamplingParams};
 use crate::llm::streamed::{RangeReader, StreamedModel};
 use crate::llm::template::ChatMessage;
 use crate::llm::weights::Matrix;
@@ -62,13 +62,17 @@ impl ChatEngine {
         }
     }
 
-    /// Runs `tokens`; the GPU is awaited (pollster cannot block in a browser).
-    async fn step(&mut self, tokens: &[u32], greedy: bool) -> crate::Result<Step> {
-        Ok(match self {
-            ChatEngine::Cpu(e) if greedy => Step::Id(e.forward_greedy(tokens)?),
-            ChatEngine::Cpu(e) => Step::Logits(e.forward(tokens, false)?),
-            ChatEngine::Gpu(e) if greedy => Step::Id(e.forward_argmax(tokens).await?),
-            ChatEngine::Gpu(e) => Step::Logits(e.forward_logits(tokens, false).await?),
+    /// Runs `tokens` and picks the next id per `draw` (`None`: the argmax); the GPU is awaited (pollster cannot
+    /// block in a browser) and draws on the device when it can.
+    async fn step(&mut self, tokens: &[u32], draw: Option<&SampleArgs>) -> crate::Result<Step> {
+        Ok(match (self, draw) {
+            (ChatEngine::Cpu(e), None) => Step::Id(e.forward_greedy(tokens)?),
+            (ChatEngine::Cpu(e), Some(args)) => e.forward_sample(tokens, args)?,
+            (ChatEngine::Gpu(e), None) => Step::Id(e.forward_argmax(tokens).await?),
+            (ChatEngine::Gpu(e), Some(args)) if GpuEngine::samples(args) => {
+                Step::Id(e.forward_sampled(tokens, args).await?)
+            }
+            (ChatEngine::Gpu(e), Some(_)) => Step::Logits(e.forward_logits(tokens, false).await?),
         })
     }
 }
@@ -447,10 +451,12 @@ impl JsChat {
                     .turn
                     .as_mut()
                     .ok_or_else(|| LoomError::InvalidInput("no reply was begun".into()))?;
-                let Some(input) = turn.reply.input() else {
+                if turn.reply.input().is_none() {
                     return Ok((String::new(), true));
-                };
-                let step = s.engine.step(input, turn.reply.greedy()).await?;
+                }
+                let draw = turn.reply.draw();
+                let input = turn.reply.input().unwrap_or_default();
+                let step = s.engine.step(input, draw.as_ref()).await?;
                 let text = turn.reply.accept(step)?;
                 s.conversation.settle(&turn.reply);
                 Ok((text, turn.reply.input().is_none()))

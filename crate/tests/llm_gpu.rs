@@ -13,9 +13,12 @@ use bytes::Bytes;
 
 use llm_util::{check_tiny_on, golden, ids, json, tiny_expected};
 use loom_wasm::gpu::Gpu;
+use loom_wasm::llm::config::ModelConfig;
 use loom_wasm::llm::engine::Engine;
+use loom_wasm::llm::generate::{GenerateOptions, Session};
 use loom_wasm::llm::gpu_engine::{GpuEngine, GpuEngineBuilder};
 use loom_wasm::llm::model::LlmModel;
+use loom_wasm::llm::sampler::{Sampler, SamplingParams};
 use loom_wasm::llm::streamed::{RangeReader, StreamedModel};
 
 fn gpu() -> Arc<Gpu> {
@@ -163,6 +166,78 @@ fn tiny_llama_streamed_onto_the_gpu() {
             "{name}: a read over {largest} bytes"
         );
     }
+}
+
+/// The GPU engine with its sampling left out: the last logits go back to the CPU sampler.
+struct LogitsOnly(GpuEngine);
+
+impl Engine for LogitsOnly {
+    fn config(&self) -> &ModelConfig {
+        self.0.config()
+    }
+    fn device(&self) -> String {
+        Engine::device(&self.0)
+    }
+    fn cached(&self) -> usize {
+        Engine::cached(&self.0)
+    }
+    fn truncate(&mut self, len: usize) {
+        self.0.truncate(len)
+    }
+    fn forward(&mut self, tokens: &[u32], all_logits: bool) -> loom_wasm::Result<Vec<f32>> {
+        Engine::forward(&mut self.0, tokens, all_logits)
+    }
+}
+
+/// Seeded sampling drawn on the GPU (`sample.wgsl`, one id read back per token) gives the ids the CPU sampler draws
+/// from the same engine's logits with the same seed, for several seeds and settings (penalty included); seeds
+/// differ in what they draw.
+#[test]
+fn seeded_sampling_on_the_gpu_matches_the_cpu_sampler() {
+    let gpu = gpu();
+    let model = LlmModel::open(&golden().join("tiny-llama/model.q4_0.gguf")).unwrap();
+    let (_, prompts) = tiny_expected();
+    let new_engine = || pollster::block_on(GpuEngine::new(gpu.clone(), &model.config, &model.weights, None)).unwrap();
+    let settings = [
+        (0.8, 40, 0.95, 0.05, 1.1),
+        (1.5, 256, 1.0, 0.0, 1.0),
+        (0.0, 40, 1.0, 0.0, 1.3),
+    ];
+    let mut seen = std::collections::HashSet::new();
+    for (temperature, top_k, top_p, min_p, repetition_penalty) in settings {
+        for seed in 1..=3 {
+            let opts = GenerateOptions {
+                sampling: SamplingParams {
+                    temperature,
+                    top_k,
+                    top_p,
+                    min_p,
+                    repetition_penalty,
+                    seed,
+                    ..SamplingParams::default()
+                },
+                max_tokens: 24,
+                ..GenerateOptions::default()
+            };
+            let run = |engine: Box<dyn Engine>| {
+                let mut s = Session::new(&model, engine).unwrap();
+                s.generate(&prompts[1], &opts, &mut |_| true).unwrap().ids
+            };
+            let on_gpu = run(Box::new(new_engine()));
+            let on_cpu = run(Box::new(LogitsOnly(new_engine())));
+            assert_eq!(
+                on_gpu, on_cpu,
+                "T {temperature} k {top_k} p {top_p} min {min_p} penalty {repetition_penalty} seed {seed}"
+            );
+            assert!(!on_gpu.is_empty());
+            seen.insert(on_gpu);
+        }
+    }
+    assert!(seen.len() >= 5, "only {} distinct replies", seen.len());
+    let mut e = new_engine();
+    let mut sampler = Sampler::new(SamplingParams::default()).unwrap();
+    pollster::block_on(e.forward_sampled(&prompts[1], &sampler.draw(&prompts[1]))).unwrap();
+    assert_eq!(e.last_call().bytes_read_back, 4, "one id read back");
 }
 
 #[test]

@@ -13,8 +13,9 @@ use loom_wasm::cpu::{CpuModel, Tensor};
 use loom_wasm::formats::loom_json;
 use loom_wasm::gpu::{
     first_argmax, Argmax, Attention, Elementwise, Embedding, Gpu, MatVec, Mha, Norm, PackedWeights, Packing, Rope,
-    Softmax,
+    Sample, SampleArgs, Softmax,
 };
+use loom_wasm::llm::sampler::Sampler;
 use loom_wasm::network::{f32_bytes, Activation, Network, WeightStore};
 use wasm_bindgen_test::{console_log, wasm_bindgen_test, wasm_bindgen_test_configure};
 
@@ -204,12 +205,58 @@ async fn every_op_shader_compiles_in_chromium() {
     Softmax::new(&gpu).unwrap();
     Embedding::new(&gpu).unwrap();
     Argmax::new(&gpu).unwrap();
+    Sample::new(&gpu).unwrap();
     Rope::new(&gpu).unwrap();
     Attention::new(&gpu).unwrap();
     if let Err(e) = gpu.check_pipelines().await {
         panic!("a kernel does not compile in Chromium: {e}");
     }
-    console_log!("matvec, norm, elementwise, softmax, embedding, argmax, rope, attention: all compile");
+    console_log!("matvec, norm, elementwise, softmax, embedding, argmax, sample, rope, attention: all compile");
+}
+
+#[wasm_bindgen_test]
+async fn sampling_matches_its_cpu_twin() {
+    // As crate/tests/gpu_sample.rs natively: the same id as `Sampler::sample_with` for every draw, here over
+    // SmolLM2's vocabulary and a tied grid with NaN.
+    let gpu = gpu().await;
+    let kernel = Sample::new(&gpu).unwrap();
+    let mut tied: Vec<f32> = data(3, 5000, -4.0, 4.0)
+        .iter()
+        .map(|x| (x * 2.0).round() / 2.0)
+        .collect();
+    for i in (0..tied.len()).step_by(97) {
+        tied[i] = f32::NAN;
+    }
+    let mut draws = 0;
+    for (name, logits) in [("uniform 49152", data(5, 49_152, -8.0, 8.0)), ("tied 5000", tied)] {
+        for (temperature, top_k, top_p, min_p, penalty) in [
+            (0.0, 1, 1.0, 0.0, 1.3),
+            (0.7, 40, 0.95, 0.05, 1.0),
+            (1.5, 256, 1.0, 0.0, 1.1),
+            (1.0, 7, 0.5, 0.2, 1.0),
+        ] {
+            for u in [0, 5_000_000, 16_777_215] {
+                let args = SampleArgs {
+                    temperature,
+                    top_k,
+                    top_p,
+                    min_p,
+                    u,
+                    repetition_penalty: penalty,
+                    penalized: if penalty == 1.0 {
+                        Vec::new()
+                    } else {
+                        vec![3, 17, 400, 4999]
+                    },
+                };
+                let want = Sampler::sample_with(&mut logits.clone(), &args);
+                let got = kernel.run(&gpu, &logits, &args).await.unwrap();
+                assert_eq!(got, want, "{name}: {args:?}");
+                draws += 1;
+            }
+        }
+    }
+    console_log!("sample: {draws} draws identical to the CPU twin");
 }
 
 #[wasm_bindgen_test]

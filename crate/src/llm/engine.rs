@@ -5,6 +5,8 @@
 use std::sync::Arc;
 
 use super::config::{ModelConfig, RopeStyle};
+use super::generate::Step;
+use super::sampler::SampleArgs;
 use super::weights::{Matrix, ModelWeights};
 use crate::cpu::ops::{self, RopePairs};
 use crate::error::{LoomError, Result};
@@ -26,6 +28,11 @@ pub trait Engine {
     /// the lowest id on ties. The GPU engine picks it on the device and reads back only the id.
     fn forward_greedy(&mut self, tokens: &[u32]) -> Result<u32> {
         Ok(ops::argmax(&self.forward(tokens, false)?) as u32)
+    }
+    /// Runs `tokens` and draws the next id per `args` where the engine can (the GPU: one id read back), else
+    /// returns the last logits for the caller's sampler.
+    fn forward_sample(&mut self, tokens: &[u32], _args: &SampleArgs) -> Result<Step> {
+        Ok(Step::Logits(self.forward(tokens, false)?))
     }
 }
 

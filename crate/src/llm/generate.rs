@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::engine::Engine;
 use super::model::LlmModel;
-use super::sampler::{Sampler, SamplingParams};
+use super::sampler::{SampleArgs, Sampler, SamplingParams};
 use super::template::{ChatMessage, ChatTemplate};
 use super::tokenizer::Tokenizer;
 use crate::error::{LoomError, Result};
@@ -187,13 +187,13 @@ pub enum Step {
     Logits(Vec<f32>),
 }
 
-/// Runs `tokens`; a greedy sampler lets the engine pick the next id itself.
-fn step(engine: &mut dyn Engine, tokens: &[u32], greedy: bool) -> Result<Step> {
-    Ok(if greedy {
-        Step::Id(engine.forward_greedy(tokens)?)
-    } else {
-        Step::Logits(engine.forward(tokens, false)?)
-    })
+/// Runs `tokens`; the engine picks the next id itself for a plain argmax (`draw` is `None`), and draws it on its
+/// device where it can.
+fn step(engine: &mut dyn Engine, tokens: &[u32], draw: Option<&SampleArgs>) -> Result<Step> {
+    match draw {
+        None => Ok(Step::Id(engine.forward_greedy(tokens)?)),
+        Some(args) => engine.forward_sample(tokens, args),
+    }
 }
 
 /// A reply being generated, one engine step at a time, without owning the engine: a synchronous loop
@@ -202,6 +202,8 @@ fn step(engine: &mut dyn Engine, tokens: &[u32], greedy: bool) -> Result<Step> {
 pub struct Reply {
     sampler: Sampler,
     greedy: bool,
+    /// The draw handed out for the step in flight.
+    drawn: Option<SampleArgs>,
     max_tokens: usize,
     /// The model's EOS ids and the caller's stop ids.
     stop_ids: Vec<u32>,
@@ -231,9 +233,15 @@ impl Reply {
         }
     }
 
-    /// Whether the engine may pick the next id itself (plain greedy sampling).
-    pub fn greedy(&self) -> bool {
-        self.greedy
+    /// How the engine picks the next step's id: `None`, a plain argmax; else this draw (its random bits drawn now,
+    /// once per step), which an engine runs on its device or answers with the logits for [`Reply::accept`].
+    pub fn draw(&mut self) -> Option<SampleArgs> {
+        if self.greedy {
+            return None;
+        }
+        let args = self.sampler.draw(&self.context);
+        self.drawn = Some(args.clone());
+        Some(args)
     }
 
     /// Ids in the engine's cache once the steps so far ran.
@@ -263,7 +271,10 @@ impl Reply {
         }
         let next = match step {
             Step::Id(id) => id,
-            Step::Logits(mut logits) => self.sampler.sample(&mut logits, &self.context),
+            Step::Logits(mut logits) => match self.drawn.take() {
+                Some(args) => Sampler::sample_with(&mut logits, &args),
+                None => self.sampler.sample(&mut logits, &self.context),
+            },
         };
         if self.stop_ids.contains(&next) {
             return Ok(self.end(StopReason::Eos));
@@ -411,6 +422,7 @@ impl Conversation {
         stop_ids.extend_from_slice(&opts.stop_ids);
         let reply = Reply {
             greedy: sampler.is_plain_argmax(),
+            drawn: None,
             sampler,
             max_tokens: opts.max_tokens,
             stop_ids,
@@ -524,11 +536,13 @@ impl Session {
         on_text: &mut dyn FnMut(&str) -> bool,
     ) -> Result<()> {
         let cancelled = || opts.cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed));
-        while let Some(input) = reply.input() {
+        while reply.input().is_some() {
             let text = if cancelled() {
                 reply.cancel()
             } else {
-                let out = step(self.engine.as_mut(), input, reply.greedy())?;
+                let draw = reply.draw();
+                let Some(input) = reply.input() else { break };
+                let out = step(self.engine.as_mut(), input, draw.as_ref())?;
                 reply.accept(out)?
             };
             if !text.is_empty() && !on_text(&text) {

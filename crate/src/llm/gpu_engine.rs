@@ -10,12 +10,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::config::{ModelConfig, RopeStyle};
+use super::sampler::SampleArgs;
 use super::weights::{BlockWeights, Matrix, ModelWeights};
 use crate::cpu::ops::{self, RopePairs};
 use crate::error::{LoomError, Result};
 use crate::gpu::{
     Argmax, AttendArgs, Attention, Elementwise, Gpu, GpuTensor, KvCache, MatVec, Norm, PackedWeights, Packing, Plan,
-    PlanCounts, Rope, RopeRows,
+    PlanCounts, Rope, RopeRows, Sample, GPU_SAMPLE_MAX,
 };
 
 /// Prompt tokens per submit: bounds the activation buffers of a long prompt.
@@ -65,6 +66,7 @@ struct Kernels {
     attention: Attention,
     elementwise: Elementwise,
     argmax: Argmax,
+    sample: Sample,
 }
 
 /// What a chunk hands back.
@@ -78,6 +80,8 @@ enum Output {
     AllLogits,
     /// The argmax of the last token's logits.
     Greedy,
+    /// The id drawn from the last token's logits by `sample.wgsl` (the engine's `draw`).
+    Sampled,
 }
 
 /// The decoder on a GPU.
@@ -95,6 +99,9 @@ pub struct GpuEngine {
     /// Plans by (tokens in the chunk, output): decode steps reuse theirs.
     plans: HashMap<(usize, Output), Plan>,
     last: GpuCallStats,
+    /// The draw of the step in flight (for [`Output::Sampled`]) and the buffer of its penalised ids.
+    draw: Option<SampleArgs>,
+    draw_ids: wgpu::Buffer,
 }
 
 /// Uploads small f32 vectors (norms, biases).
@@ -227,7 +234,9 @@ impl GpuEngineBuilder {
             attention: Attention::new(g)?,
             elementwise: Elementwise::new(g)?,
             argmax: Argmax::new(g)?,
+            sample: Sample::new(g)?,
         };
+        let draw_ids = Sample::ids_buffer(g).await?;
         let mut caches = Vec::with_capacity(cfg.n_layers);
         for _ in 0..cfg.n_layers {
             caches.push(KvCache::new(g, cfg.n_kv_heads, cfg.head_dim, cfg.context).await?);
@@ -246,6 +255,8 @@ impl GpuEngineBuilder {
             inv_freq,
             plans: HashMap::new(),
             last: GpuCallStats::default(),
+            draw: None,
+            draw_ids,
         })
     }
 }
@@ -309,6 +320,29 @@ impl GpuEngine {
     /// Runs `tokens` and returns the greedy next token, picked on the GPU (one id read back).
     pub async fn forward_argmax(&mut self, tokens: &[u32]) -> Result<u32> {
         let bytes = self.run(tokens, Output::Greedy).await?;
+        Ok(u32::from_le_bytes(bytes[..4].try_into().expect("4 bytes read back")))
+    }
+
+    /// Whether [`GpuEngine::forward_sampled`] takes `args` (top-k and the penalised ids within what one workgroup
+    /// sorts).
+    pub fn samples(args: &SampleArgs) -> bool {
+        (args.temperature == 0.0 || (1..=GPU_SAMPLE_MAX).contains(&args.top_k))
+            && args.penalized.len() <= GPU_SAMPLE_MAX
+    }
+
+    /// Runs `tokens` and returns the next token drawn per `args` on the GPU (one id read back), as
+    /// `Sampler::sample_with` draws it from the logits.
+    pub async fn forward_sampled(&mut self, tokens: &[u32], args: &SampleArgs) -> Result<u32> {
+        if !GpuEngine::samples(args) {
+            return Err(LoomError::InvalidInput(format!(
+                "GPU sampling takes top-k 1..={GPU_SAMPLE_MAX} and at most {GPU_SAMPLE_MAX} penalised ids"
+            )));
+        }
+        Sample::write_ids(&self.gpu, &self.draw_ids, args);
+        self.draw = Some(args.clone());
+        let bytes = self.run(tokens, Output::Sampled).await;
+        self.draw = None;
+        let bytes = bytes?;
         Ok(u32::from_le_bytes(bytes[..4].try_into().expect("4 bytes read back")))
     }
 
@@ -571,12 +605,31 @@ impl GpuEngine {
         )?;
         let logits = GpuTensor::scratch(gpu, vec![rows, c.vocab])?;
         mv(&self.head, &normed, &logits, enc, rows as u32)?;
-        if out != Output::Greedy {
-            return Ok(Some(logits.buffer));
-        }
-        let id = GpuTensor::scratch(gpu, vec![1])?;
-        k.argmax
-            .encode(gpu, enc, &logits.buffer, &id.buffer, 1, c.vocab as u32)?;
+        let id = match out {
+            Output::Greedy => {
+                let id = GpuTensor::scratch(gpu, vec![1])?;
+                k.argmax
+                    .encode(gpu, enc, &logits.buffer, &id.buffer, 1, c.vocab as u32)?;
+                id
+            }
+            Output::Sampled => {
+                let args = self
+                    .draw
+                    .as_ref()
+                    .ok_or_else(|| LoomError::InvalidInput("a sampled step without its draw".into()))?;
+                let id = GpuTensor::scratch(gpu, vec![1])?;
+                k.sample.encode(
+                    gpu,
+                    enc,
+                    (&logits.buffer, c.vocab as u32),
+                    &self.draw_ids,
+                    &id.buffer,
+                    args,
+                )?;
+                id
+            }
+            _ => return Ok(Some(logits.buffer)),
+        };
         Ok(Some(id.buffer))
     }
 }
@@ -605,5 +658,14 @@ impl super::engine::Engine for GpuEngine {
 
     fn forward_greedy(&mut self, tokens: &[u32]) -> Result<u32> {
         pollster::block_on(self.forward_argmax(tokens))
+    }
+
+    fn forward_sample(&mut self, tokens: &[u32], args: &SampleArgs) -> Result<super::generate::Step> {
+        use super::generate::Step;
+        Ok(if GpuEngine::samples(args) {
+            Step::Id(pollster::block_on(self.forward_sampled(tokens, args))?)
+        } else {
+            Step::Logits(self.forward(tokens, false)?)
+        })
     }
 }

@@ -6,6 +6,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::cpu::ops;
 use crate::error::{LoomError, Result};
+pub use crate::gpu::SampleArgs;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct SamplingParams {
@@ -80,15 +81,24 @@ impl Sampler {
         &self.params
     }
 
-    /// The next token. `logits` is changed (penalised, scaled); `context` is the tokens so far.
     /// True when [`Sampler::sample`] is a plain argmax of the logits (no penalty, no randomness), which an engine
     /// may compute itself ([`super::engine::Engine::forward_greedy`]).
     pub fn is_plain_argmax(&self) -> bool {
         self.params.temperature == 0.0 && self.params.repetition_penalty == 1.0
     }
 
+    /// The next token. `logits` is changed (penalised, scaled); `context` is the tokens so far.
     pub fn sample(&mut self, logits: &mut [f32], context: &[u32]) -> u32 {
+        let args = self.draw(context);
+        Sampler::sample_with(logits, &args)
+    }
+
+    /// The next draw's arguments: the parameters, the distinct ids the penalty applies to, and 24 random bits
+    /// (drawn only when the temperature is above 0, so greedy replies leave the generator alone). An engine may
+    /// run the draw on its device (the GPU's `sample.wgsl`), or hand the logits to [`Sampler::sample_with`].
+    pub fn draw(&mut self, context: &[u32]) -> SampleArgs {
         let p = &self.params;
+        let mut penalized = Vec::new();
         if p.repetition_penalty != 1.0 {
             let from = if p.repeat_last_n == 0 {
                 0
@@ -96,16 +106,33 @@ impl Sampler {
                 context.len().saturating_sub(p.repeat_last_n)
             };
             let mut seen = std::collections::HashSet::new();
-            for &t in &context[from..] {
-                if let Some(l) = logits.get_mut(t as usize) {
-                    if seen.insert(t) {
-                        *l = if *l > 0.0 {
-                            *l / p.repetition_penalty
-                        } else {
-                            *l * p.repetition_penalty
-                        };
-                    }
-                }
+            penalized = context[from..].iter().copied().filter(|&t| seen.insert(t)).collect();
+        }
+        SampleArgs {
+            temperature: p.temperature,
+            top_k: p.top_k,
+            top_p: p.top_p,
+            min_p: p.min_p,
+            u: if p.temperature == 0.0 {
+                0
+            } else {
+                self.rng.next_u32() >> 8
+            },
+            repetition_penalty: p.repetition_penalty,
+            penalized,
+        }
+    }
+
+    /// The token `args` picks from `logits` (changed: penalised). The CPU twin of `shaders/sample.wgsl`.
+    pub fn sample_with(logits: &mut [f32], args: &SampleArgs) -> u32 {
+        let p = args;
+        for &t in &p.penalized {
+            if let Some(l) = logits.get_mut(t as usize) {
+                *l = if *l > 0.0 {
+                    *l / p.repetition_penalty
+                } else {
+                    *l * p.repetition_penalty
+                };
             }
         }
         if p.temperature == 0.0 {
@@ -149,7 +176,7 @@ impl Sampler {
         let kept = &probs[..keep];
         let total: f32 = kept.iter().sum();
         // 24 random bits: a uniform f32 in [0, 1).
-        let u = (self.rng.next_u32() >> 8) as f32 / (1u32 << 24) as f32 * total;
+        let u = p.u as f32 / (1u32 << 24) as f32 * total;
         let mut cum = 0.0;
         for (i, &x) in kept.iter().enumerate() {
             cum += x;

@@ -1,0 +1,108 @@
+//! Host for `shaders/sample.wgsl`: the next token drawn on the GPU from one row of logits (repetition penalty,
+//! temperature, top-k, top-p, min-p and a random draw made by the caller), so that a sampled token costs one id
+//! read back. Its CPU twin is `llm::sampler::Sampler::sample_with`, which takes the same arguments in the same order.
+
+use std::sync::Arc;
+
+use super::kernel::{check_binding, dispatch, storage_f32, u32_dim};
+use super::Gpu;
+use crate::error::{LoomError, Result};
+
+const SAMPLE_WGSL: &str = include_str!("../../../shaders/sample.wgsl");
+
+/// The largest k (and the most penalised ids) the kernel takes: one workgroup sorts its 256 lanes' candidates.
+pub const GPU_SAMPLE_MAX: usize = 256;
+
+/// One draw's arguments.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SampleArgs {
+    /// 0: the argmax (after the penalty), lowest id on ties.
+    pub temperature: f32,
+    /// 1 to [`GPU_SAMPLE_MAX`]; 1 when `temperature` is 0.
+    pub top_k: usize,
+    pub top_p: f32,
+    pub min_p: f32,
+    /// 24 random bits: the draw is `u / 2^24` of the kept probability mass.
+    pub u: u32,
+    pub repetition_penalty: f32,
+    /// Distinct ids the penalty applies to (at most [`GPU_SAMPLE_MAX`]).
+    pub penalized: Vec<u32>,
+}
+
+/// The sampling kernel.
+pub struct Sample {
+    pipeline: Arc<wgpu::ComputePipeline>,
+}
+
+impl Sample {
+    pub fn new(gpu: &Gpu) -> Result<Sample> {
+        Ok(Sample {
+            pipeline: gpu.pipeline("sample", SAMPLE_WGSL, "sample")?,
+        })
+    }
+
+    /// Records the draw from `logits` (its `n` values, changed in place by the penalty) into `out[0]`. `ids` holds
+    /// `args.penalized` (the caller writes it; at least [`GPU_SAMPLE_MAX`] words).
+    pub fn encode(
+        &self,
+        gpu: &Gpu,
+        encoder: &mut wgpu::CommandEncoder,
+        (logits, n): (&wgpu::Buffer, u32),
+        ids: &wgpu::Buffer,
+        out: &wgpu::Buffer,
+        args: &SampleArgs,
+    ) -> Result<()> {
+        let k = if args.temperature == 0.0 { 1 } else { args.top_k };
+        if k == 0 || k > GPU_SAMPLE_MAX || args.penalized.len() > GPU_SAMPLE_MAX {
+            return Err(LoomError::InvalidInput(format!(
+                "GPU sampling takes top-k 1..={GPU_SAMPLE_MAX} and at most {GPU_SAMPLE_MAX} penalised ids, got {k} and {}",
+                args.penalized.len()
+            )));
+        }
+        let words = [
+            n,
+            args.temperature.to_bits(),
+            k as u32,
+            args.top_p.to_bits(),
+            args.min_p.to_bits(),
+            args.u,
+            args.repetition_penalty.to_bits(),
+            args.penalized.len() as u32,
+        ];
+        dispatch(
+            gpu,
+            encoder,
+            &self.pipeline,
+            &words,
+            &[(1, logits), (2, ids), (3, out)],
+            (1, 1),
+        );
+        Ok(())
+    }
+
+    /// A buffer for the penalised ids, written per draw with [`Sample::write_ids`].
+    pub async fn ids_buffer(gpu: &Gpu) -> Result<wgpu::Buffer> {
+        gpu.output("sample ids", 4 * GPU_SAMPLE_MAX as u64).await
+    }
+
+    pub fn write_ids(gpu: &Gpu, ids: &wgpu::Buffer, args: &SampleArgs) {
+        if !args.penalized.is_empty() {
+            gpu.queue.write_buffer(ids, 0, bytemuck::cast_slice(&args.penalized));
+        }
+    }
+
+    /// One-shot draw from `logits`.
+    pub async fn run(&self, gpu: &Gpu, logits: &[f32], args: &SampleArgs) -> Result<u32> {
+        check_binding(gpu, "sample logits", 4 * logits.len() as u64)?;
+        let n = u32_dim(logits.len(), "sample logits")?;
+        let lb = storage_f32(gpu, "sample logits", logits, logits.len()).await?;
+        let ids = Sample::ids_buffer(gpu).await?;
+        Sample::write_ids(gpu, &ids, args);
+        let ob = gpu.output("sample out", 4).await?;
+        let mut encoder = gpu.device.create_command_encoder(&Default::default());
+        self.encode(gpu, &mut encoder, (&lb, n), &ids, &ob, args)?;
+        gpu.queue.submit([encoder.finish()]);
+        let out = gpu.read(&ob).await?;
+        Ok(u32::from_le_bytes(out[..4].try_into().expect("4 bytes read back")))
+    }
+}
