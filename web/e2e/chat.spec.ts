@@ -72,6 +72,36 @@ test('a URL with integrity: the right SHA-256 opens, a wrong one is bad_format a
   expect(got.cached).toEqual([]);
 });
 
+test('seeded sampling on WebGPU (drawn on the GPU): the same seed gives the same reply, other seeds others', async ({ page }) => {
+  test.setTimeout(180_000);
+  const got = await page.evaluate(async (template) => {
+    // The tiny Llama's folder (its GGUFs carry no chat template) with a plain one beside it.
+    const dir = await (await navigator.storage.getDirectory()).getDirectoryHandle('tiny-sampled', { create: true });
+    const put = async (name: string, data: BlobPart) => {
+      const w = await (await dir.getFileHandle(name, { create: true })).createWritable();
+      await w.write(data);
+      await w.close();
+    };
+    for (const name of ['config.json', 'model.f16.safetensors', 'tokenizer.json']) {
+      await put(name, await (await fetch(`/golden/tiny-llama/${name}`)).blob());
+    }
+    await put('tokenizer_config.json', template);
+    const chat = await window.loom.openChat(dir, { device: 'gpu' });
+    const draw = async (seed: number) => {
+      await chat.reset();
+      const r = await chat.send('Hello, ', { temperature: 1.0, topK: 40, topP: 0.95, seed, maxTokens: 12 });
+      return [...r.ids];
+    };
+    const out = { device: chat.device, a: await draw(1), again: await draw(1), b: await draw(2), c: await draw(3) };
+    await chat.dispose();
+    return out;
+  }, TEMPLATE);
+  expect(got.device).toBe('gpu');
+  expect(got.a.length).toBeGreaterThan(0);
+  expect(got.again).toEqual(got.a);
+  expect(new Set([got.a, got.b, got.c].map((ids) => ids.join(','))).size).toBeGreaterThan(1);
+});
+
 test('stop: aborting the signal ends a SmolLM2 reply in the worker after a few tokens, resolving as cancelled', async ({ page }) => {
   test.skip(!existsSync(`${root}${SMOL}`), 'models/ is missing: run scripts/setup.sh');
   test.setTimeout(120_000);
