@@ -4,6 +4,8 @@
 //   add_inplace: y[i] += b[i % nb]            (bias after a matvec)
 //   act:         y[i] = activate(a[i])
 //   swiglu:      y[i] = silu(a[i]) · b[i]     (SwiGLU's gate·up product: a = gate, b = up)
+//   swiglu_rows: the same with gate and up side by side in `a`, rows of 2·nb (one matvec computed both):
+//                y[r·nb + j] = silu(a[r·2nb + j]) · a[r·2nb + nb + j]
 //   scale:       y[i] *= factor               (a Parallel layer's avg)
 // f32 throughout: add is exact (the CPU adds in f32 too); act, swiglu and scale round differently from the CPU's f64.
 
@@ -53,6 +55,16 @@ fn swiglu(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups
     if i < p.n {
         let g = a[i];
         y[i] = g / (1.0 + exp(-g)) * b[i];
+    }
+}
+
+@compute @workgroup_size(256)
+fn swiglu_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat(gid, nwg);
+    if i < p.n {
+        let at = (i / p.nb) * 2u * p.nb + i % p.nb;
+        let g = a[at];
+        y[i] = g / (1.0 + exp(-g)) * a[at + p.nb];
     }
 }
 

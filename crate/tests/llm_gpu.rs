@@ -20,6 +20,8 @@ use loom_wasm::llm::gpu_engine::{GpuEngine, GpuEngineBuilder};
 use loom_wasm::llm::model::LlmModel;
 use loom_wasm::llm::sampler::{Sampler, SamplingParams};
 use loom_wasm::llm::streamed::{RangeReader, StreamedModel};
+use loom_wasm::llm::weights::Matrix;
+use loom_wasm::quant::GgmlType;
 
 fn gpu() -> Arc<Gpu> {
     Arc::new(pollster::block_on(Gpu::new()).expect("no wgpu adapter: is mesa-vulkan-drivers installed?"))
@@ -238,6 +240,47 @@ fn seeded_sampling_on_the_gpu_matches_the_cpu_sampler() {
     let mut sampler = Sampler::new(SamplingParams::default()).unwrap();
     pollster::block_on(e.forward_sampled(&prompts[1], &sampler.draw(&prompts[1]))).unwrap();
     assert_eq!(e.last_call().bytes_read_back, 4, "one id read back");
+}
+
+/// Gate and up run as one fused matvec when they share a block type and have no biases; otherwise apart. A model
+/// with both kinds of block (block 0's up re-stored as F16 beside an F32 gate, block 1 with gate and up biases)
+/// gives the CPU engine's logits at every position.
+#[test]
+fn gate_and_up_fused_or_apart_match_the_cpu() {
+    let gpu = gpu();
+    let mut model = LlmModel::open(&golden().join("tiny-llama/model.f32.gguf")).unwrap();
+    let mut w = (*model.weights).clone();
+    let up = &w.blocks[0].up;
+    let f16: Vec<u8> = up
+        .data
+        .chunks_exact(4)
+        .flat_map(|b| half::f16::from_f32(f32::from_le_bytes(b.try_into().unwrap())).to_le_bytes())
+        .collect();
+    w.blocks[0].up = Matrix {
+        ty: GgmlType::F16,
+        data: f16.into(),
+        ..up.clone()
+    };
+    let ffn = model.config.ffn;
+    w.blocks[1].b_gate = Some((0..ffn).map(|i| (i as f32 * 0.37).sin() * 0.1).collect());
+    w.blocks[1].b_up = Some((0..ffn).map(|i| (i as f32 * 0.11).cos() * 0.1).collect());
+    model.weights = Arc::new(w);
+    let prompt: Vec<u32> = (1..40).map(|i| (i * 37 % 256) as u32).collect();
+    let want = model.cpu_engine().forward(&prompt, true).unwrap();
+    let mut e = pollster::block_on(GpuEngine::new(gpu, &model.config, &model.weights, None)).unwrap();
+    let got = e.forward(&prompt, true).unwrap();
+    let worst = want.iter().zip(&got).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(worst <= 1e-3, "max |Δlogit| {worst}");
+    let got_one = e.forward(&[5], false).unwrap();
+    let mut cpu = model.cpu_engine();
+    cpu.forward(&prompt, false).unwrap();
+    let want_one = cpu.forward(&[5], false).unwrap();
+    let worst = want_one
+        .iter()
+        .zip(&got_one)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    assert!(worst <= 1e-3, "decode step: max |Δlogit| {worst}");
 }
 
 #[test]

@@ -19,6 +19,7 @@ pub struct Elementwise {
     add_inplace: Arc<wgpu::ComputePipeline>,
     act: Arc<wgpu::ComputePipeline>,
     swiglu: Arc<wgpu::ComputePipeline>,
+    swiglu_rows: Arc<wgpu::ComputePipeline>,
     scale: Arc<wgpu::ComputePipeline>,
 }
 
@@ -30,6 +31,7 @@ impl Elementwise {
             add_inplace: gpu.pipeline("elementwise_add_inplace", &source, "add_inplace")?,
             act: gpu.pipeline("elementwise_act", &source, "act")?,
             swiglu: gpu.pipeline("elementwise_swiglu", &source, "swiglu")?,
+            swiglu_rows: gpu.pipeline("elementwise_swiglu_rows", &source, "swiglu_rows")?,
             scale: gpu.pipeline("elementwise_scale", &source, "scale")?,
         })
     }
@@ -117,6 +119,28 @@ impl Elementwise {
         Ok(())
     }
 
+    /// Records SwiGLU's product from one buffer holding gate and up side by side (`rows` rows of `2 × width`: a
+    /// fused gate|up matvec's output) into `y` (`rows × width`).
+    pub fn encode_swiglu_rows(
+        &self,
+        gpu: &Gpu,
+        encoder: &mut wgpu::CommandEncoder,
+        gate_up: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        rows: u32,
+        width: u32,
+    ) -> Result<()> {
+        let n = rows
+            .checked_mul(width)
+            .ok_or_else(|| LoomError::Unsupported(format!("SwiGLU of {rows} rows of {width}: too many values")))?;
+        if n == 0 {
+            return Ok(());
+        }
+        let g = grid_for(gpu, u64::from(n), LANES, "SwiGLU product")?;
+        dispatch(gpu, encoder, &self.swiglu_rows, &[n, width], &[(1, gate_up), (3, y)], g);
+        Ok(())
+    }
+
     /// Records `y[i] *= factor` for `n` values (f32; Loom's Parallel `avg` multiplies by a float64 `1/n`).
     pub fn encode_scale(
         &self,
@@ -171,6 +195,26 @@ impl Elementwise {
             self.encode_swiglu(gpu, enc, gb, ub, yb, n)
         })
         .await
+    }
+
+    /// One-shot [`Elementwise::encode_swiglu_rows`]: `gate_up` holds rows of `width` gate values then `width` up
+    /// values.
+    pub async fn swiglu_rows(&self, gpu: &Gpu, gate_up: &[f32], width: usize) -> Result<Vec<f32>> {
+        if width == 0 || !gate_up.len().is_multiple_of(2 * width) {
+            return Err(LoomError::InvalidInput(format!(
+                "SwiGLU rows: {} values do not split into rows of 2 × {width}",
+                gate_up.len()
+            )));
+        }
+        let rows = u32_dim(gate_up.len() / (2 * width), "SwiGLU rows")?;
+        let width = u32_dim(width, "SwiGLU width")?;
+        let mut y = self
+            .one_shot(gpu, gate_up, &[0.0], |enc, gb, _, yb| {
+                self.encode_swiglu_rows(gpu, enc, gb, yb, rows, width)
+            })
+            .await?;
+        y.truncate(gate_up.len() / 2);
+        Ok(y)
     }
 
     async fn one_shot(

@@ -48,15 +48,24 @@ struct GpuBlock {
     bk: Option<wgpu::Buffer>,
     bv: Option<wgpu::Buffer>,
     bo: Option<wgpu::Buffer>,
-    b_gate: Option<wgpu::Buffer>,
-    b_up: Option<wgpu::Buffer>,
     b_down: Option<wgpu::Buffer>,
     q_norm: Option<wgpu::Buffer>,
     k_norm: Option<wgpu::Buffer>,
     ffn_norm: wgpu::Buffer,
-    gate: PackedWeights,
-    up: PackedWeights,
+    gate_up: GateUp,
     down: PackedWeights,
+}
+
+/// SwiGLU's gate and up projections.
+enum GateUp {
+    /// One matrix, the gate's rows then the up's (same block type, no biases): one matvec computes both.
+    Fused(PackedWeights),
+    Split {
+        gate: PackedWeights,
+        up: PackedWeights,
+        b_gate: Option<wgpu::Buffer>,
+        b_up: Option<wgpu::Buffer>,
+    },
 }
 
 struct Kernels {
@@ -173,6 +182,28 @@ impl GpuEngineBuilder {
         Ok(())
     }
 
+    /// A block's gate and up projections, fused into one matrix where they can be (see [`GateUp`]). The fused copy
+    /// is the two matrices' blocks back to back, as stored.
+    async fn gate_up(&mut self, i: usize, b: &BlockWeights) -> Result<GateUp> {
+        let n = |s: &str| format!("blk.{i}.{s}");
+        if b.gate.ty == b.up.ty && b.gate.cols == b.up.cols && b.b_gate.is_none() && b.b_up.is_none() {
+            let fused = Matrix {
+                ty: b.gate.ty,
+                rows: b.gate.rows + b.up.rows,
+                cols: b.gate.cols,
+                data: [&b.gate.data[..], &b.up.data[..]].concat().into(),
+            };
+            return Ok(GateUp::Fused(self.matrix(&n("ffn_gate+ffn_up"), &fused).await?));
+        }
+        let g = self.gpu.clone();
+        Ok(GateUp::Split {
+            gate: self.matrix(&n("ffn_gate"), &b.gate).await?,
+            up: self.matrix(&n("ffn_up"), &b.up).await?,
+            b_gate: upload_opt(&g, &n("ffn_gate.bias"), &b.b_gate).await?,
+            b_up: upload_opt(&g, &n("ffn_up.bias"), &b.b_up).await?,
+        })
+    }
+
     /// The next block's weights.
     pub async fn block(&mut self, b: &BlockWeights) -> Result<()> {
         let i = self.blocks.len();
@@ -194,14 +225,11 @@ impl GpuEngineBuilder {
             bk: upload_opt(&g, &n("attn_k.bias"), &b.bk).await?,
             bv: upload_opt(&g, &n("attn_v.bias"), &b.bv).await?,
             bo: upload_opt(&g, &n("attn_output.bias"), &b.bo).await?,
-            b_gate: upload_opt(&g, &n("ffn_gate.bias"), &b.b_gate).await?,
-            b_up: upload_opt(&g, &n("ffn_up.bias"), &b.b_up).await?,
             b_down: upload_opt(&g, &n("ffn_down.bias"), &b.b_down).await?,
             q_norm: upload_opt(&g, &n("attn_q_norm"), &b.q_norm).await?,
             k_norm: upload_opt(&g, &n("attn_k_norm"), &b.k_norm).await?,
             ffn_norm: upload_f32(&g, &n("ffn_norm"), &b.ffn_norm).await?,
-            gate: self.matrix(&n("ffn_gate"), &b.gate).await?,
-            up: self.matrix(&n("ffn_up"), &b.up).await?,
+            gate_up: self.gate_up(i, b).await?,
             down: self.matrix(&n("ffn_down"), &b.down).await?,
         };
         self.blocks.push(block);
@@ -469,6 +497,7 @@ impl GpuEngine {
         let proj = GpuTensor::scratch(gpu, vec![n, h])?;
         let gate = GpuTensor::scratch(gpu, vec![n, ffn])?;
         let up = GpuTensor::scratch(gpu, vec![n, ffn])?;
+        let gate_up = GpuTensor::scratch(gpu, vec![n, 2 * ffn])?;
         let act = GpuTensor::scratch(gpu, vec![n, ffn])?;
 
         let mv = |m: &PackedWeights, x: &GpuTensor, y: &GpuTensor, enc: &mut wgpu::CommandEncoder, rows: u32| {
@@ -572,12 +601,26 @@ impl GpuEngine {
                 .encode_add_inplace(gpu, enc, &x.buffer, &proj.buffer, (n * h) as u32, (n * h) as u32)?;
             k.norm
                 .encode_rms(gpu, enc, &x.buffer, &b.ffn_norm, &xn.buffer, nu, h as u32, 1, c.rms_eps)?;
-            mv(&b.gate, &xn, &gate, enc, nu)?;
-            mv(&b.up, &xn, &up, enc, nu)?;
-            bias(&b.b_gate, &gate, ffn, enc)?;
-            bias(&b.b_up, &up, ffn, enc)?;
-            k.elementwise
-                .encode_swiglu(gpu, enc, &gate.buffer, &up.buffer, &act.buffer, (n * ffn) as u32)?;
+            match &b.gate_up {
+                GateUp::Fused(w) => {
+                    mv(w, &xn, &gate_up, enc, nu)?;
+                    k.elementwise
+                        .encode_swiglu_rows(gpu, enc, &gate_up.buffer, &act.buffer, nu, ffn as u32)?;
+                }
+                GateUp::Split {
+                    gate: wg,
+                    up: wu,
+                    b_gate,
+                    b_up,
+                } => {
+                    mv(wg, &xn, &gate, enc, nu)?;
+                    mv(wu, &xn, &up, enc, nu)?;
+                    bias(b_gate, &gate, ffn, enc)?;
+                    bias(b_up, &up, ffn, enc)?;
+                    k.elementwise
+                        .encode_swiglu(gpu, enc, &gate.buffer, &up.buffer, &act.buffer, (n * ffn) as u32)?;
+                }
+            }
             mv(&b.down, &act, &proj, enc, nu)?;
             bias(&b.b_down, &proj, h, enc)?;
             k.elementwise
