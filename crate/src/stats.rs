@@ -275,13 +275,16 @@ pub struct Diff {
 }
 
 /// Compares the weights of two models, matching layers by path and tensors by name: entries in `before`'s order,
-/// then those only `after` has.
+/// then those only `after` has. A GGUF against an HF safetensors file matches by HF name (`blk.0.attn_q.weight` is
+/// `model.layers.0.self_attn.q_proj.weight`), with llama.cpp's permuted q/k rows put back in HF's order, so the
+/// same model in both formats compares equal.
 pub fn diff(before: &LoadedModel, after: &LoadedModel) -> Result<Diff> {
     let old = before.weight_tensors()?;
     let new = after.weight_tensors()?;
+    let (keys_old, keys_new) = (Keys::of(before, &old, &new), Keys::of(after, &new, &old));
     let mut entries = Vec::new();
-    for a in &old {
-        let Some(b) = new.iter().find(|b| b.name == a.name) else {
+    for (i, a) in old.iter().enumerate() {
+        let Some(j) = (0..new.len()).find(|&j| keys_new.key(&new, j) == keys_old.key(&old, i)) else {
             entries.push(DiffEntry {
                 name: a.name.clone(),
                 status: "removed",
@@ -292,22 +295,99 @@ pub fn diff(before: &LoadedModel, after: &LoadedModel) -> Result<Diff> {
             });
             continue;
         };
-        entries.push(compare(a, b)?);
+        entries.push(compare(a, &new[j], keys_old.rows(i), keys_new.rows(j))?);
     }
-    for b in new.iter().filter(|b| !old.iter().any(|a| a.name == b.name)) {
-        entries.push(DiffEntry {
-            name: b.name.clone(),
-            status: "added",
-            dtype_before: None,
-            dtype_after: Some(b.dtype.clone()),
-            max_abs: None,
-            mean_abs: None,
-        });
+    for (j, b) in new.iter().enumerate() {
+        if !(0..old.len()).any(|i| keys_old.key(&old, i) == keys_new.key(&new, j)) {
+            entries.push(DiffEntry {
+                name: b.name.clone(),
+                status: "added",
+                dtype_before: None,
+                dtype_after: Some(b.dtype.clone()),
+                max_abs: None,
+                mean_abs: None,
+            });
+        }
     }
     Ok(Diff { entries })
 }
 
-fn compare(a: &WeightTensor, b: &WeightTensor) -> Result<DiffEntry> {
+/// The names one side's tensors are matched by: their own, or, for a GGUF diffed against HF names, the HF names
+/// with the q/k row order to restore (`(heads, head_dim)`).
+struct Keys {
+    hf: Option<Vec<HfKey>>,
+}
+
+/// A GGUF tensor's HF name (`None`: not a decoder tensor) and the q/k rows to restore.
+type HfKey = (Option<String>, Option<(usize, usize)>);
+
+impl Keys {
+    fn of(model: &LoadedModel, tensors: &[WeightTensor], other: &[WeightTensor]) -> Keys {
+        use crate::llm::config::RopeStyle;
+        use crate::llm::weights::Role;
+        let crate::model::Contents::Gguf { header, .. } = &model.contents else {
+            return Keys { hf: None };
+        };
+        if !other
+            .iter()
+            .any(|t| t.name.starts_with("model.layers.") || t.name == "model.embed_tokens.weight")
+        {
+            return Keys { hf: None };
+        }
+        // llama GGUFs hold q/k rows permuted for adjacent-pair RoPE (see llm::config).
+        let permuted = crate::llm::model::gguf_config(header)
+            .ok()
+            .map(|(c, _)| c)
+            .filter(|c| c.rope_style == RopeStyle::Adjacent);
+        let hf = tensors
+            .iter()
+            .map(|t| match crate::llm::sources::hf_name_of_gguf(&t.name) {
+                Some((name, role)) => {
+                    let rows = match (&permuted, role) {
+                        (Some(c), Some(Role::Q)) => Some((c.n_heads, c.head_dim)),
+                        (Some(c), Some(Role::K)) => Some((c.n_kv_heads, c.head_dim)),
+                        _ => None,
+                    };
+                    (Some(name), rows)
+                }
+                None => (None, None),
+            })
+            .collect();
+        Keys { hf: Some(hf) }
+    }
+
+    fn key<'a>(&'a self, tensors: &'a [WeightTensor], i: usize) -> &'a str {
+        match &self.hf {
+            Some(hf) => hf[i].0.as_deref().unwrap_or(&tensors[i].name),
+            None => &tensors[i].name,
+        }
+    }
+
+    fn rows(&self, i: usize) -> Option<(usize, usize)> {
+        self.hf.as_ref().and_then(|hf| hf[i].1)
+    }
+}
+
+/// All of `t`'s values, with permuted q/k rows (`rows`: heads, head_dim) put back in HF's order.
+fn reordered(t: &WeightTensor, rows: (usize, usize)) -> Result<Vec<f32>> {
+    let values = t.values(0, t.count)?;
+    let (heads, head_dim) = rows;
+    let cols = t.shape.get(1).copied().unwrap_or(0) as usize;
+    if t.shape.len() != 2 || heads * head_dim * cols != values.len() || head_dim % 2 != 0 {
+        return Err(LoomError::InvalidNetwork(format!(
+            "{}: shape {:?} is not {heads} heads of {head_dim} rows",
+            t.name, t.shape
+        )));
+    }
+    Ok(crate::llm::entity::unpermute_rows(&values, heads, head_dim, cols))
+}
+
+fn compare(
+    a: &WeightTensor,
+    b: &WeightTensor,
+    rows_a: Option<(usize, usize)>,
+    rows_b: Option<(usize, usize)>,
+) -> Result<DiffEntry> {
     let mut entry = DiffEntry {
         name: a.name.clone(),
         status: "changed",
@@ -319,12 +399,23 @@ fn compare(a: &WeightTensor, b: &WeightTensor) -> Result<DiffEntry> {
     if a.count != b.count || a.shape != b.shape {
         return Ok(entry);
     }
+    // A reordered side is read whole (q/k matrices); the others in chunks.
+    let whole = |t: &WeightTensor, rows: Option<(usize, usize)>| rows.map(|r| reordered(t, r)).transpose();
+    let (whole_a, whole_b) = match (whole(a, rows_a), whole(b, rows_b)) {
+        (Ok(x), Ok(y)) => (x, y),
+        (Err(LoomError::UnsupportedDType(_)), _) | (_, Err(LoomError::UnsupportedDType(_))) => return Ok(entry),
+        (Err(e), _) | (_, Err(e)) => return Err(e),
+    };
+    let values = |t: &WeightTensor, whole: &Option<Vec<f32>>, start: usize, len: usize| match whole {
+        Some(v) => Ok(v[start..start + len].to_vec()),
+        None => t.values(start, len),
+    };
     let mut identical = a.dtype == b.dtype;
     let (mut max_abs, mut sum_abs) = (0f64, 0f64);
     let mut start = 0;
     while start < a.count {
         let len = CHUNK.min(a.count - start);
-        let (va, vb) = match (a.values(start, len), b.values(start, len)) {
+        let (va, vb) = match (values(a, &whole_a, start, len), values(b, &whole_b, start, len)) {
             (Ok(va), Ok(vb)) => (va, vb),
             // Values we cannot dequantize: compare what is stored.
             (Err(LoomError::UnsupportedDType(_)), _) | (_, Err(LoomError::UnsupportedDType(_))) => {

@@ -498,3 +498,46 @@ fn hostile_gguf_headers_are_typed_errors() {
     assert!(matches!(header_err(&g2.pad(256)), LoomError::BlobOverlap { .. }));
     assert!(matches!(header_err(&g.pad(256)), LoomError::Gguf(_)));
 }
+
+/// The same model as a GGUF and as HF safetensors (the tiny-llama goldens, written from one set of weights) diffs
+/// as equal in either order: tensors matched by HF name, the GGUF's permuted q/k rows put back in HF's order.
+#[test]
+fn a_gguf_and_its_hf_safetensors_diff_as_equal() {
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/golden/tiny-llama");
+    let open =
+        |name: &str| LoadedModel::from_bytes(Bytes::from(std::fs::read(golden.join(name)).unwrap()), name).unwrap();
+    for (gguf, st) in [
+        ("model.f32.gguf", "model.f32.safetensors"),
+        ("model.f16.gguf", "model.f16.safetensors"),
+    ] {
+        let (g, s) = (open(gguf), open(st));
+        for (before, after) in [(&g, &s), (&s, &g)] {
+            let d = loom_wasm::stats::diff(before, after).unwrap();
+            assert_eq!(d.entries.len(), g.weight_tensors().unwrap().len(), "{gguf} ↔ {st}");
+            for e in &d.entries {
+                if gguf == "model.f16.gguf" && e.name.contains("norm") {
+                    // The GGUF keeps norms in F32 whatever its type; the F16 safetensors holds them rounded to F16.
+                    assert!(
+                        e.status == "changed" && e.max_abs.unwrap() < 1e-3,
+                        "{gguf} ↔ {st}: {e:?}"
+                    );
+                } else {
+                    assert_eq!((e.status, e.max_abs), ("same", Some(0.0)), "{gguf} ↔ {st}: {}", e.name);
+                }
+            }
+            let q = d
+                .entries
+                .iter()
+                .find(|e| e.name.contains("0.attn_q") || e.name.contains("0.self_attn.q_proj"))
+                .unwrap();
+            assert_eq!(q.max_abs, Some(0.0), "q rows restored");
+        }
+    }
+    // Another model's weights are not equal: the BF16 safetensors against the F32 GGUF differ by rounding.
+    let d = loom_wasm::stats::diff(&open("model.f32.gguf"), &open("model.bf16.safetensors")).unwrap();
+    assert!(d
+        .entries
+        .iter()
+        .all(|e| e.status == "changed" && e.max_abs.unwrap() < 1e-2));
+    assert!(d.entries.iter().any(|e| e.max_abs.unwrap() > 0.0));
+}

@@ -238,3 +238,17 @@ test('the real SmolLM2-135M GGUF opens: its 30 decoder blocks fold, and one tens
   await expect(page.getByTestId('code-formula')).toContainText('Q4_1');
   await expect(page.getByTestId('tensor-preview').locator('td[data-scale]')).not.toHaveCount(0);
 });
+
+test('Diff: the same model as a GGUF and as HF safetensors compares equal (HF names, q/k rows restored)', async ({ page }) => {
+  // The tiny-llama goldens: one set of float32 weights written by gguf-py (q/k rows permuted) and by safetensors.
+  const golden = (name: string) => readFileSync(path.join(ROOT, '../shared/golden/tiny-llama', name));
+  await dropFiles(page, [{ name: 'model.f32.gguf', bytes: golden('model.f32.gguf') }]);
+  await expect(page.locator('body')).toHaveAttribute('data-state', 'ready');
+  await page.getByTestId('diff-input').setInputFiles({ name: 'model.f32.safetensors', mimeType: 'application/octet-stream', buffer: golden('model.f32.safetensors') });
+  await expect(page.getByTestId('diff-summary')).toHaveAttribute('data-changed', '0');
+  await expect(page.locator('[data-testid="diff-row"][data-status="added"]')).toHaveCount(0);
+  await expect(page.locator('[data-testid="diff-row"][data-status="removed"]')).toHaveCount(0);
+  // Against the BF16 copy the weights differ by rounding, so the summary says so.
+  await page.getByTestId('diff-input').setInputFiles({ name: 'model.bf16.safetensors', mimeType: 'application/octet-stream', buffer: golden('model.bf16.safetensors') });
+  await expect(page.getByTestId('diff-summary')).not.toHaveAttribute('data-changed', '0');
+});

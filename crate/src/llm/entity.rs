@@ -501,7 +501,7 @@ fn dense(m: &Matrix) -> Result<Vec<f32>> {
 
 /// llama.cpp's converter interleaves each head's q/k rows for adjacent-pair RoPE (stored row 2j is row j, 2j+1
 /// is row j + head_dim/2); Loom rotates halves as HF does, so the rows go back to HF order.
-fn unpermute_rows(w: &[f32], heads: usize, head_dim: usize, cols: usize) -> Vec<f32> {
+pub(crate) fn unpermute_rows(w: &[f32], heads: usize, head_dim: usize, cols: usize) -> Vec<f32> {
     let mut out = vec![0f32; w.len()];
     let half = head_dim / 2;
     for h in 0..heads {

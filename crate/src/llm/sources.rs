@@ -43,7 +43,8 @@ impl GgufSource<'_> {
     }
 }
 
-fn gguf_block_name(block: usize, role: Role) -> String {
+/// The GGUF (llama.cpp) name of a block tensor.
+pub fn gguf_block_name(block: usize, role: Role) -> String {
     let (name, kind) = match role {
         Role::AttnNorm => ("attn_norm", "weight"),
         Role::Q => ("attn_q", "weight"),
@@ -126,13 +127,32 @@ impl TensorSource for GgufSource<'_> {
     }
 
     fn global_name(&self, g: Global) -> String {
-        match g {
-            Global::Embed => "token_embd.weight",
-            Global::FinalNorm => "output_norm.weight",
-            Global::Head => "output.weight",
-        }
-        .to_string()
+        gguf_global_name(g).to_string()
     }
+}
+
+/// The GGUF (llama.cpp) name of a global tensor.
+pub fn gguf_global_name(g: Global) -> &'static str {
+    match g {
+        Global::Embed => "token_embd.weight",
+        Global::FinalNorm => "output_norm.weight",
+        Global::Head => "output.weight",
+    }
+}
+
+/// The HF name of a GGUF tensor name (`blk.3.attn_q.weight` → `model.layers.3.self_attn.q_proj.weight`), if it is
+/// one the decoder knows, with the role of a block tensor.
+pub fn hf_name_of_gguf(name: &str) -> Option<(String, Option<Role>)> {
+    for g in [Global::Embed, Global::FinalNorm, Global::Head] {
+        if name == gguf_global_name(g) {
+            return Some((hf_global_name(g).to_string(), None));
+        }
+    }
+    let block: usize = name.strip_prefix("blk.")?.split('.').next()?.parse().ok()?;
+    Role::ALL
+        .into_iter()
+        .find(|&r| gguf_block_name(block, r) == name)
+        .map(|r| (hf_block_name(block, r), Some(r)))
 }
 
 /// The HF (transformers) name of a block tensor.

@@ -280,7 +280,7 @@ impl StreamedModel {
                 weights::load_block(&self.config, &gguf_source(header, parts), i)
             }
             Tensors::Safetensors(all) => {
-                let names = ROLES.iter().map(|&r| hf_block_name(i, r));
+                let names = Role::ALL.iter().map(|&r| hf_block_name(i, r));
                 let src = read_safetensors(reader, all, names).await?;
                 weights::load_block(&self.config, &src, i)
             }
@@ -302,27 +302,6 @@ impl StreamedModel {
         }
     }
 }
-
-const ROLES: [Role; 18] = [
-    Role::AttnNorm,
-    Role::Q,
-    Role::K,
-    Role::V,
-    Role::O,
-    Role::QBias,
-    Role::KBias,
-    Role::VBias,
-    Role::OBias,
-    Role::QNorm,
-    Role::KNorm,
-    Role::FfnNorm,
-    Role::Gate,
-    Role::Up,
-    Role::Down,
-    Role::GateBias,
-    Role::UpBias,
-    Role::DownBias,
-];
 
 fn gguf_source(header: &GgufHeader, parts: HashMap<String, Bytes>) -> GgufSource<'_> {
     GgufSource {

@@ -156,6 +156,29 @@ pub enum Role {
     DownBias,
 }
 
+impl Role {
+    pub const ALL: [Role; 18] = [
+        Role::AttnNorm,
+        Role::Q,
+        Role::K,
+        Role::V,
+        Role::O,
+        Role::QBias,
+        Role::KBias,
+        Role::VBias,
+        Role::OBias,
+        Role::QNorm,
+        Role::KNorm,
+        Role::FfnNorm,
+        Role::Gate,
+        Role::Up,
+        Role::Down,
+        Role::GateBias,
+        Role::UpBias,
+        Role::DownBias,
+    ];
+}
+
 /// Global (non-block) tensors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Global {
