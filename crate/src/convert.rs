@@ -222,6 +222,14 @@ pub fn convert_with(
     let mut report = LossReport::default();
     for (path, (from, old)) in &before {
         let Some((to, new)) = after.get(path) else { continue };
+        report.compare(path, from.name(), &target_name(*to), old, new);
+    }
+    Ok((bytes.into(), report))
+}
+
+impl LossReport {
+    /// Adds `path` when `new` differs from `old` anywhere (NaN stays NaN: no change).
+    fn compare(&mut self, path: &str, from: &str, to: &str, old: &[f32], new: &[f32]) {
         let mut changed = 0;
         let mut max_abs_error = 0f32;
         for (a, b) in old.iter().zip(new) {
@@ -231,17 +239,47 @@ pub fn convert_with(
             }
         }
         if changed > 0 {
-            report.layers.push(LayerLoss {
-                path: path.clone(),
-                from: from.name().to_string(),
-                to: target_name(*to),
+            self.layers.push(LayerLoss {
+                path: path.to_string(),
+                from: from.to_string(),
+                to: to.to_string(),
                 changed,
                 total: old.len(),
                 max_abs_error,
             });
         }
     }
-    Ok((bytes.into(), report))
+}
+
+/// Re-exports a safetensors file (one without a Loom topology: an HF checkpoint, say) with every tensor stored as
+/// `dtype` (F32, F16 or BF16), keeping names, shapes and `__metadata__`. Tensors of other types are refused by
+/// name: integers and 8-bit floats are not weights this can round, and F64 would lose precision before the report
+/// could see it. The report compares each tensor as the written file holds it with its source values.
+pub fn retype_safetensors(bytes: &[u8], dtype: Dtype) -> Result<(Vec<u8>, LossReport)> {
+    let file = st::SafetensorsFile::from_bytes(bytes)?;
+    let mut sources = Vec::new();
+    for t in file.tensors() {
+        if !matches!(t.dtype(), Dtype::F32 | Dtype::F16 | Dtype::BF16) {
+            return Err(LoomError::Unsupported(format!(
+                "re-exporting tensor {:?} of type {}: only F32, F16 and BF16 tensors change type",
+                t.name(),
+                t.dtype()
+            )));
+        }
+        sources.push((t.name(), t.dtype(), t.shape(), t.to_f32(st::Semantics::Standard)?));
+    }
+    let items: Vec<TensorData> = sources
+        .iter()
+        .map(|(name, _, shape, values)| TensorData { name, shape, values })
+        .collect();
+    let out = st::write(&items, dtype, file.header().metadata())?;
+    let written = st::SafetensorsFile::from_bytes(out.as_slice())?;
+    let mut report = LossReport::default();
+    for (name, from, _, old) in &sources {
+        let new = written.tensor(name)?.to_f32(st::Semantics::Standard)?;
+        report.compare(name, &from.to_string(), &dtype.to_string(), old, &new);
+    }
+    Ok((out, report))
 }
 
 /// Every layer's current values as 1-D tensors named as Loom names them, plus the topology in `__metadata__`.

@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::error::{LoomError, Result};
 use crate::formats::detect::{self, Format};
 use crate::formats::{entity, gguf, loom_json, safetensors};
-use crate::network::{Layer, Network};
+use crate::network::{Layer, Network, WeightPart};
 
 /// Random-access bytes: a file, a `Blob`, a buffer.
 pub trait ByteSource {
@@ -197,6 +197,21 @@ pub struct LayerRow {
     /// Bytes of this layer's weights in the file.
     pub bytes: u64,
     pub disabled: bool,
+    /// The shape of its weights when they form one tensor (`[out, in]` for Dense); empty otherwise.
+    pub shape: Vec<u64>,
+    /// The parts of a combined store (MHA's Q/K/V/O weights and biases, SwiGLU's gate/up/down, LSTM's gates),
+    /// each readable as the tensor `path#name`; empty for single-tensor layers.
+    pub parts: Vec<PartRow>,
+    /// One input row's shape and the output row's (see [`Layer::io_shapes`]), when the layer's config says.
+    pub input: Option<Vec<u64>>,
+    pub output: Option<Vec<u64>>,
+}
+
+/// One part of a layer's combined weight store.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PartRow {
+    pub name: String,
+    pub shape: Vec<u64>,
 }
 
 /// One tensor of a safetensors file.
@@ -438,6 +453,11 @@ fn network_inspection(
     };
     fn visit(layer: &Layer, path: String, nesting: usize, out: &mut Inspection, file_info: &dyn Fn(&str) -> FileInfo) {
         let params = layer.weight_count().unwrap_or(0) as u64;
+        let (shape, parts) = match <[WeightPart; 1]>::try_from(layer.weight_parts().unwrap_or_default()) {
+            Ok([one]) => (one.shape, Vec::new()),
+            Err(parts) => (Vec::new(), parts),
+        };
+        let io = layer.io_shapes();
         let (bytes, scale, dtype) = match &layer.weights {
             Some(ws) => {
                 let bytes = ws.version(layer.dtype).map_or(4 * ws.len(), <[u8]>::len) as u64;
@@ -467,6 +487,16 @@ fn network_inspection(
             params,
             bytes,
             disabled: layer.is_disabled,
+            shape,
+            parts: parts
+                .into_iter()
+                .map(|p| PartRow {
+                    name: p.name,
+                    shape: p.shape,
+                })
+                .collect(),
+            input: io.as_ref().map(|(i, _)| i.clone()),
+            output: io.map(|(_, o)| o),
         });
         for (seg, child) in layer.children() {
             visit(child, format!("{path}.{seg}"), nesting + 1, out, file_info);

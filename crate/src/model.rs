@@ -12,7 +12,7 @@ use crate::formats::detect::{self, Format};
 use crate::formats::gguf::{self, GgufHeader, GgufTensorInfo};
 use crate::formats::safetensors::{self as st, SafetensorsFile};
 use crate::inspect::{self, Inspection};
-use crate::network::{Network, WeightStore};
+use crate::network::{Layer, Network, WeightStore};
 use crate::quant::{self, GgmlType};
 use crate::stats;
 
@@ -96,11 +96,13 @@ pub struct WeightTensor<'a> {
 }
 
 enum Data<'a> {
-    /// A Loom layer's dequantized values and a copy of its native bytes (absent for a float32 master).
+    /// A Loom layer's dequantized values and a copy of its native bytes (absent for a float32 master). For one
+    /// part of a combined store, `values` are the part's and `part_start` is where they start in `native`'s codes.
     Loom {
         values: Vec<f32>,
         dtype: DType,
         native: Option<Vec<u8>>,
+        part_start: Option<usize>,
     },
     Safetensors {
         dtype: st::Dtype,
@@ -155,46 +157,55 @@ impl WeightTensor<'_> {
     /// see [`quant::codes`]) and F16/BF16 bits.
     pub fn codes(&self, n: usize) -> Option<Vec<i32>> {
         let n = n.min(self.count);
-        let u16s = |b: &[u8]| -> Vec<i32> {
+        let u16s = |b: &[u8], n: usize| -> Vec<i32> {
             b.chunks_exact(2)
                 .take(n)
                 .map(|c| i32::from(u16::from_le_bytes([c[0], c[1]])))
                 .collect()
         };
-        let i16s = |b: &[u8]| -> Vec<i32> {
+        let i16s = |b: &[u8], n: usize| -> Vec<i32> {
             b.chunks_exact(2)
                 .take(n)
                 .map(|c| i32::from(i16::from_le_bytes([c[0], c[1]])))
                 .collect()
         };
-        let u8s = |b: &[u8]| -> Vec<i32> { b.iter().take(n).map(|&c| i32::from(c)).collect() };
-        let i8s = |b: &[u8]| -> Vec<i32> { b.iter().take(n).map(|&c| i32::from(c as i8)).collect() };
+        let u8s = |b: &[u8], n: usize| -> Vec<i32> { b.iter().take(n).map(|&c| i32::from(c)).collect() };
+        let i8s = |b: &[u8], n: usize| -> Vec<i32> { b.iter().take(n).map(|&c| i32::from(c as i8)).collect() };
         match &self.data {
-            Data::Loom { dtype, native, .. } => {
+            Data::Loom {
+                dtype,
+                native,
+                part_start,
+                ..
+            } => {
                 let bytes = native.as_deref()?;
-                match dtype {
-                    DType::Int16 => Some(i16s(bytes)),
-                    DType::Float16 | DType::BFloat16 | DType::Uint16 => Some(u16s(bytes)),
-                    dt if dt.bits() > 8 => None,
+                let first = part_start.unwrap_or(0);
+                // The codes up to the part's end, then the part's own: sub-byte codes need not start on a byte.
+                let upto = first + n;
+                let mut codes = match dtype {
+                    DType::Int16 => i16s(bytes, upto),
+                    DType::Float16 | DType::BFloat16 | DType::Uint16 => u16s(bytes, upto),
+                    dt if dt.bits() > 8 => return None,
                     DType::Int8 | DType::Int4 | DType::Int2 | DType::Ternary | DType::Binary => {
-                        let packed = &bytes[..dtype.packed_len(n)?.min(bytes.len())];
-                        Some(i8s(&dtype::unpack_codes(*dtype, packed)))
+                        let packed = &bytes[..dtype.packed_len(upto)?.min(bytes.len())];
+                        i8s(&dtype::unpack_codes(*dtype, packed), upto)
                     }
                     dt => {
-                        let packed = &bytes[..dt.packed_len(n)?.min(bytes.len())];
-                        Some(u8s(&dtype::unpack_codes(*dt, packed)))
+                        let packed = &bytes[..dt.packed_len(upto)?.min(bytes.len())];
+                        u8s(&dtype::unpack_codes(*dt, packed), upto)
                     }
-                }
+                };
+                Some(codes.split_off(first.min(codes.len())))
             }
             Data::Safetensors { dtype, bytes } => match dtype {
-                st::Dtype::F16 | st::Dtype::BF16 | st::Dtype::U16 => Some(u16s(bytes)),
-                st::Dtype::I16 => Some(i16s(bytes)),
-                st::Dtype::I8 => Some(i8s(bytes)),
-                st::Dtype::U8 | st::Dtype::F8_E4M3 | st::Dtype::F8_E5M2 => Some(u8s(bytes)),
+                st::Dtype::F16 | st::Dtype::BF16 | st::Dtype::U16 => Some(u16s(bytes, n)),
+                st::Dtype::I16 => Some(i16s(bytes, n)),
+                st::Dtype::I8 => Some(i8s(bytes, n)),
+                st::Dtype::U8 | st::Dtype::F8_E4M3 | st::Dtype::F8_E5M2 => Some(u8s(bytes, n)),
                 _ => None,
             },
             Data::Gguf { ty, bytes } => match ty {
-                GgmlType::F16 | GgmlType::BF16 => Some(u16s(bytes)),
+                GgmlType::F16 | GgmlType::BF16 => Some(u16s(bytes, n)),
                 ty => quant::codes(*ty, bytes, n).map(|(codes, _)| codes),
             },
         }
@@ -209,10 +220,15 @@ impl WeightTensor<'_> {
         }
     }
 
-    /// The bytes the file stores for this tensor (a Loom float32 master has none).
+    /// The bytes the file stores for this tensor (a Loom float32 master, or a part of a layer, has none).
     pub fn stored_bytes(&self) -> Option<&[u8]> {
         match &self.data {
-            Data::Loom { native, .. } => native.as_deref(),
+            Data::Loom {
+                native,
+                part_start: None,
+                ..
+            } => native.as_deref(),
+            Data::Loom { .. } => None,
             Data::Safetensors { bytes, .. } | Data::Gguf { bytes, .. } => Some(bytes),
         }
     }
@@ -223,11 +239,15 @@ impl LoadedModel {
     pub fn weight_tensors(&self) -> Result<Vec<WeightTensor<'_>>> {
         let mut out = Vec::new();
         match &self.contents {
-            Contents::Network(net) => net.for_each_layer(&mut |path, layer| {
-                if let Some(ws) = &layer.weights {
-                    out.push(loom_tensor(path, layer.dtype, ws));
-                }
-            }),
+            Contents::Network(net) => {
+                let mut tensors = Vec::new();
+                net.for_each_layer(&mut |path, layer| {
+                    if let Some(ws) = &layer.weights {
+                        tensors.push(loom_tensor(path, layer, ws, None));
+                    }
+                });
+                out = tensors.into_iter().collect::<Result<_>>()?;
+            }
             Contents::Safetensors(file) => out.extend(file.tensors().map(|t| safetensors_tensor(t.info(), t.bytes()))),
             Contents::Checkpoint(ckpt) => out.extend(
                 ckpt.tensors()
@@ -242,7 +262,8 @@ impl LoadedModel {
         Ok(out)
     }
 
-    /// The layer at path `name` (`layers.0`) of a network, or the tensor called `name`.
+    /// The layer at path `name` (`layers.0`) of a network, one part of its weights (`layers.0#q_weight`, see
+    /// [`Layer::weight_parts`]), or the tensor called `name`.
     pub fn tensor(&self, name: &str) -> Result<WeightTensor<'_>> {
         let missing = || LoomError::UnknownName {
             kind: "layer with weights or tensor",
@@ -250,13 +271,17 @@ impl LoadedModel {
         };
         match &self.contents {
             Contents::Network(net) => {
+                let (layer_path, part) = match name.split_once('#') {
+                    Some((path, part)) => (path, Some(part)),
+                    None => (name, None),
+                };
                 let mut found = None;
                 net.for_each_layer(&mut |path, layer| {
-                    if let (true, Some(ws)) = (path == name, &layer.weights) {
-                        found = Some(loom_tensor(path, layer.dtype, ws));
+                    if let (true, Some(ws)) = (path == layer_path, &layer.weights) {
+                        found = Some(loom_tensor(path, layer, ws, part));
                     }
                 });
-                found.ok_or_else(missing)
+                found.ok_or_else(missing)?
             }
             Contents::Safetensors(file) => {
                 let t = file.tensor(name)?;
@@ -281,20 +306,50 @@ impl LoadedModel {
     }
 }
 
-fn loom_tensor(path: &str, dtype: DType, ws: &WeightStore) -> WeightTensor<'static> {
-    let values = ws.active(dtype);
-    WeightTensor {
-        name: path.to_string(),
+/// A Loom layer's weights, whole or one named part, with values as `GetActive` gives them. A single-tensor layer
+/// gets its shape (`[out, in]` for Dense); a whole combined store is flat.
+fn loom_tensor(path: &str, layer: &Layer, ws: &WeightStore, part: Option<&str>) -> Result<WeightTensor<'static>> {
+    let dtype = layer.dtype;
+    let mut values = ws.active(dtype);
+    let parts = layer.weight_parts()?;
+    let (name, shape, part_start) = match (part, parts.as_slice()) {
+        (None, [one]) if one.len == values.len() => (path.to_string(), one.shape.clone(), None),
+        (None, _) => (path.to_string(), vec![values.len() as u64], None),
+        (Some(part), _) => {
+            let name = format!("{path}#{part}");
+            let p = parts
+                .iter()
+                .find(|p| p.name == part)
+                .ok_or_else(|| LoomError::UnknownName {
+                    kind: "part of a layer's weights",
+                    name: name.clone(),
+                })?;
+            let end = p.start + p.len;
+            if end > values.len() {
+                return Err(LoomError::InvalidNetwork(format!(
+                    "{name}: values {}..{end} of a store of {}",
+                    p.start,
+                    values.len()
+                )));
+            }
+            values.truncate(end);
+            values.drain(..p.start);
+            (name, p.shape.clone(), Some(p.start))
+        }
+    };
+    Ok(WeightTensor {
+        name,
         dtype: dtype.name().to_string(),
-        shape: vec![values.len() as u64],
+        shape,
         scale: Some(ws.scale()),
         count: values.len(),
         data: Data::Loom {
             values,
             dtype,
             native: ws.version(dtype).map(<[u8]>::to_vec),
+            part_start,
         },
-    }
+    })
 }
 
 fn safetensors_tensor<'a>(info: &st::TensorInfo, bytes: &'a [u8]) -> WeightTensor<'a> {

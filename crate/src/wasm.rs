@@ -30,7 +30,8 @@ const TS_TYPES: &'static str = r#"
 export interface Grid { depth: number; rows: number; cols: number; layers_per_cell: number }
 export interface LayerRow {
   path: string; nesting: number; z: number; y: number; x: number; l: number; type: string; activation: string;
-  dtype: string; scale: number | null; params: number; bytes: number; disabled: boolean;
+  dtype: string; scale: number | null; params: number; bytes: number; disabled: boolean; shape: number[];
+  parts: { name: string; shape: number[] }[]; input: number[] | null; output: number[] | null;
 }
 export interface TensorRow { name: string; dtype: string; shape: number[]; bytes: number; offset: number }
 export interface Inspection {
@@ -441,6 +442,19 @@ impl JsModel {
     ) -> JsResult<(Vec<u8>, convert::LossReport)> {
         let (format, dtype) = output_format(format, dtype).map_err(js_error)?;
         let per_layer = layer_dtypes(layer_dtypes_value).map_err(js_error)?;
+        // A safetensors file without a Loom network re-exports as safetensors of another float type.
+        if let Contents::Safetensors(file) = &self.model.contents {
+            return match format {
+                OutputFormat::Safetensors(st_dtype) if dtype.is_none() && per_layer.is_empty() => {
+                    convert::retype_safetensors(file.as_bytes(), st_dtype).map_err(js_error)
+                }
+                _ => Err(js_error(LoomError::Unsupported(
+                    "this safetensors file holds tensors without a Loom network: it converts to safetensors \
+                     (F32, F16 or BF16) only"
+                        .into(),
+                ))),
+            };
+        }
         let mut net = self.model.network().map_err(js_error)?.clone();
         convert::convert_with(&mut net, format, dtype, &per_layer).map_err(js_error)
     }
@@ -581,6 +595,8 @@ fn take_stream(slot: &RefCell<GpuSlot<GpuStream>>) -> JsResult<GpuStream> {
 impl JsGpuStream {
     /// The topology holding only the weights of layer `name`, decoded from `bytes` (its blob).
     fn one_layer(&self, name: &str, bytes: Vec<u8>) -> JsResult<LoadedModel> {
+        // `path#part` names one part of the layer's weights (see `LoadedModel::tensor`).
+        let name = name.split_once('#').map_or(name, |(path, _)| path);
         if !self.blobs.iter().any(|b| b.path == name) {
             return Err(js_error(LoomError::UnknownName {
                 kind: "layer with weights",

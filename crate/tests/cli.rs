@@ -455,3 +455,49 @@ fn the_loss_report_of_the_sample_leaves_entity_rmsnorm_alone() {
         }
     }
 }
+
+/// An HF checkpoint (safetensors without a Loom topology, config.json beside it) re-exported to BF16: refused as
+/// lossy without `--allow-lossy`, then written with the values torch wrote in the BF16 golden, and its report
+/// lists exactly the tensors whose values differ between the F32 and BF16 goldens.
+#[test]
+fn an_hf_safetensors_file_re_exports_to_another_float_type() {
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/golden/tiny-llama");
+    let inp = golden.join("model.f32.safetensors");
+    let dir = scratch("retype");
+    let out = dir.join("model.bf16.safetensors");
+    let (inp_s, out_s) = (inp.to_str().unwrap(), out.to_str().unwrap());
+    let refused = loom(&["convert", inp_s, out_s, "--dtype", "bfloat16"]);
+    assert_eq!(
+        refused.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert!(!out.exists());
+    let done = loom(&["convert", inp_s, out_s, "--dtype", "bfloat16", "--allow-lossy"]);
+    assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
+    let read = |p: &Path| {
+        let f = loom_wasm::formats::safetensors::SafetensorsFile::open(p).unwrap();
+        f.tensors()
+            .map(|t| {
+                let v = t.to_f32(loom_wasm::formats::safetensors::Semantics::Standard).unwrap();
+                (t.name().to_string(), v.iter().map(|x| x.to_bits()).collect::<Vec<_>>())
+            })
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    let (source, written, torch) = (read(&inp), read(&out), read(&golden.join("model.bf16.safetensors")));
+    assert_eq!(written, torch);
+    let mut reported: Vec<String> = reported_losses(&String::from_utf8_lossy(&done.stdout))
+        .into_iter()
+        .map(|(p, _, _)| p)
+        .collect();
+    reported.sort();
+    let differ: Vec<String> = source
+        .iter()
+        .filter(|(n, v)| torch[*n] != **v)
+        .map(|(n, _)| n.clone())
+        .collect();
+    assert!(!differ.is_empty());
+    assert_eq!(reported, differ);
+    let _ = std::fs::remove_dir_all(dir);
+}

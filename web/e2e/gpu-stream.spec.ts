@@ -1,5 +1,6 @@
 // open(…, {load: 'gpu'}) in Chromium (SwiftShader WebGPU): a .entity file's blobs go from the source straight to GPU
 // buffers, so the worker's WebAssembly memory holds the header and one blob, never the model.
+import { readFileSync } from 'node:fs';
 import { test, expect } from '@playwright/test';
 import { forwardCases } from '../test/corpus.mjs';
 import { CHAIN_INT8_SCALE, STREAM_DTYPES, STREAM_WIDTH, chainCode, denseChain } from './fixtures.mjs';
@@ -162,4 +163,25 @@ test('a URL streams to the GPU through the download cache once its header is che
   expect(r.cachedAfter).toBe(1);
   expect(r.aborted.error).toMatchObject({ code: 'aborted', isLoomError: true });
   expect(r.badLoad.error).toMatchObject({ code: 'invalid_input', isLoomError: true });
+});
+
+test('a streamed layer reads one part of its combined store (path#part), the master values Loom was fed', async ({ page }) => {
+  // layer_MultiHeadAttention_float32: d_model 4, 2 heads over 1 kv head (head_dim 2), so Wq is 4×4 and Wk 2×4
+  // (spec §6.2: Wq, Wk, Wv, Wo, then biases); spec.json holds the float32 master Loom was fed.
+  const spec = JSON.parse(readFileSync(new URL('../../testdata/conformance/cases/layer_MultiHeadAttention_float32/spec.json', import.meta.url), 'utf8'));
+  const master = Buffer.from(spec.layers[0].weights, 'base64');
+  const values = Array.from({ length: master.length / 4 }, (_, i) => master.readFloatLE(4 * i));
+  const u = '/testdata/conformance/cases/layer_MultiHeadAttention_float32/loom.entity';
+  const r = await page.evaluate(async (u) => {
+    const g = await window.loom.open(u, { load: 'gpu', cache: false });
+    const p = await g.tensorPreview('layers.0#k_weight', 64);
+    const s = await g.tensorStats('layers.0#o_bias');
+    const missing = await g.tensorPreview('layers.0#nope', 4).then(() => null, (e: any) => e.code);
+    await g.dispose();
+    return { k: [...p.values], shape: p.shape, biasCount: s.count, missing };
+  }, u);
+  expect(r.shape).toEqual([2, 4]);
+  expect(r.k).toEqual(values.slice(16, 24));
+  expect(r.biasCount).toBe(4);
+  expect(r.missing).toBe('unsupported');
 });

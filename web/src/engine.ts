@@ -288,7 +288,8 @@ async function openGpu(src: WireSource, opts: EngineOptions, ctx: CallContext) {
 /** The bytes of layer `name`'s blob, read again from a GPU-loaded model's source (empty when it has none: the
  * wasm side then says the layer is unknown). */
 async function blobBytes(m: Extract<OpenModel, { kind: 'gpu' }>, name: string, signal: AbortSignal): Promise<Uint8Array> {
-  const b = m.blobs.find((b) => b.path === name);
+  const layer = name.split('#')[0]; // `path#part` reads one part of the layer's blob
+  const b = m.blobs.find((b) => b.path === layer);
   return b ? m.reader.read(b.offset, b.length, signal) : new Uint8Array(0);
 }
 

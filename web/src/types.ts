@@ -47,6 +47,16 @@ export interface LayerRow {
   params: number;
   bytes: number;
   disabled: boolean;
+  /** The shape of the weights when they form one tensor (`[out, in]` for Dense); empty otherwise. */
+  shape: number[];
+  /**
+   * The parts of a combined store (MHA's q/k/v/o weights and biases, SwiGLU's gate/up/down, LSTM's gates): pass
+   * `${path}#${name}` to `tensorStats`/`tensorPreview` to read one. Empty for single-tensor layers.
+   */
+  parts: { name: string; shape: number[] }[];
+  /** One input row's shape and the output row it gives (per position for sequence layers), when the config says. */
+  input: number[] | null;
+  output: number[] | null;
 }
 
 export interface TensorRow {

@@ -419,6 +419,121 @@ for (const [name, bytes] of HOSTILE) {
   });
 }
 
+/** The master values of a corpus case's first layer (spec.json weights: base64 little-endian f32). */
+function firstLayerMaster(id: string): { layer: Record<string, number>; values: number[] } {
+  const layer = JSON.parse(caseFile(id, 'spec.json').toString('utf8')).layers[0];
+  const b = Buffer.from(layer.weights, 'base64');
+  return { layer, values: Array.from({ length: b.length / 4 }, (_, i) => b.readFloatLE(4 * i)) };
+}
+
+for (const id of ['layer_Dense_float32', 'layer_CNN2_float32', 'layer_Embedding_float32', 'layer_LSTM_float32', 'layer_MultiHeadAttention_float32']) {
+  test(`${id}: the layer table gives the weight shape and the row sizes the layer maps, as Loom’s corpus does`, async ({ page }) => {
+    const c = corpusCase(id) as ReturnType<typeof corpusCase> & { input: number[]; expected_output: number[] };
+    await dropCase(page, id, 'loom.entity');
+    const row = page.locator('[data-testid="layer-row"][data-path="layers.0"]');
+    const io = (await row.getAttribute('data-io'))!;
+    // One input row → one output row, and the corpus feeds and gets back a whole number of the same rows.
+    const [rowIn, rowOut] = io.split(' → ').map((s) => s.split('×').reduce((a, b) => a * Number(b), 1));
+    expect(c.input.length % rowIn, `${id} ${io}`).toBe(0);
+    expect(c.input.length / rowIn, `${id} ${io}`).toBe(c.expected_output.length / rowOut);
+    const { layer, values } = firstLayerMaster(id);
+    if (id === 'layer_Dense_float32') {
+      // spec §6.2: W[o·in + i], so [out, in].
+      await expect(row).toHaveAttribute('data-shape', `${layer.output_height} × ${layer.input_height}`);
+      await expect(row).toHaveAttribute('data-io', `${layer.input_height} → ${layer.output_height}`);
+    } else if (id === 'layer_MultiHeadAttention_float32') {
+      await expect(row).toHaveAttribute('data-shape', '8 parts'); // q, k, v, o weights and biases
+    } else if (id === 'layer_LSTM_float32') {
+      await expect(row).toHaveAttribute('data-shape', '12 parts'); // W_ih, W_hh, b for each of 4 gates
+    } else {
+      expect((await row.getAttribute('data-shape'))!.split(' × ').reduce((a, b) => a * Number(b), 1), id).toBe(values.length);
+    }
+  });
+}
+
+// spec §6.2 store layouts, from the config fields Loom wrote, checked against the master values Loom was fed.
+for (const id of ['layer_MultiHeadAttention_float32', 'layer_SwiGLU_float32']) {
+  test(`${id}: the tensor panel splits the combined store into its parts, each the master's own values`, async ({ page }) => {
+    const { layer, values } = firstLayerMaster(id);
+    let parts: [string, number][];
+    if (layer.type as unknown as string === 'MultiHeadAttention') {
+      const d = layer.d_model;
+      const q = layer.query_dim || d;
+      const heads = layer.num_heads;
+      const kv = (layer.num_kv_heads || heads) * (layer.head_dim || d / heads);
+      parts = [['q_weight', q * d], ['k_weight', kv * d], ['v_weight', kv * d], ['o_weight', d * q], ['q_bias', q], ['k_bias', kv], ['v_bias', kv], ['o_bias', d]];
+    } else {
+      const [h, i] = [layer.input_height, layer.output_height];
+      parts = [['gate_weight', i * h], ['up_weight', i * h], ['down_weight', h * i], ['gate_bias', i], ['up_bias', i], ['down_bias', h]];
+    }
+    expect(parts.reduce((a, [, n]) => a + n, 0)).toBe(values.length);
+    await dropCase(page, id, 'loom.entity');
+    await page.locator('[data-testid="layer-row"][data-path="layers.0"]').click();
+    const panel = page.getByTestId('tensor-panel');
+    const buttons = panel.getByTestId('tensor-part');
+    await expect(buttons).toHaveCount(parts.length + 1);
+    expect(await buttons.evaluateAll((bs) => bs.map((b) => b.getAttribute('data-part')))).toEqual(['', ...parts.map(([n]) => n)]);
+    let start = 0;
+    for (const [name, len] of parts) {
+      await panel.locator(`[data-testid="tensor-part"][data-part="${name}"]`).click();
+      await expect(panel).toHaveAttribute('data-part', name);
+      await expect(panel.getByTestId('tensor-stats')).toHaveAttribute('data-count', String(len));
+      await expect(panel.getByTestId('tensor-preview')).toHaveAttribute('data-f32-hex', f32Hex(values.slice(start, start + Math.min(len, 48))));
+      start += len;
+    }
+    // And back to the whole store.
+    await panel.locator('[data-testid="tensor-part"][data-part=""]').click();
+    await expect(panel.getByTestId('tensor-stats')).toHaveAttribute('data-count', String(values.length));
+  });
+}
+
+/** A safetensors file's tensors: name → [dtype, raw bytes]. */
+function safetensorsTensors(file: Buffer): Map<string, [string, Buffer]> {
+  const n = Number(file.readBigUInt64LE(0));
+  const header = JSON.parse(file.subarray(8, 8 + n).toString('utf8'));
+  const out = new Map<string, [string, Buffer]>();
+  for (const [name, t] of Object.entries<{ dtype: string; data_offsets: [number, number] }>(header)) {
+    if (name !== '__metadata__') out.set(name, [t.dtype, file.subarray(8 + n + t.data_offsets[0], 8 + n + t.data_offsets[1])]);
+  }
+  return out;
+}
+
+test('an HF safetensors file re-exports as BF16: torch’s BF16 values, and the loss report lists the tensors that round', async ({ page }) => {
+  const golden = (name: string) => readFileSync(path.join(ROOT, '../shared/golden/tiny-llama', name));
+  const f32 = safetensorsTensors(golden('model.f32.safetensors'));
+  const bf16 = safetensorsTensors(golden('model.bf16.safetensors'));
+  // Tensors whose F32 values are not already BF16 values (the low 16 bits of some value are not zero).
+  const rounded = [...f32].filter(([, [, b]]) => Array.from({ length: b.length / 4 }, (_, i) => b.readUInt16LE(4 * i)).some((lo) => lo !== 0)).map(([n]) => n);
+  expect(rounded.length).toBeGreaterThan(0);
+  await dropFiles(page, [{ name: 'model.f32.safetensors', bytes: golden('model.f32.safetensors') }]);
+  await expect(page.locator('body')).toHaveAttribute('data-state', 'ready');
+  await expect(page.getByTestId('run-button')).toBeDisabled();
+  // Only the safetensors formats are offered, and no Loom dtype.
+  const offered = await page.getByTestId('convert-format').evaluate((s: HTMLSelectElement) => Array.from(s.options).filter((o) => !o.hidden).map((o) => o.value));
+  expect(offered).toEqual(['safetensors', 'safetensors-f16', 'safetensors-bf16']);
+  await expect(page.getByTestId('convert-dtype')).toBeHidden();
+  await expect(page.getByTestId('loss-report')).toHaveAttribute('data-state', 'lossless'); // F32 → F32
+  await page.getByTestId('convert-format').selectOption('safetensors-bf16');
+  await expect(page.getByTestId('loss-report')).toHaveAttribute('data-state', 'lossy');
+  const loss = await cellTexts(page.getByTestId('loss-row'));
+  expect(loss.map(([name]) => name).sort()).toEqual(rounded.sort());
+  for (const [, from, to] of loss) expect([from, to]).toEqual(['F32', 'BF16']);
+  await page.getByTestId('convert-accept-loss').check();
+  const got = await download(page);
+  expect(got.name).toBe('model.bf16.safetensors');
+  const written = safetensorsTensors(got.bytes);
+  expect([...written.keys()].sort()).toEqual([...bf16.keys()].sort());
+  for (const [name, [dtype, bytes]] of written) {
+    expect(dtype, name).toBe('BF16');
+    expect(bytes.equals(bf16.get(name)![1]), name).toBe(true);
+  }
+  // A Loom network opened next gets every format and its dtypes back.
+  await dropCase(page, 'grid_2x1x2x2', 'loom.entity');
+  await expect(page.getByTestId('convert-dtype')).toBeVisible();
+  await page.getByTestId('convert-format').selectOption('entity');
+  await expect(page.getByTestId('loss-report')).toHaveAttribute('data-state', 'lossless');
+});
+
 test('a GGUF file is inspected, and Run and Convert are off with the reason', async ({ page }) => {
   // A tiny llama written by llama.cpp's gguf-py (testdata/gguf/gen.py).
   await dropFiles(page, [{ name: 'model.q4_0.gguf', bytes: readFileSync(path.join(ROOT, 'testdata/gguf/model.q4_0.gguf')) }]);

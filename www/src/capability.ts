@@ -1,13 +1,26 @@
-// What the inspector can do with an opened file: a Loom network runs and converts; a file of bare tensors (GGUF, a
-// safetensors file without Loom's topology, a checkpoint folder) can only be inspected, because the library has no
-// network to run and no layers to write.
+// What the inspector can do with an opened file: a Loom network runs and converts; a safetensors file of bare
+// tensors (an HF checkpoint) re-exports as safetensors of another float type; a GGUF file or a checkpoint folder
+// can only be inspected, because the library has no network to run and no layers to write.
 import type { Inspection } from 'loom-wasm';
 
-/** Why Run and Convert are off for this file, in a sentence; null when it holds a Loom network. */
+/** Why Run is off for this file, in a sentence; null when it holds a Loom network. */
 export function noNetworkReason(ins: Inspection): string | null {
   if (ins.layers.length > 0) return null;
   if (ins.format === 'gguf')
     return 'A GGUF file holds an LLM’s tensors, not a Loom network: it can be inspected here, but not run or converted. ' +
       'The loom command-line tool runs it (loom chat) and converts it (loom convert FILE out.entity).';
+  if (ins.format === 'safetensors')
+    return 'This safetensors file holds tensors without a Loom network: it cannot run here, and it converts only to ' +
+      'safetensors of another float type (F32, F16, BF16).';
   return `This ${ins.format} file holds tensors without a Loom network: it can be inspected here, but not run or converted.`;
+}
+
+/** True for a file whose only conversion is a safetensors re-export (F32 ↔ F16 ↔ BF16). */
+export function tensorsOnly(ins: Inspection): boolean {
+  return ins.layers.length === 0 && ins.format === 'safetensors';
+}
+
+/** Why Convert is off for this file; null when it converts (a Loom network, or safetensors to re-export). */
+export function noConvertReason(ins: Inspection): string | null {
+  return tensorsOnly(ins) ? null : noNetworkReason(ins);
 }

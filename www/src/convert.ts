@@ -5,7 +5,7 @@ import type { ConvertOptions, Inspection, LossReport, LoomModel } from 'loom-was
 import { fill, h } from './dom';
 import { int, num } from './format';
 import { errorText } from './errors';
-import { noNetworkReason } from './capability';
+import { noConvertReason, tensorsOnly } from './capability';
 
 const DTYPES = [
   'float64', 'float32', 'float16', 'bfloat16', 'fp8e4m3', 'fp8e5m2', 'int64', 'int32', 'int16', 'int8',
@@ -56,6 +56,8 @@ export class ConvertPanel {
   private readonly download = h('button', { type: 'button', class: 'btn primary', 'data-testid': 'convert-download', disabled: true }, 'Download');
   private layerSelects = new Map<string, HTMLSelectElement>();
   private lossy = false;
+  /** The file holds bare tensors: the report lists tensors, not layers. */
+  private reexport = false;
   /** Why this file cannot be converted; null when it can. */
   private unavailable: string | null = null;
   private ticket = 0;
@@ -81,8 +83,16 @@ export class ConvertPanel {
   setModel(model: LoomModel | undefined, ins: Inspection | undefined, name: string): void {
     this.model = model;
     this.name = name || 'model';
-    this.unavailable = ins ? noNetworkReason(ins) : null;
+    this.unavailable = ins ? noConvertReason(ins) : null;
     this.format.disabled = this.dtype.disabled = this.unavailable !== null;
+    // Bare tensors re-export as safetensors only, and have no Loom dtypes to choose.
+    const reexport = ins !== undefined && tensorsOnly(ins);
+    this.reexport = reexport;
+    for (const o of this.format.options) o.hidden = o.disabled = reexport && !o.value.startsWith('safetensors');
+    if (reexport && !this.format.value.startsWith('safetensors')) this.format.value = 'safetensors';
+    this.dtype.disabled ||= reexport;
+    if (reexport) this.dtype.value = '';
+    (this.dtype.parentElement as HTMLElement).hidden = reexport;
     this.layerSelects.clear();
     const weighted = ins?.layers.filter((l) => l.params > 0) ?? [];
     fill(this.perLayer,
@@ -168,7 +178,7 @@ export class ConvertPanel {
     const table = h(
       'table',
       { class: 'loss-table' },
-      h('thead', null, h('tr', null, ['Layer', 'From', 'To', 'Changed weights', 'Max abs error'].map((t) => h('th', null, t)))),
+      h('thead', null, h('tr', null, [this.reexport ? 'Tensor' : 'Layer', 'From', 'To', 'Changed weights', 'Max abs error'].map((t) => h('th', null, t)))),
       h(
         'tbody',
         null,
@@ -187,7 +197,7 @@ export class ConvertPanel {
     );
     fill(
       this.report,
-      h('p', { class: 'note-warn' }, `⚠ Lossy: ${loss.layers.length} layer(s) change. Review before you download.`),
+      h('p', { class: 'note-warn' }, `⚠ Lossy: ${loss.layers.length} ${this.reexport ? 'tensor' : 'layer'}(s) change. Review before you download.`),
       h('div', { class: 'table-wrap loss-wrap' }, table),
     );
   }

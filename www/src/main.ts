@@ -69,7 +69,7 @@ function pick(path: string): void {
   topology.querySelector(`.node-head[data-path="${CSS.escape(path)}"]`)?.classList.add('selected');
   const row = current.inspection.layers.find((l) => l.path === path);
   const params = row ? row.params : (current.inspection.tensors.find((t) => t.name === path)?.shape.reduce((a, b) => a * b, 1) ?? 0);
-  void tensor.show(current.model, path, params);
+  void tensor.show(current.model, path, params, row?.parts ?? []);
 }
 
 /** Paints everything that needs only the inspection (header). */

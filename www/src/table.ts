@@ -23,6 +23,8 @@ interface Row {
   dtype: string;
   scale: number | null;
   shape: string;
+  /** One input row → the output row it gives, `3×32×32 → 16×30×30`; empty when the config does not say. */
+  io: string;
   params: number;
   bytes: number;
   disabled: boolean;
@@ -43,7 +45,8 @@ function rowsOf(ins: Inspection): Row[] {
       activation: ACTIVATED.has(l.type) ? l.activation : '',
       dtype: l.dtype,
       scale: l.scale,
-      shape: '',
+      shape: l.parts.length ? `${l.parts.length} parts` : l.shape.join(' × '),
+      io: l.input && l.output ? `${l.input.join('×')} → ${l.output.join('×')}` : '',
       params: l.params,
       bytes: l.bytes,
       disabled: l.disabled,
@@ -59,6 +62,7 @@ function rowsOf(ins: Inspection): Row[] {
     dtype: t.dtype,
     scale: null,
     shape: t.shape.join(' × '),
+    io: '',
     params: t.shape.reduce((a, b) => a * b, 1),
     bytes: t.bytes,
     disabled: false,
@@ -121,6 +125,8 @@ export class LayerTable {
           { title: 'Type', key: (r) => r.type, cell: (r) => (r.disabled ? `${r.type} (off)` : r.type) },
           { title: 'Activation', key: (r) => r.activation, cell: (r) => r.activation || '—' },
           { title: 'Dtype', key: (r) => r.dtype, cell: dtypeCell },
+          { title: 'Shape', key: (r) => r.shape, cell: (r) => r.shape || '—' },
+          { title: 'In → out', key: (r) => r.io, cell: (r) => r.io || '—' },
           { title: 'Scale', cls: 'num', key: (r) => r.scale ?? -Infinity, cell: (r) => (r.scale === null ? '' : f32(r.scale)) },
           { title: 'Params', cls: 'num', key: (r) => r.params, cell: (r) => (r.params ? int(r.params) : '—') },
           { title: 'Bytes', cls: 'num', key: (r) => r.bytes, cell: (r) => (r.bytes ? bytes(r.bytes) : '—') },
@@ -248,6 +254,8 @@ export class LayerTable {
           'data-testid': 'layer-row',
           'data-path': r.path,
           'data-params': r.params,
+          'data-shape': r.shape,
+          'data-io': r.io,
           'data-dtype': r.dtype,
           class: `${r.path === this.selected ? 'selected' : ''}${r.disabled ? ' disabled' : ''}`,
           // Rows are reachable with Tab and the arrow keys, and open with Enter or Space, as they do on click.

@@ -6,6 +6,9 @@ import { f32, f32Hex, int, num, percent } from './format';
 import { errorText } from './errors';
 
 const PREVIEW = 48;
+
+/** One part of a combined weight store, as the inspection lists it. */
+type Part = { name: string; shape: number[] };
 const BINS = 48;
 
 export class TensorPanel {
@@ -18,25 +21,53 @@ export class TensorPanel {
     fill(this.target, h('h2', null, 'Tensor'), h('p', { class: 'muted' }, 'Select a layer to see its weights.'));
   }
 
-  async show(model: LoomModel | undefined, path: string, params: number): Promise<void> {
+  /**
+   * Shows the weights of `path`; for a combined store (`parts`: MHA's q/k/v/o, SwiGLU's gate/up/down, …) a bar
+   * picks the whole store or one part, read as `path#part`.
+   */
+  async show(model: LoomModel | undefined, path: string, params: number, parts: Part[] = [], part = ''): Promise<void> {
     const ticket = ++this.ticket;
     this.target.dataset.path = path;
-    const title = h('h2', null, 'Tensor ', h('code', null, path));
+    this.target.dataset.part = part;
+    const name = part ? `${path}#${part}` : path;
+    const title = h('h2', null, 'Tensor ', h('code', null, path), part ? [' · ', h('code', null, part)] : null);
+    const bar = parts.length
+      ? h(
+          'div',
+          { class: 'part-bar', role: 'group', 'aria-label': 'Part of the layer’s weights' },
+          [{ name: '', shape: [params] }, ...parts].map((p) =>
+            h(
+              'button',
+              {
+                type: 'button',
+                class: `btn small${p.name === part ? ' selected' : ''}`,
+                'data-testid': 'tensor-part',
+                'data-part': p.name,
+                'aria-pressed': String(p.name === part),
+                onclick: () => void this.show(model, path, params, parts, p.name),
+              },
+              p.name || 'whole store',
+              h('span', { class: 'muted' }, ` ${p.shape.join('×')}`),
+            ),
+          ),
+        )
+      : null;
     if (!model) {
-      fill(this.target, title, h('p', { class: 'muted' }, 'Weights are still loading…'));
+      fill(this.target, title, bar, h('p', { class: 'muted' }, 'Weights are still loading…'));
       return;
     }
     if (params === 0) {
       fill(this.target, title, h('p', { class: 'muted' }, 'This layer stores no weights (its children may).'));
       return;
     }
-    fill(this.target, title, h('p', { class: 'muted' }, 'Reading…'));
+    fill(this.target, title, bar, h('p', { class: 'muted' }, 'Reading…'));
     try {
-      const [stats, preview] = await Promise.all([model.tensorStats(path, { bins: BINS }), model.tensorPreview(path, PREVIEW)]);
+      const [stats, preview] = await Promise.all([model.tensorStats(name, { bins: BINS }), model.tensorPreview(name, PREVIEW)]);
       if (ticket !== this.ticket) return;
       const codes = preview.codes;
       fill(this.target,
         title,
+        bar,
         h(
           'p',
           { class: 'muted' },
@@ -99,7 +130,7 @@ export class TensorPanel {
       );
     } catch (e) {
       if (ticket !== this.ticket) return;
-      fill(this.target, title, h('p', { class: 'inline-error' }, errorText(e)));
+      fill(this.target, title, bar, h('p', { class: 'inline-error' }, errorText(e)));
     }
   }
 }

@@ -16,6 +16,7 @@ use crate::cpu::CpuModel;
 use crate::dtype::DType;
 use crate::error::{LoomError, Result};
 use crate::formats::checkpoint::{self, Checkpoint};
+use crate::formats::detect;
 use crate::formats::safetensors::Dtype;
 use crate::gpu::{Gpu, GpuModel};
 use crate::inspect::{self, FileSource, Inspection};
@@ -408,6 +409,20 @@ fn is_language_model(input: &Path, q4: bool) -> Result<bool> {
     })
 }
 
+/// The tensor type to re-export to, when a safetensors file without a Loom topology (an HF checkpoint) goes to
+/// safetensors: its tensors change float type, whatever lies beside it.
+fn foreign_safetensors_to(input: &Path, out_format: OutputFormat, q4: bool) -> Result<Option<Dtype>> {
+    let OutputFormat::Safetensors(dtype) = out_format else {
+        return Ok(None);
+    };
+    if q4 || input.is_dir() {
+        return Ok(None);
+    }
+    let file = crate::llm::model::map_file(input)?;
+    let foreign = detect::detect(&file) == detect::Format::Safetensors && !convert::has_loom_topology(&file)?;
+    Ok(foreign.then_some(dtype))
+}
+
 fn run_convert(
     input: &Path,
     output: &Path,
@@ -450,7 +465,14 @@ fn run_convert(
             output.display()
         )));
     }
-    let (out, report) = if is_language_model(input, q4)? {
+    let (out, report) = if let Some(st_dtype) = foreign_safetensors_to(input, out_format, q4)? {
+        if loom_dtype.is_some() {
+            return Err(LoomError::InvalidInput(
+                "safetensors output takes --dtype float32, float16 or bfloat16".into(),
+            ));
+        }
+        convert::retype_safetensors(&crate::llm::model::map_file(input)?, st_dtype)?
+    } else if is_language_model(input, q4)? {
         if out_format != OutputFormat::Entity || loom_dtype.is_some() {
             return Err(LoomError::InvalidInput(format!(
                 "{} is a language model: it converts to a transformer .entity (float32, or Loom Q4_0 with --q4)",

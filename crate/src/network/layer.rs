@@ -29,6 +29,17 @@ pub struct ExtraBlob {
     pub bytes: bytes::Bytes,
 }
 
+/// One segment of a layer's WeightStore: a name (`q_weight`, `gate_bias`, `weight`), a row-major shape, and where
+/// its values lie in the store.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct WeightPart {
+    pub name: String,
+    pub shape: Vec<u64>,
+    /// Index of its first value in the store.
+    pub start: usize,
+    pub len: usize,
+}
+
 /// A Loom layer. Integer fields are Go `int`s; zero means "unset" and is omitted on save.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Layer {
@@ -153,15 +164,6 @@ fn product(what: &str, dims: &[i64]) -> Result<usize> {
     })
 }
 
-fn sum(what: &str, parts: &[usize]) -> Result<usize> {
-    parts.iter().try_fold(0usize, |acc, p| {
-        acc.checked_add(*p).ok_or_else(|| LoomError::ShapeOverflow {
-            what: what.to_string(),
-            shape: parts.iter().map(|p| *p as u64).collect(),
-        })
-    })
-}
-
 impl Layer {
     /// True for the layer types that own a WeightStore.
     pub fn is_weighted(&self) -> bool {
@@ -186,58 +188,126 @@ impl Layer {
 
     /// Number of weights the layer's WeightStore holds (spec §6.2); 0 for weightless types.
     pub fn weight_count(&self) -> Result<usize> {
+        Ok(self.weight_parts()?.last().map_or(0, |p| p.start + p.len))
+    }
+
+    /// The segments of the layer's WeightStore in store order (spec §6.2): MHA's Q/K/V/O weights and biases,
+    /// SwiGLU's gate/up/down, LSTM's four gates; one part for single-matrix layers; none for weightless types.
+    pub fn weight_parts(&self) -> Result<Vec<WeightPart>> {
         let what = self.layer_type.name();
         let k = if self.kernel_size == 0 { 1 } else { self.kernel_size };
         let (c, f) = (self.input_channels, self.filters);
         let (i, o) = (self.input_height, self.output_height);
-        match self.layer_type {
-            LayerType::Dense => product(what, &[i, o]),
+        let segments: Vec<(String, Vec<i64>)> = match self.layer_type {
+            LayerType::Dense => vec![("weight".into(), vec![o, i])],
             LayerType::MultiHeadAttention => {
-                let d = self.d_model;
-                let q = self.mha_query_dim();
+                let (d, q) = (self.d_model, self.mha_query_dim());
                 let kv = product(what, &[self.num_kv_heads, self.head_dim])?;
                 let kv = i64::try_from(kv).map_err(|_| LoomError::ShapeOverflow {
                     what: what.to_string(),
                     shape: vec![self.num_kv_heads as u64, self.head_dim as u64],
                 })?;
-                let parts = [
-                    product(what, &[q, d])?,
-                    product(what, &[2, kv, d])?,
-                    product(what, &[d, q])?,
-                    product(what, &[q])?,
-                    product(what, &[2, kv])?,
-                    product(what, &[d])?,
-                ];
-                sum(what, &parts)
+                [
+                    ("q_weight", vec![q, d]),
+                    ("k_weight", vec![kv, d]),
+                    ("v_weight", vec![kv, d]),
+                    ("o_weight", vec![d, q]),
+                    ("q_bias", vec![q]),
+                    ("k_bias", vec![kv]),
+                    ("v_bias", vec![kv]),
+                    ("o_bias", vec![d]),
+                ]
+                .map(|(n, s)| (n.to_string(), s))
+                .into()
             }
-            LayerType::SwiGLU => {
-                let parts = [
-                    product(what, &[3, i, o])?,
-                    product(what, &[2, o])?,
-                    product(what, &[i])?,
-                ];
-                sum(what, &parts)
-            }
-            LayerType::RMSNorm => product(what, &[i]),
-            LayerType::LayerNorm => product(what, &[2, i]),
-            LayerType::RNN | LayerType::LSTM => {
-                let one = sum(
-                    what,
-                    &[product(what, &[o, i])?, product(what, &[o, o])?, product(what, &[o])?],
-                )?;
-                let gates = if self.layer_type == LayerType::LSTM { 4 } else { 1 };
-                one.checked_mul(gates).ok_or_else(|| LoomError::ShapeOverflow {
-                    what: what.to_string(),
-                    shape: vec![one as u64, gates as u64],
+            // SwiGLU: in = hidden H, out = intermediate I.
+            LayerType::SwiGLU => [
+                ("gate_weight", vec![o, i]),
+                ("up_weight", vec![o, i]),
+                ("down_weight", vec![i, o]),
+                ("gate_bias", vec![o]),
+                ("up_bias", vec![o]),
+                ("down_bias", vec![i]),
+            ]
+            .map(|(n, s)| (n.to_string(), s))
+            .into(),
+            LayerType::RMSNorm => vec![("gamma".into(), vec![i])],
+            LayerType::LayerNorm => vec![("gamma".into(), vec![i]), ("beta".into(), vec![i])],
+            LayerType::RNN => vec![
+                ("w_ih".into(), vec![o, i]),
+                ("w_hh".into(), vec![o, o]),
+                ("bias".into(), vec![o]),
+            ],
+            LayerType::LSTM => ["i", "f", "g", "o"]
+                .iter()
+                .flat_map(|g| {
+                    [
+                        (format!("{g}.w_ih"), vec![o, i]),
+                        (format!("{g}.w_hh"), vec![o, o]),
+                        (format!("{g}.bias"), vec![o]),
+                    ]
                 })
-            }
-            LayerType::CNN1 | LayerType::ConvTransposed1D => product(what, &[f, c, k]),
-            LayerType::CNN2 | LayerType::ConvTransposed2D => product(what, &[f, c, k, k]),
-            LayerType::CNN3 | LayerType::ConvTransposed3D => product(what, &[f, c, k, k, k]),
-            LayerType::Embedding => product(what, &[self.vocab_size, self.embedding_dim]),
-            LayerType::KMeans => product(what, &[self.num_clusters, i]),
-            _ => Ok(0),
+                .collect(),
+            LayerType::CNN1 | LayerType::ConvTransposed1D => vec![("weight".into(), vec![f, c, k])],
+            LayerType::CNN2 | LayerType::ConvTransposed2D => vec![("weight".into(), vec![f, c, k, k])],
+            LayerType::CNN3 | LayerType::ConvTransposed3D => vec![("weight".into(), vec![f, c, k, k, k])],
+            LayerType::Embedding => vec![("weight".into(), vec![self.vocab_size, self.embedding_dim])],
+            LayerType::KMeans => vec![("centers".into(), vec![self.num_clusters, i])],
+            _ => Vec::new(),
+        };
+        let mut start = 0usize;
+        let mut parts = Vec::with_capacity(segments.len());
+        for (name, dims) in segments {
+            let len = product(what, &dims)?;
+            parts.push(WeightPart {
+                name,
+                // Non-negative: `product` refused negative dimensions.
+                shape: dims.iter().map(|&d| d as u64).collect(),
+                start,
+                len,
+            });
+            start = start.checked_add(len).ok_or_else(|| LoomError::ShapeOverflow {
+                what: what.to_string(),
+                shape: parts.iter().map(|p| p.len as u64).collect(),
+            })?;
         }
+        Ok(parts)
+    }
+
+    /// The shapes of one input row and of the output row it gives (spec §6.2, §7), when the layer's config says:
+    /// per position for sequence layers (MHA, SwiGLU, norms), per id for Embedding, `[seq, features]` for
+    /// RNN/LSTM, `[channels, …]` for convolutions. `None` for containers, for layers whose size comes from the
+    /// input (Softmax without a grid), and when a size is unset.
+    pub fn io_shapes(&self) -> Option<(Vec<u64>, Vec<u64>)> {
+        let (i, o) = (self.input_height, self.output_height);
+        let (c, f) = (self.input_channels, self.filters);
+        let (input, output) = match self.layer_type {
+            LayerType::Dense => (vec![i], vec![o]),
+            LayerType::MultiHeadAttention => (vec![self.d_model], vec![self.d_model]),
+            LayerType::SwiGLU | LayerType::RMSNorm | LayerType::LayerNorm => (vec![i], vec![i]),
+            LayerType::RNN | LayerType::LSTM => (vec![self.seq_length, i], vec![self.seq_length, o]),
+            LayerType::CNN1 => (vec![c, i], vec![f, o]),
+            LayerType::ConvTransposed1D => (vec![c, self.input_width], vec![f, self.output_width]),
+            LayerType::CNN2 | LayerType::ConvTransposed2D => {
+                (vec![c, i, self.input_width], vec![f, o, self.output_width])
+            }
+            LayerType::CNN3 | LayerType::ConvTransposed3D => (
+                vec![c, self.input_depth, i, self.input_width],
+                vec![f, self.output_depth, o, self.output_width],
+            ),
+            LayerType::Embedding => (vec![1], vec![self.embedding_dim]),
+            LayerType::KMeans if self.output_mode == "features" => (vec![i], vec![i]),
+            LayerType::KMeans => (vec![i], vec![self.num_clusters]),
+            LayerType::Softmax if self.softmax_rows > 0 && self.softmax_cols > 0 => {
+                let grid = vec![self.softmax_rows, self.softmax_cols];
+                (grid.clone(), grid)
+            }
+            _ => return None,
+        };
+        let positive = |dims: Vec<i64>| -> Option<Vec<u64>> {
+            dims.iter().map(|&d| u64::try_from(d).ok().filter(|&d| d > 0)).collect()
+        };
+        Some((positive(input)?, positive(output)?))
     }
 
     /// Loom's load-time defaults (spec §5.3 step 3): `seq_length` 1 and the derived MHA head sizes.

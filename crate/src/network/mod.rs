@@ -8,7 +8,7 @@ mod weights;
 
 pub use input::InputSpec;
 pub use kinds::{Activation, LayerType, SoftmaxType};
-pub use layer::{ExtraBlob, Layer, MetaRule};
+pub use layer::{ExtraBlob, Layer, MetaRule, WeightPart};
 pub use weights::{f32_bytes, WeightStore};
 
 use crate::error::{LoomError, Result};
