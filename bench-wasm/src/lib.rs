@@ -114,4 +114,16 @@ impl LlmBench {
         out.extend(ids);
         Ok(out)
     }
+
+    /// `ids` into an empty KV cache one token at a time (every step a decode step), the last step's logits: how
+    /// far the decode kernels move the logits from a reference (`scripts/llm-decode-accuracy.cjs`).
+    #[wasm_bindgen(js_name = decodeLogits)]
+    pub fn decode_logits(&mut self, ids: &[u32]) -> Result<Vec<f32>, JsError> {
+        self.engine.truncate(0);
+        let mut logits = Vec::new();
+        for &id in ids {
+            logits = self.engine.forward(&[id], false).map_err(err)?;
+        }
+        Ok(logits)
+    }
 }

@@ -182,5 +182,19 @@ test('SmolLM2-135M Q4_1 on the wasm CPU engine: templated prompts and the greedy
   assert.deepEqual([...reply.ids], want.greedy_ids);
   assert.equal(reply.stopReason, want.stopped_on_eos ? 'eos' : 'max_tokens');
   assert.equal(reply.text, want.greedy_text);
+  // Every prompt, decoded token by token (the 16-bit activation kernels): the reference's greedy ids for every
+  // decision with a margin of at least 0.1, then at the first near-tie the reference's choice or its runner-up.
+  for (const c of golden.cases) {
+    const ref = c.results.gguf_dequant_f32;
+    const sure = ref['greedy_prefix_len_margin_ge_0.1'];
+    const n = Math.min(ref.greedy_ids.length, sure + 1);
+    await chat.reset();
+    const r = await chat.send(c.user_message, { temperature: 0, maxTokens: n });
+    const got = [...r.ids];
+    assert.deepEqual(got.slice(0, sure), ref.greedy_ids.slice(0, sure), c.user_message);
+    if (got.length > sure && sure < ref.greedy_ids.length) {
+      assert.ok([ref.greedy_ids[sure], ref.greedy_steps[sure].second].includes(got[sure]), `${c.user_message}: step ${sure}`);
+    }
+  }
   await chat.dispose();
 });

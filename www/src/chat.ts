@@ -184,10 +184,14 @@ async function send(text: string): Promise<void> {
   const abort = (replying = new AbortController());
   setBusy(true);
   let shown = '';
+  // What the page shows: once stopped, the reply stays exactly this, even if a token was waiting for its frame.
+  let visible = '';
   let painted = false;
   let updates = 0;
   const paint = () => {
     painted = false;
+    if (abort.signal.aborted) return;
+    visible = shown;
     renderMarkdown(body, shown);
     el.dataset.updates = String(++updates);
     log.scrollTop = log.scrollHeight;
@@ -213,9 +217,13 @@ async function send(text: string): Promise<void> {
     });
     if (current !== opened) return;
     // A stopped reply keeps what was shown; otherwise the final text (with anything held back) is the truth.
-    if (!abort.signal.aborted) shown = reply.text;
-    messages.push({ role: 'assistant', content: shown });
-    paint();
+    if (abort.signal.aborted) {
+      messages.push({ role: 'assistant', content: visible });
+    } else {
+      shown = reply.text;
+      messages.push({ role: 'assistant', content: shown });
+      paint();
+    }
     const speed = reply.tokensPerSecond > 0 ? `${reply.tokensPerSecond.toFixed(1)} tok/s` : '';
     stats.textContent = [
       `${reply.ids.length} tokens`,

@@ -4,6 +4,7 @@
 
 use core::arch::wasm32::*;
 
+use super::activations::Activations16;
 use super::GgmlType;
 
 /// The dot of one stored row with `x`, for the types with a fused kernel (`None` for the others).
@@ -212,4 +213,94 @@ fn dot_q4_1(row: &[u8], x: &[f32]) -> f32 {
         }
     }
     hsum(f32x4_add(acc[0], acc[1]))
+}
+
+/// `Σ q·a` over block `b` of `x`, its 32 codes as 16-bit lanes in `q` (elements 0..8, 8..16, 16..24, 24..32).
+fn block_dot(x: &Activations16, b: usize, q: [v128; 4]) -> v128 {
+    let a = &x.a[32 * b..32 * b + 32];
+    // SAFETY: `a` holds 32 values, so each 8-lane load at 8·k is in bounds; wasm loads need no alignment.
+    let s: [v128; 4] =
+        std::array::from_fn(|k| i32x4_dot_i16x8(q[k], unsafe { v128_load(a.as_ptr().add(8 * k).cast()) }));
+    i32x4_add(i32x4_add(s[0], s[1]), i32x4_add(s[2], s[3]))
+}
+
+/// 16 unsigned byte codes as two vectors of 16-bit lanes.
+fn widen_u8(q: v128) -> [v128; 2] {
+    [u16x8_extend_low_u8x16(q), u16x8_extend_high_u8x16(q)]
+}
+
+/// 16 signed byte codes as two vectors of 16-bit lanes.
+fn widen_i8(q: v128) -> [v128; 2] {
+    [i16x8_extend_low_i8x16(q), i16x8_extend_high_i8x16(q)]
+}
+
+/// The dot of one stored row with decode activations as 16-bit integers, for `has_16bit_dot` types: per block
+/// an exact integer `Σ q·a`, times the block's weight scale and activation scale.
+pub(super) fn row_dot_16(ty: GgmlType, row: &[u8], x: &Activations16) -> f32 {
+    let low = u8x16_splat(0xF);
+    let eight = i8x16_splat(8);
+    let mut acc = f32x4_splat(0.0);
+    let mut extra = 0f32;
+    let mut add = |isum: v128, scale: f32| {
+        acc = f32x4_add(acc, f32x4_mul(f32x4_convert_i32x4(isum), f32x4_splat(scale)));
+    };
+    match ty {
+        GgmlType::Q4_0 => {
+            for (i, b) in row.chunks_exact(18).enumerate() {
+                let qs = load16(b, 2);
+                let [q0, q1] = widen_i8(i8x16_sub(v128_and(qs, low), eight));
+                let [q2, q3] = widen_i8(i8x16_sub(u8x16_shr(qs, 4), eight));
+                add(block_dot(x, i, [q0, q1, q2, q3]), half(b) * x.scale[i]);
+            }
+        }
+        GgmlType::Q4_1 => {
+            for (i, b) in row.chunks_exact(20).enumerate() {
+                let qs = load16(b, 4);
+                let [q0, q1] = widen_u8(v128_and(qs, low));
+                let [q2, q3] = widen_u8(u8x16_shr(qs, 4));
+                add(block_dot(x, i, [q0, q1, q2, q3]), half(b) * x.scale[i]);
+                extra += half(&b[2..]) * x.sum[i];
+            }
+        }
+        GgmlType::Q8_0 => {
+            for (i, b) in row.chunks_exact(34).enumerate() {
+                let [q0, q1] = widen_i8(load16(b, 2));
+                let [q2, q3] = widen_i8(load16(b, 18));
+                add(block_dot(x, i, [q0, q1, q2, q3]), half(b) * x.scale[i]);
+            }
+        }
+        GgmlType::LoomQ4_0 => {
+            for (i, b) in row.chunks_exact(20).enumerate() {
+                let s = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                let qs = load16(b, 4);
+                // Sign-extend 4-bit two's complement: (q ^ 8) − 8. Element 2j is byte j's low nibble.
+                let lo = i8x16_sub(v128_xor(v128_and(qs, low), eight), eight);
+                let hi = i8x16_sub(v128_xor(u8x16_shr(qs, 4), eight), eight);
+                let [q0, q1] = widen_i8(i8x16_shuffle::<0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23>(
+                    lo, hi,
+                ));
+                let [q2, q3] = widen_i8(i8x16_shuffle::<
+                    8,
+                    24,
+                    9,
+                    25,
+                    10,
+                    26,
+                    11,
+                    27,
+                    12,
+                    28,
+                    13,
+                    29,
+                    14,
+                    30,
+                    15,
+                    31,
+                >(lo, hi));
+                add(block_dot(x, i, [q0, q1, q2, q3]), s * x.scale[i]);
+            }
+        }
+        _ => unreachable!("row_dot_16 on {ty}: check has_16bit_dot first"),
+    }
+    hsum(acc) + extra
 }
