@@ -138,21 +138,13 @@ fn repeated(v: &Vectors, times: usize) -> (Vec<u8>, Vec<f32>, usize) {
     (bytes, values, v.rows * times)
 }
 
-/// Whether this machine has a SIMD level `quant` uses: simd128 in WebAssembly, AVX2+FMA+F16C on x86-64.
-#[cfg(target_arch = "x86_64")]
-fn simd_level() -> bool {
-    is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn simd_level() -> bool {
-    cfg!(target_arch = "wasm32")
-}
-
-/// Whether `quant::matmul` rounds the activations to 16 bits per block of 32: SIMD decode (one token) over these
-/// types.
+/// Whether `quant::matmul` rounds the activations to 16 bits per block of 32: WebAssembly decode (one token) on
+/// simd128 over these types.
 fn sixteen_bit_activations(t: GgmlType, simd: bool, n: usize) -> bool {
-    simd_level() && simd && n == 1 && matches!(t, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 | GgmlType::LoomQ4_0)
+    cfg!(target_arch = "wasm32")
+        && simd
+        && n == 1
+        && matches!(t, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 | GgmlType::LoomQ4_0)
 }
 
 /// `y` against numpy's float64 values within float32 accumulation error: 1e-5·Σ|w·x| + 1e-6 per element, plus,

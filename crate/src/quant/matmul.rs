@@ -1,6 +1,6 @@
 //! CPU matrix kernels over ggml blocks as stored: `y = X·Wᵀ` with float32 accumulation and float32
-//! activations, except one case: SIMD decode (one token) over Q4_0/Q4_1/Q8_0/Loom Q4_0 rounds the token's
-//! activations to 16-bit integers per block of 32 and takes integer dots (`activations::Activations16`).
+//! activations, except one case: WebAssembly (simd128) decode of one token over Q4_0/Q4_1/Q8_0/Loom Q4_0 rounds the
+//! token's activations to 16-bit integers per block of 32 and takes integer dots (`activations::Activations16`).
 //!
 //! Decode (one token) dots each row's blocks, dequantized in registers, with the activations. Prefill (several
 //! tokens) dequantizes a tile of rows once and dots it with every token's activations. Natively, rows are split
@@ -10,7 +10,6 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::activations::{has_16bit_dot, Activations16};
 use super::{blocks, GgmlType};
 use crate::error::{LoomError, Result};
 
@@ -208,10 +207,12 @@ const TILE: usize = 4;
 /// Rows `first..` of the matmul into `out` (`[out.len() / n][n]`).
 fn rows_kernel(w: &QMatrix, x: &[f32], n: usize, level: Level, first: usize, out: &mut [f32]) {
     if n == 1 {
-        if level != Level::Portable && has_16bit_dot(w.ty) {
-            if let Some(x16) = Activations16::new(x) {
+        // WebAssembly only: natively the float32 AVX2 kernels measured faster (BENCHMARKS.md).
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        if level == Level::Simd128 && super::activations::has_16bit_dot(w.ty) {
+            if let Some(x16) = super::activations::Activations16::new(x) {
                 for (i, y) in out.iter_mut().enumerate() {
-                    *y = row_dot_16(level, w.ty, w.row(first + i), &x16);
+                    *y = super::simd_wasm::row_dot_16(w.ty, w.row(first + i), &x16);
                 }
                 return;
             }
@@ -257,19 +258,6 @@ fn rows_kernel(w: &QMatrix, x: &[f32], n: usize, level: Level, first: usize, out
 
 /// Elements dequantized at a time on the generic path: a multiple of every block length.
 const GROUP: usize = 256;
-
-/// The dot of one stored row with 16-bit decode activations (a SIMD level and a `has_16bit_dot` type).
-#[cfg_attr(not(any(target_arch = "x86_64", target_arch = "wasm32")), allow(unused_variables))]
-fn row_dot_16(level: Level, ty: GgmlType, row: &[u8], x: &Activations16) -> f32 {
-    match level {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: Level::Avx2 means the CPU has AVX2, FMA and F16C.
-        Level::Avx2 => unsafe { super::simd_x86::row_dot_16(ty, row, x) },
-        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-        Level::Simd128 => super::simd_wasm::row_dot_16(ty, row, x),
-        Level::Portable => unreachable!("16-bit activations take a SIMD level"),
-    }
-}
 
 /// The dot of one stored row with `x`.
 fn row_dot(level: Level, ty: GgmlType, row: &[u8], x: &[f32]) -> f32 {

@@ -5,6 +5,7 @@
 //! Dequantization is gguf-py's (`gguf.quants.dequantize`, llama.cpp's reference Python) in float32, operation
 //! for operation, so the values are bit-identical to it (checked against `testdata/ggml-blocks/`).
 
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 mod activations;
 mod blocks;
 mod matmul;

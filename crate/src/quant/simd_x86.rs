@@ -4,7 +4,6 @@
 
 use std::arch::x86_64::*;
 
-use super::activations::Activations16;
 use super::GgmlType;
 
 /// The dot of one stored row with `x`, for the types with a fused kernel (`None` for the others).
@@ -272,79 +271,6 @@ unsafe fn dot_q4_1(row: &[u8], x: &[f32]) -> f32 {
         _mm256_add_ps(acc[0], acc[1]),
         _mm256_add_ps(acc[2], acc[3]),
     ))
-}
-
-/// The half at `b[0..2]` as a float32.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn half1(b: &[u8]) -> f32 {
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_set1_epi16(u16::from_le_bytes([b[0], b[1]]) as i16)))
-}
-
-/// `Σ q·a` over block `b` of `x` as 8 lanes of exact 32-bit sums, its 32 codes as 16-bit lanes in `q0`
-/// (elements 0..16) and `q1` (16..32).
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn block_dot(x: &Activations16, b: usize, q0: __m256i, q1: __m256i) -> __m256i {
-    let a = &x.a[32 * b..32 * b + 32];
-    let a0 = _mm256_loadu_si256(a.as_ptr().cast());
-    let a1 = _mm256_loadu_si256(a.as_ptr().add(16).cast());
-    _mm256_add_epi32(_mm256_madd_epi16(q0, a0), _mm256_madd_epi16(q1, a1))
-}
-
-/// The dot of one stored row with decode activations as 16-bit integers, for `has_16bit_dot` types: per block
-/// an exact integer `Σ q·a`, times the block's weight scale and activation scale.
-///
-/// # Safety
-/// The CPU has AVX2, FMA and F16C.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn row_dot_16(ty: GgmlType, row: &[u8], x: &Activations16) -> f32 {
-    let (low, eight) = (_mm_set1_epi8(0xF), _mm_set1_epi8(8));
-    let mut acc = _mm256_setzero_ps();
-    let mut extra = 0f32;
-    let mut add = |isum: __m256i, scale: f32| {
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(scale), acc);
-    };
-    match ty {
-        GgmlType::Q4_0 => {
-            for (i, b) in row.chunks_exact(18).enumerate() {
-                let qs = load16(b, 2);
-                let lo = _mm_sub_epi8(_mm_and_si128(qs, low), eight);
-                let hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(qs, 4), low), eight);
-                let isum = block_dot(x, i, _mm256_cvtepi8_epi16(lo), _mm256_cvtepi8_epi16(hi));
-                add(isum, half1(b) * x.scale[i]);
-            }
-        }
-        GgmlType::Q4_1 => {
-            for (i, b) in row.chunks_exact(20).enumerate() {
-                let qs = load16(b, 4);
-                let lo = _mm_and_si128(qs, low);
-                let hi = _mm_and_si128(_mm_srli_epi16(qs, 4), low);
-                let isum = block_dot(x, i, _mm256_cvtepu8_epi16(lo), _mm256_cvtepu8_epi16(hi));
-                add(isum, half1(b) * x.scale[i]);
-                extra += half1(&b[2..]) * x.sum[i];
-            }
-        }
-        GgmlType::Q8_0 => {
-            for (i, b) in row.chunks_exact(34).enumerate() {
-                let q0 = _mm256_cvtepi8_epi16(load16(b, 2));
-                let q1 = _mm256_cvtepi8_epi16(load16(b, 18));
-                add(block_dot(x, i, q0, q1), half1(b) * x.scale[i]);
-            }
-        }
-        GgmlType::LoomQ4_0 => {
-            for (i, b) in row.chunks_exact(20).enumerate() {
-                let s = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-                let qs = load16(b, 4);
-                // Sign-extend 4-bit two's complement: (q ^ 8) − 8. Element 2j is byte j's low nibble.
-                let lo = _mm_sub_epi8(_mm_xor_si128(_mm_and_si128(qs, low), eight), eight);
-                let hi = _mm_sub_epi8(_mm_xor_si128(_mm_and_si128(_mm_srli_epi16(qs, 4), low), eight), eight);
-                let q0 = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(lo, hi));
-                let q1 = _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(lo, hi));
-                add(block_dot(x, i, q0, q1), s * x.scale[i]);
-            }
-        }
-        _ => unreachable!("row_dot_16 on {ty}: check has_16bit_dot first"),
-    }
-    hsum(acc) + extra
 }
 
 /// Dequantizes whole blocks of the types with a kernel here (`false` for the others), bit-identical to the
