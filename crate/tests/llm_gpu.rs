@@ -386,3 +386,23 @@ fn device_lost_is_a_typed_error_and_the_model_reopens() {
         engine(&fresh, &model)
     });
 }
+
+/// The weights take on the GPU what the file stores, each tensor once: a tied head reads the embedding's buffers
+/// instead of a second copy. Expected sizes come from the GGUF header (gguf-py wrote the files); the gate and up
+/// projections fused into one matrix are the same bytes.
+#[test]
+fn gpu_weights_take_the_file_s_tensor_bytes_once() {
+    let gpu = gpu();
+    for name in ["model.q4_0.gguf", "model.q8_0.gguf", "model.f32.gguf"] {
+        let bytes = std::fs::read(golden().join("tiny-llama").join(name)).unwrap();
+        let header = loom_wasm::formats::gguf::read_header_bytes(&bytes).unwrap();
+        assert!(
+            header.tensor("output.weight").is_none(),
+            "{name}: the tiny llama has a tied head"
+        );
+        let stored: u64 = header.tensors.iter().map(|t| t.bytes).sum();
+        let model = LlmModel::from_gguf(Bytes::from(bytes)).unwrap();
+        let e = pollster::block_on(GpuEngine::new(gpu.clone(), &model.config, &model.weights, None)).unwrap();
+        assert_eq!(e.weight_bytes(), stored, "{name}");
+    }
+}

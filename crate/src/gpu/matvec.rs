@@ -245,6 +245,11 @@ pub struct PackedWeights {
 }
 
 impl PackedWeights {
+    /// The GPU buffers holding the tensor (views of one tensor share them).
+    pub fn buffers(&self) -> &[wgpu::Buffer] {
+        &self.parts
+    }
+
     /// Uploads `bytes` (`scale` is Loom's layer scale; ignored by the encodings that have none), splitting them
     /// across bindings of at most the device's `max_storage_buffer_binding_size`.
     pub async fn upload(

@@ -176,7 +176,11 @@ impl GpuEngineBuilder {
     /// The embedding, the output head (`None`: tied to the embedding) and the final norm.
     pub async fn globals(&mut self, embed: &Matrix, head: Option<&Matrix>, final_norm: &[f32]) -> Result<()> {
         let embed_w = self.matrix("token_embd", embed).await?;
-        let head_w = self.matrix("output", head.unwrap_or(embed)).await?;
+        // A tied head reads the embedding's own buffers: the table is on the GPU once.
+        let head_w = match head {
+            Some(head) => self.matrix("output", head).await?,
+            None => embed_w.clone(),
+        };
         let norm = upload_f32(&self.gpu, "output_norm", final_norm).await?;
         self.globals = Some((embed_w, head_w, norm));
         Ok(())
@@ -331,6 +335,38 @@ impl GpuEngine {
     /// What the last call did on the GPU.
     pub fn last_call(&self) -> GpuCallStats {
         self.last
+    }
+
+    /// Bytes of GPU memory the model's weights take: every weight, bias and norm buffer, each counted once.
+    pub fn weight_bytes(&self) -> u64 {
+        let mut buffers: Vec<&wgpu::Buffer> = vec![&self.final_norm];
+        buffers.extend(self.embed.buffers().iter().chain(self.head.buffers()));
+        for b in &self.blocks {
+            buffers.extend([&b.attn_norm, &b.ffn_norm]);
+            for w in [&b.wq, &b.wk, &b.wv, &b.wo, &b.down] {
+                buffers.extend(w.buffers());
+            }
+            buffers.extend(
+                [&b.bq, &b.bk, &b.bv, &b.bo, &b.b_down, &b.q_norm, &b.k_norm]
+                    .into_iter()
+                    .flatten(),
+            );
+            match &b.gate_up {
+                GateUp::Fused(w) => buffers.extend(w.buffers()),
+                GateUp::Split { gate, up, b_gate, b_up } => {
+                    buffers.extend(gate.buffers().iter().chain(up.buffers()));
+                    buffers.extend([b_gate, b_up].into_iter().flatten());
+                }
+            }
+        }
+        // Views of one tensor share buffers (a few hundred in all: a linear scan is enough).
+        let mut distinct: Vec<&wgpu::Buffer> = Vec::with_capacity(buffers.len());
+        for b in buffers {
+            if !distinct.contains(&b) {
+                distinct.push(b);
+            }
+        }
+        distinct.iter().map(|b| b.size()).sum()
     }
 
     /// Runs `tokens` at positions `cached()..` and returns the logits of the last token (or of every token when
