@@ -271,10 +271,7 @@ impl LoadedModel {
         };
         match &self.contents {
             Contents::Network(net) => {
-                let (layer_path, part) = match name.split_once('#') {
-                    Some((path, part)) => (path, Some(part)),
-                    None => (name, None),
-                };
+                let (layer_path, part) = split_part(name);
                 let mut found = None;
                 net.for_each_layer(&mut |path, layer| {
                     if let (true, Some(ws)) = (path == layer_path, &layer.weights) {
@@ -303,6 +300,15 @@ impl LoadedModel {
     /// The first `n` values and codes of [`LoadedModel::tensor`]`(name)`.
     pub fn tensor_preview(&self, name: &str, n: usize) -> Result<stats::Preview> {
         stats::preview(&self.tensor(name)?, n)
+    }
+}
+
+/// A layer path and the part of its weights a tensor name asks for: `layers.0#q_weight` → (`layers.0`,
+/// `q_weight`); `layers.0` → (`layers.0`, none).
+pub fn split_part(name: &str) -> (&str, Option<&str>) {
+    match name.split_once('#') {
+        Some((path, part)) => (path, Some(part)),
+        None => (name, None),
     }
 }
 

@@ -596,7 +596,7 @@ impl JsGpuStream {
     /// The topology holding only the weights of layer `name`, decoded from `bytes` (its blob).
     fn one_layer(&self, name: &str, bytes: Vec<u8>) -> JsResult<LoadedModel> {
         // `path#part` names one part of the layer's weights (see `LoadedModel::tensor`).
-        let name = name.split_once('#').map_or(name, |(path, _)| path);
+        let (name, _) = crate::model::split_part(name);
         if !self.blobs.iter().any(|b| b.path == name) {
             return Err(js_error(LoomError::UnknownName {
                 kind: "layer with weights",

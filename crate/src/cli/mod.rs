@@ -409,9 +409,9 @@ fn is_language_model(input: &Path, q4: bool) -> Result<bool> {
     })
 }
 
-/// The tensor type to re-export to, when a safetensors file without a Loom topology (an HF checkpoint) goes to
-/// safetensors: its tensors change float type, whatever lies beside it.
-fn foreign_safetensors_to(input: &Path, out_format: OutputFormat, q4: bool) -> Result<Option<Dtype>> {
+/// The tensor type to re-export to and the file's bytes, when a safetensors file without a Loom topology (an HF
+/// checkpoint) goes to safetensors: its tensors change float type, whatever lies beside it.
+fn foreign_safetensors_to(input: &Path, out_format: OutputFormat, q4: bool) -> Result<Option<(Dtype, bytes::Bytes)>> {
     let OutputFormat::Safetensors(dtype) = out_format else {
         return Ok(None);
     };
@@ -420,7 +420,7 @@ fn foreign_safetensors_to(input: &Path, out_format: OutputFormat, q4: bool) -> R
     }
     let file = crate::llm::model::map_file(input)?;
     let foreign = detect::detect(&file) == detect::Format::Safetensors && !convert::has_loom_topology(&file)?;
-    Ok(foreign.then_some(dtype))
+    Ok(foreign.then_some((dtype, file)))
 }
 
 fn run_convert(
@@ -465,13 +465,13 @@ fn run_convert(
             output.display()
         )));
     }
-    let (out, report) = if let Some(st_dtype) = foreign_safetensors_to(input, out_format, q4)? {
+    let (out, report) = if let Some((st_dtype, file)) = foreign_safetensors_to(input, out_format, q4)? {
         if loom_dtype.is_some() {
             return Err(LoomError::InvalidInput(
                 "safetensors output takes --dtype float32, float16 or bfloat16".into(),
             ));
         }
-        convert::retype_safetensors(&crate::llm::model::map_file(input)?, st_dtype)?
+        convert::retype_safetensors(&file, st_dtype)?
     } else if is_language_model(input, q4)? {
         if out_format != OutputFormat::Entity || loom_dtype.is_some() {
             return Err(LoomError::InvalidInput(format!(

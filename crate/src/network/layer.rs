@@ -164,6 +164,14 @@ fn product(what: &str, dims: &[i64]) -> Result<usize> {
     })
 }
 
+/// Store segments with fixed names, as [`Layer::weight_parts`] lists them.
+fn named<const N: usize>(segments: [(&str, Vec<i64>); N]) -> Vec<(String, Vec<i64>)> {
+    segments
+        .into_iter()
+        .map(|(name, dims)| (name.to_string(), dims))
+        .collect()
+}
+
 impl Layer {
     /// True for the layer types that own a WeightStore.
     pub fn is_weighted(&self) -> bool {
@@ -199,7 +207,7 @@ impl Layer {
         let (c, f) = (self.input_channels, self.filters);
         let (i, o) = (self.input_height, self.output_height);
         let segments: Vec<(String, Vec<i64>)> = match self.layer_type {
-            LayerType::Dense => vec![("weight".into(), vec![o, i])],
+            LayerType::Dense => named([("weight", vec![o, i])]),
             LayerType::MultiHeadAttention => {
                 let (d, q) = (self.d_model, self.mha_query_dim());
                 let kv = product(what, &[self.num_kv_heads, self.head_dim])?;
@@ -207,7 +215,7 @@ impl Layer {
                     what: what.to_string(),
                     shape: vec![self.num_kv_heads as u64, self.head_dim as u64],
                 })?;
-                [
+                named([
                     ("q_weight", vec![q, d]),
                     ("k_weight", vec![kv, d]),
                     ("v_weight", vec![kv, d]),
@@ -216,28 +224,20 @@ impl Layer {
                     ("k_bias", vec![kv]),
                     ("v_bias", vec![kv]),
                     ("o_bias", vec![d]),
-                ]
-                .map(|(n, s)| (n.to_string(), s))
-                .into()
+                ])
             }
             // SwiGLU: in = hidden H, out = intermediate I.
-            LayerType::SwiGLU => [
+            LayerType::SwiGLU => named([
                 ("gate_weight", vec![o, i]),
                 ("up_weight", vec![o, i]),
                 ("down_weight", vec![i, o]),
                 ("gate_bias", vec![o]),
                 ("up_bias", vec![o]),
                 ("down_bias", vec![i]),
-            ]
-            .map(|(n, s)| (n.to_string(), s))
-            .into(),
-            LayerType::RMSNorm => vec![("gamma".into(), vec![i])],
-            LayerType::LayerNorm => vec![("gamma".into(), vec![i]), ("beta".into(), vec![i])],
-            LayerType::RNN => vec![
-                ("w_ih".into(), vec![o, i]),
-                ("w_hh".into(), vec![o, o]),
-                ("bias".into(), vec![o]),
-            ],
+            ]),
+            LayerType::RMSNorm => named([("gamma", vec![i])]),
+            LayerType::LayerNorm => named([("gamma", vec![i]), ("beta", vec![i])]),
+            LayerType::RNN => named([("w_ih", vec![o, i]), ("w_hh", vec![o, o]), ("bias", vec![o])]),
             LayerType::LSTM => ["i", "f", "g", "o"]
                 .iter()
                 .flat_map(|g| {
@@ -248,11 +248,11 @@ impl Layer {
                     ]
                 })
                 .collect(),
-            LayerType::CNN1 | LayerType::ConvTransposed1D => vec![("weight".into(), vec![f, c, k])],
-            LayerType::CNN2 | LayerType::ConvTransposed2D => vec![("weight".into(), vec![f, c, k, k])],
-            LayerType::CNN3 | LayerType::ConvTransposed3D => vec![("weight".into(), vec![f, c, k, k, k])],
-            LayerType::Embedding => vec![("weight".into(), vec![self.vocab_size, self.embedding_dim])],
-            LayerType::KMeans => vec![("centers".into(), vec![self.num_clusters, i])],
+            LayerType::CNN1 | LayerType::ConvTransposed1D => named([("weight", vec![f, c, k])]),
+            LayerType::CNN2 | LayerType::ConvTransposed2D => named([("weight", vec![f, c, k, k])]),
+            LayerType::CNN3 | LayerType::ConvTransposed3D => named([("weight", vec![f, c, k, k, k])]),
+            LayerType::Embedding => named([("weight", vec![self.vocab_size, self.embedding_dim])]),
+            LayerType::KMeans => named([("centers", vec![self.num_clusters, i])]),
             _ => Vec::new(),
         };
         let mut start = 0usize;

@@ -156,13 +156,28 @@ fn block_sum(q0: v128, q1: v128, x: &[f32]) -> v128 {
     sum16(q1, &x[16..], sum16(q0, x, f32x4_splat(0.0)))
 }
 
-fn dot_q4_0(row: &[u8], x: &[f32]) -> f32 {
+/// A Q4_0 block's 16 code bytes as its 32 signed codes `q − 8` (elements 0..16, then 16..32).
+fn q4_0_codes(qs: v128) -> [v128; 2] {
     let (low, eight) = (u8x16_splat(0xF), i8x16_splat(8));
+    [i8x16_sub(v128_and(qs, low), eight), i8x16_sub(u8x16_shr(qs, 4), eight)]
+}
+
+/// A Loom Q4_0 block's 16 code bytes as its 32 signed codes in value order (elements 0..16, then 16..32): 4-bit
+/// two's complement sign-extended as `(q ^ 8) − 8`, element 2j in byte j's low nibble.
+fn loom_q4_0_codes(qs: v128) -> [v128; 2] {
+    let (low, eight) = (u8x16_splat(0xF), i8x16_splat(8));
+    let lo = i8x16_sub(v128_xor(v128_and(qs, low), eight), eight);
+    let hi = i8x16_sub(v128_xor(u8x16_shr(qs, 4), eight), eight);
+    [
+        i8x16_shuffle::<0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23>(lo, hi),
+        i8x16_shuffle::<8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31>(lo, hi),
+    ]
+}
+
+fn dot_q4_0(row: &[u8], x: &[f32]) -> f32 {
     let mut acc = f32x4_splat(0.0);
     for (b, x) in row.chunks_exact(18).zip(x.chunks_exact(32)) {
-        let qs = load16(b, 2);
-        let lo = i8x16_sub(v128_and(qs, low), eight);
-        let hi = i8x16_sub(u8x16_shr(qs, 4), eight);
+        let [lo, hi] = q4_0_codes(load16(b, 2));
         acc = fma(f32x4_splat(half(b)), block_sum(lo, hi, x), acc);
     }
     hsum(acc)
@@ -177,16 +192,10 @@ fn dot_q8_0(row: &[u8], x: &[f32]) -> f32 {
 }
 
 fn dot_loom_q4_0(row: &[u8], x: &[f32]) -> f32 {
-    let (low, eight) = (u8x16_splat(0xF), i8x16_splat(8));
     let mut acc = f32x4_splat(0.0);
     for (b, x) in row.chunks_exact(20).zip(x.chunks_exact(32)) {
         let s = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-        let qs = load16(b, 4);
-        // Sign-extend 4-bit two's complement: (q ^ 8) − 8. Element 2j is byte j's low nibble.
-        let lo = i8x16_sub(v128_xor(v128_and(qs, low), eight), eight);
-        let hi = i8x16_sub(v128_xor(u8x16_shr(qs, 4), eight), eight);
-        let q0 = i8x16_shuffle::<0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23>(lo, hi);
-        let q1 = i8x16_shuffle::<8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31>(lo, hi);
+        let [q0, q1] = loom_q4_0_codes(load16(b, 4));
         acc = fma(f32x4_splat(s), block_sum(q0, q1, x), acc);
     }
     hsum(acc)
@@ -238,7 +247,6 @@ fn widen_i8(q: v128) -> [v128; 2] {
 /// an exact integer `Σ q·a`, times the block's weight scale and activation scale.
 pub(super) fn row_dot_16(ty: GgmlType, row: &[u8], x: &Activations16) -> f32 {
     let low = u8x16_splat(0xF);
-    let eight = i8x16_splat(8);
     let mut acc = f32x4_splat(0.0);
     let mut extra = 0f32;
     let mut add = |isum: v128, scale: f32| {
@@ -247,9 +255,8 @@ pub(super) fn row_dot_16(ty: GgmlType, row: &[u8], x: &Activations16) -> f32 {
     match ty {
         GgmlType::Q4_0 => {
             for (i, b) in row.chunks_exact(18).enumerate() {
-                let qs = load16(b, 2);
-                let [q0, q1] = widen_i8(i8x16_sub(v128_and(qs, low), eight));
-                let [q2, q3] = widen_i8(i8x16_sub(u8x16_shr(qs, 4), eight));
+                let [lo, hi] = q4_0_codes(load16(b, 2));
+                let ([q0, q1], [q2, q3]) = (widen_i8(lo), widen_i8(hi));
                 add(block_dot(x, i, [q0, q1, q2, q3]), half(b) * x.scale[i]);
             }
         }
@@ -272,31 +279,8 @@ pub(super) fn row_dot_16(ty: GgmlType, row: &[u8], x: &Activations16) -> f32 {
         GgmlType::LoomQ4_0 => {
             for (i, b) in row.chunks_exact(20).enumerate() {
                 let s = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-                let qs = load16(b, 4);
-                // Sign-extend 4-bit two's complement: (q ^ 8) − 8. Element 2j is byte j's low nibble.
-                let lo = i8x16_sub(v128_xor(v128_and(qs, low), eight), eight);
-                let hi = i8x16_sub(v128_xor(u8x16_shr(qs, 4), eight), eight);
-                let [q0, q1] = widen_i8(i8x16_shuffle::<0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23>(
-                    lo, hi,
-                ));
-                let [q2, q3] = widen_i8(i8x16_shuffle::<
-                    8,
-                    24,
-                    9,
-                    25,
-                    10,
-                    26,
-                    11,
-                    27,
-                    12,
-                    28,
-                    13,
-                    29,
-                    14,
-                    30,
-                    15,
-                    31,
-                >(lo, hi));
+                let [lo, hi] = loom_q4_0_codes(load16(b, 4));
+                let ([q0, q1], [q2, q3]) = (widen_i8(lo), widen_i8(hi));
                 add(block_dot(x, i, [q0, q1, q2, q3]), s * x.scale[i]);
             }
         }
