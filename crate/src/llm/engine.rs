@@ -210,6 +210,12 @@ impl Engine for CpuEngine {
     }
 
     fn forward(&mut self, tokens: &[u32], all_logits: bool) -> Result<Vec<f32>> {
+        quant::in_pool(|| self.forward_in_pool(tokens, all_logits))
+    }
+}
+
+impl CpuEngine {
+    fn forward_in_pool(&mut self, tokens: &[u32], all_logits: bool) -> Result<Vec<f32>> {
         if tokens.is_empty() {
             return Err(LoomError::InvalidInput("no tokens to run".into()));
         }

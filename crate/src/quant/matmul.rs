@@ -151,6 +151,24 @@ mod pool {
         Ok(())
     }
 
+    /// Whether the configured pool has one thread: the caller then does the work itself, since handing each
+    /// matmul to a pool thread and waiting costs microseconds per call.
+    pub(super) fn single_threaded() -> bool {
+        let pool = POOL.read().unwrap_or_else(|e| e.into_inner());
+        pool.as_ref().is_some_and(|p| p.current_num_threads() == 1)
+    }
+
+    /// Runs `f` on a thread of the configured pool (rayon's global one when none is), so that the matmuls it
+    /// calls split their rows from inside the pool instead of handing each one over from outside and waiting.
+    pub fn in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+        let pool = POOL.read().unwrap_or_else(|e| e.into_inner()).clone();
+        match pool {
+            Some(pool) if pool.current_num_threads() > 1 => pool.install(f),
+            Some(_) => f(),
+            None => rayon::scope(|_| f()),
+        }
+    }
+
     /// Runs `f` in the configured pool.
     pub(super) fn install<R: Send>(f: impl FnOnce() -> R + Send) -> R {
         let pool = POOL.read().unwrap_or_else(|e| e.into_inner()).clone();
@@ -162,7 +180,13 @@ mod pool {
 }
 
 #[cfg(not(target_arch = "wasm32"))]
-pub use pool::set_threads;
+pub use pool::{in_pool, set_threads};
+
+/// WebAssembly has no pool: runs `f`.
+#[cfg(target_arch = "wasm32")]
+pub fn in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    f()
+}
 
 /// WebAssembly runs the kernels on the calling thread; the count is accepted and ignored.
 #[cfg(target_arch = "wasm32")]
@@ -182,6 +206,11 @@ fn rows_parallel(w: &QMatrix, x: &[f32], n: usize, level: Level, out: &mut [f32]
     if w.cols == 0 {
         // Empty sums (and no chunks of zero columns to split x into).
         out.fill(0.0);
+        return;
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    if pool::single_threaded() {
+        rows_kernel(w, x, n, level, 0, out);
         return;
     }
     #[cfg(not(target_arch = "wasm32"))]
