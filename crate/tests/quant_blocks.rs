@@ -138,13 +138,22 @@ fn repeated(v: &Vectors, times: usize) -> (Vec<u8>, Vec<f32>, usize) {
     (bytes, values, v.rows * times)
 }
 
-/// Whether `quant::matmul` rounds the activations to 16 bits per block of 32: WebAssembly decode (one token) on
-/// simd128 over these types.
+/// Whether `quant::matmul` rounds the activations to 16 bits per block of 32: decode (one token) over these
+/// types, in WebAssembly on simd128 and natively where the CPU has AVX-512 (F and BW).
 fn sixteen_bit_activations(t: GgmlType, simd: bool, n: usize) -> bool {
-    cfg!(target_arch = "wasm32")
-        && simd
-        && n == 1
+    simd && n == 1
         && matches!(t, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 | GgmlType::LoomQ4_0)
+        && (cfg!(target_arch = "wasm32") || avx512())
+}
+
+#[cfg(target_arch = "x86_64")]
+fn avx512() -> bool {
+    is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("f16c")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn avx512() -> bool {
+    false
 }
 
 /// `y` against numpy's float64 values within float32 accumulation error: 1e-5·Σ|w·x| + 1e-6 per element, plus,

@@ -1,17 +1,23 @@
 //! Decode activations as 16-bit integers, per block of 32: `x ≈ a · scale`, with each block's exact float32 sum
 //! kept for the Q4_1 minimum. Rounding to 1/65534 of a block's largest magnitude moves a dot by at most
-//! `Σ|w|·scale/2`, about 256 times less than llama.cpp's 8-bit activations (SmolLM2's logits move by 0.003; see
-//! BENCHMARKS.md). In exchange, the products are exact integer dots of 16-bit pairs (`i32x4.dot_i16x8_s`), which
-//! make wasm decode 1.6× faster. (On AVX2 the same scheme measured slower than the float32 FMA kernels, so native
-//! code does not use it.)
+//! `Σ|w|·scale/2`, about 256 times less than llama.cpp's 8-bit activations (SmolLM2's logits move by at most
+//! 0.003; see BENCHMARKS.md). In exchange, the products are exact integer dots of 16-bit pairs
+//! (`i32x4.dot_i16x8_s` in wasm, `vpmaddwd` with AVX-512), which make decode 1.6× faster in wasm and about 1.3×
+//! natively. (With AVX2 alone, 8 lanes, the same scheme measured slower than the float32 FMA kernels, so it is
+//! not used there.)
 
 use super::GgmlType;
 
 /// One token's activations, rounded per block of 32.
 pub(super) struct Activations16 {
     pub(super) a: Vec<i16>,
-    pub(super) scale: Vec<f32>,
-    pub(super) sum: Vec<f32>,
+    /// Per block, `[scale, Σx]`: side by side, so that a kernel loads both in one read.
+    pub(super) scale_sum: Vec<[f32; 2]>,
+    /// `x[2i] + x[2i + 1]` when asked for: a Q4_1 minimum times these, lane by lane beside the lanes of the integer
+    /// dot, adds `m·Σx` without the two large sums `d·Σq·x` and `m·Σx` that cancel (in float32 that cost SmolLM2
+    /// 0.01 of a logit). Only the AVX-512 kernel takes them.
+    #[cfg(target_arch = "x86_64")]
+    pub(super) pair_sum: Vec<f32>,
 }
 
 /// The block types the 16-bit kernels compute.
@@ -25,22 +31,28 @@ pub(super) fn has_16bit_dot(ty: GgmlType) -> bool {
 impl Activations16 {
     /// `None` when `x` is not whole blocks of 32 or holds a value that is not finite (the float32 path then keeps
     /// NaN and ±∞ as they are).
-    pub(super) fn new(x: &[f32]) -> Option<Activations16> {
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
+    pub(super) fn new(x: &[f32], pair_sums: bool) -> Option<Activations16> {
         if !x.len().is_multiple_of(32) || !x.iter().all(|v| v.is_finite()) {
             return None;
         }
-        let blocks = x.len() / 32;
         let mut out = Activations16 {
-            a: Vec::with_capacity(x.len()),
-            scale: Vec::with_capacity(blocks),
-            sum: Vec::with_capacity(blocks),
+            a: vec![0; x.len()],
+            scale_sum: Vec::with_capacity(x.len() / 32),
+            #[cfg(target_arch = "x86_64")]
+            pair_sum: match pair_sums {
+                true => x.chunks_exact(2).map(|p| p[0] + p[1]).collect(),
+                false => Vec::new(),
+            },
         };
-        for block in x.chunks_exact(32) {
+        for (block, a) in x.chunks_exact(32).zip(out.a.chunks_exact_mut(32)) {
             let max = block.iter().fold(0f32, |m, v| m.max(v.abs()));
             let inv = if max > 0.0 { 32767.0 / max } else { 0.0 };
-            out.a.extend(block.iter().map(|v| (v * inv).round() as i16));
-            out.scale.push(max / 32767.0);
-            out.sum.push(block.iter().sum());
+            // Ties to even: one instruction (ties away from zero is a libm call).
+            for (a, v) in a.iter_mut().zip(block) {
+                *a = (v * inv).round_ties_even() as i16;
+            }
+            out.scale_sum.push([max / 32767.0, block.iter().sum()]);
         }
         Some(out)
     }

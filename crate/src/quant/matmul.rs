@@ -1,15 +1,17 @@
 //! CPU matrix kernels over ggml blocks as stored: `y = X·Wᵀ` with float32 accumulation and float32
-//! activations, except one case: WebAssembly (simd128) decode of one token over Q4_0/Q4_1/Q8_0/Loom Q4_0 rounds the
-//! token's activations to 16-bit integers per block of 32 and takes integer dots (`activations::Activations16`).
+//! activations, except one case: decode of one token over Q4_0/Q4_1/Q8_0/Loom Q4_0 with WebAssembly simd128 or
+//! AVX-512 rounds the token's activations to 16-bit integers per block of 32 and takes integer dots
+//! (`activations::Activations16`).
 //!
 //! Decode (one token) dots each row's blocks, dequantized in registers, with the activations. Prefill (several
 //! tokens) dequantizes a tile of rows once and dots it with every token's activations. Natively, rows are split
-//! across a rayon pool ([`set_threads`]) and x86-64 uses AVX2+FMA+F16C when the CPU has them; in WebAssembly the
-//! calling thread does the work, with simd128 when the module is built with it. [`set_simd`]`(false)` forces the
-//! portable path (for tests and comparisons).
+//! across a rayon pool ([`set_threads`]) and x86-64 uses AVX2+FMA+F16C (AVX-512 for 16-bit decode) when the
+//! CPU has them; in WebAssembly the calling thread does the work, with simd128 when the module is built with it.
+//! [`set_simd`]`(false)` forces the portable path (for tests and comparisons).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use super::activations::Activations16;
 use super::{blocks, GgmlType};
 use crate::error::{LoomError, Result};
 
@@ -76,12 +78,14 @@ pub fn matmul(w: &QMatrix, x: &[f32], n: usize, y: &mut [f32]) -> Result<()> {
     }
     let level = Level::current();
     if n <= 1 {
-        rows_parallel(w, x, n, level, y);
+        // Rounded once here, not per task.
+        let x16 = decode_16(level, w.ty, x);
+        rows_parallel(w, x, n, level, x16.as_ref(), y);
         return Ok(());
     }
     // Rows in parallel write row-major [rows][n]; transposed into y afterwards.
     let mut by_row = vec![0.0; y.len()];
-    rows_parallel(w, x, n, level, &mut by_row);
+    rows_parallel(w, x, n, level, None, &mut by_row);
     for (r, ys) in by_row.chunks_exact(n).enumerate() {
         for (t, v) in ys.iter().enumerate() {
             y[t * w.rows + r] = *v;
@@ -198,8 +202,34 @@ pub fn set_threads(_n: usize) -> Result<()> {
 #[cfg(not(target_arch = "wasm32"))]
 const MIN_TASK_ROWS: usize = 16;
 
-/// Fills `out` (`[rows][n]`) with the matmul, rows split across the pool natively.
-fn rows_parallel(w: &QMatrix, x: &[f32], n: usize, level: Level, out: &mut [f32]) {
+/// A 16-bit decode kernel: the dot of one stored row with rounded activations.
+type Kernel16 = unsafe fn(GgmlType, &[u8], &Activations16) -> f32;
+
+/// One token's activations rounded to 16 bits, with the kernel that takes them, where `level` has one for `ty`.
+fn decode_16(level: Level, ty: GgmlType, x: &[f32]) -> Option<(Activations16, Kernel16)> {
+    let (kernel, pair_sums): (Kernel16, bool) = match level {
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx2 if super::simd_avx512::available() => (super::simd_avx512::row_dot_16, ty == GgmlType::Q4_1),
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        Level::Simd128 => (super::simd_wasm::row_dot_16, false),
+        _ => return None,
+    };
+    if !super::activations::has_16bit_dot(ty) {
+        return None;
+    }
+    Some((Activations16::new(x, pair_sums)?, kernel))
+}
+
+/// Fills `out` (`[rows][n]`) with the matmul, rows split across the pool natively. `x16`: the decode token
+/// rounded to 16 bits and its kernel, used instead of `x` where given.
+fn rows_parallel(
+    w: &QMatrix,
+    x: &[f32],
+    n: usize,
+    level: Level,
+    x16: Option<&(Activations16, Kernel16)>,
+    out: &mut [f32],
+) {
     if out.is_empty() {
         return;
     }
@@ -210,7 +240,7 @@ fn rows_parallel(w: &QMatrix, x: &[f32], n: usize, level: Level, out: &mut [f32]
     }
     #[cfg(not(target_arch = "wasm32"))]
     if pool::single_threaded() {
-        rows_kernel(w, x, n, level, 0, out);
+        rows_kernel(w, x, n, level, x16, 0, out);
         return;
     }
     #[cfg(not(target_arch = "wasm32"))]
@@ -224,27 +254,32 @@ fn rows_parallel(w: &QMatrix, x: &[f32], n: usize, level: Level, out: &mut [f32]
             .next_multiple_of(TILE);
         out.par_chunks_mut(chunk * n)
             .enumerate()
-            .for_each(|(i, out)| rows_kernel(w, x, n, level, i * chunk, out));
+            .for_each(|(i, out)| rows_kernel(w, x, n, level, x16, i * chunk, out));
     });
     #[cfg(target_arch = "wasm32")]
-    rows_kernel(w, x, n, level, 0, out);
+    rows_kernel(w, x, n, level, x16, 0, out);
 }
 
 /// Rows dequantized together for prefill.
 const TILE: usize = 4;
 
 /// Rows `first..` of the matmul into `out` (`[out.len() / n][n]`).
-fn rows_kernel(w: &QMatrix, x: &[f32], n: usize, level: Level, first: usize, out: &mut [f32]) {
+fn rows_kernel(
+    w: &QMatrix,
+    x: &[f32],
+    n: usize,
+    level: Level,
+    x16: Option<&(Activations16, Kernel16)>,
+    first: usize,
+    out: &mut [f32],
+) {
     if n == 1 {
-        // WebAssembly only: natively the float32 AVX2 kernels measured faster (BENCHMARKS.md).
-        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-        if level == Level::Simd128 && super::activations::has_16bit_dot(w.ty) {
-            if let Some(x16) = super::activations::Activations16::new(x) {
-                for (i, y) in out.iter_mut().enumerate() {
-                    *y = super::simd_wasm::row_dot_16(w.ty, w.row(first + i), &x16);
-                }
-                return;
+        if let Some((x16, kernel)) = x16 {
+            for (i, y) in out.iter_mut().enumerate() {
+                // SAFETY: `decode_16` chose the kernel for this CPU, and `x16` rounds a token of `cols` values.
+                *y = unsafe { kernel(w.ty, w.row(first + i), x16) };
             }
+            return;
         }
         for (i, y) in out.iter_mut().enumerate() {
             *y = row_dot(level, w.ty, w.row(first + i), x);

@@ -5,10 +5,11 @@
 //! Dequantization is gguf-py's (`gguf.quants.dequantize`, llama.cpp's reference Python) in float32, operation
 //! for operation, so the values are bit-identical to it (checked against `testdata/ggml-blocks/`).
 
-#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 mod activations;
 mod blocks;
 mod matmul;
+#[cfg(target_arch = "x86_64")]
+mod simd_avx512;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 mod simd_wasm;
 #[cfg(target_arch = "x86_64")]

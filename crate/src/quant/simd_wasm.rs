@@ -233,11 +233,6 @@ fn block_dot(x: &Activations16, b: usize, q: [v128; 4]) -> v128 {
     i32x4_add(i32x4_add(s[0], s[1]), i32x4_add(s[2], s[3]))
 }
 
-/// 16 unsigned byte codes as two vectors of 16-bit lanes.
-fn widen_u8(q: v128) -> [v128; 2] {
-    [u16x8_extend_low_u8x16(q), u16x8_extend_high_u8x16(q)]
-}
-
 /// 16 signed byte codes as two vectors of 16-bit lanes.
 fn widen_i8(q: v128) -> [v128; 2] {
     [i16x8_extend_low_i8x16(q), i16x8_extend_high_i8x16(q)]
@@ -246,7 +241,6 @@ fn widen_i8(q: v128) -> [v128; 2] {
 /// The dot of one stored row with decode activations as 16-bit integers, for `has_16bit_dot` types: per block
 /// an exact integer `Σ q·a`, times the block's weight scale and activation scale.
 pub(super) fn row_dot_16(ty: GgmlType, row: &[u8], x: &Activations16) -> f32 {
-    let low = u8x16_splat(0xF);
     let mut acc = f32x4_splat(0.0);
     let mut extra = 0f32;
     let mut add = |isum: v128, scale: f32| {
@@ -257,23 +251,24 @@ pub(super) fn row_dot_16(ty: GgmlType, row: &[u8], x: &Activations16) -> f32 {
             for (i, b) in row.chunks_exact(18).enumerate() {
                 let [lo, hi] = q4_0_codes(load16(b, 2));
                 let ([q0, q1], [q2, q3]) = (widen_i8(lo), widen_i8(hi));
-                add(block_dot(x, i, [q0, q1, q2, q3]), half(b) * x.scale[i]);
+                add(block_dot(x, i, [q0, q1, q2, q3]), half(b) * x.scale_sum[i][0]);
             }
         }
         GgmlType::Q4_1 => {
+            // d·q + m = d·(q − 8) + (m + 8d): centred codes, so that the two sums do not grow large and cancel.
             for (i, b) in row.chunks_exact(20).enumerate() {
-                let qs = load16(b, 4);
-                let [q0, q1] = widen_u8(v128_and(qs, low));
-                let [q2, q3] = widen_u8(u8x16_shr(qs, 4));
-                add(block_dot(x, i, [q0, q1, q2, q3]), half(b) * x.scale[i]);
-                extra += half(&b[2..]) * x.sum[i];
+                let d = half(b);
+                let [lo, hi] = q4_0_codes(load16(b, 4));
+                let ([q0, q1], [q2, q3]) = (widen_i8(lo), widen_i8(hi));
+                add(block_dot(x, i, [q0, q1, q2, q3]), d * x.scale_sum[i][0]);
+                extra += (half(&b[2..]) + 8.0 * d) * x.scale_sum[i][1];
             }
         }
         GgmlType::Q8_0 => {
             for (i, b) in row.chunks_exact(34).enumerate() {
                 let [q0, q1] = widen_i8(load16(b, 2));
                 let [q2, q3] = widen_i8(load16(b, 18));
-                add(block_dot(x, i, [q0, q1, q2, q3]), half(b) * x.scale[i]);
+                add(block_dot(x, i, [q0, q1, q2, q3]), half(b) * x.scale_sum[i][0]);
             }
         }
         GgmlType::LoomQ4_0 => {
@@ -281,7 +276,7 @@ pub(super) fn row_dot_16(ty: GgmlType, row: &[u8], x: &Activations16) -> f32 {
                 let s = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
                 let [lo, hi] = loom_q4_0_codes(load16(b, 4));
                 let ([q0, q1], [q2, q3]) = (widen_i8(lo), widen_i8(hi));
-                add(block_dot(x, i, [q0, q1, q2, q3]), s * x.scale[i]);
+                add(block_dot(x, i, [q0, q1, q2, q3]), s * x.scale_sum[i][0]);
             }
         }
         _ => unreachable!("row_dot_16 on {ty}: check has_16bit_dot first"),

@@ -1,0 +1,180 @@
+//! AVX-512 (F, BW) decode kernels over 16-bit activations ([`Activations16`]): each block's 32 codes are widened
+//! to 16-bit lanes and multiplied with the block's rounded activations by one `vpmaddwd` (pairs of exact products
+//! summed into 32-bit lanes), then scaled by the weight's and the activations' scales into a float32 accumulator,
+//! lane by lane; the lanes are summed once per row.
+
+use std::arch::x86_64::*;
+
+use super::activations::Activations16;
+use super::GgmlType;
+
+/// Whether this CPU has the instructions the kernels use.
+pub(super) fn available() -> bool {
+    is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("f16c")
+}
+
+/// The dot of one stored row with `x`, for the types of [`super::activations::has_16bit_dot`].
+///
+/// # Safety
+/// [`available`] is true, and `x` holds at least the row's blocks.
+#[target_feature(enable = "avx512f,avx512bw,f16c")]
+pub(super) unsafe fn row_dot_16(ty: GgmlType, row: &[u8], x: &Activations16) -> f32 {
+    match ty {
+        GgmlType::Q4_0 => dot::<Q4_0>(row, x),
+        GgmlType::Q4_1 => dot::<Q4_1>(row, x),
+        GgmlType::Q8_0 => dot::<Q8_0>(row, x),
+        GgmlType::LoomQ4_0 => dot::<LoomQ4_0>(row, x),
+        _ => unreachable!("row_dot_16 on {ty}: check has_16bit_dot first"),
+    }
+}
+
+/// One block type's layout: where its scale is, and how its 32 codes become 16-bit integers in element order.
+trait Block {
+    const BYTES: usize;
+    /// Q4_1's minimum, added as `m·Σx`.
+    const HAS_MIN: bool = false;
+
+    /// The block at `b`'s scale in lane 0 and, for Q4_1, its minimum in lane 1 (other lanes: any value).
+    ///
+    /// # Safety
+    /// AVX-512 F and BW, and F16C; `b` points at `BYTES` readable bytes.
+    unsafe fn scale_min(b: *const u8) -> __m128;
+
+    /// The 32 codes of the block at `b` as signed 16-bit integers, element `i` in lane `i`.
+    ///
+    /// # Safety
+    /// AVX-512 F and BW, and F16C; `b` points at `BYTES` readable bytes.
+    unsafe fn codes(b: *const u8) -> __m512i;
+}
+
+/// The two halves at `p` as float32, in lanes 0 and 1.
+#[target_feature(enable = "avx512f,avx512bw,f16c")]
+unsafe fn halves(p: *const u8) -> __m128 {
+    _mm_cvtph_ps(_mm_cvtsi32_si128(p.cast::<i32>().read_unaligned()))
+}
+
+/// The 16 bytes at `p` as their 32 nibbles, 0..16: the low nibbles in lanes 0..16, the high ones in 16..32
+/// (ggml's Q4 element order).
+#[target_feature(enable = "avx512f,avx512bw,f16c")]
+unsafe fn nibbles(p: *const u8) -> __m512i {
+    let bytes = _mm512_cvtepu8_epi16(_mm256_broadcastsi128_si256(_mm_loadu_si128(p.cast())));
+    let high = _mm512_mask_srli_epi16::<4>(bytes, 0xFFFF_0000, bytes);
+    _mm512_and_si512(high, _mm512_set1_epi16(0xF))
+}
+
+struct Q4_0;
+struct Q4_1;
+struct Q8_0;
+struct LoomQ4_0;
+
+impl Block for Q4_0 {
+    const BYTES: usize = 18;
+
+    #[target_feature(enable = "avx512f,avx512bw,f16c")]
+    unsafe fn scale_min(b: *const u8) -> __m128 {
+        halves(b)
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,f16c")]
+    unsafe fn codes(b: *const u8) -> __m512i {
+        _mm512_sub_epi16(nibbles(b.add(2)), _mm512_set1_epi16(8))
+    }
+}
+
+impl Block for Q4_1 {
+    const BYTES: usize = 20;
+    const HAS_MIN: bool = true;
+
+    #[target_feature(enable = "avx512f,avx512bw,f16c")]
+    unsafe fn scale_min(b: *const u8) -> __m128 {
+        halves(b)
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,f16c")]
+    unsafe fn codes(b: *const u8) -> __m512i {
+        nibbles(b.add(4))
+    }
+}
+
+impl Block for Q8_0 {
+    const BYTES: usize = 34;
+
+    #[target_feature(enable = "avx512f,avx512bw,f16c")]
+    unsafe fn scale_min(b: *const u8) -> __m128 {
+        halves(b)
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,f16c")]
+    unsafe fn codes(b: *const u8) -> __m512i {
+        _mm512_cvtepi8_epi16(_mm256_loadu_si256(b.add(2).cast()))
+    }
+}
+
+impl Block for LoomQ4_0 {
+    const BYTES: usize = 20;
+
+    #[target_feature(enable = "avx512f,avx512bw,f16c")]
+    unsafe fn scale_min(b: *const u8) -> __m128 {
+        _mm_load_ss(b.cast())
+    }
+
+    /// Byte `j` holds element `2j` (low nibble) and `2j + 1` (high), 4-bit two's complement: each goes to the top
+    /// of its 16-bit lane, and an arithmetic shift brings it back down with its sign.
+    #[target_feature(enable = "avx512f,avx512bw,f16c")]
+    unsafe fn codes(b: *const u8) -> __m512i {
+        let bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(b.add(4).cast()));
+        let top = _mm512_or_si512(
+            _mm512_and_si512(_mm512_slli_epi32(bytes, 12), _mm512_set1_epi32(0xF000)),
+            _mm512_and_si512(_mm512_slli_epi32(bytes, 24), _mm512_set1_epi32(0xF000_0000u32 as i32)),
+        );
+        _mm512_srai_epi16(top, 12)
+    }
+}
+
+/// `Σ_blocks scale_w·scale_x·Σ q·a (+ m·Σx)` over one row.
+#[target_feature(enable = "avx512f,avx512bw,f16c")]
+unsafe fn dot<B: Block>(row: &[u8], x: &Activations16) -> f32 {
+    let blocks = row.len() / B::BYTES;
+    assert!(row.len() == blocks * B::BYTES && x.a.len() >= 32 * blocks && x.scale_sum.len() >= blocks);
+    if B::HAS_MIN {
+        assert!(x.pair_sum.len() >= 16 * blocks);
+    }
+    // Four accumulators in named variables (an array indexed by `k % 4` would live in memory).
+    let (mut a0, mut a1, mut a2, mut a3) = (zero(), zero(), zero(), zero());
+    let mut k = 0;
+    while k + 4 <= blocks {
+        a0 = block::<B>(row, x, k, a0);
+        a1 = block::<B>(row, x, k + 1, a1);
+        a2 = block::<B>(row, x, k + 2, a2);
+        a3 = block::<B>(row, x, k + 3, a3);
+        k += 4;
+    }
+    while k < blocks {
+        a0 = block::<B>(row, x, k, a0);
+        k += 1;
+    }
+    _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)))
+}
+
+#[target_feature(enable = "avx512f,avx512bw,f16c")]
+unsafe fn zero() -> __m512 {
+    _mm512_setzero_ps()
+}
+
+/// `acc` plus block `k` of `row` (`k` < the row's blocks, `x` holds them): `scale_w·scale_x·Σ q·a`, lane by lane,
+/// and for Q4_1 `m·(x[2i] + x[2i + 1])` in the lane of the pair `i`.
+#[target_feature(enable = "avx512f,avx512bw,f16c")]
+unsafe fn block<B: Block>(row: &[u8], x: &Activations16, k: usize, acc: __m512) -> __m512 {
+    let b = row.as_ptr().add(k * B::BYTES);
+    let a = _mm512_loadu_si512(x.a.as_ptr().add(32 * k).cast());
+    // Pairs of 16-bit products summed into 32 bits: exact (|q·a| ≤ 128·32767).
+    let q = _mm512_madd_epi16(B::codes(b), a);
+    let scale_min = B::scale_min(b);
+    let scale = _mm_mul_ss(scale_min, _mm_load_ss(&x.scale_sum.get_unchecked(k)[0]));
+    let acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), _mm512_broadcastss_ps(scale), acc);
+    if !B::HAS_MIN {
+        return acc;
+    }
+    let min = _mm512_permutexvar_ps(_mm512_set1_epi32(1), _mm512_castps128_ps512(scale_min));
+    _mm512_fmadd_ps(_mm512_loadu_ps(x.pair_sum.as_ptr().add(16 * k)), min, acc)
+}
