@@ -40,6 +40,7 @@ fn sum(values: impl Iterator<Item = f32>) -> f32 {
 }
 
 /// Dot product in 8 lanes.
+#[inline]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut lanes = [0f32; 8];
     let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
@@ -95,39 +96,33 @@ pub fn rope(x: &mut [f32], head_dim: usize, pos: usize, inv_freq: &[f64], pairs:
     }
 }
 
-/// Causal attention of one query token over `len` cached positions (GQA: query head h reads kv head
-/// h / (heads / kv_heads)). `q` is heads × head_dim; `k`, `v` are `[pos][kv_heads × head_dim]` with at least
-/// `len` rows; `out` is heads × head_dim; `scores` is scratch of at least `len`.
+/// Causal attention of one query head over `len` cached positions: `q` is the head's `head_dim` values; `k`, `v`
+/// are `[pos][kv_dim]` with at least `len` rows, the head's kv head at `kv_offset` in each; `out` is the head's
+/// `head_dim` values; `scores` is scratch of at least `len`. (GQA: query head h reads kv head
+/// h / (heads / kv_heads).)
 #[allow(clippy::too_many_arguments)]
-pub fn attention(
+pub fn attention_head(
     q: &[f32],
     k: &[f32],
     v: &[f32],
     len: usize,
-    heads: usize,
-    kv_heads: usize,
-    head_dim: usize,
+    kv_dim: usize,
+    kv_offset: usize,
     out: &mut [f32],
     scores: &mut [f32],
 ) {
-    let kv_dim = kv_heads * head_dim;
-    let group = heads / kv_heads;
+    let head_dim = q.len();
     let scale = 1.0 / (head_dim as f32).sqrt();
     let scores = &mut scores[..len];
-    for h in 0..heads {
-        let g = h / group;
-        let qh = &q[h * head_dim..(h + 1) * head_dim];
-        for (t, s) in scores.iter_mut().enumerate() {
-            *s = dot(qh, &k[t * kv_dim + g * head_dim..][..head_dim]) * scale;
-        }
-        softmax(scores);
-        let oh = &mut out[h * head_dim..(h + 1) * head_dim];
-        oh.fill(0.0);
-        for (t, &p) in scores.iter().enumerate() {
-            let vt = &v[t * kv_dim + g * head_dim..][..head_dim];
-            for (o, x) in oh.iter_mut().zip(vt) {
-                *o += p * x;
-            }
+    for (t, s) in scores.iter_mut().enumerate() {
+        *s = dot(q, &k[t * kv_dim + kv_offset..][..head_dim]) * scale;
+    }
+    softmax(scores);
+    out.fill(0.0);
+    for (t, &p) in scores.iter().enumerate() {
+        let vt = &v[t * kv_dim + kv_offset..][..head_dim];
+        for (o, x) in out.iter_mut().zip(vt) {
+            *o += p * x;
         }
     }
 }

@@ -129,7 +129,6 @@ impl CpuEngine {
         let mut proj = vec![0f32; n * h];
         let mut gate = vec![0f32; n * c.ffn];
         let mut up = vec![0f32; n * c.ffn];
-        let mut scores = vec![0f32; start + n];
         for (l, b) in w.blocks.iter().enumerate() {
             ops::rms_norm_into(&x, &b.attn_norm, c.rms_eps, &mut xn);
             matmul(&b.wq, &xn, n, &mut q)?;
@@ -149,20 +148,14 @@ impl CpuEngine {
             let (kc, vc) = (&mut self.cache.k[l], &mut self.cache.v[l]);
             kc.extend_from_slice(&k);
             vc.extend_from_slice(&v);
-            for t in 0..n {
-                let len = start + t + 1;
-                ops::attention(
-                    &q[t * qd..(t + 1) * qd],
-                    kc,
-                    vc,
-                    len,
-                    c.n_heads,
-                    c.n_kv_heads,
-                    hd,
-                    &mut att[t * qd..(t + 1) * qd],
-                    &mut scores,
-                );
-            }
+            // Every (token, head) on its own: query head h reads kv head h / group.
+            let (heads, group) = (c.n_heads, c.n_heads / c.n_kv_heads);
+            let (kc, vc) = (&*kc, &*vc);
+            quant::par_chunks(&mut att, hd, start + n, |i, out, scores| {
+                let (t, h) = (i / heads, i % heads);
+                let qh = &q[t * qd + h * hd..][..hd];
+                ops::attention_head(qh, kc, vc, start + t + 1, kvd, h / group * hd, out, scores);
+            });
             matmul(&b.wo, &att, n, &mut proj)?;
             add_bias(&mut proj, &b.bo);
             ops::add(&mut x, &proj);

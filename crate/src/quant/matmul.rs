@@ -86,9 +86,12 @@ pub fn matmul(w: &QMatrix, x: &[f32], n: usize, y: &mut [f32]) -> Result<()> {
     // Rows in parallel write row-major [rows][n]; transposed into y afterwards.
     let mut by_row = vec![0.0; y.len()];
     rows_parallel(w, x, n, level, None, &mut by_row);
-    for (r, ys) in by_row.chunks_exact(n).enumerate() {
-        for (t, v) in ys.iter().enumerate() {
-            y[t * w.rows + r] = *v;
+    // Eight rows at a time, so that each token's writes are eight neighbours, not eight cache lines.
+    for (r8, rows8) in by_row.chunks(8 * n).enumerate() {
+        for (t, y) in y.chunks_exact_mut(w.rows).enumerate() {
+            for (k, row) in rows8.chunks_exact(n).enumerate() {
+                y[8 * r8 + k] = row[t];
+            }
         }
     }
     Ok(())
@@ -196,6 +199,30 @@ pub fn in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
 #[cfg(target_arch = "wasm32")]
 pub fn set_threads(_n: usize) -> Result<()> {
     Ok(())
+}
+
+/// `f(i, chunk, scratch)` for every `chunk_len` chunk `i` of `out`, the chunks split across the pool natively; each
+/// task gets its own scratch of `scratch_len` values.
+pub fn par_chunks(
+    out: &mut [f32],
+    chunk_len: usize,
+    scratch_len: usize,
+    f: impl Fn(usize, &mut [f32], &mut [f32]) + Send + Sync,
+) {
+    #[cfg(not(target_arch = "wasm32"))]
+    if !pool::single_threaded() {
+        use rayon::prelude::*;
+        pool::install(|| {
+            out.par_chunks_mut(chunk_len)
+                .enumerate()
+                .for_each_init(|| vec![0.0; scratch_len], |scratch, (i, c)| f(i, c, scratch))
+        });
+        return;
+    }
+    let mut scratch = vec![0.0; scratch_len];
+    for (i, c) in out.chunks_mut(chunk_len).enumerate() {
+        f(i, c, &mut scratch);
+    }
 }
 
 /// Fewest rows one task computes, so that a task outweighs its scheduling.
@@ -402,6 +429,9 @@ fn dot4(level: Level, w: [&[f32]; TILE], x: &[f32]) -> [f32; TILE] {
 /// Four rows dotted with two tokens' `x` (each weight loaded once for both).
 fn dot4x2(level: Level, w: [&[f32]; TILE], x0: &[f32], x1: &[f32]) -> [[f32; TILE]; 2] {
     match level {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: checked by `available`.
+        Level::Avx2 if super::simd_avx512::available() => unsafe { super::simd_avx512::dot4x2(w, x0, x1) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: Level::Avx2 means the CPU has AVX2, FMA and F16C.
         Level::Avx2 => unsafe { super::simd_x86::dot4x2(w, x0, x1) },

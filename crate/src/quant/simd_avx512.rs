@@ -178,3 +178,33 @@ unsafe fn block<B: Block>(row: &[u8], x: &Activations16, k: usize, acc: __m512) 
     let min = _mm512_permutexvar_ps(_mm512_set1_epi32(1), _mm512_castps128_ps512(scale_min));
     _mm512_fmadd_ps(_mm512_loadu_ps(x.pair_sum.as_ptr().add(16 * k)), min, acc)
 }
+
+/// Four float32 rows dotted with two tokens' `x`, 16 lanes at a time (prefill over a dequantized tile).
+///
+/// # Safety
+/// [`available`] is true.
+#[target_feature(enable = "avx512f,avx512bw,f16c")]
+pub(super) unsafe fn dot4x2(w: [&[f32]; 4], x0: &[f32], x1: &[f32]) -> [[f32; 4]; 2] {
+    let n = x0.len();
+    assert!(x1.len() == n && w.iter().all(|w| w.len() == n));
+    let load = |v: &[f32], i: usize| _mm512_loadu_ps(v.as_ptr().add(i));
+    let mut acc = [[_mm512_setzero_ps(); 4]; 2];
+    let mut i = 0;
+    while i + 16 <= n {
+        let (xv0, xv1) = (load(x0, i), load(x1, i));
+        for k in 0..4 {
+            let wv = load(w[k], i);
+            acc[0][k] = _mm512_fmadd_ps(wv, xv0, acc[0][k]);
+            acc[1][k] = _mm512_fmadd_ps(wv, xv1, acc[1][k]);
+        }
+        i += 16;
+    }
+    let mut out = [[0.0; 4]; 2];
+    for (j, x) in [x0, x1].into_iter().enumerate() {
+        for k in 0..4 {
+            let tail: f32 = w[k][i..].iter().zip(&x[i..]).map(|(a, b)| a * b).sum();
+            out[j][k] = _mm512_reduce_add_ps(acc[j][k]) + tail;
+        }
+    }
+    out
+}
