@@ -3,6 +3,8 @@
 //! two-message conversation). Neither may panic, hang or allocate beyond the fuel and output caps.
 #![no_main]
 
+use std::sync::Arc;
+
 use libfuzzer_sys::fuzz_target;
 use loom_wasm::llm::template::{ChatMessage, ChatTemplate};
 use loom_wasm::llm::tokenizer::Tokenizer;
@@ -12,7 +14,7 @@ fuzz_target!(|data: &[u8]| {
         Some(i) => (&data[..i], &data[i + 1..]),
         None => (data, &[][..]),
     };
-    if let Ok(tok) = Tokenizer::from_json(a) {
+    if let Ok(tok) = Tokenizer::from_json(a).map(Arc::new) {
         if let Ok(ids) = tok.encode("Hello, world! ünïcode 😀 <|im_start|>", true) {
             let _ = tok.decode(&ids, false);
             let _ = tok.decode(&ids, true);
