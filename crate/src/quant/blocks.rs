@@ -200,3 +200,17 @@ fn k_scale_min(s: &[u8]) -> ([u8; 8], [u8; 8]) {
     }
     (sc, mn)
 }
+
+/// A half's bits as float32, branch-free (wasm has no conversion instruction; the `half` crate's software path
+/// branches on every class): the 15 magnitude bits shifted into float32's exponent and mantissa fields, times
+/// 2^112 to rebias the exponent (which also normalises subnormals exactly); an all-ones exponent (∞, NaN) is made
+/// float32's all-ones exponent; then the sign.
+#[cfg(any(test, all(target_arch = "wasm32", target_feature = "simd128")))]
+pub(super) fn half_to_f32(h: u16) -> f32 {
+    let h = u32::from(h);
+    let mut bits = (f32::from_bits((h & 0x7FFF) << 13) * f32::from_bits(0x7780_0000)).to_bits();
+    if h & 0x7C00 == 0x7C00 {
+        bits |= 0x7F80_0000;
+    }
+    f32::from_bits(bits | (h & 0x8000) << 16)
+}

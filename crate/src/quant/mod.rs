@@ -265,6 +265,17 @@ mod tests {
     }
 
     #[test]
+    fn branch_free_half_conversion_is_exact_for_every_half() {
+        for bits in 0..=u16::MAX {
+            let (got, want) = (blocks::half_to_f32(bits), half::f16::from_bits(bits).to_f32());
+            assert!(
+                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                "{bits:#06x}: {got} vs {want}"
+            );
+        }
+    }
+
+    #[test]
     fn nibble_order_and_offsets() {
         let deq = |t, b: &[u8]| {
             let mut v = vec![0.0; 32];

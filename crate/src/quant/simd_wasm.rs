@@ -138,7 +138,7 @@ fn dot_16bit(row: &[u8], x: &[f32], widen: fn(v128) -> v128, one: fn(&[u8]) -> f
 }
 
 fn half(b: &[u8]) -> f32 {
-    half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32()
+    super::blocks::half_to_f32(u16::from_le_bytes([b[0], b[1]]))
 }
 
 /// `Σ q·x` over 16 signed byte codes `q` against `x[0..16]`.
