@@ -156,6 +156,20 @@ fn runaway_templates_are_typed_errors_quickly_in_bounded_memory() {
             "huge format width",
             "{{ '%1000000000s' | format('x') | length }}".into(),
         ),
+        (
+            "huge str.format width",
+            "{{ '{:888888888888}'.format('x') | length }}".into(),
+        ),
+        (
+            "huge str.format precision",
+            "{{ '{:.999999999999f}'.format(1.5) | length }}".into(),
+        ),
+        (
+            "str.format width from an argument",
+            "{{ '{:{}}'.format('x', 999999999999) | length }}".into(),
+        ),
+        // Found by the chat_template fuzz target: minijinja's key parser panicked inside a multi-byte character.
+        ("non-ASCII str.format key", "{{ '{0[é]}'.format(['x']) }}".into()),
         ("unknown filter", "{{ messages | no_such_filter }}".into()),
         ("undefined method", "{{ messages.nope() }}".into()),
     ];

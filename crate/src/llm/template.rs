@@ -81,7 +81,6 @@ impl ChatTemplate {
             .map_err(template_err)?;
         env.set_syntax(syntax);
         env.set_recursion_limit(RECURSION_LIMIT);
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
         env.add_test("iterable", is_iterable);
         env.add_template_owned(TEMPLATE_NAME, rewrite_generation_tags(source))
@@ -122,6 +121,14 @@ impl ChatTemplate {
         });
         env.add_filter("string", move |value: Value| string_filter(&value, limit));
         env.add_filter("pprint", move |value: Value| pprint_filter(&value, limit));
+        // Python string methods, but `str.format` checked first: minijinja pads to any width it is given
+        // (`'{:999999999999}'.format(x)` allocates the width at once) and panics on a non-ASCII field key.
+        env.set_unknown_method_callback(move |state, value, method, args| {
+            if let (Some(source), "format") = (value.as_str(), method) {
+                check_str_format(source, limit)?;
+            }
+            minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
+        });
 
         let mut ctx: BTreeMap<&str, Value> = BTreeMap::new();
         let messages: Vec<Value> = messages
@@ -151,6 +158,40 @@ impl ChatTemplate {
             })?;
         String::from_utf8(out.buf).map_err(template_err)
     }
+}
+
+/// Refuses a `str.format` source whose replacement fields minijinja cannot format safely: a field holding a
+/// non-ASCII character (its key parser slices bytes inside a character and panics), a field nested in a field
+/// (`{:{}}` takes its width from an argument, unchecked), or a number in a field above `limit` (a width or
+/// precision that would make a string past the output's cap).
+fn check_str_format(source: &str, limit: usize) -> std::result::Result<(), Error> {
+    let refuse = |why: &str| Err(Error::new(ErrorKind::InvalidOperation, format!("str.format: {why}")));
+    let mut chars = source.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '{' {
+            continue;
+        }
+        if chars.peek() == Some(&'{') {
+            chars.next();
+            continue;
+        }
+        let mut number: u64 = 0;
+        for c in chars.by_ref() {
+            match c {
+                '}' => break,
+                '{' => return refuse("nested replacement fields are not supported"),
+                c if !c.is_ascii() => return refuse("a replacement field with a non-ASCII character"),
+                c if c.is_ascii_digit() => {
+                    number = number.saturating_mul(10).saturating_add(u64::from(c as u8 - b'0'));
+                    if number > limit as u64 {
+                        return refuse(&format!("a number in a replacement field above {limit}"));
+                    }
+                }
+                _ => number = 0,
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A writer that refuses to grow past `limit` bytes.
