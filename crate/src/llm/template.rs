@@ -12,7 +12,8 @@
 //! the size of the conversation), recursion is limited and the output is capped; all three are `template`
 //! errors, as are compile errors and `raise_exception`. minijinja charges a serialized value to the fuel only
 //! once its text exists, so the filters that serialize whole values (`tojson`, `string`, `pprint`) stop at the
-//! output's cap themselves. Not covered, as they happen inside one minijinja instruction with no hook: `+` of
+//! output's cap themselves, and `str.format` is checked before minijinja formats (widths past the cap, nested
+//! fields, non-ASCII field keys are errors). Not covered, as they happen inside one minijinja instruction with no hook: `+` of
 //! lists doubled past 32 levels (minijinja then flattens 2^32 items) and `~`, `==`, `in` over a list that holds
 //! the same list twice, nested deep.
 
