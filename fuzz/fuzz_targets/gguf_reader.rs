@@ -18,7 +18,10 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     for t in &header.tensors {
-        let end = header.data_start.checked_add(t.offset).and_then(|s| s.checked_add(t.bytes));
+        let end = header
+            .data_start
+            .checked_add(t.offset)
+            .and_then(|s| s.checked_add(t.bytes));
         assert!(end.is_some_and(|e| e <= data.len() as u64), "{}: past the file", t.name);
     }
     let ins = gguf_inspection(&header, data.len() as u64);

@@ -3,10 +3,12 @@
 //! two-message conversation). Neither may panic, hang or allocate beyond the fuel and output caps.
 #![no_main]
 
+#[path = "shared/template.rs"]
+mod template;
+
 use std::sync::Arc;
 
 use libfuzzer_sys::fuzz_target;
-use loom_wasm::llm::template::{ChatMessage, ChatTemplate};
 use loom_wasm::llm::tokenizer::Tokenizer;
 
 fuzz_target!(|data: &[u8]| {
@@ -25,21 +27,5 @@ fuzz_target!(|data: &[u8]| {
             let _ = stream.finish();
         }
     }
-    let Ok(source) = std::str::from_utf8(b) else {
-        return;
-    };
-    if let Ok(template) = ChatTemplate::new(source) {
-        let template = template.with_fixed_now(1_700_000_000);
-        let messages = [
-            ChatMessage {
-                role: "system".into(),
-                content: "You are helpful.".into(),
-            },
-            ChatMessage {
-                role: "user".into(),
-                content: "Hi there!".into(),
-            },
-        ];
-        let _ = template.render(&messages, true, Some("<s>"), Some("</s>"));
-    }
+    template::compile_and_render(b);
 });

@@ -112,6 +112,9 @@ pub(super) enum Level {
     /// AVX2, FMA and F16C (checked at run time).
     #[cfg(target_arch = "x86_64")]
     Avx2,
+    /// All of `Avx2`'s plus AVX-512 F and BW (checked at run time): 16-bit decode and the wider prefill dot.
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
     /// WebAssembly simd128 (the module was built with it).
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     Simd128,
@@ -124,7 +127,10 @@ impl Level {
         }
         #[cfg(target_arch = "x86_64")]
         if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c") {
-            return Level::Avx2;
+            return match super::simd_avx512::available() {
+                true => Level::Avx512,
+                false => Level::Avx2,
+            };
         }
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
         return Level::Simd128;
@@ -236,7 +242,7 @@ type Kernel16 = unsafe fn(GgmlType, &[u8], &Activations16) -> f32;
 fn decode_16(level: Level, ty: GgmlType, x: &[f32]) -> Option<(Activations16, Kernel16)> {
     let (kernel, pair_sums): (Kernel16, bool) = match level {
         #[cfg(target_arch = "x86_64")]
-        Level::Avx2 if super::simd_avx512::available() => (super::simd_avx512::row_dot_16, ty == GgmlType::Q4_1),
+        Level::Avx512 => (super::simd_avx512::row_dot_16, ty == GgmlType::Q4_1),
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
         Level::Simd128 => (super::simd_wasm::row_dot_16, false),
         _ => return None,
@@ -354,8 +360,8 @@ const GROUP: usize = 256;
 fn row_dot(level: Level, ty: GgmlType, row: &[u8], x: &[f32]) -> f32 {
     match level {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: Level::Avx2 means the CPU has AVX2, FMA and F16C.
-        Level::Avx2 => {
+        // SAFETY: Level::Avx2 and Level::Avx512 mean the CPU has AVX2, FMA and F16C.
+        Level::Avx2 | Level::Avx512 => {
             if let Some(v) = unsafe { super::simd_x86::row_dot(ty, row, x) } {
                 return v;
             }
@@ -390,8 +396,8 @@ fn row_dot(level: Level, ty: GgmlType, row: &[u8], x: &[f32]) -> f32 {
 #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
 pub(super) fn dequantize_blocks(level: Level, ty: GgmlType, bytes: &[u8], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: Level::Avx2 means the CPU has AVX2, FMA and F16C.
-    if level == Level::Avx2 && unsafe { super::simd_x86::dequantize(ty, bytes, out) } {
+    // SAFETY: Level::Avx2 and Level::Avx512 mean the CPU has AVX2, FMA and F16C.
+    if matches!(level, Level::Avx2 | Level::Avx512) && unsafe { super::simd_x86::dequantize(ty, bytes, out) } {
         return;
     }
     for (block, out) in bytes
@@ -406,8 +412,8 @@ pub(super) fn dequantize_blocks(level: Level, ty: GgmlType, bytes: &[u8], out: &
 fn dot(level: Level, a: &[f32], b: &[f32]) -> f32 {
     match level {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: Level::Avx2 means the CPU has AVX2, FMA and F16C.
-        Level::Avx2 => unsafe { super::simd_x86::dot(a, b) },
+        // SAFETY: Level::Avx2 and Level::Avx512 mean the CPU has AVX2, FMA and F16C.
+        Level::Avx2 | Level::Avx512 => unsafe { super::simd_x86::dot(a, b) },
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
         Level::Simd128 => super::simd_wasm::dot(a, b),
         Level::Portable => portable_dot(a, b),
@@ -418,8 +424,8 @@ fn dot(level: Level, a: &[f32], b: &[f32]) -> f32 {
 fn dot4(level: Level, w: [&[f32]; TILE], x: &[f32]) -> [f32; TILE] {
     match level {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: Level::Avx2 means the CPU has AVX2, FMA and F16C.
-        Level::Avx2 => unsafe { super::simd_x86::dot4(w, x) },
+        // SAFETY: Level::Avx2 and Level::Avx512 mean the CPU has AVX2, FMA and F16C.
+        Level::Avx2 | Level::Avx512 => unsafe { super::simd_x86::dot4(w, x) },
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
         Level::Simd128 => super::simd_wasm::dot4(w, x),
         Level::Portable => w.map(|w| portable_dot(w, x)),
@@ -430,8 +436,8 @@ fn dot4(level: Level, w: [&[f32]; TILE], x: &[f32]) -> [f32; TILE] {
 fn dot4x2(level: Level, w: [&[f32]; TILE], x0: &[f32], x1: &[f32]) -> [[f32; TILE]; 2] {
     match level {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: checked by `available`.
-        Level::Avx2 if super::simd_avx512::available() => unsafe { super::simd_avx512::dot4x2(w, x0, x1) },
+        // SAFETY: Level::Avx512 means the CPU has AVX-512 F and BW and F16C.
+        Level::Avx512 => unsafe { super::simd_avx512::dot4x2(w, x0, x1) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: Level::Avx2 means the CPU has AVX2, FMA and F16C.
         Level::Avx2 => unsafe { super::simd_x86::dot4x2(w, x0, x1) },
