@@ -138,6 +138,25 @@ fn repeated(v: &Vectors, times: usize) -> (Vec<u8>, Vec<f32>, usize) {
     (bytes, values, v.rows * times)
 }
 
+/// The vectors with each row's columns repeated `times` (the activations too), so that a row has blocks in
+/// several groups of the kernels' unrolled loops and a remainder: numpy's products are summed `times` over, so
+/// `times · y`. The original rows are 3 blocks long, so each group of 4 blocks mixes different blocks.
+fn widened(v: &Vectors, times: usize) -> Vectors {
+    let tile =
+        |values: &[u8], len: usize| -> Vec<u8> { values.chunks_exact(len).flat_map(|row| row.repeat(times)).collect() };
+    let tile_f32 = |values: &[f32], len: usize| -> Vec<f32> {
+        values.chunks_exact(len).flat_map(|row| row.repeat(times)).collect()
+    };
+    Vectors {
+        rows: v.rows,
+        cols: v.cols * times,
+        bytes: tile(&v.bytes, v.bytes.len() / v.rows),
+        values: tile_f32(&v.values, v.cols),
+        x: tile_f32(&v.x, v.cols),
+        y: v.y.iter().map(|y| y * times as f32).collect(),
+    }
+}
+
 /// Whether `quant::matmul` rounds the activations to 16 bits per block of 32: decode (one token) over these
 /// types, in WebAssembly on simd128 and natively where the CPU has AVX-512 (F and BW).
 fn sixteen_bit_activations(t: GgmlType, simd: bool, n: usize) -> bool {
@@ -189,7 +208,8 @@ fn check_matmul(what: &str, values: &[f32], cols: usize, x: &[f32], want: &[f32]
 }
 
 /// Every path against gguf-py and numpy: dequantization, then matmul with 1 and 2 threads, decode (n = 1) and
-/// prefill (n = 5), on the vectors and on their rows repeated 37 times; SIMD and portable. One test, since the
+/// prefill (n = 5), on the vectors, on their rows repeated 37 times and on their columns repeated 5 times; SIMD
+/// and portable. One test, since the
 /// switches are process-wide.
 #[test]
 fn every_path_matches_gguf_py_and_numpy() {
@@ -198,12 +218,13 @@ fn every_path_matches_gguf_py_and_numpy() {
         check_dequantize(simd);
         for threads in [1, 2] {
             quant::set_threads(threads).unwrap();
-            for t in TYPES {
-                let v = vectors(t);
+            for (t, wide) in TYPES.into_iter().flat_map(|t| [(t, 1), (t, 5)]) {
+                let v = widened(&vectors(t), wide);
                 let tokens = v.x.len() / v.cols;
                 assert_eq!(v.y.len(), tokens * v.rows);
-                let what =
-                    |n: usize, times: usize| format!("{t} n = {n}, rows ×{times}, simd {simd}, {threads} threads");
+                let what = |n: usize, times: usize| {
+                    format!("{t} n = {n}, rows ×{times}, columns ×{wide}, simd {simd}, {threads} threads")
+                };
                 for times in [1, 37] {
                     let (bytes, values, rows) = repeated(&v, times);
                     // numpy's y [tokens][v.rows] for the repeated rows.

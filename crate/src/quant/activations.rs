@@ -10,6 +10,7 @@ use super::GgmlType;
 
 /// One token's activations, rounded per block of 32.
 pub(super) struct Activations16 {
+    /// The rounded values, each block's in [`LANE`] order.
     pub(super) a: Vec<i16>,
     /// Per block, `[scale, Σx]`: side by side, so that a kernel loads both in one read.
     pub(super) scale_sum: Vec<[f32; 2]>,
@@ -18,6 +19,9 @@ pub(super) struct Activations16 {
     /// 0.01 of a logit). Only the AVX-512 kernel takes them.
     #[cfg(target_arch = "x86_64")]
     pub(super) pair_sum: Vec<f32>,
+    /// Per block, `8·Σa`: the wasm kernel takes Q4 codes as stored, 0..16, and subtracts this for `q − 8`.
+    #[cfg(target_arch = "wasm32")]
+    pub(super) eight_sum: Vec<i32>,
 }
 
 /// The block types the 16-bit kernels compute.
@@ -27,6 +31,21 @@ pub(super) fn has_16bit_dot(ty: GgmlType) -> bool {
         GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 | GgmlType::LoomQ4_0
     )
 }
+
+/// Where element `j` of a block goes in `a`. In wasm, each half block's even elements, then its odd ones: the
+/// order in which 16-bit shifts take a block's bytes apart (see `simd_wasm`). Elsewhere, in order.
+const LANE: [usize; 32] = {
+    let mut lane = [0; 32];
+    let mut j = 0;
+    while j < 32 {
+        lane[j] = match cfg!(target_arch = "wasm32") {
+            true => j / 16 * 16 + j % 2 * 8 + j % 16 / 2,
+            false => j,
+        };
+        j += 1;
+    }
+    lane
+};
 
 impl Activations16 {
     /// `None` when `x` is not whole blocks of 32 or holds a value that is not finite (the float32 path then keeps
@@ -44,15 +63,19 @@ impl Activations16 {
                 true => x.chunks_exact(2).map(|p| p[0] + p[1]).collect(),
                 false => Vec::new(),
             },
+            #[cfg(target_arch = "wasm32")]
+            eight_sum: Vec::with_capacity(x.len() / 32),
         };
         for (block, a) in x.chunks_exact(32).zip(out.a.chunks_exact_mut(32)) {
             // A compare, not `f32::max` (a libm call in wasm): the values are finite.
             let max = block.iter().fold(0f32, |m, v| if v.abs() > m { v.abs() } else { m });
             let inv = if max > 0.0 { 32767.0 / max } else { 0.0 };
             // Ties to even: one instruction (ties away from zero is a libm call).
-            for (a, v) in a.iter_mut().zip(block) {
-                *a = (v * inv).round_ties_even() as i16;
+            for (j, v) in block.iter().enumerate() {
+                a[LANE[j]] = (v * inv).round_ties_even() as i16;
             }
+            #[cfg(target_arch = "wasm32")]
+            out.eight_sum.push(8 * a.iter().map(|&a| i32::from(a)).sum::<i32>());
             out.scale_sum.push([max / 32767.0, block.iter().sum()]);
         }
         Some(out)

@@ -1,6 +1,7 @@
 //! WebAssembly simd128 kernels (compiled only with `target-feature=+simd128`, so always available). simd128 has
 //! no fused multiply-add: products and sums round separately. Block scales multiply a block's partial sum, except
-//! where a minimum is added (Q4_1), whose weights are formed `d·q + m` first.
+//! where a minimum is added (Q4_1), whose weights are formed `d·q + m` first. Decode over 16-bit activations
+//! (`row_dot_16`) takes exact integer dots four blocks at a time, then scales them in float32 (`dot16`).
 
 use core::arch::wasm32::*;
 
@@ -224,62 +225,204 @@ fn dot_q4_1(row: &[u8], x: &[f32]) -> f32 {
     hsum(f32x4_add(acc[0], acc[1]))
 }
 
-/// `Σ q·a` over block `b` of `x`, its 32 codes as 16-bit lanes in `q` (elements 0..8, 8..16, 16..24, 24..32).
-fn block_dot(x: &Activations16, b: usize, q: [v128; 4]) -> v128 {
-    let a = &x.a[32 * b..32 * b + 32];
+/// One block type's layout for the 16-bit decode kernel: its scale, and its 32 codes as 16-bit integers in the
+/// order of [`Activations16`]'s `a` in wasm (each half block's even elements, then its odd ones).
+trait Block {
+    const BYTES: usize;
+    /// Q4_0 and Q4_1: the codes are `q`, 0..16, and the value is `d·(q − 8)`; the kernel subtracts `8·Σa`.
+    const CENTRE: bool = false;
+    /// Q4_1: the minimum, added as `(m + 8d)·Σx` beside the centred codes, so that neither sum grows large and
+    /// cancels the other (in float32 that cost SmolLM2 0.01 of a logit).
+    const HAS_MIN: bool = false;
+
+    /// The block's scale bits as a 32-bit word (Q4_1: its minimum's bits in the high half).
+    fn scale_word(b: &[u8]) -> u32;
+
+    /// Four blocks' scale words as float32: the scales `d` and, for Q4_1, `m + 8d`.
+    fn scales(words: v128) -> (v128, v128);
+
+    /// The codes: elements 0, 2, … 14, then 1, 3, … 15, then 16, 18, … 30, then 17, 19, … 31.
+    fn codes(b: &[u8]) -> [v128; 4];
+}
+
+/// Four halves in the low 16 bits of 32-bit lanes, as float32.
+fn low_halves(words: v128) -> v128 {
+    f16x4(v128_and(words, u32x4_splat(0xFFFF)))
+}
+
+/// ggml's Q4 nibbles (element `j` in byte `j`'s low nibble, `16 + j` in its high one) as 16-bit lanes: byte pairs
+/// taken apart by 16-bit shifts, which are single instructions where byte shifts are not.
+fn q4_codes(qs: v128) -> [v128; 4] {
+    let low = u16x8_splat(0xF);
+    [
+        v128_and(qs, low),
+        v128_and(u16x8_shr(qs, 8), low),
+        v128_and(u16x8_shr(qs, 4), low),
+        u16x8_shr(qs, 12),
+    ]
+}
+
+/// 16 signed bytes as 16-bit lanes: the even bytes, then the odd ones.
+fn split_i8(q: v128) -> [v128; 2] {
+    [i16x8_shr(i16x8_shl(q, 8), 8), i16x8_shr(q, 8)]
+}
+
+struct Q4_0;
+impl Block for Q4_0 {
+    const BYTES: usize = 18;
+    const CENTRE: bool = true;
+    fn scale_word(b: &[u8]) -> u32 {
+        u32::from(u16::from_le_bytes([b[0], b[1]]))
+    }
+    fn scales(words: v128) -> (v128, v128) {
+        (low_halves(words), f32x4_splat(0.0))
+    }
+    fn codes(b: &[u8]) -> [v128; 4] {
+        q4_codes(load16(b, 2))
+    }
+}
+
+struct Q4_1;
+impl Block for Q4_1 {
+    const BYTES: usize = 20;
+    const CENTRE: bool = true;
+    const HAS_MIN: bool = true;
+    fn scale_word(b: &[u8]) -> u32 {
+        u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+    }
+    fn scales(words: v128) -> (v128, v128) {
+        let d = low_halves(words);
+        let m = f16x4(u32x4_shr(words, 16));
+        (d, f32x4_add(m, f32x4_mul(f32x4_splat(8.0), d)))
+    }
+    fn codes(b: &[u8]) -> [v128; 4] {
+        q4_codes(load16(b, 4))
+    }
+}
+
+struct Q8_0;
+impl Block for Q8_0 {
+    const BYTES: usize = 34;
+    fn scale_word(b: &[u8]) -> u32 {
+        u32::from(u16::from_le_bytes([b[0], b[1]]))
+    }
+    fn scales(words: v128) -> (v128, v128) {
+        (low_halves(words), f32x4_splat(0.0))
+    }
+    fn codes(b: &[u8]) -> [v128; 4] {
+        let ([q0, q1], [q2, q3]) = (split_i8(load16(b, 2)), split_i8(load16(b, 18)));
+        [q0, q1, q2, q3]
+    }
+}
+
+struct LoomQ4_0;
+impl Block for LoomQ4_0 {
+    const BYTES: usize = 20;
+    fn scale_word(b: &[u8]) -> u32 {
+        u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+    }
+    fn scales(words: v128) -> (v128, v128) {
+        (words, f32x4_splat(0.0))
+    }
+    /// Element `2j` in byte `j`'s low nibble, `2j + 1` in its high one, 4-bit two's complement: so the even
+    /// elements are the low nibbles, the odd ones the high nibbles, bytes 0..8 then 8..16.
+    fn codes(b: &[u8]) -> [v128; 4] {
+        let qs = load16(b, 4);
+        let low = u8x16_splat(0xF);
+        // Sign-extended as `(q ^ 8) − 8`.
+        let sign = |q: v128| i8x16_sub(v128_xor(q, i8x16_splat(8)), i8x16_splat(8));
+        let (even, odd) = (sign(v128_and(qs, low)), sign(u8x16_shr(qs, 4)));
+        [
+            i16x8_extend_low_i8x16(even),
+            i16x8_extend_low_i8x16(odd),
+            i16x8_extend_high_i8x16(even),
+            i16x8_extend_high_i8x16(odd),
+        ]
+    }
+}
+
+/// `Σ q·a` over one block: 32 codes `q` as 16-bit lanes, against its 32 activations `a`; four partial sums.
+fn block_dot(a: &[i16], q: [v128; 4]) -> v128 {
+    assert!(a.len() >= 32);
     // SAFETY: `a` holds 32 values, so each 8-lane load at 8·k is in bounds; wasm loads need no alignment.
     let s: [v128; 4] =
         std::array::from_fn(|k| i32x4_dot_i16x8(q[k], unsafe { v128_load(a.as_ptr().add(8 * k).cast()) }));
     i32x4_add(i32x4_add(s[0], s[1]), i32x4_add(s[2], s[3]))
 }
 
-/// 16 signed byte codes as two vectors of 16-bit lanes.
-fn widen_i8(q: v128) -> [v128; 2] {
-    [i16x8_extend_low_i8x16(q), i16x8_extend_high_i8x16(q)]
+/// Lane `k`: the sum of `v[k]`'s four lanes.
+fn sum4(v: [v128; 4]) -> v128 {
+    let t0 = i32x4_add(
+        i32x4_shuffle::<0, 4, 1, 5>(v[0], v[1]),
+        i32x4_shuffle::<2, 6, 3, 7>(v[0], v[1]),
+    );
+    let t1 = i32x4_add(
+        i32x4_shuffle::<0, 4, 1, 5>(v[2], v[3]),
+        i32x4_shuffle::<2, 6, 3, 7>(v[2], v[3]),
+    );
+    i32x4_add(i32x4_shuffle::<0, 1, 4, 5>(t0, t1), i32x4_shuffle::<2, 3, 6, 7>(t0, t1))
 }
 
-/// The dot of one stored row with decode activations as 16-bit integers, for `has_16bit_dot` types: per block
-/// an exact integer `Σ q·a`, times the block's weight scale and activation scale.
+/// The dot of one stored row with decode activations as 16-bit integers, for `has_16bit_dot` types.
 pub(super) fn row_dot_16(ty: GgmlType, row: &[u8], x: &Activations16) -> f32 {
-    let mut acc = f32x4_splat(0.0);
-    let mut extra = 0f32;
-    let mut add = |isum: v128, scale: f32| {
-        acc = f32x4_add(acc, f32x4_mul(f32x4_convert_i32x4(isum), f32x4_splat(scale)));
-    };
     match ty {
-        GgmlType::Q4_0 => {
-            for (i, b) in row.chunks_exact(18).enumerate() {
-                let [lo, hi] = q4_0_codes(load16(b, 2));
-                let ([q0, q1], [q2, q3]) = (widen_i8(lo), widen_i8(hi));
-                add(block_dot(x, i, [q0, q1, q2, q3]), half(b) * x.scale_sum[i][0]);
-            }
-        }
-        GgmlType::Q4_1 => {
-            // d·q + m = d·(q − 8) + (m + 8d): centred codes, so that the two sums do not grow large and cancel.
-            for (i, b) in row.chunks_exact(20).enumerate() {
-                let d = half(b);
-                let [lo, hi] = q4_0_codes(load16(b, 4));
-                let ([q0, q1], [q2, q3]) = (widen_i8(lo), widen_i8(hi));
-                add(block_dot(x, i, [q0, q1, q2, q3]), d * x.scale_sum[i][0]);
-                extra += (half(&b[2..]) + 8.0 * d) * x.scale_sum[i][1];
-            }
-        }
-        GgmlType::Q8_0 => {
-            for (i, b) in row.chunks_exact(34).enumerate() {
-                let [q0, q1] = widen_i8(load16(b, 2));
-                let [q2, q3] = widen_i8(load16(b, 18));
-                add(block_dot(x, i, [q0, q1, q2, q3]), half(b) * x.scale_sum[i][0]);
-            }
-        }
-        GgmlType::LoomQ4_0 => {
-            for (i, b) in row.chunks_exact(20).enumerate() {
-                let s = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-                let [lo, hi] = loom_q4_0_codes(load16(b, 4));
-                let ([q0, q1], [q2, q3]) = (widen_i8(lo), widen_i8(hi));
-                add(block_dot(x, i, [q0, q1, q2, q3]), s * x.scale_sum[i][0]);
-            }
-        }
+        GgmlType::Q4_0 => dot16::<Q4_0>(row, x),
+        GgmlType::Q4_1 => dot16::<Q4_1>(row, x),
+        GgmlType::Q8_0 => dot16::<Q8_0>(row, x),
+        GgmlType::LoomQ4_0 => dot16::<LoomQ4_0>(row, x),
         _ => unreachable!("row_dot_16 on {ty}: check has_16bit_dot first"),
     }
-    hsum(acc) + extra
+}
+
+/// Four blocks at a time: their exact integer dots `Σ q·a`, one per lane, times the weight scales and the
+/// activation scales. Scales are read and converted four at a time: one block at a time, they cost more than the
+/// products. The blocks left at the end of the row (fewer than four) are taken one at a time.
+fn dot16<B: Block>(row: &[u8], x: &Activations16) -> f32 {
+    let blocks = row.len() / B::BYTES;
+    assert!(x.scale_sum.len() >= blocks && x.eight_sum.len() >= blocks && x.a.len() >= 32 * blocks);
+    let mut acc = f32x4_splat(0.0);
+    let mut row4 = row.chunks_exact(4 * B::BYTES);
+    let sums =
+        x.a.chunks_exact(128)
+            .zip(x.scale_sum.chunks_exact(4))
+            .zip(x.eight_sum.chunks_exact(4));
+    for (b4, ((a4, ss), e4)) in (&mut row4).zip(sums) {
+        let b: [&[u8]; 4] = std::array::from_fn(|k| &b4[k * B::BYTES..(k + 1) * B::BYTES]);
+        let mut isum = sum4(std::array::from_fn(|k| block_dot(&a4[32 * k..], B::codes(b[k]))));
+        if B::CENTRE {
+            // SAFETY: `e4` holds four values; wasm loads need no alignment.
+            isum = i32x4_sub(isum, unsafe { v128_load(e4.as_ptr().cast()) });
+        }
+        let words = u32x4(
+            B::scale_word(b[0]),
+            B::scale_word(b[1]),
+            B::scale_word(b[2]),
+            B::scale_word(b[3]),
+        );
+        let (d, min) = B::scales(words);
+        // SAFETY: `ss` holds four pairs, 32 bytes; wasm loads need no alignment.
+        let (p0, p1) = unsafe { (v128_load(ss.as_ptr().cast()), v128_load(ss.as_ptr().add(2).cast())) };
+        let (scales, sums) = (i32x4_shuffle::<0, 2, 4, 6>(p0, p1), i32x4_shuffle::<1, 3, 5, 7>(p0, p1));
+        acc = f32x4_add(acc, f32x4_mul(f32x4_convert_i32x4(isum), f32x4_mul(d, scales)));
+        if B::HAS_MIN {
+            acc = f32x4_add(acc, f32x4_mul(min, sums));
+        }
+    }
+    let first = blocks / 4 * 4;
+    for (k, b) in row4.remainder().chunks_exact(B::BYTES).enumerate() {
+        let i = first + k;
+        let mut isum = block_dot(&x.a[32 * i..], B::codes(b));
+        if B::CENTRE {
+            isum = i32x4_sub(isum, i32x4(x.eight_sum[i], 0, 0, 0));
+        }
+        let isum = f32x4_convert_i32x4(isum);
+        let (d, min) = B::scales(u32x4_splat(B::scale_word(b)));
+        let [scale, sum] = x.scale_sum[i];
+        acc = f32x4_add(acc, f32x4_mul(isum, f32x4_mul(d, f32x4_splat(scale))));
+        if B::HAS_MIN {
+            // One lane: `min` is the same in all four.
+            acc = f32x4_add(acc, f32x4_mul(min, f32x4(sum, 0.0, 0.0, 0.0)));
+        }
+    }
+    hsum(acc)
 }
