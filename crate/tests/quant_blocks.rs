@@ -365,3 +365,40 @@ fn decode_with_a_non_finite_activation_is_not_finite() {
         }
     }
 }
+
+/// A block whose scale (a half) is ±∞ or NaN makes its row's dot non-finite on every path, and leaves the other
+/// rows as they were: gguf-py dequantizes such a block to non-finite values, and a dot with them is not finite.
+/// Rows 5 blocks wide, so that the bad block is in a group of four or in the remainder.
+#[test]
+fn a_non_finite_block_scale_gives_a_non_finite_dot() {
+    for t in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::F16] {
+        let v = widened(&vectors(t), 5);
+        let row_bytes = v.bytes.len() / v.rows;
+        let block_bytes = t.block_bytes();
+        for bad in [0x7C00u16, 0xFC00, 0x7E00] {
+            for block in [1, row_bytes / block_bytes - 1] {
+                let mut bytes = v.bytes.clone();
+                // Row 2's block `block`: its scale, or for F16 its first value.
+                let at = 2 * row_bytes + block * block_bytes;
+                bytes[at..at + 2].copy_from_slice(&bad.to_le_bytes());
+                let w = QMatrix::new(t, v.rows, v.cols, &bytes).unwrap();
+                let mut clean = vec![0.0; v.rows];
+                quant::matmul(
+                    &QMatrix::new(t, v.rows, v.cols, &v.bytes).unwrap(),
+                    &v.x[..v.cols],
+                    1,
+                    &mut clean,
+                )
+                .unwrap();
+                let mut y = vec![0.0; v.rows];
+                quant::matmul(&w, &v.x[..v.cols], 1, &mut y).unwrap();
+                for (r, (y, clean)) in y.iter().zip(&clean).enumerate() {
+                    match r {
+                        2 => assert!(!y.is_finite(), "{t} scale {bad:#x} in block {block}: row 2 is {y}"),
+                        _ => assert_eq!(y.to_bits(), clean.to_bits(), "{t} scale {bad:#x}: row {r}"),
+                    }
+                }
+            }
+        }
+    }
+}

@@ -106,15 +106,63 @@ fn dot_f32(row: &[u8], x: &[f32]) -> f32 {
     hsum(f32x4_add(acc[0], acc[1])) + tail
 }
 
-/// Four halves (16-bit lanes of `h` widened to 32) to float32: exact for normals and subnormals (the bits shifted
-/// into float32 position, times 2¹¹²), infinities and NaNs given an all-ones exponent.
+/// Constants of the 16-bit kernels. V8 does not hoist a vector constant out of a loop: written inline, each is
+/// rebuilt (three instructions) at every use, so the decode kernel takes them through [`Consts::opaque`], once a
+/// row, as values held in registers.
+#[derive(Clone, Copy)]
+struct Consts {
+    /// 0xF in each 16-bit lane.
+    nibble: v128,
+    /// A half's magnitude bits moved into float32 place (`0x7FFF << 13`), and its sign (`0x8000 << 16`).
+    magnitude: v128,
+    sign: v128,
+    /// 2¹¹², the distance between float16's and float32's exponent biases.
+    pow112: v128,
+    /// The largest finite half's magnitude bits in float32 place (`0x7BFF << 13`), and float32's exponent bits.
+    max_finite: v128,
+    exponent: v128,
+    eight: v128,
+    /// 0xF and 8 in each byte.
+    byte_nibble: v128,
+    byte_eight: v128,
+}
+
+const CONSTS: Consts = Consts {
+    nibble: u16x8(0xF, 0xF, 0xF, 0xF, 0xF, 0xF, 0xF, 0xF),
+    magnitude: u32x4(0x0FFF_E000, 0x0FFF_E000, 0x0FFF_E000, 0x0FFF_E000),
+    sign: u32x4(0x8000_0000, 0x8000_0000, 0x8000_0000, 0x8000_0000),
+    pow112: u32x4(0x7780_0000, 0x7780_0000, 0x7780_0000, 0x7780_0000),
+    max_finite: u32x4(0x0F7F_E000, 0x0F7F_E000, 0x0F7F_E000, 0x0F7F_E000),
+    exponent: u32x4(0x7F80_0000, 0x7F80_0000, 0x7F80_0000, 0x7F80_0000),
+    eight: f32x4(8.0, 8.0, 8.0, 8.0),
+    byte_nibble: u8x16(
+        0xF, 0xF, 0xF, 0xF, 0xF, 0xF, 0xF, 0xF, 0xF, 0xF, 0xF, 0xF, 0xF, 0xF, 0xF, 0xF,
+    ),
+    byte_eight: u8x16(8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8),
+};
+
+impl Consts {
+    /// The constants as values the compiler cannot see through.
+    fn opaque() -> Consts {
+        std::hint::black_box(CONSTS)
+    }
+}
+
+/// Four halves, in the low 16 bits of 32-bit lanes (the high bits are ignored), to float32, exactly: the bits
+/// shifted into float32 place and multiplied by 2¹¹² (normals and subnormals); past the largest finite half
+/// (infinities, NaNs), an all-ones exponent.
+fn halves(words: v128, k: &Consts) -> v128 {
+    let shifted = v128_and(i32x4_shl(words, 13), k.magnitude);
+    let finite = f32x4_mul(shifted, k.pow112);
+    // A signed compare: one instruction on x86, where an unsigned one is four; `shifted` is below 2³¹.
+    let special = v128_and(i32x4_gt(shifted, k.max_finite), k.exponent);
+    let sign = v128_and(i32x4_shl(words, 16), k.sign);
+    v128_or(v128_or(finite, special), sign)
+}
+
+/// Four halves (16-bit lanes of `h` widened to 32) to float32.
 fn f16x4(h: v128) -> v128 {
-    let sign = i32x4_shl(v128_and(h, u32x4_splat(0x8000)), 16);
-    let shifted = i32x4_shl(v128_and(h, u32x4_splat(0x7FFF)), 13);
-    let finite = f32x4_mul(shifted, f32x4_splat(f32::from_bits(0x7780_0000))); // 2^112
-    let special = v128_or(shifted, u32x4_splat(0x7F80_0000));
-    let is_special = u32x4_ge(v128_and(h, u32x4_splat(0x7C00)), u32x4_splat(0x7C00));
-    v128_or(v128_bitselect(special, finite, is_special), sign)
+    halves(h, &CONSTS)
 }
 
 /// Four bfloat16s (16-bit lanes of `h` widened to 32) to float32.
@@ -239,21 +287,16 @@ trait Block {
     fn scale_word(b: &[u8]) -> u32;
 
     /// Four blocks' scale words as float32: the scales `d` and, for Q4_1, `m + 8d`.
-    fn scales(words: v128) -> (v128, v128);
+    fn scales(words: v128, k: &Consts) -> (v128, v128);
 
     /// The codes: elements 0, 2, … 14, then 1, 3, … 15, then 16, 18, … 30, then 17, 19, … 31.
-    fn codes(b: &[u8]) -> [v128; 4];
-}
-
-/// Four halves in the low 16 bits of 32-bit lanes, as float32.
-fn low_halves(words: v128) -> v128 {
-    f16x4(v128_and(words, u32x4_splat(0xFFFF)))
+    fn codes(b: &[u8], k: &Consts) -> [v128; 4];
 }
 
 /// ggml's Q4 nibbles (element `j` in byte `j`'s low nibble, `16 + j` in its high one) as 16-bit lanes: byte pairs
 /// taken apart by 16-bit shifts, which are single instructions where byte shifts are not.
-fn q4_codes(qs: v128) -> [v128; 4] {
-    let low = u16x8_splat(0xF);
+fn q4_codes(qs: v128, k: &Consts) -> [v128; 4] {
+    let low = k.nibble;
     [
         v128_and(qs, low),
         v128_and(u16x8_shr(qs, 8), low),
@@ -274,11 +317,11 @@ impl Block for Q4_0 {
     fn scale_word(b: &[u8]) -> u32 {
         u32::from(u16::from_le_bytes([b[0], b[1]]))
     }
-    fn scales(words: v128) -> (v128, v128) {
-        (low_halves(words), f32x4_splat(0.0))
+    fn scales(words: v128, k: &Consts) -> (v128, v128) {
+        (halves(words, k), f32x4_splat(0.0))
     }
-    fn codes(b: &[u8]) -> [v128; 4] {
-        q4_codes(load16(b, 2))
+    fn codes(b: &[u8], k: &Consts) -> [v128; 4] {
+        q4_codes(load16(b, 2), k)
     }
 }
 
@@ -290,13 +333,13 @@ impl Block for Q4_1 {
     fn scale_word(b: &[u8]) -> u32 {
         u32::from_le_bytes([b[0], b[1], b[2], b[3]])
     }
-    fn scales(words: v128) -> (v128, v128) {
-        let d = low_halves(words);
-        let m = f16x4(u32x4_shr(words, 16));
-        (d, f32x4_add(m, f32x4_mul(f32x4_splat(8.0), d)))
+    fn scales(words: v128, k: &Consts) -> (v128, v128) {
+        let d = halves(words, k);
+        let m = halves(u32x4_shr(words, 16), k);
+        (d, f32x4_add(m, f32x4_mul(k.eight, d)))
     }
-    fn codes(b: &[u8]) -> [v128; 4] {
-        q4_codes(load16(b, 4))
+    fn codes(b: &[u8], k: &Consts) -> [v128; 4] {
+        q4_codes(load16(b, 4), k)
     }
 }
 
@@ -306,10 +349,10 @@ impl Block for Q8_0 {
     fn scale_word(b: &[u8]) -> u32 {
         u32::from(u16::from_le_bytes([b[0], b[1]]))
     }
-    fn scales(words: v128) -> (v128, v128) {
-        (low_halves(words), f32x4_splat(0.0))
+    fn scales(words: v128, k: &Consts) -> (v128, v128) {
+        (halves(words, k), f32x4_splat(0.0))
     }
-    fn codes(b: &[u8]) -> [v128; 4] {
+    fn codes(b: &[u8], _: &Consts) -> [v128; 4] {
         let ([q0, q1], [q2, q3]) = (split_i8(load16(b, 2)), split_i8(load16(b, 18)));
         [q0, q1, q2, q3]
     }
@@ -321,17 +364,16 @@ impl Block for LoomQ4_0 {
     fn scale_word(b: &[u8]) -> u32 {
         u32::from_le_bytes([b[0], b[1], b[2], b[3]])
     }
-    fn scales(words: v128) -> (v128, v128) {
+    fn scales(words: v128, _: &Consts) -> (v128, v128) {
         (words, f32x4_splat(0.0))
     }
     /// Element `2j` in byte `j`'s low nibble, `2j + 1` in its high one, 4-bit two's complement: so the even
     /// elements are the low nibbles, the odd ones the high nibbles, bytes 0..8 then 8..16.
-    fn codes(b: &[u8]) -> [v128; 4] {
+    fn codes(b: &[u8], k: &Consts) -> [v128; 4] {
         let qs = load16(b, 4);
-        let low = u8x16_splat(0xF);
         // Sign-extended as `(q ^ 8) − 8`.
-        let sign = |q: v128| i8x16_sub(v128_xor(q, i8x16_splat(8)), i8x16_splat(8));
-        let (even, odd) = (sign(v128_and(qs, low)), sign(u8x16_shr(qs, 4)));
+        let sign = |q: v128| i8x16_sub(v128_xor(q, k.byte_eight), k.byte_eight);
+        let (even, odd) = (sign(v128_and(qs, k.byte_nibble)), sign(u8x16_shr(qs, 4)));
         [
             i16x8_extend_low_i8x16(even),
             i16x8_extend_low_i8x16(odd),
@@ -378,6 +420,7 @@ pub(super) fn row_dot_16(ty: GgmlType, row: &[u8], x: &Activations16) -> f32 {
 /// activation scales. Scales are read and converted four at a time: one block at a time, they cost more than the
 /// products. The blocks left at the end of the row (fewer than four) are taken one at a time.
 fn dot16<B: Block>(row: &[u8], x: &Activations16) -> f32 {
+    let consts = &Consts::opaque();
     let blocks = row.len() / B::BYTES;
     assert!(x.scale_sum.len() >= blocks && x.eight_sum.len() >= blocks && x.a.len() >= 32 * blocks);
     let mut acc = f32x4_splat(0.0);
@@ -388,7 +431,9 @@ fn dot16<B: Block>(row: &[u8], x: &Activations16) -> f32 {
             .zip(x.eight_sum.chunks_exact(4));
     for (b4, ((a4, ss), e4)) in (&mut row4).zip(sums) {
         let b: [&[u8]; 4] = std::array::from_fn(|k| &b4[k * B::BYTES..(k + 1) * B::BYTES]);
-        let mut isum = sum4(std::array::from_fn(|k| block_dot(&a4[32 * k..], B::codes(b[k]))));
+        let mut isum = sum4(std::array::from_fn(|j| {
+            block_dot(&a4[32 * j..], B::codes(b[j], consts))
+        }));
         if B::CENTRE {
             // SAFETY: `e4` holds four values; wasm loads need no alignment.
             isum = i32x4_sub(isum, unsafe { v128_load(e4.as_ptr().cast()) });
@@ -399,7 +444,7 @@ fn dot16<B: Block>(row: &[u8], x: &Activations16) -> f32 {
             B::scale_word(b[2]),
             B::scale_word(b[3]),
         );
-        let (d, min) = B::scales(words);
+        let (d, min) = B::scales(words, consts);
         // SAFETY: `ss` holds four pairs, 32 bytes; wasm loads need no alignment.
         let (p0, p1) = unsafe { (v128_load(ss.as_ptr().cast()), v128_load(ss.as_ptr().add(2).cast())) };
         let (scales, sums) = (i32x4_shuffle::<0, 2, 4, 6>(p0, p1), i32x4_shuffle::<1, 3, 5, 7>(p0, p1));
@@ -411,12 +456,12 @@ fn dot16<B: Block>(row: &[u8], x: &Activations16) -> f32 {
     let first = blocks / 4 * 4;
     for (k, b) in row4.remainder().chunks_exact(B::BYTES).enumerate() {
         let i = first + k;
-        let mut isum = block_dot(&x.a[32 * i..], B::codes(b));
+        let mut isum = block_dot(&x.a[32 * i..], B::codes(b, consts));
         if B::CENTRE {
             isum = i32x4_sub(isum, i32x4(x.eight_sum[i], 0, 0, 0));
         }
         let isum = f32x4_convert_i32x4(isum);
-        let (d, min) = B::scales(u32x4_splat(B::scale_word(b)));
+        let (d, min) = B::scales(u32x4_splat(B::scale_word(b)), consts);
         let [scale, sum] = x.scale_sum[i];
         acc = f32x4_add(acc, f32x4_mul(isum, f32x4_mul(d, f32x4_splat(scale))));
         if B::HAS_MIN {
