@@ -129,13 +129,13 @@ pub fn attention_head(
 
 /// Softmax in place (max-subtracted).
 pub fn softmax(x: &mut [f32]) {
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut total = 0.0;
+    // A compare, not `f32::max` (a libm call in wasm); NaNs are passed over as `f32::max` does.
+    let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m });
     for v in x.iter_mut() {
-        *v = (*v - max).exp();
-        total += *v;
+        *v -= max;
     }
-    let inv = 1.0 / total;
+    exp_in_place(x);
+    let inv = 1.0 / sum(x.iter().copied());
     for v in x.iter_mut() {
         *v *= inv;
     }
@@ -143,9 +143,62 @@ pub fn softmax(x: &mut [f32]) {
 
 /// SwiGLU's product in place: `gate = silu(gate) · up`.
 pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
-    for (g, u) in gate.iter_mut().zip(up) {
-        *g = *g / (1.0 + (-*g).exp()) * u;
+    let mut e = [0f32; 64];
+    for (gate, up) in gate.chunks_mut(64).zip(up.chunks(64)) {
+        let e = &mut e[..gate.len().min(up.len())];
+        for (e, g) in e.iter_mut().zip(gate.iter()) {
+            *e = -g;
+        }
+        exp_in_place(e);
+        for ((g, u), e) in gate.iter_mut().zip(up).zip(e.iter()) {
+            *g = *g / (1.0 + e) * u;
+        }
     }
+}
+
+/// `x = eˣ` for each value. In wasm, four at a time by [`exp4`] (libm's `expf` is a scalar call per value there).
+fn exp_in_place(x: &mut [f32]) {
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    {
+        use core::arch::wasm32::*;
+        let mut chunks = x.chunks_exact_mut(4);
+        for c in &mut chunks {
+            let e = exp4(f32x4(c[0], c[1], c[2], c[3]));
+            c.copy_from_slice(&[
+                f32x4_extract_lane::<0>(e),
+                f32x4_extract_lane::<1>(e),
+                f32x4_extract_lane::<2>(e),
+                f32x4_extract_lane::<3>(e),
+            ]);
+        }
+        for v in chunks.into_remainder() {
+            *v = f32x4_extract_lane::<0>(exp4(f32x4_splat(*v)));
+        }
+    }
+    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
+    for v in x.iter_mut() {
+        *v = v.exp();
+    }
+}
+
+/// `eˣ` in four lanes: Cephes' `expf` (`x = n·ln 2 + r`, a degree-7 polynomial in `r`, times `2ⁿ`), within 2 ulp of
+/// the true value. `x` is clamped to [−87.3, 88]: `eˣ` stays a normal float32 (below, it would be subnormal or 0;
+/// above 88, the `2ⁿ` built from bits would overflow), which moves nothing the decoder computes; NaN stays NaN.
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+fn exp4(x: core::arch::wasm32::v128) -> core::arch::wasm32::v128 {
+    use core::arch::wasm32::*;
+    let x = f32x4_min(f32x4_max(x, f32x4_splat(-87.336_55)), f32x4_splat(88.0));
+    let n = f32x4_nearest(f32x4_mul(x, f32x4_splat(std::f32::consts::LOG2_E)));
+    // ln 2 in two parts, so that `n·ln2_high` is exact.
+    let r = f32x4_sub(x, f32x4_mul(n, f32x4_splat(0.693_359_4)));
+    let r = f32x4_sub(r, f32x4_mul(n, f32x4_splat(-2.121_944_4e-4)));
+    let mut p = f32x4_splat(1.987_569_1e-4);
+    for c in [1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5] {
+        p = f32x4_add(f32x4_mul(p, r), f32x4_splat(c));
+    }
+    let p = f32x4_add(f32x4_add(f32x4_mul(f32x4_mul(p, r), r), r), f32x4_splat(1.0));
+    let pow2n = i32x4_shl(i32x4_add(i32x4_trunc_sat_f32x4(n), i32x4_splat(127)), 23);
+    f32x4_mul(p, pow2n)
 }
 
 /// `x += y`.

@@ -307,15 +307,18 @@ fn rows_kernel(
     out: &mut [f32],
 ) {
     if n == 1 {
+        // The rows as one slice, split at a row length computed once, not per row (a division each).
+        let row_bytes = w.row(0).len();
+        let rows = &w.data[first * row_bytes..(first + out.len()) * row_bytes];
         if let Some((x16, kernel)) = x16 {
-            for (i, y) in out.iter_mut().enumerate() {
+            for (y, row) in out.iter_mut().zip(rows.chunks_exact(row_bytes)) {
                 // SAFETY: `decode_16` chose the kernel for this CPU, and `x16` rounds a token of `cols` values.
-                *y = unsafe { kernel(w.ty, w.row(first + i), x16) };
+                *y = unsafe { kernel(w.ty, row, x16) };
             }
             return;
         }
-        for (i, y) in out.iter_mut().enumerate() {
-            *y = row_dot(level, w.ty, w.row(first + i), x);
+        for (y, row) in out.iter_mut().zip(rows.chunks_exact(row_bytes)) {
+            *y = row_dot(level, w.ty, row, x);
         }
         return;
     }
