@@ -402,3 +402,47 @@ fn a_non_finite_block_scale_gives_a_non_finite_dot() {
         }
     }
 }
+
+/// `matmul_each` (several matrices, one set of activations: decode rounds them once) gives each matrix what
+/// `matmul` gives, against float64 dots of gguf-py's values; and a product of the wrong shape is a typed error.
+#[test]
+fn matmul_each_matches_gguf_py_for_each_matrix() {
+    let types: Vec<GgmlType> = TYPES.into_iter().filter(|&t| vectors(t).cols == 96).collect();
+    assert!(types.len() >= 4, "{types:?}");
+    let x = widened(&vectors(GgmlType::Q4_1), 5).x;
+    // The SIMD switch is left as it is: `every_path_matches_gguf_py_and_numpy` turns it, process-wide, and the
+    // 16-bit bound below holds for either path.
+    let all: Vec<Vectors> = types.iter().map(|&t| widened(&vectors(t), 5)).collect();
+    let cols = all[0].cols;
+    for n in [1, 5] {
+        let x = &x[..n * cols];
+        let mut ys: Vec<Vec<f32>> = all.iter().map(|v| vec![f32::NAN; n * v.rows]).collect();
+        let mut products: Vec<(QMatrix, &mut [f32])> = all
+            .iter()
+            .zip(&types)
+            .zip(ys.iter_mut())
+            .map(|((v, &t), y)| (QMatrix::new(t, v.rows, v.cols, &v.bytes).unwrap(), y.as_mut_slice()))
+            .collect();
+        quant::matmul_each(x, n, &mut products).unwrap();
+        for ((v, &t), y) in all.iter().zip(&types).zip(&ys) {
+            let want: Vec<f32> = (0..n)
+                .flat_map(|tok| (0..v.rows).map(move |r| (tok, r)))
+                .map(|(tok, r)| {
+                    let w = &v.values[r * cols..(r + 1) * cols];
+                    let xs = &x[tok * cols..(tok + 1) * cols];
+                    w.iter()
+                        .zip(xs)
+                        .map(|(&w, &x)| f64::from(w) * f64::from(x))
+                        .sum::<f64>() as f32
+                })
+                .collect();
+            let what = format!("matmul_each: {t}, n = {n}");
+            check_matmul(&what, &v.values, cols, x, &want, y, sixteen_bit_activations(t, true, n));
+        }
+    }
+    let v = vectors(GgmlType::Q4_1);
+    let w = QMatrix::new(GgmlType::Q4_1, v.rows, v.cols, &v.bytes).unwrap();
+    let (mut good, mut short) = (vec![0.0; v.rows], vec![0.0; v.rows - 1]);
+    let result = quant::matmul_each(&v.x[..v.cols], 1, &mut [(w, &mut good), (w, &mut short)]);
+    assert!(matches!(result, Err(LoomError::InvalidInput(_))), "{result:?}");
+}

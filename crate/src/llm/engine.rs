@@ -131,9 +131,11 @@ impl CpuEngine {
         let mut up = vec![0f32; n * c.ffn];
         for (l, b) in w.blocks.iter().enumerate() {
             ops::rms_norm_into(&x, &b.attn_norm, c.rms_eps, &mut xn);
-            matmul(&b.wq, &xn, n, &mut q)?;
-            matmul(&b.wk, &xn, n, &mut k)?;
-            matmul(&b.wv, &xn, n, &mut v)?;
+            quant::matmul_each(
+                &xn,
+                n,
+                &mut [(b.wq.view(), &mut q), (b.wk.view(), &mut k), (b.wv.view(), &mut v)],
+            )?;
             add_bias(&mut q, &b.bq);
             add_bias(&mut k, &b.bk);
             add_bias(&mut v, &b.bv);
@@ -160,8 +162,7 @@ impl CpuEngine {
             add_bias(&mut proj, &b.bo);
             ops::add(&mut x, &proj);
             ops::rms_norm_into(&x, &b.ffn_norm, c.rms_eps, &mut xn);
-            matmul(&b.gate, &xn, n, &mut gate)?;
-            matmul(&b.up, &xn, n, &mut up)?;
+            quant::matmul_each(&xn, n, &mut [(b.gate.view(), &mut gate), (b.up.view(), &mut up)])?;
             add_bias(&mut gate, &b.b_gate);
             add_bias(&mut up, &b.b_up);
             ops::silu_mul(&mut gate, &up);

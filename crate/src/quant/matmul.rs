@@ -66,23 +66,42 @@ impl<'a> QMatrix<'a> {
 
 /// `y[t][r] = Σ_c W[r][c] · x[t][c]` for `t` in `0..n` (`x`: `n × cols` row-major, `y`: `n × rows`).
 pub fn matmul(w: &QMatrix, x: &[f32], n: usize, y: &mut [f32]) -> Result<()> {
-    let w = &w.checked()?;
-    if n.checked_mul(w.cols) != Some(x.len()) || n.checked_mul(w.rows) != Some(y.len()) {
-        return Err(LoomError::InvalidInput(format!(
-            "matmul of a [{}][{}] matrix with {n} tokens: x has {} values, y {}",
-            w.rows,
-            w.cols,
-            x.len(),
-            y.len()
-        )));
+    matmul_each(x, n, &mut [(*w, y)])
+}
+
+/// [`matmul`] of several matrices with the same activations (a layer's q, k and v; gate and up): decode rounds
+/// the token to 16 bits once for all of them.
+pub fn matmul_each(x: &[f32], n: usize, products: &mut [(QMatrix, &mut [f32])]) -> Result<()> {
+    for (w, y) in products.iter() {
+        let w = w.checked()?;
+        if n.checked_mul(w.cols) != Some(x.len()) || n.checked_mul(w.rows) != Some(y.len()) {
+            return Err(LoomError::InvalidInput(format!(
+                "matmul of a [{}][{}] matrix with {n} tokens: x has {} values, y {}",
+                w.rows,
+                w.cols,
+                x.len(),
+                y.len()
+            )));
+        }
     }
     let level = Level::current();
     if n <= 1 {
-        // Rounded once here, not per task.
-        let x16 = decode_16(level, w.ty, x);
-        rows_parallel(w, x, n, level, x16.as_ref(), y);
+        // Rounded once here, not per task or per matrix.
+        let x16 = decode_16(level, products.iter().map(|(w, _)| w.ty), x);
+        for (w, y) in products.iter_mut() {
+            let x16 = x16.as_ref().filter(|_| super::activations::has_16bit_dot(w.ty));
+            rows_parallel(w, x, n, level, x16, y);
+        }
         return Ok(());
     }
+    for (w, y) in products.iter_mut() {
+        prefill(w, x, n, level, y);
+    }
+    Ok(())
+}
+
+/// [`matmul`] of several tokens.
+fn prefill(w: &QMatrix, x: &[f32], n: usize, level: Level, y: &mut [f32]) {
     // Rows in parallel write row-major [rows][n]; transposed into y afterwards.
     let mut by_row = vec![0.0; y.len()];
     rows_parallel(w, x, n, level, None, &mut by_row);
@@ -94,7 +113,6 @@ pub fn matmul(w: &QMatrix, x: &[f32], n: usize, y: &mut [f32]) -> Result<()> {
             }
         }
     }
-    Ok(())
 }
 
 /// Whether the SIMD paths may be used (they are by default).
@@ -238,16 +256,24 @@ const MIN_TASK_ROWS: usize = 16;
 /// A 16-bit decode kernel: the dot of one stored row with rounded activations.
 type Kernel16 = unsafe fn(GgmlType, &[u8], &Activations16) -> f32;
 
-/// One token's activations rounded to 16 bits, with the kernel that takes them, where `level` has one for `ty`.
-fn decode_16(level: Level, ty: GgmlType, x: &[f32]) -> Option<(Activations16, Kernel16)> {
+/// One token's activations rounded to 16 bits, with the kernel that takes them, where `level` has one for one of
+/// the matrix types `types`.
+fn decode_16(
+    level: Level,
+    mut types: impl Iterator<Item = GgmlType> + Clone,
+    x: &[f32],
+) -> Option<(Activations16, Kernel16)> {
     let (kernel, pair_sums): (Kernel16, bool) = match level {
         #[cfg(target_arch = "x86_64")]
-        Level::Avx512 => (super::simd_avx512::row_dot_16, ty == GgmlType::Q4_1),
+        Level::Avx512 => (
+            super::simd_avx512::row_dot_16,
+            types.clone().any(|t| t == GgmlType::Q4_1),
+        ),
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
         Level::Simd128 => (super::simd_wasm::row_dot_16, false),
         _ => return None,
     };
-    if !super::activations::has_16bit_dot(ty) {
+    if !types.any(super::activations::has_16bit_dot) {
         return None;
     }
     Some((Activations16::new(x, pair_sums)?, kernel))

@@ -16,7 +16,7 @@ mod simd_wasm;
 mod simd_x86;
 
 pub use blocks::CodeGroup;
-pub use matmul::{in_pool, matmul, par_chunks, set_simd, set_threads, QMatrix};
+pub use matmul::{in_pool, matmul, matmul_each, par_chunks, set_simd, set_threads, QMatrix};
 
 use crate::error::{LoomError, Result};
 
