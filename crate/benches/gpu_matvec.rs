@@ -167,7 +167,15 @@ fn main() -> BoxResult<()> {
             for r in 0..runs + 2 {
                 let t0 = Instant::now();
                 let mut encoder = gpu.device.create_command_encoder(&Default::default());
-                kernel.encode(&gpu, &mut encoder, &xb, &w, &yb, batch as u32, Activation::Linear)?;
+                kernel.encode(
+                    &gpu,
+                    &mut encoder,
+                    &xb,
+                    &w,
+                    &yb,
+                    batch as u32,
+                    Activation::Linear.into(),
+                )?;
                 gpu.queue.submit([encoder.finish()]);
                 gpu.device.poll(wgpu::PollType::wait_indefinitely())?;
                 // The first two runs warm up (pipeline creation, caches).

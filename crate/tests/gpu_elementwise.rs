@@ -85,7 +85,7 @@ fn activations_match_cpu_activate() {
         Activation::Linear,
     ] {
         let want: Vec<f32> = x.iter().map(|v| activate(act, *v)).collect();
-        let got = pollster::block_on(ew.activate(&gpu, &x, act)).unwrap();
+        let got = pollster::block_on(ew.activate(&gpu, &x, act.into())).unwrap();
         close(&format!("activation {act:?}"), &got, &want, 1e-6, 1e-5);
     }
 }
@@ -165,7 +165,7 @@ fn swiglu_layer(gpu: &Gpu, w: &[f32], h: usize, i: usize, x: &[f32]) -> Vec<f32>
     let (xb, bgb, bub, bdb) = (up(x), up(bg), up(bu), up(bd));
     let (gb, ub, pb, yb) = (out(rows * i), out(rows * i), out(rows * i), out(rows * h));
     let (h32, i32_, r32) = (h as u32, i as u32, rows as u32);
-    let lin = Activation::Linear;
+    let lin = Activation::Linear.into();
     let mut enc = gpu.device.create_command_encoder(&Default::default());
     mv.encode(gpu, &mut enc, &xb, &wgb, &gb, r32, lin).unwrap();
     ew.encode_add_inplace(gpu, &mut enc, &gb, &bgb, r32 * i32_, i32_)

@@ -54,7 +54,7 @@ fn gather_is_bit_identical_to_the_cpu_layer() {
         let w = net.layers[0].weights.as_ref().unwrap().master_values();
         let table = pollster::block_on(EmbeddingTable::upload_sharded(&gpu, &w, vocab, dim, 7)).unwrap();
         assert_eq!(table.shards(), vocab.div_ceil(7));
-        let got = pollster::block_on(emb.run(&gpu, &table, &x, Activation::Linear)).unwrap();
+        let got = pollster::block_on(emb.run(&gpu, &table, &x, Activation::Linear.into())).unwrap();
         exact(&format!("  … in {} shards", table.shards()), &got, &want.data);
     }
 }

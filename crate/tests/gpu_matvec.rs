@@ -53,7 +53,7 @@ fn f32_matvec_matches_the_cpu_dense_forward() {
             n_out,
         ))
         .unwrap();
-        let out = pollster::block_on(kernel.run(&gpu, &x, &packed, act)).unwrap();
+        let out = pollster::block_on(kernel.run(&gpu, &x, &packed, act.into())).unwrap();
         assert_close(&out, &cpu.data, &format!("Dense {n_in}→{n_out} ×{batch}"));
     }
 }

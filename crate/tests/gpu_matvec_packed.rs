@@ -120,7 +120,7 @@ fn upload(p: Packing, bytes: &[u8], scale: f32, n_in: usize, n_out: usize) -> Pa
 }
 
 fn run(kernel: &MatVec, x: &[f32], w: &PackedWeights, act: Activation) -> Vec<f32> {
-    pollster::block_on(kernel.run(gpu(), x, w, act)).unwrap()
+    pollster::block_on(kernel.run(gpu(), x, w, act.into())).unwrap()
 }
 
 /// The half paths to test for a packing: `shader-f16` (where the device has it) and the f32-only path.
@@ -691,9 +691,9 @@ fn bad_inputs_are_errors() {
     assert!(pollster::block_on(PackedWeights::upload(gpu(), p, &[0; 7], 1.0, 5, 3)).is_err());
     let w = upload(p, &[0; 8], 1.0, 5, 3);
     let other = MatVec::new(gpu(), Packing::Loom(DType::Int8), false).unwrap();
-    assert!(pollster::block_on(other.run(gpu(), &[0.0; 5], &w, Activation::Linear)).is_err());
+    assert!(pollster::block_on(other.run(gpu(), &[0.0; 5], &w, Activation::Linear.into())).is_err());
     let kernel = MatVec::new(gpu(), p, false).unwrap();
-    assert!(pollster::block_on(kernel.run(gpu(), &[0.0; 7], &w, Activation::Linear)).is_err());
+    assert!(pollster::block_on(kernel.run(gpu(), &[0.0; 7], &w, Activation::Linear.into())).is_err());
     assert!(pollster::block_on(PackedWeights::upload(gpu(), Packing::LoomQ4_0, &[0; 12], 1.0, 5, 3)).is_err());
     assert!(pollster::block_on(PackedWeights::upload(
         gpu(),

@@ -88,7 +88,7 @@ async fn f32_matvec_matches_the_cpu_dense_layer() {
         let weights = PackedWeights::upload(&gpu, packing, &f32_bytes(&w), 1.0, n_in, n_out)
             .await
             .unwrap();
-        let out = kernel.run(&gpu, &x, &weights, act).await.unwrap();
+        let out = kernel.run(&gpu, &x, &weights, act.into()).await.unwrap();
         close(&format!("matvec {n_in}→{n_out} ×{batch}"), &out, &cpu.data, 1e-5, 1e-4);
     }
 }

@@ -1,72 +1,28 @@
 //! GPU compute through wgpu: WebGPU in the browser, Vulkan natively (Mesa lavapipe without a GPU). The same WGSL
-//! (`shaders/`, one file per op family) runs on both; each family's Rust host sits beside its CPU twin in
-//! `crate::cpu`, and tests run both on the same data.
+//! (`shaders/`, one file per op family) runs on both. This module holds the context ([`Gpu`]); `ops` the op
+//! hosts, each tested against its CPU twin, which know nothing of Loom's `Network`; `loom` the Loom networks
+//! built on them. Both are re-exported here.
 
-mod argmax;
-mod attention;
-mod conv;
-mod elementwise;
-mod embedding;
-mod kernel;
-mod kmeans;
-mod matvec;
-mod mha;
-mod model;
-mod norm;
-mod recurrent;
-mod rope;
-mod sample;
-mod softmax;
-mod stream;
-mod tensor;
+pub(crate) mod loom;
+pub(crate) mod ops;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-pub use argmax::{first_argmax, Argmax};
-pub use attention::{AttendArgs, Attention, KvCache};
-pub use conv::Conv;
-pub use elementwise::Elementwise;
-pub use embedding::{Embedding, EmbeddingTable};
-pub use kernel::F32Weights;
-pub(crate) use kernel::{Plan, PlanCounts};
-pub use kmeans::KMeans;
-pub use matvec::{
-    dense_weights, packed_values, MatVec, PackedWeights, Packing, RowLayout, GPU_GGML_TYPES, MAX_WEIGHT_BINDINGS,
+pub use loom::{
+    dense_weights, Conv, F32Weights, ForwardStats, GpuModel, GpuStream, KMeans, Mha, NormWeights, Recurrent,
+    MHA_MAX_SEQ,
 };
-pub use mha::{Mha, MHA_MAX_SEQ};
-pub use model::{ForwardStats, GpuModel};
-pub use norm::{Norm, LAYER_NORM_EPS, RMS_NORM_EPS};
-pub use recurrent::Recurrent;
-pub use rope::{rope_table, Rope, RopeRows};
-pub use sample::{Sample, SampleArgs, GPU_SAMPLE_MAX};
-pub use softmax::Softmax;
-pub use stream::GpuStream;
-pub use tensor::GpuTensor;
+pub use ops::{
+    first_argmax, packed_values, rope_table, Argmax, AttendArgs, Attention, Elementwise, Embedding, EmbeddingTable,
+    GpuTensor, KvCache, MatVec, Norm, PackedWeights, Packing, Pointwise, Rope, RopeRows, RowLayout, Sample, SampleArgs,
+    Softmax, GPU_GGML_TYPES, GPU_SAMPLE_MAX, LAYER_NORM_EPS, MAX_WEIGHT_BINDINGS, RMS_NORM_EPS,
+};
+
+pub(crate) use ops::kernel::{Plan, PlanCounts};
 
 use crate::error::{LoomError, Result};
-use crate::network::Activation;
-
-/// The activation ids `shaders/activation.wgsl` understands.
-pub fn activation_id(a: Activation) -> u32 {
-    match a {
-        Activation::ReLU => 0,
-        Activation::Silu => 1,
-        Activation::GELU => 2,
-        Activation::Tanh => 3,
-        Activation::Sigmoid => 4,
-        Activation::LeakyReLU => 5,
-        Activation::ReLU2 => 6,
-        Activation::Linear => 7,
-    }
-}
-
-/// WGSL shared by kernels that apply an activation.
-pub const ACTIVATION_WGSL: &str = include_str!("../../../shaders/activation.wgsl");
-
-/// WGSL shared by kernels that reduce a row in one 64-lane workgroup.
-pub const REDUCE_WGSL: &str = include_str!("../../../shaders/reduce.wgsl");
 
 /// A GPU device with the adapter's own limits, its detected features, and cached pipelines.
 pub struct Gpu {
@@ -83,7 +39,7 @@ pub struct Gpu {
     #[cfg(target_arch = "wasm32")]
     unchecked: Mutex<Vec<(String, Verdict)>>,
     /// The plan of the layer being encoded (see `kernel.rs`), and the lock that keeps one encode at a time on it.
-    plan: Mutex<Option<kernel::Recording>>,
+    plan: Mutex<Option<ops::kernel::Recording>>,
     encoding: Mutex<()>,
 }
 
@@ -92,7 +48,7 @@ pub struct Gpu {
 type Verdict = std::pin::Pin<Box<dyn std::future::Future<Output = Option<wgpu::Error>>>>;
 
 /// Locks `m`, ignoring poisoning: the guarded data (caches, the plan slot) stays consistent across a panic.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 

@@ -537,15 +537,7 @@ impl GpuEngine {
         let act = GpuTensor::scratch(gpu, vec![n, ffn])?;
 
         let mv = |m: &PackedWeights, x: &GpuTensor, y: &GpuTensor, enc: &mut wgpu::CommandEncoder, rows: u32| {
-            k.matvec[&m.packing].encode(
-                gpu,
-                enc,
-                &x.buffer,
-                m,
-                &y.buffer,
-                rows,
-                crate::network::Activation::Linear,
-            )
+            k.matvec[&m.packing].encode(gpu, enc, &x.buffer, m, &y.buffer, rows, crate::gpu::Pointwise::Identity)
         };
         let bias = |b: &Option<wgpu::Buffer>, y: &GpuTensor, width: usize, enc: &mut wgpu::CommandEncoder| match b {
             Some(b) => k

@@ -4,13 +4,15 @@
 
 use std::sync::Arc;
 
-use super::kernel::{dispatch, run_once, u32_dim, F32Weights};
-use super::{activation_id, Gpu, GpuTensor, ACTIVATION_WGSL, REDUCE_WGSL};
 use crate::cpu::{KMeansConfig, Tensor};
 use crate::error::{LoomError, Result};
+use crate::gpu::ops::kernel::{dispatch, run_once, u32_dim};
+use crate::gpu::ops::{ACTIVATION_WGSL, REDUCE_WGSL};
+use crate::gpu::F32Weights;
+use crate::gpu::{Gpu, GpuTensor, Pointwise};
 use crate::network::{Layer, LayerType};
 
-const KMEANS_WGSL: &str = include_str!("../../../shaders/kmeans.wgsl");
+const KMEANS_WGSL: &str = include_str!("../../../../shaders/kmeans.wgsl");
 
 /// The KMeans kernel.
 pub struct KMeans {
@@ -52,7 +54,7 @@ impl KMeans {
             u32_dim(d, &format!("{path}: input size"))?,
             u32::from(cfg.features),
             u32::from(cfg.integer),
-            activation_id(layer.activation),
+            Pointwise::from(layer.activation).id(),
             cfg.denom.to_bits(),
         ];
         let buffers = [(1, &x.buffer), (2, &w.buffer), (3, &y.buffer), (4, &probs.buffer)];

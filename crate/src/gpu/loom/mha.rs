@@ -10,14 +10,14 @@
 //! cache while any other call starts a new one. Loom's input layouts (`[batch, seq, d]`, `[seq, d]`, others read as
 //! `seq_length` rows) are parsed as the CPU parses them.
 
-use super::attention::{AttendArgs, Attention, KvCache};
-use super::kernel::{storage_f32, u32_dim};
-use super::norm::{Norm, RMS_NORM_EPS};
-use super::rope::Rope;
-use super::{dense_weights, Gpu, GpuTensor, MatVec, PackedWeights};
 use crate::cpu::Tensor;
 use crate::error::{LoomError, Result};
-use crate::network::{Activation, Layer, LayerType};
+use crate::gpu::ops::kernel::{storage_f32, u32_dim};
+use crate::gpu::Rope;
+use crate::gpu::{dense_weights, Gpu, GpuTensor, MatVec, PackedWeights, Pointwise};
+use crate::gpu::{AttendArgs, Attention, KvCache};
+use crate::gpu::{Norm, RMS_NORM_EPS};
+use crate::network::{Layer, LayerType};
 
 /// KV cache rows, as Loom's when `MaxSeqLen` is 0 (always, for a loaded network).
 pub const MHA_MAX_SEQ: usize = 512;
@@ -249,7 +249,7 @@ impl Mha {
             self.offset = start;
             return Ok(y);
         }
-        let lin = Activation::Linear;
+        let lin = Pointwise::Identity;
 
         // Projections with their biases.
         let qp = GpuTensor::scratch(gpu, vec![tokens, hw])?;

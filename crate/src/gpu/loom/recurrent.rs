@@ -8,13 +8,14 @@
 
 use std::sync::Arc;
 
-use super::kernel::{check_binding, dispatch, grid_for, run_once, u32_dim, F32Weights};
-use super::{Gpu, GpuTensor};
 use crate::cpu::{self, RecurrentDims, Tensor};
 use crate::error::{LoomError, Result};
+use crate::gpu::ops::kernel::{check_binding, dispatch, grid_for, run_once, u32_dim};
+use crate::gpu::F32Weights;
+use crate::gpu::{Gpu, GpuTensor};
 use crate::network::{Layer, LayerType};
 
-const RECURRENT_WGSL: &str = include_str!("../../../shaders/recurrent.wgsl");
+const RECURRENT_WGSL: &str = include_str!("../../../../shaders/recurrent.wgsl");
 const LANES: u32 = 64;
 
 /// The RNN and LSTM kernels.

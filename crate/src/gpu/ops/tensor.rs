@@ -2,9 +2,9 @@
 //! encoder and reads back once at the end.
 
 use super::kernel::check_binding;
-use super::Gpu;
 use crate::cpu::Tensor;
 use crate::error::{LoomError, Result};
+use crate::gpu::Gpu;
 
 /// A float32 tensor in a storage buffer, with its shape (row-major, batch first, as [`Tensor`]).
 #[derive(Clone, Debug)]

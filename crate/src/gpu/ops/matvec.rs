@@ -6,18 +6,17 @@
 //! function (see the shader's header). A tensor larger than the device's storage-binding limit is split across up
 //! to [`MAX_WEIGHT_BINDINGS`] bindings.
 
-use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
 use super::kernel::{dispatch, dispatch_3d, grid_for};
-use super::{activation_id, Gpu, ACTIVATION_WGSL};
+use super::{Pointwise, ACTIVATION_WGSL};
 use crate::dtype::{q4_0, DType};
 use crate::error::{LoomError, Result};
-use crate::network::{f32_bytes, Activation, Layer};
+use crate::gpu::Gpu;
 use crate::quant::{self, GgmlType};
 
-const MATVEC_WGSL: &str = include_str!("../../../shaders/matvec.wgsl");
+const MATVEC_WGSL: &str = include_str!("../../../../shaders/matvec.wgsl");
 
 /// The most weight bindings one kernel reads: larger tensors are refused.
 pub const MAX_WEIGHT_BINDINGS: usize = 4;
@@ -195,27 +194,6 @@ impl Packing {
         }
         s.push_str(section(body));
         s
-    }
-}
-
-/// The weights a layer's forward reads (Loom's `GetActive`), packed as stored: the packing, its bytes and the layer
-/// scale. A layer whose dtype version does not exist yet forwards its float32 master, as Loom does. Dense, SwiGLU
-/// and MultiHeadAttention read their whole store this way.
-pub fn dense_weights(layer: &Layer) -> Result<(Packing, Cow<'_, [u8]>, f32)> {
-    let ws = layer
-        .weights
-        .as_ref()
-        .ok_or_else(|| LoomError::InvalidNetwork(format!("the {} layer has no weights", layer.layer_type)))?;
-    let dt = layer.dtype;
-    match ws.version(dt) {
-        Some(bytes) if dt != DType::Float32 => Ok((Packing::Loom(dt), Cow::Borrowed(bytes), ws.scale())),
-        _ => {
-            let bytes = match ws.native_bytes(DType::Float32) {
-                Some(b) => b,
-                None => Cow::Owned(f32_bytes(&ws.master_values())),
-            };
-            Ok((Packing::Loom(DType::Float32), bytes, 1.0))
-        }
     }
 }
 
@@ -508,7 +486,7 @@ impl MatVec {
         w: &PackedWeights,
         y: &wgpu::Buffer,
         batch: u32,
-        act: Activation,
+        act: Pointwise,
     ) -> Result<()> {
         self.check_packing(w)?;
         let max = gpu.limits.max_compute_workgroups_per_dimension;
@@ -531,7 +509,7 @@ impl MatVec {
             return Ok(());
         }
         let pipeline = self.pipeline(gpu, w.parts.len(), bt)?;
-        let words = w.params(activation_id(act), groups_x, batch);
+        let words = w.params(act.id(), groups_x, batch);
         let buffers = w.bindings(x, y);
         dispatch_3d(
             gpu,
@@ -573,7 +551,7 @@ impl MatVec {
 
     /// One-shot `y = act(W·x)`: uploads `x`, runs and reads back (tests and tools; a forward pass keeps its
     /// buffers). The batch is `x.len() / n_in`.
-    pub async fn run(&self, gpu: &Gpu, x: &[f32], w: &PackedWeights, act: Activation) -> Result<Vec<f32>> {
+    pub async fn run(&self, gpu: &Gpu, x: &[f32], w: &PackedWeights, act: Pointwise) -> Result<Vec<f32>> {
         if w.n_in == 0 || !x.len().is_multiple_of(w.n_in) {
             return Err(LoomError::InvalidInput(format!(
                 "matvec: {} inputs are not rows of {}",

@@ -9,10 +9,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::{Gpu, GpuModel};
 use crate::cpu::Tensor;
 use crate::error::{LoomError, Result};
 use crate::formats::entity::{self, BlobEntry, BlobTarget};
+use crate::gpu::{Gpu, GpuModel};
 use crate::network::{LayerType, Network};
 
 /// One blob of the file: its table entry, where it lies in the file, and whether it has arrived.

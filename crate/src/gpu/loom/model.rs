@@ -18,12 +18,15 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use super::kernel::{u32_dim, F32Weights, Plan, PlanCounts};
-use super::matvec::{dense_weights, MatVec, PackedWeights};
-use super::norm::NormWeights;
-use super::{Conv, Elementwise, Embedding, EmbeddingTable, Gpu, GpuTensor, KMeans, Mha, Norm, Recurrent, Softmax};
 use crate::cpu::{self, Tensor};
 use crate::error::{LoomError, Result};
+use crate::gpu::ops::kernel::{u32_dim, Plan, PlanCounts};
+use crate::gpu::F32Weights;
+use crate::gpu::NormWeights;
+use crate::gpu::{dense_weights, MatVec, PackedWeights};
+use crate::gpu::{
+    Conv, Elementwise, Embedding, EmbeddingTable, Gpu, GpuTensor, KMeans, Mha, Norm, Pointwise, Recurrent, Softmax,
+};
 use crate::network::{Activation, Layer, LayerType, Network};
 
 /// Plans kept per layer (input shapes seen most recently: a decode step's and a few prefill lengths).
@@ -511,7 +514,15 @@ fn dense(
         )));
     }
     let y = GpuTensor::scratch(gpu, vec![batch, w.n_out])?;
-    kernel.encode(gpu, encoder, &x.buffer, w, &y.buffer, u32_dim(batch, "batch")?, act)?;
+    kernel.encode(
+        gpu,
+        encoder,
+        &x.buffer,
+        w,
+        &y.buffer,
+        u32_dim(batch, "batch")?,
+        act.into(),
+    )?;
     Ok(y)
 }
 
@@ -566,7 +577,7 @@ impl Swiglu {
         }
         let rows = x.len() / h;
         let r32 = u32_dim(rows, "rows")?;
-        let lin = Activation::Linear;
+        let lin = Pointwise::Identity;
         let g = GpuTensor::scratch(gpu, vec![rows, i])?;
         let u = GpuTensor::scratch(gpu, vec![rows, i])?;
         let inter = GpuTensor::scratch(gpu, vec![rows, i])?;

@@ -4,11 +4,12 @@
 use std::sync::Arc;
 
 use super::kernel::{dispatch, grid_for, storage_f32, u32_dim};
-use super::{Gpu, GpuTensor};
+use super::GpuTensor;
 use crate::cpu::ops::RopePairs;
 use crate::error::{LoomError, Result};
+use crate::gpu::Gpu;
 
-const ROPE_WGSL: &str = include_str!("../../../shaders/rope.wgsl");
+const ROPE_WGSL: &str = include_str!("../../../../shaders/rope.wgsl");
 const LANES: u32 = 64;
 
 /// `(cos, sin)` of angle `pos / θ^(2j/hd)` for `tokens` consecutive positions from `pos0` and `j < hd/2`, as

@@ -4,24 +4,16 @@
 use std::sync::Arc;
 
 use super::kernel::{check_binding, dispatch, grid, storage_f32, u32_dim};
-use super::{Gpu, GpuTensor, REDUCE_WGSL};
-use crate::cpu::Tensor;
+use super::REDUCE_WGSL;
 use crate::error::{LoomError, Result};
-use crate::network::{Layer, LayerType};
+use crate::gpu::Gpu;
 
-const NORM_WGSL: &str = include_str!("../../../shaders/norm.wgsl");
+const NORM_WGSL: &str = include_str!("../../../../shaders/norm.wgsl");
 
 /// Loom's RMSNorm epsilon (`rms_norm_eps` is not persisted; MHA's Q/K norms use it too).
 pub const RMS_NORM_EPS: f32 = 1e-6;
 /// Loom's LayerNorm epsilon.
 pub const LAYER_NORM_EPS: f32 = 1e-5;
-
-/// A norm layer's parameters on the GPU: γ (then β for LayerNorm), and how many γ values there are.
-pub struct NormWeights {
-    rms: bool,
-    params: usize,
-    weights: wgpu::Buffer,
-}
 
 /// The RMSNorm and LayerNorm kernels.
 pub struct Norm {
@@ -107,72 +99,6 @@ impl Norm {
         let rows = rows_of(x.len(), n)?;
         let w = [gamma, beta].concat();
         self.run(gpu, x, &w, n, rows, n, eps, false).await
-    }
-
-    /// Uploads a Loom RMSNorm or LayerNorm layer's γ (and β) once.
-    pub async fn prepare(gpu: &Gpu, layer: &Layer) -> Result<NormWeights> {
-        let rms = match layer.layer_type {
-            LayerType::RMSNorm => true,
-            LayerType::LayerNorm => false,
-            other => return Err(LoomError::InvalidInput(format!("{other} is not a norm layer"))),
-        };
-        let w = layer
-            .weights
-            .as_ref()
-            .ok_or_else(|| LoomError::InvalidNetwork(format!("the {} layer has no weights", layer.layer_type)))?
-            .active(layer.dtype);
-        Ok(NormWeights {
-            rms,
-            params: if rms { w.len() } else { w.len() / 2 },
-            weights: storage_f32(gpu, "norm weights", &w, w.len()).await?,
-        })
-    }
-
-    /// Records the layer on `x` with the CPU's row rule (rows of `output_height`, else the input split into
-    /// `shape[0]` rows) and its epsilons; the output has `x`'s shape.
-    pub fn encode_layer(
-        &self,
-        gpu: &Gpu,
-        encoder: &mut wgpu::CommandEncoder,
-        layer: &Layer,
-        weights: &NormWeights,
-        x: &GpuTensor,
-    ) -> Result<GpuTensor> {
-        let len = x.len();
-        let n = if layer.output_height > 0 {
-            usize::try_from(layer.output_height).unwrap_or(usize::MAX)
-        } else {
-            len / x.batch().max(1)
-        };
-        let kind = if weights.rms { "RMSNorm" } else { "LayerNorm" };
-        if n == 0 || !len.is_multiple_of(n) || n > weights.params {
-            return Err(LoomError::InvalidInput(format!(
-                "{kind} cannot normalise {len} values in rows of {n} with {} parameters",
-                weights.params
-            )));
-        }
-        let rows = u32_dim(len / n, "norm rows")?;
-        let n32 = u32_dim(n, "norm row length")?;
-        let y = GpuTensor::scratch(gpu, x.shape.clone())?;
-        let (xb, wb, yb) = (&x.buffer, &weights.weights, &y.buffer);
-        if weights.rms {
-            self.encode_rms(gpu, encoder, xb, wb, yb, rows, n32, 1, RMS_NORM_EPS)?;
-        } else {
-            let beta = u32_dim(weights.params, "LayerNorm β offset")?;
-            self.encode_layer_norm(gpu, encoder, xb, wb, yb, rows, n32, beta, LAYER_NORM_EPS)?;
-        }
-        Ok(y)
-    }
-
-    /// One-shot forward of a Loom RMSNorm or LayerNorm layer on `x` (uploads the weights and the input, reads back).
-    pub async fn forward(&self, gpu: &Gpu, layer: &Layer, x: &Tensor) -> Result<Tensor> {
-        let weights = Norm::prepare(gpu, layer).await?;
-        let xb = GpuTensor::upload(gpu, x).await?;
-        let mut encoder = gpu.device.create_command_encoder(&Default::default());
-        let y = self.encode_layer(gpu, &mut encoder, layer, &weights, &xb)?;
-        let mut data: Vec<f32> = bytemuck::pod_collect_to_vec(&gpu.submit_and_read(encoder, &y.buffer).await?);
-        data.truncate(y.len());
-        Tensor::new(data, y.shape)
     }
 
     #[allow(clippy::too_many_arguments)]

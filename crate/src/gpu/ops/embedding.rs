@@ -4,12 +4,11 @@
 use std::sync::Arc;
 
 use super::kernel::{check_binding, dispatch, grid_for, storage_f32, u32_dim};
-use super::{activation_id, Gpu, GpuTensor, ACTIVATION_WGSL};
-use crate::cpu::Tensor;
+use super::{Pointwise, ACTIVATION_WGSL};
 use crate::error::{LoomError, Result};
-use crate::network::{Activation, Layer, LayerType};
+use crate::gpu::Gpu;
 
-const EMBEDDING_WGSL: &str = include_str!("../../../shaders/embedding.wgsl");
+const EMBEDDING_WGSL: &str = include_str!("../../../../shaders/embedding.wgsl");
 const LANES: u32 = 256;
 
 /// An f32 embedding table on the GPU, split into shards of whole rows that each fit one storage binding.
@@ -108,7 +107,7 @@ impl Embedding {
         ids: &wgpu::Buffer,
         y: &wgpu::Buffer,
         tokens: u32,
-        act: Activation,
+        act: Pointwise,
     ) -> Result<()> {
         let n = u64::from(tokens) * u64::from(table.dim);
         if n == 0 {
@@ -123,7 +122,7 @@ impl Embedding {
                 table.vocab,
                 *row0,
                 *rows,
-                activation_id(act),
+                act.id(),
                 u32::from(k == 0),
             ];
             dispatch(gpu, encoder, &self.pipeline, &words, &[(1, ids), (2, shard), (3, y)], g);
@@ -132,7 +131,7 @@ impl Embedding {
     }
 
     /// One-shot gather of `ids`: `ids.len() × dim` values.
-    pub async fn run(&self, gpu: &Gpu, table: &EmbeddingTable, ids: &[f32], act: Activation) -> Result<Vec<f32>> {
+    pub async fn run(&self, gpu: &Gpu, table: &EmbeddingTable, ids: &[f32], act: Pointwise) -> Result<Vec<f32>> {
         let len = ids.len() * table.dim();
         check_binding(gpu, "embedding output", 4 * len as u64)?;
         let ib = storage_f32(gpu, "ids", ids, ids.len()).await?;
@@ -143,56 +142,5 @@ impl Embedding {
         let mut out = gpu.read_f32(&yb).await?;
         out.truncate(len);
         Ok(out)
-    }
-
-    /// Uploads a Loom Embedding layer's table once.
-    pub async fn prepare(gpu: &Gpu, layer: &Layer) -> Result<EmbeddingTable> {
-        if layer.layer_type != LayerType::Embedding {
-            return Err(LoomError::InvalidInput(format!(
-                "{} is not an Embedding layer",
-                layer.layer_type
-            )));
-        }
-        let dim = |v: i64, what: &str| {
-            usize::try_from(v).map_err(|_| LoomError::InvalidNetwork(format!("Embedding {what} is {v}")))
-        };
-        let (vocab, d) = (
-            dim(layer.vocab_size, "vocab_size")?,
-            dim(layer.embedding_dim, "embedding_dim")?,
-        );
-        let w = layer
-            .weights
-            .as_ref()
-            .ok_or_else(|| LoomError::InvalidNetwork("the Embedding layer has no weights".into()))?
-            .active(layer.dtype);
-        EmbeddingTable::upload(gpu, &w, vocab, d).await
-    }
-
-    /// Records the layer on `x` (one id per value): output shape `x.shape + [embedding_dim]`.
-    pub fn encode_layer(
-        &self,
-        gpu: &Gpu,
-        encoder: &mut wgpu::CommandEncoder,
-        layer: &Layer,
-        table: &EmbeddingTable,
-        x: &GpuTensor,
-    ) -> Result<GpuTensor> {
-        let mut shape = x.shape.clone();
-        shape.push(table.dim());
-        let y = GpuTensor::scratch(gpu, shape)?;
-        let tokens = u32_dim(x.len(), "ids")?;
-        self.encode(gpu, encoder, table, &x.buffer, &y.buffer, tokens, layer.activation)?;
-        Ok(y)
-    }
-
-    /// One-shot forward of a Loom Embedding layer on `x` (uploads the table and the ids, reads back).
-    pub async fn forward(&self, gpu: &Gpu, layer: &Layer, x: &Tensor) -> Result<Tensor> {
-        let table = Embedding::prepare(gpu, layer).await?;
-        let xb = GpuTensor::upload(gpu, x).await?;
-        let mut encoder = gpu.device.create_command_encoder(&Default::default());
-        let y = self.encode_layer(gpu, &mut encoder, layer, &table, &xb)?;
-        let mut data: Vec<f32> = bytemuck::pod_collect_to_vec(&gpu.submit_and_read(encoder, &y.buffer).await?);
-        data.truncate(y.len());
-        Tensor::new(data, y.shape)
     }
 }

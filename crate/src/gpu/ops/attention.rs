@@ -5,10 +5,11 @@
 use std::sync::Arc;
 
 use super::kernel::{check_binding, dispatch, dispatch_3d, grid_for, storage_f32, u32_dim};
-use super::{Gpu, REDUCE_WGSL};
+use super::REDUCE_WGSL;
 use crate::error::{LoomError, Result};
+use crate::gpu::Gpu;
 
-const ATTENTION_WGSL: &str = include_str!("../../../shaders/attention.wgsl");
+const ATTENTION_WGSL: &str = include_str!("../../../../shaders/attention.wgsl");
 
 /// Head dimensions one attention workgroup stages and outputs (its shared query chunk, 4 values per lane); wider heads
 /// take several workgroups along z, each producing one chunk of the output.

@@ -5,14 +5,16 @@
 
 use std::sync::Arc;
 
-use super::kernel::{check_binding, dispatch, grid_for, run_once, u32_dim, F32Weights};
-use super::{activation_id, Gpu, GpuTensor, ACTIVATION_WGSL};
 use crate::cpu::{ConvGeometry, Tensor};
 use crate::dtype::DType;
 use crate::error::{LoomError, Result};
+use crate::gpu::ops::kernel::{check_binding, dispatch, grid_for, run_once, u32_dim};
+use crate::gpu::ops::ACTIVATION_WGSL;
+use crate::gpu::F32Weights;
+use crate::gpu::{Gpu, GpuTensor, Pointwise};
 use crate::network::{Layer, LayerType};
 
-const CONV_WGSL: &str = include_str!("../../../shaders/conv.wgsl");
+const CONV_WGSL: &str = include_str!("../../../../shaders/conv.wgsl");
 const LANES: u32 = 64;
 
 /// The CNN and ConvTransposed kernels.
@@ -74,7 +76,7 @@ impl Conv {
             u(total, "output size")?,
             u(g.channels, "input_channels")?,
             u(g.filters, "filters")?,
-            activation_id(layer.activation),
+            Pointwise::from(layer.activation).id(),
             u(id, "input depth")?,
             u(ih, "input height")?,
             u(iw, "input width")?,

@@ -4,10 +4,10 @@
 use std::sync::Arc;
 
 use super::kernel::{check_binding, dispatch, grid, storage_f32, u32_dim};
-use super::Gpu;
 use crate::error::{LoomError, Result};
+use crate::gpu::Gpu;
 
-const ARGMAX_WGSL: &str = include_str!("../../../shaders/argmax.wgsl");
+const ARGMAX_WGSL: &str = include_str!("../../../../shaders/argmax.wgsl");
 
 /// The CPU twin: the first index of the largest value, compared strictly from −∞ (NaN never wins; a row of
 /// −∞/NaN, or an empty one, gives 0).

@@ -6,11 +6,11 @@
 use std::sync::Arc;
 
 use super::kernel::{dispatch, grid_for, storage_f32, u32_dim};
-use super::{activation_id, Gpu, ACTIVATION_WGSL};
+use super::{Pointwise, ACTIVATION_WGSL};
 use crate::error::{LoomError, Result};
-use crate::network::Activation;
+use crate::gpu::Gpu;
 
-const ELEMENTWISE_WGSL: &str = include_str!("../../../shaders/elementwise.wgsl");
+const ELEMENTWISE_WGSL: &str = include_str!("../../../../shaders/elementwise.wgsl");
 const LANES: u32 = 256;
 
 /// The elementwise kernels.
@@ -84,20 +84,13 @@ impl Elementwise {
         x: &wgpu::Buffer,
         y: &wgpu::Buffer,
         n: u32,
-        act: Activation,
+        act: Pointwise,
     ) -> Result<()> {
         if n == 0 {
             return Ok(());
         }
         let g = grid_for(gpu, u64::from(n), LANES, "activation")?;
-        dispatch(
-            gpu,
-            encoder,
-            &self.act,
-            &[n, 1, activation_id(act)],
-            &[(1, x), (3, y)],
-            g,
-        );
+        dispatch(gpu, encoder, &self.act, &[n, 1, act.id()], &[(1, x), (3, y)], g);
         Ok(())
     }
 
@@ -175,7 +168,7 @@ impl Elementwise {
     }
 
     /// One-shot `act(x)`.
-    pub async fn activate(&self, gpu: &Gpu, x: &[f32], act: Activation) -> Result<Vec<f32>> {
+    pub async fn activate(&self, gpu: &Gpu, x: &[f32], act: Pointwise) -> Result<Vec<f32>> {
         let n = u32_dim(x.len(), "activation length")?;
         self.one_shot(gpu, x, &[], |enc, xb, _, yb| self.encode_act(gpu, enc, xb, yb, n, act))
             .await

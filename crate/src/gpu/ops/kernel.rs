@@ -14,10 +14,10 @@
 //! the same shape thus creates no buffers and no bind groups. Without a plan (one-shot runs, tests) everything is
 //! created per call.
 
-use super::{lock, Gpu, GpuTensor};
-use crate::cpu::{self, Tensor};
+use super::GpuTensor;
+use crate::cpu::Tensor;
 use crate::error::{LoomError, Result};
-use crate::network::Layer;
+use crate::gpu::{lock, Gpu};
 
 /// Words every parameter block is padded to: at least the largest `Params` struct of the kernels (48 bytes), so
 /// that trailing padding fields may be left out.
@@ -264,21 +264,6 @@ pub(crate) async fn storage_f32(gpu: &Gpu, label: &str, data: &[f32], len: usize
     let mut padded = data.to_vec();
     padded.resize(len, 0.0);
     gpu.upload(label, bytemuck::cast_slice(&padded)).await
-}
-
-/// A layer's weights as its CPU twin reads them (`GetActive`, f32), for the generic conv, recurrent and KMeans
-/// kernels.
-pub struct F32Weights {
-    pub(crate) buffer: wgpu::Buffer,
-    pub(crate) count: usize,
-}
-
-impl F32Weights {
-    pub(crate) async fn upload(gpu: &Gpu, layer: &Layer, path: &str) -> Result<F32Weights> {
-        let w = cpu::weights(layer, path, &mut cpu::State::default())?;
-        let buffer = storage_f32(gpu, &format!("{path} weights"), &w, w.len()).await?;
-        Ok(F32Weights { buffer, count: w.len() })
-    }
 }
 
 /// Runs one layer on its own (the hosts' `forward`, for tests and one-off calls): uploads `x`, records `encode`,

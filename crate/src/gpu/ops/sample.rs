@@ -5,10 +5,10 @@
 use std::sync::Arc;
 
 use super::kernel::{check_binding, dispatch, storage_f32, u32_dim};
-use super::Gpu;
 use crate::error::{LoomError, Result};
+use crate::gpu::Gpu;
 
-const SAMPLE_WGSL: &str = include_str!("../../../shaders/sample.wgsl");
+const SAMPLE_WGSL: &str = include_str!("../../../../shaders/sample.wgsl");
 
 /// The largest k (and the most penalised ids) the kernel takes: one workgroup sorts its 256 lanes' candidates.
 pub const GPU_SAMPLE_MAX: usize = 256;

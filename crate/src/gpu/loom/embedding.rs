@@ -1,0 +1,68 @@
+//! Loom's Embedding layer on the gather op ([`Embedding`]).
+
+use crate::cpu::Tensor;
+use crate::error::{LoomError, Result};
+use crate::gpu::ops::kernel::u32_dim;
+use crate::gpu::{Embedding, EmbeddingTable, Gpu, GpuTensor};
+use crate::network::{Layer, LayerType};
+
+impl Embedding {
+    /// Uploads a Loom Embedding layer's table once.
+    pub async fn prepare(gpu: &Gpu, layer: &Layer) -> Result<EmbeddingTable> {
+        if layer.layer_type != LayerType::Embedding {
+            return Err(LoomError::InvalidInput(format!(
+                "{} is not an Embedding layer",
+                layer.layer_type
+            )));
+        }
+        let dim = |v: i64, what: &str| {
+            usize::try_from(v).map_err(|_| LoomError::InvalidNetwork(format!("Embedding {what} is {v}")))
+        };
+        let (vocab, d) = (
+            dim(layer.vocab_size, "vocab_size")?,
+            dim(layer.embedding_dim, "embedding_dim")?,
+        );
+        let w = layer
+            .weights
+            .as_ref()
+            .ok_or_else(|| LoomError::InvalidNetwork("the Embedding layer has no weights".into()))?
+            .active(layer.dtype);
+        EmbeddingTable::upload(gpu, &w, vocab, d).await
+    }
+
+    /// Records the layer on `x` (one id per value): output shape `x.shape + [embedding_dim]`.
+    pub fn encode_layer(
+        &self,
+        gpu: &Gpu,
+        encoder: &mut wgpu::CommandEncoder,
+        layer: &Layer,
+        table: &EmbeddingTable,
+        x: &GpuTensor,
+    ) -> Result<GpuTensor> {
+        let mut shape = x.shape.clone();
+        shape.push(table.dim());
+        let y = GpuTensor::scratch(gpu, shape)?;
+        let tokens = u32_dim(x.len(), "ids")?;
+        self.encode(
+            gpu,
+            encoder,
+            table,
+            &x.buffer,
+            &y.buffer,
+            tokens,
+            layer.activation.into(),
+        )?;
+        Ok(y)
+    }
+
+    /// One-shot forward of a Loom Embedding layer on `x` (uploads the table and the ids, reads back).
+    pub async fn forward(&self, gpu: &Gpu, layer: &Layer, x: &Tensor) -> Result<Tensor> {
+        let table = Embedding::prepare(gpu, layer).await?;
+        let xb = GpuTensor::upload(gpu, x).await?;
+        let mut encoder = gpu.device.create_command_encoder(&Default::default());
+        let y = self.encode_layer(gpu, &mut encoder, layer, &table, &xb)?;
+        let mut data: Vec<f32> = bytemuck::pod_collect_to_vec(&gpu.submit_and_read(encoder, &y.buffer).await?);
+        data.truncate(y.len());
+        Tensor::new(data, y.shape)
+    }
+}
