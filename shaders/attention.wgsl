@@ -3,8 +3,9 @@
 // The cache holds `max_seq` rows per KV head, laid out [kv_head][max_seq][head_dim]; timeline position `pos` lives in
 // row pos % max_seq (Loom's 512-row cache wraps the same way).
 //
-// kv_update: copies `tokens` new K and V rows ([token][kv_heads·head_dim], from token `first` of k and v) into the
-//   cache at positions pos0.. . When a dispatch wraps the cache, only the last token to reach a row writes it, as the
+// kv_update: copies `tokens` new K and V rows (kv_heads·head_dim values each, from token `first`: token t's K at
+//   `(first + t)·kv_stride + k_offset` of k, its V likewise at v_offset of v, so that K and V may sit inside a fused
+//   q/k/v row) into the cache at positions pos0.. . When a dispatch wraps the cache, only the last token to reach a row writes it, as the
 //   CPU's sequential writes leave it.
 // attend: one 64-lane workgroup per (head, token, chunk of 256 head dims): the query of token `first + t` at position
 //   pos0 + t attends to the positions 0..=pos0 + t (causal; prefill and one-token decode are the same kernel). GQA:
@@ -28,6 +29,10 @@ struct Params {
     scale: f32,
     _p0: u32,
     _p1: u32,
+    kv_stride: u32,
+    k_offset: u32,
+    v_offset: u32,
+    _p2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -59,9 +64,9 @@ fn kv_update(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgro
     }
     let row = (p.pos0 + t) % p.max_seq;
     let dst = ((e / p.head_dim) * p.max_seq + row) * p.head_dim + e % p.head_dim;
-    let src = (p.first + t) * kv_w + e;
-    k_cache_w[dst] = k_new[src];
-    v_cache_w[dst] = v_new[src];
+    let src = (p.first + t) * p.kv_stride + e;
+    k_cache_w[dst] = k_new[src + p.k_offset];
+    v_cache_w[dst] = v_new[src + p.v_offset];
 }
 
 var<workgroup> qs: array<f32, HEAD_CHUNK>;

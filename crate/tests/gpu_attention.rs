@@ -16,7 +16,7 @@ use gpu_util::{close, data, gpu, one_layer, testdata, MaxErr};
 use loom_wasm::conformance::hex_f32s;
 use loom_wasm::cpu::CpuModel;
 use loom_wasm::formats::{entity, loom_json};
-use loom_wasm::gpu::{Attention, Gpu, GpuTensor, KvCache, Mha, Rope};
+use loom_wasm::gpu::{Attention, Gpu, GpuTensor, KvCache, KvRows, Mha, Rope};
 use loom_wasm::network::{Network, WeightStore};
 use loom_wasm::LoomError;
 use serde_json::Value;
@@ -146,6 +146,8 @@ fn kv_update_is_an_exact_copy_even_when_it_wraps() {
         (3, 5, 8, vec![(5, 13), (18, 2)]),
     ] {
         let cache = pollster::block_on(KvCache::new(&gpu, kv_heads, hd, max_seq)).unwrap();
+        // The same rows read from inside fused `[q | k | v]` rows (q: 7 values here) into a second cache.
+        let fused_cache = pollster::block_on(KvCache::new(&gpu, kv_heads, hd, max_seq)).unwrap();
         let kv = kv_heads * hd;
         let mut cpu = RefCache {
             k: vec![0.0; max_seq * kv],
@@ -159,19 +161,36 @@ fn kv_update_is_an_exact_copy_even_when_it_wraps() {
             cpu.write(&k, &v, pos0);
             let kb = pollster::block_on(gpu.upload("k", bytemuck::cast_slice(&k))).unwrap();
             let vb = pollster::block_on(gpu.upload("v", bytemuck::cast_slice(&v))).unwrap();
+            let q = data(7 + pos0 as u64, tokens * 7, -1.0, 1.0);
+            let fused: Vec<f32> = (0..tokens)
+                .flat_map(|t| [&q[7 * t..7 * t + 7], &k[kv * t..kv * (t + 1)], &v[kv * t..kv * (t + 1)]].concat())
+                .collect();
+            let fb = pollster::block_on(gpu.upload("qkv", bytemuck::cast_slice(&fused))).unwrap();
+            let fused_rows = KvRows {
+                tokens: tokens as u32,
+                first: 0,
+                stride: (7 + 2 * kv) as u32,
+                k_offset: 7,
+                v_offset: (7 + kv) as u32,
+            };
             let mut enc = gpu.device.create_command_encoder(&Default::default());
-            att.encode_kv_update(&gpu, &mut enc, &cache, &kb, &vb, tokens as u32, 0, pos0 as u32)
+            let rows = KvRows::packed(&cache, tokens as u32, 0);
+            att.encode_kv_update(&gpu, &mut enc, &cache, &kb, &vb, rows, pos0 as u32)
+                .unwrap();
+            att.encode_kv_update(&gpu, &mut enc, &fused_cache, &fb, &fb, fused_rows, pos0 as u32)
                 .unwrap();
             gpu.queue.submit([enc.finish()]);
-            let (gk, gv) = pollster::block_on(cache.read(&gpu)).unwrap();
-            assert!(
-                gk == cpu.per_head(&cpu.k, hd),
-                "K cache after {tokens} tokens at {pos0}"
-            );
-            assert!(
-                gv == cpu.per_head(&cpu.v, hd),
-                "V cache after {tokens} tokens at {pos0}"
-            );
+            for (what, cache) in [("separate", &cache), ("fused", &fused_cache)] {
+                let (gk, gv) = pollster::block_on(cache.read(&gpu)).unwrap();
+                assert!(
+                    gk == cpu.per_head(&cpu.k, hd),
+                    "K cache after {tokens} tokens at {pos0}, {what} rows"
+                );
+                assert!(
+                    gv == cpu.per_head(&cpu.v, hd),
+                    "V cache after {tokens} tokens at {pos0}, {what} rows"
+                );
+            }
             eprintln!("KV update of {tokens} tokens at {pos0} ({kv_heads} kv heads × {hd}, {max_seq} rows): identical");
         }
     }

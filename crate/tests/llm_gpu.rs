@@ -242,28 +242,34 @@ fn seeded_sampling_on_the_gpu_matches_the_cpu_sampler() {
     assert_eq!(e.last_call().bytes_read_back, 4, "one id read back");
 }
 
-/// Gate and up run as one fused matvec when they share a block type and have no biases; otherwise apart. A model
-/// with both kinds of block (block 0's up re-stored as F16 beside an F32 gate, block 1 with gate and up biases)
-/// gives the CPU engine's logits at every position.
+/// Gate and up, and q, k and v, run as one fused matvec when they share a block type and have no biases (nor q/k
+/// norms); otherwise apart (the fused ones: every other test). A model with each reason to split (block 0: up
+/// re-stored as F16 beside an F32 gate, q/k/v biases; block 1: gate and up biases, v re-stored as F16) gives the
+/// CPU engine's logits at every position, and then decoding one token.
 #[test]
-fn gate_and_up_fused_or_apart_match_the_cpu() {
+fn projections_fused_or_apart_match_the_cpu() {
     let gpu = gpu();
     let mut model = LlmModel::open(&golden().join("tiny-llama/model.f32.gguf")).unwrap();
     let mut w = (*model.weights).clone();
-    let up = &w.blocks[0].up;
-    let f16: Vec<u8> = up
-        .data
-        .chunks_exact(4)
-        .flat_map(|b| half::f16::from_f32(f32::from_le_bytes(b.try_into().unwrap())).to_le_bytes())
-        .collect();
-    w.blocks[0].up = Matrix {
+    let as_f16 = |m: &Matrix| Matrix {
         ty: GgmlType::F16,
-        data: f16.into(),
-        ..up.clone()
+        data: m
+            .data
+            .chunks_exact(4)
+            .flat_map(|b| half::f16::from_f32(f32::from_le_bytes(b.try_into().unwrap())).to_le_bytes())
+            .collect::<Vec<u8>>()
+            .into(),
+        ..m.clone()
     };
-    let ffn = model.config.ffn;
-    w.blocks[1].b_gate = Some((0..ffn).map(|i| (i as f32 * 0.37).sin() * 0.1).collect());
-    w.blocks[1].b_up = Some((0..ffn).map(|i| (i as f32 * 0.11).cos() * 0.1).collect());
+    let bias = |n: usize, f: f32| Some((0..n).map(|i| (i as f32 * f).sin() * 0.1).collect::<Vec<f32>>());
+    let c = &model.config;
+    let (qd, kvd) = (c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim);
+    let b = &mut w.blocks[0];
+    b.up = as_f16(&b.up);
+    (b.bq, b.bk, b.bv) = (bias(qd, 0.23), bias(kvd, 0.53), bias(kvd, 0.71));
+    let b = &mut w.blocks[1];
+    (b.b_gate, b.b_up) = (bias(c.ffn, 0.37), bias(c.ffn, 0.11));
+    b.wv = as_f16(&b.wv);
     model.weights = Arc::new(w);
     let prompt: Vec<u32> = (1..40).map(|i| (i * 37 % 256) as u32).collect();
     let want = model.cpu_engine().forward(&prompt, true).unwrap();

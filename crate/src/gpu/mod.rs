@@ -16,8 +16,8 @@ pub use loom::{
 };
 pub use ops::{
     first_argmax, packed_values, rope_table, Argmax, AttendArgs, Attention, Elementwise, Embedding, EmbeddingTable,
-    GpuTensor, KvCache, MatVec, Norm, PackedWeights, Packing, Pointwise, Rope, RopeRows, RowLayout, Sample, SampleArgs,
-    Softmax, GPU_GGML_TYPES, GPU_SAMPLE_MAX, LAYER_NORM_EPS, MAX_WEIGHT_BINDINGS, RMS_NORM_EPS,
+    GpuTensor, KvCache, KvRows, MatVec, Norm, PackedWeights, Packing, Pointwise, Rope, RopeRows, RowLayout, Sample,
+    SampleArgs, Softmax, GPU_GGML_TYPES, GPU_SAMPLE_MAX, LAYER_NORM_EPS, MAX_WEIGHT_BINDINGS, RMS_NORM_EPS,
 };
 
 pub(crate) use ops::kernel::{Plan, PlanCounts};

@@ -15,8 +15,8 @@ use super::weights::{BlockWeights, Matrix, ModelWeights};
 use crate::cpu::ops::{self, RopePairs};
 use crate::error::{LoomError, Result};
 use crate::gpu::{
-    Argmax, AttendArgs, Attention, Elementwise, Gpu, GpuTensor, KvCache, MatVec, Norm, PackedWeights, Packing, Plan,
-    PlanCounts, Rope, RopeRows, Sample, GPU_SAMPLE_MAX,
+    Argmax, AttendArgs, Attention, Elementwise, Gpu, GpuTensor, KvCache, KvRows, MatVec, Norm, PackedWeights, Packing,
+    Plan, PlanCounts, Rope, RopeRows, Sample, GPU_SAMPLE_MAX,
 };
 
 /// Prompt tokens per submit: bounds the activation buffers of a long prompt.
@@ -40,13 +40,8 @@ pub struct GpuCallStats {
 /// One decoder block's tensors on the GPU.
 struct GpuBlock {
     attn_norm: wgpu::Buffer,
-    wq: PackedWeights,
-    wk: PackedWeights,
-    wv: PackedWeights,
+    qkv: Qkv,
     wo: PackedWeights,
-    bq: Option<wgpu::Buffer>,
-    bk: Option<wgpu::Buffer>,
-    bv: Option<wgpu::Buffer>,
     bo: Option<wgpu::Buffer>,
     b_down: Option<wgpu::Buffer>,
     q_norm: Option<wgpu::Buffer>,
@@ -54,6 +49,22 @@ struct GpuBlock {
     ffn_norm: wgpu::Buffer,
     gate_up: GateUp,
     down: PackedWeights,
+}
+
+/// Attention's q, k and v projections.
+enum Qkv {
+    /// One matrix, q's rows then k's then v's (one block type, no biases, no q/k norms): one matvec writes each
+    /// token's `[q | k | v]` row, RoPE turns q's and k's heads in one dispatch, attention and the KV update read
+    /// them where they are.
+    Fused(PackedWeights),
+    Split {
+        wq: PackedWeights,
+        wk: PackedWeights,
+        wv: PackedWeights,
+        bq: Option<wgpu::Buffer>,
+        bk: Option<wgpu::Buffer>,
+        bv: Option<wgpu::Buffer>,
+    },
 }
 
 /// SwiGLU's gate and up projections.
@@ -208,6 +219,32 @@ impl GpuEngineBuilder {
         })
     }
 
+    /// A block's q, k and v projections, fused into one matrix where they can be (see [`Qkv`]): the three
+    /// matrices' blocks back to back, as stored.
+    async fn qkv(&mut self, i: usize, b: &BlockWeights) -> Result<Qkv> {
+        let n = |s: &str| format!("blk.{i}.{s}");
+        let same = |m: &Matrix| m.ty == b.wq.ty && m.cols == b.wq.cols;
+        let no_extras = b.bq.is_none() && b.bk.is_none() && b.bv.is_none() && b.q_norm.is_none() && b.k_norm.is_none();
+        if same(&b.wk) && same(&b.wv) && no_extras {
+            let fused = Matrix {
+                ty: b.wq.ty,
+                rows: b.wq.rows + b.wk.rows + b.wv.rows,
+                cols: b.wq.cols,
+                data: [&b.wq.data[..], &b.wk.data[..], &b.wv.data[..]].concat().into(),
+            };
+            return Ok(Qkv::Fused(self.matrix(&n("attn_q+attn_k+attn_v"), &fused).await?));
+        }
+        let g = self.gpu.clone();
+        Ok(Qkv::Split {
+            wq: self.matrix(&n("attn_q"), &b.wq).await?,
+            wk: self.matrix(&n("attn_k"), &b.wk).await?,
+            wv: self.matrix(&n("attn_v"), &b.wv).await?,
+            bq: upload_opt(&g, &n("attn_q.bias"), &b.bq).await?,
+            bk: upload_opt(&g, &n("attn_k.bias"), &b.bk).await?,
+            bv: upload_opt(&g, &n("attn_v.bias"), &b.bv).await?,
+        })
+    }
+
     /// The next block's weights.
     pub async fn block(&mut self, b: &BlockWeights) -> Result<()> {
         let i = self.blocks.len();
@@ -221,13 +258,8 @@ impl GpuEngineBuilder {
         let g = self.gpu.clone();
         let block = GpuBlock {
             attn_norm: upload_f32(&g, &n("attn_norm"), &b.attn_norm).await?,
-            wq: self.matrix(&n("attn_q"), &b.wq).await?,
-            wk: self.matrix(&n("attn_k"), &b.wk).await?,
-            wv: self.matrix(&n("attn_v"), &b.wv).await?,
+            qkv: self.qkv(i, b).await?,
             wo: self.matrix(&n("attn_output"), &b.wo).await?,
-            bq: upload_opt(&g, &n("attn_q.bias"), &b.bq).await?,
-            bk: upload_opt(&g, &n("attn_k.bias"), &b.bk).await?,
-            bv: upload_opt(&g, &n("attn_v.bias"), &b.bv).await?,
             bo: upload_opt(&g, &n("attn_output.bias"), &b.bo).await?,
             b_down: upload_opt(&g, &n("ffn_down.bias"), &b.b_down).await?,
             q_norm: upload_opt(&g, &n("attn_q_norm"), &b.q_norm).await?,
@@ -343,14 +375,17 @@ impl GpuEngine {
         buffers.extend(self.embed.buffers().iter().chain(self.head.buffers()));
         for b in &self.blocks {
             buffers.extend([&b.attn_norm, &b.ffn_norm]);
-            for w in [&b.wq, &b.wk, &b.wv, &b.wo, &b.down] {
+            for w in [&b.wo, &b.down] {
                 buffers.extend(w.buffers());
             }
-            buffers.extend(
-                [&b.bq, &b.bk, &b.bv, &b.bo, &b.b_down, &b.q_norm, &b.k_norm]
-                    .into_iter()
-                    .flatten(),
-            );
+            buffers.extend([&b.bo, &b.b_down, &b.q_norm, &b.k_norm].into_iter().flatten());
+            match &b.qkv {
+                Qkv::Fused(w) => buffers.extend(w.buffers()),
+                Qkv::Split { wq, wk, wv, bq, bk, bv } => {
+                    buffers.extend(wq.buffers().iter().chain(wk.buffers()).chain(wv.buffers()));
+                    buffers.extend([bq, bk, bv].into_iter().flatten());
+                }
+            }
             match &b.gate_up {
                 GateUp::Fused(w) => buffers.extend(w.buffers()),
                 GateUp::Split { gate, up, b_gate, b_up } => {
@@ -529,6 +564,8 @@ impl GpuEngine {
         let kk = GpuTensor::scratch(gpu, vec![n, kvd])?;
         let kn = GpuTensor::scratch(gpu, vec![n, kvd])?;
         let v = GpuTensor::scratch(gpu, vec![n, kvd])?;
+        let qkv_w = qd + 2 * kvd;
+        let qkv = GpuTensor::scratch(gpu, vec![n, qkv_w])?;
         let att = GpuTensor::scratch(gpu, vec![n, qd])?;
         let proj = GpuTensor::scratch(gpu, vec![n, h])?;
         let gate = GpuTensor::scratch(gpu, vec![n, ffn])?;
@@ -563,61 +600,82 @@ impl GpuEngine {
                 1,
                 c.rms_eps,
             )?;
-            mv(&b.wq, &xn, &q, enc, nu)?;
-            mv(&b.wk, &xn, &kk, enc, nu)?;
-            mv(&b.wv, &xn, &v, enc, nu)?;
-            bias(&b.bq, &q, qd, enc)?;
-            bias(&b.bk, &kk, kvd, enc)?;
-            bias(&b.bv, &v, kvd, enc)?;
-            let (qr, kr) = match (&b.q_norm, &b.k_norm) {
-                (Some(qnw), Some(knw)) => {
-                    let rows = |heads: usize| (n * heads) as u32;
-                    k.norm.encode_rms(
-                        gpu,
-                        enc,
-                        &q.buffer,
-                        qnw,
-                        &qn.buffer,
-                        rows(c.n_heads),
-                        hd as u32,
-                        1,
-                        c.rms_eps,
-                    )?;
-                    k.norm.encode_rms(
-                        gpu,
-                        enc,
-                        &kk.buffer,
-                        knw,
-                        &kn.buffer,
-                        rows(c.n_kv_heads),
-                        hd as u32,
-                        1,
-                        c.rms_eps,
-                    )?;
-                    (&qn, &kn)
-                }
-                _ => (&q, &kk),
-            };
-            for (t, heads, width) in [(qr, c.n_heads, qd), (kr, c.n_kv_heads, kvd)] {
+            let rope = |t: &GpuTensor, heads: usize, stride: usize, enc: &mut wgpu::CommandEncoder| {
                 let rows = RopeRows {
                     tokens: nu,
                     heads: heads as u32,
                     head_dim: hd as u32,
-                    stride: width as u32,
+                    stride: stride as u32,
                     first: 0,
                 };
                 k.rope
-                    .encode_pairs(gpu, enc, &t.buffer, &rope_table.buffer, rows, rot as u32, pairs)?;
-            }
+                    .encode_pairs(gpu, enc, &t.buffer, &rope_table.buffer, rows, rot as u32, pairs)
+            };
+            // q, k and v: where each token's q row starts and how far apart, and where K and V are.
+            let (qr, q_stride, kr, vr, kv_rows) = match &b.qkv {
+                Qkv::Fused(w) => {
+                    mv(w, &xn, &qkv, enc, nu)?;
+                    // q's heads then k's sit side by side in each row: one RoPE dispatch turns both.
+                    rope(&qkv, c.n_heads + c.n_kv_heads, qkv_w, enc)?;
+                    let kv_rows = KvRows {
+                        tokens: nu,
+                        first: 0,
+                        stride: qkv_w as u32,
+                        k_offset: qd as u32,
+                        v_offset: (qd + kvd) as u32,
+                    };
+                    (&qkv, qkv_w, &qkv, &qkv, kv_rows)
+                }
+                Qkv::Split { wq, wk, wv, bq, bk, bv } => {
+                    mv(wq, &xn, &q, enc, nu)?;
+                    mv(wk, &xn, &kk, enc, nu)?;
+                    mv(wv, &xn, &v, enc, nu)?;
+                    bias(bq, &q, qd, enc)?;
+                    bias(bk, &kk, kvd, enc)?;
+                    bias(bv, &v, kvd, enc)?;
+                    let (qr, kr) = match (&b.q_norm, &b.k_norm) {
+                        (Some(qnw), Some(knw)) => {
+                            let rows = |heads: usize| (n * heads) as u32;
+                            k.norm.encode_rms(
+                                gpu,
+                                enc,
+                                &q.buffer,
+                                qnw,
+                                &qn.buffer,
+                                rows(c.n_heads),
+                                hd as u32,
+                                1,
+                                c.rms_eps,
+                            )?;
+                            k.norm.encode_rms(
+                                gpu,
+                                enc,
+                                &kk.buffer,
+                                knw,
+                                &kn.buffer,
+                                rows(c.n_kv_heads),
+                                hd as u32,
+                                1,
+                                c.rms_eps,
+                            )?;
+                            (&qn, &kn)
+                        }
+                        _ => (&q, &kk),
+                    };
+                    rope(qr, c.n_heads, qd, enc)?;
+                    rope(kr, c.n_kv_heads, kvd, enc)?;
+                    (qr, qd, kr, &v, KvRows::packed(&self.caches[l], nu, 0))
+                }
+            };
             let cache = &self.caches[l];
             k.attention
-                .encode_kv_update(gpu, enc, cache, &kr.buffer, &v.buffer, nu, 0, start as u32)?;
+                .encode_kv_update(gpu, enc, cache, &kr.buffer, &vr.buffer, kv_rows, start as u32)?;
             let args = AttendArgs {
                 tokens: nu,
                 first: 0,
                 pos0: start as u32,
                 heads: c.n_heads as u32,
-                q_stride: qd as u32,
+                q_stride: q_stride as u32,
                 out_stride: qd as u32,
                 scale: (1.0 / (hd as f64).sqrt()) as f32,
             };

@@ -15,7 +15,7 @@ use crate::error::{LoomError, Result};
 use crate::gpu::ops::kernel::{storage_f32, u32_dim};
 use crate::gpu::Rope;
 use crate::gpu::{dense_weights, Gpu, GpuTensor, MatVec, PackedWeights, Pointwise};
-use crate::gpu::{AttendArgs, Attention, KvCache};
+use crate::gpu::{AttendArgs, Attention, KvCache, KvRows};
 use crate::gpu::{Norm, RMS_NORM_EPS};
 use crate::network::{Layer, LayerType};
 
@@ -318,8 +318,15 @@ impl Mha {
             let first = u32_dim(b * per, "token")?;
             let pos0 = u32_dim(start + b * per, "position")?;
             let per32 = u32_dim(per, "tokens")?;
-            self.attention
-                .encode_kv_update(gpu, encoder, &self.cache, &ks.buffer, &vp.buffer, per32, first, pos0)?;
+            self.attention.encode_kv_update(
+                gpu,
+                encoder,
+                &self.cache,
+                &ks.buffer,
+                &vp.buffer,
+                KvRows::packed(&self.cache, per32, first),
+                pos0,
+            )?;
             let args = AttendArgs {
                 tokens: per32,
                 first,

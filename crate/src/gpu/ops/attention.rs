@@ -78,6 +78,31 @@ pub struct AttendArgs {
     pub scale: f32,
 }
 
+/// Where a KV update's new rows are: `tokens` tokens from token `first`, token `t`'s K at
+/// `(first + t)·stride + k_offset` of its buffer and its V likewise at `v_offset` (a fused q/k/v row holds both;
+/// separate K and V rows have `stride = kv_heads·head_dim` and offsets 0: [`KvRows::packed`]).
+#[derive(Clone, Copy, Debug)]
+pub struct KvRows {
+    pub tokens: u32,
+    pub first: u32,
+    pub stride: u32,
+    pub k_offset: u32,
+    pub v_offset: u32,
+}
+
+impl KvRows {
+    /// `tokens` rows from token `first` of K and V buffers of their own, `kv_heads·head_dim` values a token.
+    pub fn packed(cache: &KvCache, tokens: u32, first: u32) -> KvRows {
+        KvRows {
+            tokens,
+            first,
+            stride: cache.kv_heads * cache.head_dim,
+            k_offset: 0,
+            v_offset: 0,
+        }
+    }
+}
+
 /// The KV-update and attention kernels.
 pub struct Attention {
     kv_update: Arc<wgpu::ComputePipeline>,
@@ -103,17 +128,39 @@ impl Attention {
         cache: &KvCache,
         k: &wgpu::Buffer,
         v: &wgpu::Buffer,
-        tokens: u32,
-        first: u32,
+        rows: KvRows,
         pos0: u32,
     ) -> Result<()> {
-        let n = u64::from(tokens) * u64::from(cache.kv_heads) * u64::from(cache.head_dim);
+        let kv_w = u64::from(cache.kv_heads) * u64::from(cache.head_dim);
+        let n = u64::from(rows.tokens) * kv_w;
         if n == 0 {
             return Ok(());
         }
+        if u64::from(rows.stride) < kv_w {
+            return Err(LoomError::InvalidInput(format!(
+                "KV update: rows of {} values hold no K or V of {kv_w}",
+                rows.stride
+            )));
+        }
         u32_dim(n as usize, "KV update size")?;
         let g = grid_for(gpu, n, 64, "KV update")?;
-        let words = [tokens, first, pos0, cache.max_seq, 0, cache.kv_heads, cache.head_dim];
+        let words = [
+            rows.tokens,
+            rows.first,
+            pos0,
+            cache.max_seq,
+            0,
+            cache.kv_heads,
+            cache.head_dim,
+            0,
+            0,
+            0,
+            0,
+            0,
+            rows.stride,
+            rows.k_offset,
+            rows.v_offset,
+        ];
         dispatch(
             gpu,
             encoder,
@@ -216,7 +263,15 @@ impl Attention {
         let ob = gpu.output("attention out", 4 * q.len() as u64).await?;
         let (tokens, pos0) = (u32_dim(tokens, "tokens")?, u32_dim(pos0, "position")?);
         let mut encoder = gpu.device.create_command_encoder(&Default::default());
-        self.encode_kv_update(gpu, &mut encoder, cache, &kb, &vb, tokens, 0, pos0)?;
+        self.encode_kv_update(
+            gpu,
+            &mut encoder,
+            cache,
+            &kb,
+            &vb,
+            KvRows::packed(cache, tokens, 0),
+            pos0,
+        )?;
         let args = AttendArgs {
             tokens,
             first: 0,

@@ -16,7 +16,7 @@ mod softmax;
 mod tensor;
 
 pub use argmax::{first_argmax, Argmax};
-pub use attention::{AttendArgs, Attention, KvCache};
+pub use attention::{AttendArgs, Attention, KvCache, KvRows};
 pub use elementwise::Elementwise;
 pub use embedding::{Embedding, EmbeddingTable};
 pub use matvec::{packed_values, MatVec, PackedWeights, Packing, RowLayout, GPU_GGML_TYPES, MAX_WEIGHT_BINDINGS};
