@@ -52,6 +52,7 @@ struct GpuBlock {
 }
 
 /// Attention's q, k and v projections.
+#[allow(clippy::large_enum_variant)] // one a block: the size is nothing
 enum Qkv {
     /// One matrix, q's rows then k's then v's (one block type, no biases, no q/k norms): one matvec writes each
     /// token's `[q | k | v]` row, RoPE turns q's and k's heads in one dispatch, attention and the KV update read
