@@ -170,6 +170,10 @@ fn runaway_templates_are_typed_errors_quickly_in_bounded_memory() {
         ),
         // Found by the chat_template fuzz target: minijinja's key parser panicked inside a multi-byte character.
         ("non-ASCII str.format key", "{{ '{0[é]}'.format(['x']) }}".into()),
+        // An index key runs to its `]`, past the field's `}`: here into the text after it.
+        ("unclosed str.format key", "{{ '<{0[a}｜>'.format(['x']) }}".into()),
+        ("non-ASCII format filter key", "{{ '%(é)s' | format(x=1) }}".into()),
+        ("unclosed format filter key", "{{ '%(a ｜' | format(x=1) }}".into()),
         ("unknown filter", "{{ messages | no_such_filter }}".into()),
         ("undefined method", "{{ messages.nope() }}".into()),
     ];

@@ -12,17 +12,17 @@
 //! the size of the conversation), recursion is limited and the output is capped; all three are `template`
 //! errors, as are compile errors and `raise_exception`. minijinja charges a serialized value to the fuel only
 //! once its text exists, so the filters that serialize whole values (`tojson`, `string`, `pprint`) stop at the
-//! output's cap themselves, and `str.format` is checked before minijinja formats (widths past the cap, nested
-//! fields, non-ASCII field keys are errors). Not covered, as they happen inside one minijinja instruction with no hook: `+` of
-//! lists doubled past 32 levels (minijinja then flattens 2^32 items) and `~`, `==`, `in` over a list that holds
-//! the same list twice, nested deep.
+//! output's cap themselves; `str.format` and the `format` filter are checked before minijinja formats (widths past
+//! the cap, nested fields, and non-ASCII field keys, which run to their closing bracket, are errors). Not covered,
+//! as they happen inside one minijinja instruction with no hook: `+` of lists doubled past 32 levels (minijinja
+//! then flattens 2^32 items) and `~`, `==`, `in` over a list that holds the same list twice, nested deep.
 
 use std::collections::BTreeMap;
 use std::io::Write;
 
 use minijinja::syntax::SyntaxConfig;
-use minijinja::value::{Kwargs, Value, ValueKind};
-use minijinja::{Environment, Error, ErrorKind};
+use minijinja::value::{Kwargs, Rest, Value, ValueKind, ValueOrKwargs};
+use minijinja::{Environment, Error, ErrorKind, State};
 
 use crate::error::{LoomError, Result};
 
@@ -124,6 +124,16 @@ impl ChatTemplate {
         env.add_filter("pprint", move |value: Value| pprint_filter(&value, limit));
         // Python string methods, but `str.format` checked first: minijinja pads to any width it is given
         // (`'{:999999999999}'.format(x)` allocates the width at once) and panics on a non-ASCII field key.
+        // The printf-style `format` filter, checked first too: minijinja panics on a non-ASCII `%(key)`.
+        env.add_filter(
+            "format",
+            |state: &mut State, value: Value, args: Rest<ValueOrKwargs>| -> std::result::Result<Value, Error> {
+                if let Some(source) = value.as_str() {
+                    check_printf_keys(source)?;
+                }
+                minijinja::filters::format(state, &value, args)
+            },
+        );
         env.set_unknown_method_callback(move |state, value, method, args| {
             if let (Some(source), "format") = (value.as_str(), method) {
                 check_str_format(source, limit)?;
@@ -177,11 +187,16 @@ fn check_str_format(source: &str, limit: usize) -> std::result::Result<(), Error
             continue;
         }
         let mut number: u64 = 0;
+        // Inside `[…]` (an index key) minijinja reads to the `]`, past any `}`.
+        let mut in_key = false;
         for c in chars.by_ref() {
             match c {
+                c if !c.is_ascii() => return refuse("a replacement field with a non-ASCII character"),
+                ']' if in_key => in_key = false,
+                _ if in_key => {}
+                '[' => in_key = true,
                 '}' => break,
                 '{' => return refuse("nested replacement fields are not supported"),
-                c if !c.is_ascii() => return refuse("a replacement field with a non-ASCII character"),
                 c if c.is_ascii_digit() => {
                     number = number.saturating_mul(10).saturating_add(u64::from(c as u8 - b'0'));
                     if number > limit as u64 {
@@ -189,6 +204,33 @@ fn check_str_format(source: &str, limit: usize) -> std::result::Result<(), Error
                     }
                 }
                 _ => number = 0,
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a printf-style source (the `format` filter) whose `%(key)` holds a non-ASCII character before its `)`
+/// (or before the end, unclosed): minijinja reads such a key a byte at a time and panics inside the character.
+fn check_printf_keys(source: &str) -> std::result::Result<(), Error> {
+    let mut chars = source.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            continue;
+        }
+        // After `%(`, a key to the `)`; `%%` and conversions like `%s` hold none.
+        if chars.next() != Some('(') {
+            continue;
+        }
+        for c in chars.by_ref() {
+            if c == ')' {
+                break;
+            }
+            if !c.is_ascii() {
+                return Err(Error::new(
+                    ErrorKind::InvalidOperation,
+                    "format: a %(key) with a non-ASCII character",
+                ));
             }
         }
     }
