@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# All of loom-wasm's checks, in order: format, lints, native tests, browser tests (headless Chromium), the npm
-# package (Node, Playwright, a fresh Vite project), the demo app (Playwright), Loom conformance corpus
-# (CPU and GPU). Run `bash scripts/setup.sh` once first on a new machine.
+# All of loom-wasm's checks, in order: format, lints, the fuzz targets compile, native tests, browser tests
+# (headless Chromium), the npm package (Node, Playwright, a fresh Vite project), the demo app (Playwright), Loom
+# conformance corpus (CPU and GPU). Run `bash scripts/setup.sh` once first on a new machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,6 +24,9 @@ cargo fmt --all --check
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 cargo clippy -p loom-wasm --lib --target wasm32-unknown-unknown -- -D warnings   # the wasm bindings build only there
+
+step "fuzz targets compile (they run under cargo-fuzz, see fuzz/README.md; this catches API drift)"
+cargo check --manifest-path fuzz/Cargo.toml --bins --locked
 
 step "native tests"
 cargo test --workspace
