@@ -2,6 +2,8 @@
 // here the lanes stride the row and sum in f32 in a shared-memory tree).
 //   RMSNorm:   y = x · 1/√(Σx²/n + eps) · γ[(row % gamma_rows)·n + i]   (gamma_rows 1: one γ for every row;
 //              MHA's per-head Q/K norms use one γ row per head)
+//   add + RMSNorm (add_rms_norm): h += x first (h, the residual stream, updated in place), then RMSNorm of h into y:
+//              a decoder's residual add fused with the next norm, one dispatch for two.
 //   LayerNorm: two passes (mean, then Σ(x−mean)²) for f32 accuracy; y = (x − mean)/√(var + eps) · γ[i] + β[i], with
 //              β at w[beta_offset..].
 // Rows are numbered across a 2-D grid (wg.y · num_workgroups.x + wg.x) so that more than 65535 fit.
@@ -21,6 +23,7 @@ struct Params {
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read> w: array<f32>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
+@group(0) @binding(4) var<storage, read_write> h: array<f32>;
 
 
 @compute @workgroup_size(64)
@@ -43,6 +46,31 @@ fn rms_norm(
     let g = (row % p.gamma_rows) * p.n;
     for (var i = lane; i < p.n; i += 64u) {
         y[base + i] = x[base + i] * inv * w[g + i];
+    }
+}
+
+@compute @workgroup_size(64)
+fn add_rms_norm(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lane: u32,
+) {
+    let row = wg.y * nwg.x + wg.x;
+    if row >= p.rows {
+        return;
+    }
+    let base = row * p.n;
+    var ss = 0.0;
+    // Each lane reads back only what it wrote: no barrier needed between the add and the scaling.
+    for (var i = lane; i < p.n; i += 64u) {
+        let v = h[base + i] + x[base + i];
+        h[base + i] = v;
+        ss += v * v;
+    }
+    let inv = 1.0 / sqrt(sum64(ss, lane) / f32(p.n) + p.eps);
+    let g = (row % p.gamma_rows) * p.n;
+    for (var i = lane; i < p.n; i += 64u) {
+        y[base + i] = h[base + i] * inv * w[g + i];
     }
 }
 

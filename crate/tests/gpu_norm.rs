@@ -6,6 +6,7 @@
 mod gpu_util;
 
 use gpu_util::{close, cpu, data, gpu, one_layer, testdata, with_weights};
+use loom_wasm::cpu::ops;
 use loom_wasm::cpu::Tensor;
 use loom_wasm::formats::loom_json;
 use loom_wasm::gpu::Norm;
@@ -133,4 +134,45 @@ fn per_head_gamma_rows_and_one_shot_helpers() {
     gpu.queue.submit([enc.finish()]);
     let got = pollster::block_on(gpu.read_f32(&yb)).unwrap();
     close("per-head RMSNorm 5×3×8", &got, &want, ABS, REL);
+}
+
+/// The fused residual add and RMSNorm (`h += x`, then RMSNorm of `h`) against its CPU twin, `ops::add` then
+/// `ops::rms_norm_into`: both the updated residual and the normalised rows.
+#[test]
+fn add_then_rms_norm_matches_the_cpu_ops() {
+    let gpu = gpu();
+    let norm = Norm::new(&gpu).unwrap();
+    for (n, rows) in [(1, 2), (7, 3), (64, 1), (65, 2), (576, 4), (4096, 1)] {
+        let h = data(11 + n as u64, rows * n, -2.0, 2.0);
+        let x = data(13 + n as u64, rows * n, -1.0, 1.0);
+        let gamma = data(17 + n as u64, n, 0.5, 1.5);
+        let mut want_h = h.clone();
+        ops::add(&mut want_h, &x);
+        let mut want_y = vec![0.0; rows * n];
+        ops::rms_norm_into(&want_h, &gamma, 1e-5, &mut want_y);
+
+        let upload = |label: &str, v: &[f32]| pollster::block_on(gpu.upload(label, bytemuck::cast_slice(v))).unwrap();
+        let (hb, xb, gb) = (upload("h", &h), upload("x", &x), upload("gamma", &gamma));
+        let yb = pollster::block_on(gpu.output("y", 4 * (rows * n) as u64)).unwrap();
+        let mut enc = gpu.device.create_command_encoder(&Default::default());
+        norm.encode_add_rms(&gpu, &mut enc, &hb, &xb, &gb, &yb, rows as u32, n as u32, 1e-5)
+            .unwrap();
+        gpu.queue.submit([enc.finish()]);
+        let got_h = pollster::block_on(gpu.read_f32(&hb)).unwrap();
+        let got_y = pollster::block_on(gpu.read_f32(&yb)).unwrap();
+        close(
+            &format!("h after add, {rows}×{n}"),
+            &got_h[..rows * n],
+            &want_h,
+            0.0,
+            0.0,
+        );
+        close(
+            &format!("add + RMSNorm, {rows}×{n}"),
+            &got_y[..rows * n],
+            &want_y,
+            ABS,
+            REL,
+        );
+    }
 }

@@ -590,17 +590,20 @@ impl GpuEngine {
 
         k.matvec[&self.embed.packing].encode_gather(gpu, enc, &ids.buffer, &self.embed, &x.buffer, nu)?;
         for (l, b) in self.blocks.iter().enumerate() {
-            k.norm.encode_rms(
-                gpu,
-                enc,
-                &x.buffer,
-                &b.attn_norm,
-                &xn.buffer,
-                nu,
-                h as u32,
-                1,
-                c.rms_eps,
-            )?;
+            // The first block's norm; each later one's came with the residual add that ended the block before.
+            if l == 0 {
+                k.norm.encode_rms(
+                    gpu,
+                    enc,
+                    &x.buffer,
+                    &b.attn_norm,
+                    &xn.buffer,
+                    nu,
+                    h as u32,
+                    1,
+                    c.rms_eps,
+                )?;
+            }
             let rope = |t: &GpuTensor, heads: usize, stride: usize, enc: &mut wgpu::CommandEncoder| {
                 let rows = RopeRows {
                     tokens: nu,
@@ -684,10 +687,18 @@ impl GpuEngine {
                 .encode_attend(gpu, enc, cache, &qr.buffer, &att.buffer, args)?;
             mv(&b.wo, &att, &proj, enc, nu)?;
             bias(&b.bo, &proj, h, enc)?;
-            k.elementwise
-                .encode_add_inplace(gpu, enc, &x.buffer, &proj.buffer, (n * h) as u32, (n * h) as u32)?;
-            k.norm
-                .encode_rms(gpu, enc, &x.buffer, &b.ffn_norm, &xn.buffer, nu, h as u32, 1, c.rms_eps)?;
+            // x += proj, then the FFN's norm of x: one dispatch.
+            k.norm.encode_add_rms(
+                gpu,
+                enc,
+                &x.buffer,
+                &proj.buffer,
+                &b.ffn_norm,
+                &xn.buffer,
+                nu,
+                h as u32,
+                c.rms_eps,
+            )?;
             match &b.gate_up {
                 GateUp::Fused(w) => {
                     mv(w, &xn, &gate_up, enc, nu)?;
@@ -710,8 +721,28 @@ impl GpuEngine {
             }
             mv(&b.down, &act, &proj, enc, nu)?;
             bias(&b.b_down, &proj, h, enc)?;
-            k.elementwise
-                .encode_add_inplace(gpu, enc, &x.buffer, &proj.buffer, (n * h) as u32, (n * h) as u32)?;
+            match self.blocks.get(l + 1) {
+                // x += proj, then the next block's attention norm: one dispatch.
+                Some(next) => k.norm.encode_add_rms(
+                    gpu,
+                    enc,
+                    &x.buffer,
+                    &proj.buffer,
+                    &next.attn_norm,
+                    &xn.buffer,
+                    nu,
+                    h as u32,
+                    c.rms_eps,
+                )?,
+                None => k.elementwise.encode_add_inplace(
+                    gpu,
+                    enc,
+                    &x.buffer,
+                    &proj.buffer,
+                    (n * h) as u32,
+                    (n * h) as u32,
+                )?,
+            }
         }
         if out == Output::Nothing {
             return Ok(None);

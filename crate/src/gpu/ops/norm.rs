@@ -18,6 +18,7 @@ pub const LAYER_NORM_EPS: f32 = 1e-5;
 /// The RMSNorm and LayerNorm kernels.
 pub struct Norm {
     rms: Arc<wgpu::ComputePipeline>,
+    add_rms: Arc<wgpu::ComputePipeline>,
     layer: Arc<wgpu::ComputePipeline>,
 }
 
@@ -26,6 +27,7 @@ impl Norm {
         let source = format!("{REDUCE_WGSL}\n{NORM_WGSL}");
         Ok(Norm {
             rms: gpu.pipeline("norm_rms", &source, "rms_norm")?,
+            add_rms: gpu.pipeline("norm_add_rms", &source, "add_rms_norm")?,
             layer: gpu.pipeline("norm_layer", &source, "layer_norm")?,
         })
     }
@@ -54,6 +56,38 @@ impl Norm {
         let g = grid(gpu, u64::from(rows), "RMSNorm rows")?;
         let words = [rows, n, gamma_rows, 0, eps.to_bits()];
         dispatch(gpu, encoder, &self.rms, &words, &[(1, x), (2, gamma), (3, y)], g);
+        Ok(())
+    }
+
+    /// Records `h += x`, then `y = h · 1/√(mean(h²) + eps) · γ`, for `rows` rows of `n` values: a residual add and
+    /// the norm after it in one dispatch (`h` updated in place). CPU twin: `cpu::ops::add` then
+    /// `cpu::ops::rms_norm_into`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn encode_add_rms(
+        &self,
+        gpu: &Gpu,
+        encoder: &mut wgpu::CommandEncoder,
+        h: &wgpu::Buffer,
+        x: &wgpu::Buffer,
+        gamma: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        rows: u32,
+        n: u32,
+        eps: f32,
+    ) -> Result<()> {
+        if rows == 0 || n == 0 {
+            return Ok(());
+        }
+        let g = grid(gpu, u64::from(rows), "RMSNorm rows")?;
+        let words = [rows, n, 1, 0, eps.to_bits()];
+        dispatch(
+            gpu,
+            encoder,
+            &self.add_rms,
+            &words,
+            &[(1, x), (2, gamma), (3, y), (4, h)],
+            g,
+        );
         Ok(())
     }
 
