@@ -9,7 +9,7 @@
 //! Every GPU call is awaited (the JS event loop drives WebGPU), never polled.
 #![cfg(target_arch = "wasm32")]
 
-use loom_wasm::cpu::{CpuModel, Tensor};
+use loom_wasm::cpu::{ops, CpuModel, Tensor};
 use loom_wasm::formats::loom_json;
 use loom_wasm::gpu::{
     first_argmax, Argmax, Attention, Elementwise, Embedding, Gpu, MatVec, Mha, Norm, PackedWeights, Packing, Rope,
@@ -109,6 +109,41 @@ async fn rms_norm_softmax_and_argmax_match_their_cpu_twins() {
         .await
         .unwrap();
     close("RMSNorm 3×129", &got.data, &want.data, 1e-5, 1e-4);
+
+    // The residual add fused with RMSNorm against its CPU twin (ops::add, then ops::rms_norm_into).
+    let (h, x, gamma) = (
+        data(5, 3 * n, -2.0, 2.0),
+        data(6, 3 * n, -1.0, 1.0),
+        data(7, n, 0.5, 1.5),
+    );
+    let mut want_h = h.clone();
+    ops::add(&mut want_h, &x);
+    let mut want_y = vec![0.0; 3 * n];
+    ops::rms_norm_into(&want_h, &gamma, 1e-5, &mut want_y);
+    let (hb, xb) = (
+        gpu.upload("h", &f32_bytes(&h)).await.unwrap(),
+        gpu.upload("x", &f32_bytes(&x)).await.unwrap(),
+    );
+    let gb = gpu.upload("gamma", &f32_bytes(&gamma)).await.unwrap();
+    let yb = gpu.output("y", 4 * (3 * n) as u64).await.unwrap();
+    let mut enc = gpu.device.create_command_encoder(&Default::default());
+    norm.encode_add_rms(&gpu, &mut enc, &hb, &xb, &gb, &yb, 3, n as u32, 1e-5)
+        .unwrap();
+    gpu.queue.submit([enc.finish()]);
+    close(
+        "h after add, 3×129",
+        &gpu.read_f32(&hb).await.unwrap()[..3 * n],
+        &want_h,
+        0.0,
+        0.0,
+    );
+    close(
+        "add + RMSNorm 3×129",
+        &gpu.read_f32(&yb).await.unwrap()[..3 * n],
+        &want_y,
+        1e-5,
+        1e-4,
+    );
 
     // Softmax by rows (Grid, 5 rows of 77).
     let net = one_layer(r#""type":"Softmax","softmax_type":"Grid","softmax_rows":5,"softmax_cols":77"#);
