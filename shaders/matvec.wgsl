@@ -4,7 +4,7 @@
 //
 // The weights stay in their stored bytes (Loom's native packing, Loom's Q4_0 payload, or llama.cpp blocks), bound
 // as raw u32 words, possibly split across several bindings (`word(i)` hides the split). They are decoded in the
-// kernel. The host (`crate/src/gpu/matvec.rs`) assembles one module from the `// @@ name` sections below:
+// kernel. The host (`crate/src/gpu/ops/matvec.rs`) assembles one module from the `// @@ name` sections below:
 //
 //   activation.wgsl · common · xv1 or xv4 · word(i) and its bindings (generated) · constants (generated)
 //   · helpers (half, ints, field_*) · the encoding's decode function (`code`, `code64`) · its unit reader

@@ -1,4 +1,4 @@
-//! Loom networks on the GPU, built on the ops of [`super::ops`]: the network model (one command submission per
+//! Loom networks on the GPU, built on the ops of `super::ops`: the network model (one command submission per
 //! forward), MultiHeadAttention, the streaming loader, the Loom-only layer kernels (conv, recurrent, KMeans), and
 //! each op family's Loom layer (its weights and row rules: norm, softmax, embedding).
 

@@ -1,6 +1,6 @@
 //! Host for `shaders/attention.wgsl`: the KV cache, its update kernel, and causal GQA attention against it (prefill:
 //! many tokens at once; decode: one token against the cache). CPU twin: the attention step of `crate::cpu`
-//! attention.rs, f64 there and f32 here. [`super::Mha`] composes these into a MultiHeadAttention layer.
+//! attention.rs, f64 there and f32 here. [`crate::gpu::Mha`] composes these into a MultiHeadAttention layer.
 
 use std::sync::Arc;
 
