@@ -24,6 +24,40 @@ pub(crate) use ops::kernel::{Plan, PlanCounts};
 
 use crate::error::{LoomError, Result};
 
+/// What identifies a compiled pipeline in [`Gpu`]'s cache: a kernel from fixed WGSL by its name, or a matvec
+/// module generated for one encoding. Shown as a path (`matvec/q4_1/f32/1/4/matvec`) in labels and errors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PipelineKey {
+    Named(&'static str),
+    MatVec {
+        packing: Packing,
+        shader_f16: bool,
+        /// Weight bindings (a tensor over the binding limit is split).
+        parts: usize,
+        /// Batch rows each workgroup serves.
+        batch_rows: u32,
+        entry: &'static str,
+    },
+}
+
+impl std::fmt::Display for PipelineKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PipelineKey::Named(name) => f.write_str(name),
+            PipelineKey::MatVec {
+                packing,
+                shader_f16,
+                parts,
+                batch_rows,
+                entry,
+            } => {
+                let halves = if *shader_f16 { "f16" } else { "f32" };
+                write!(f, "matvec/{}/{halves}/{parts}/{batch_rows}/{entry}", packing.key())
+            }
+        }
+    }
+}
+
 /// A GPU device with the adapter's own limits, its detected features, and cached pipelines.
 pub struct Gpu {
     pub device: wgpu::Device,
@@ -34,10 +68,10 @@ pub struct Gpu {
     pub has_f16: bool,
     pub has_subgroups: bool,
     lost: Arc<AtomicBool>,
-    pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
+    pipelines: Mutex<HashMap<PipelineKey, Arc<wgpu::ComputePipeline>>>,
     /// Pipelines whose validation result is not known yet (in the browser the error scope resolves later).
     #[cfg(target_arch = "wasm32")]
-    unchecked: Mutex<Vec<(String, Verdict)>>,
+    unchecked: Mutex<Vec<(PipelineKey, Verdict)>>,
     /// The plan of the layer being encoded (see `kernel.rs`), and the lock that keeps one encode at a time on it.
     plan: Mutex<Option<ops::kernel::Recording>>,
     encoding: Mutex<()>,
@@ -114,29 +148,31 @@ impl Gpu {
     /// rejected: …"), never a panic. Natively the scope resolves at once and this call returns the error; in the
     /// browser it resolves later, so the error comes from [`Gpu::check_pipelines`], which every readback awaits
     /// before it submits.
-    pub fn pipeline(&self, key: &str, source: &str, entry: &str) -> Result<Arc<wgpu::ComputePipeline>> {
-        self.pipeline_with(key, || source.to_string(), entry)
+    pub fn pipeline(&self, name: &'static str, source: &str, entry: &str) -> Result<Arc<wgpu::ComputePipeline>> {
+        self.pipeline_with(PipelineKey::Named(name), || source.to_string(), entry)
     }
 
-    /// [`Gpu::pipeline`] for a generated module: `source` runs only on a cache miss.
+    /// [`Gpu::pipeline`] for a generated module: `source` runs only on a cache miss (a hit compares and hashes
+    /// `key` as it is, building no string).
     pub fn pipeline_with(
         &self,
-        key: &str,
+        key: PipelineKey,
         source: impl FnOnce() -> String,
         entry: &str,
     ) -> Result<Arc<wgpu::ComputePipeline>> {
         self.check_alive()?;
         let mut cache = lock(&self.pipelines);
-        if let Some(p) = cache.get(key) {
+        if let Some(p) = cache.get(&key) {
             return Ok(p.clone());
         }
+        let label = key.to_string();
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some(key),
+            label: Some(&label),
             source: wgpu::ShaderSource::Wgsl(source().into()),
         });
         let pipeline = Arc::new(self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some(key),
+            label: Some(&label),
             layout: None,
             module: &module,
             entry_point: Some(entry),
@@ -146,11 +182,11 @@ impl Gpu {
         let verdict = scope.pop();
         #[cfg(not(target_arch = "wasm32"))]
         if let Some(e) = pollster::block_on(verdict) {
-            return Err(rejected(key, &e));
+            return Err(rejected(&key, &e));
         }
         #[cfg(target_arch = "wasm32")]
-        lock(&self.unchecked).push((key.to_string(), Box::pin(verdict)));
-        cache.insert(key.to_string(), pipeline.clone());
+        lock(&self.unchecked).push((key, Box::pin(verdict)));
+        cache.insert(key, pipeline.clone());
         Ok(pipeline)
     }
 
@@ -285,6 +321,6 @@ impl Gpu {
 }
 
 /// The error for a shader the driver refused.
-fn rejected(key: &str, e: &wgpu::Error) -> LoomError {
+fn rejected(key: &PipelineKey, e: &wgpu::Error) -> LoomError {
     LoomError::Gpu(format!("{key}: shader rejected: {e}"))
 }

@@ -13,7 +13,7 @@ use super::kernel::{dispatch, dispatch_3d, grid_for};
 use super::{Pointwise, ACTIVATION_WGSL};
 use crate::dtype::{q4_0, DType};
 use crate::error::{LoomError, Result};
-use crate::gpu::Gpu;
+use crate::gpu::{Gpu, PipelineKey};
 use crate::quant::{self, GgmlType};
 
 const MATVEC_WGSL: &str = include_str!("../../../../shaders/matvec.wgsl");
@@ -71,7 +71,7 @@ impl Packing {
         }
     }
 
-    fn key(self) -> String {
+    pub(crate) fn key(self) -> String {
         match self {
             Packing::Loom(dt) => dt.name().to_string(),
             Packing::LoomQ4_0 => "loom_q4_0".into(),
@@ -467,12 +467,14 @@ impl MatVec {
             RowLayout::Workgroup => ("body", "matvec"),
             RowLayout::Lane => ("body_rows", "matvec_rows"),
         };
-        let key = format!(
-            "matvec/{}/{}/{parts}/{bt}/{entry}",
-            self.packing.key(),
-            if self.shader_f16 { "f16" } else { "f32" }
-        );
-        gpu.pipeline_with(&key, || self.packing.source(self.shader_f16, parts, bt, body), entry)
+        let key = PipelineKey::MatVec {
+            packing: self.packing,
+            shader_f16: self.shader_f16,
+            parts,
+            batch_rows: bt,
+            entry,
+        };
+        gpu.pipeline_with(key, || self.packing.source(self.shader_f16, parts, bt, body), entry)
     }
 
     /// Records `y = act(W·x)` for `batch` rows of `x` (`[batch][n_in]` f32) into `encoder`; `y` receives
@@ -539,9 +541,15 @@ impl MatVec {
         if n == 0 {
             return Ok(());
         }
-        let key = format!("matvec-gather/{}/{}", self.packing.key(), w.parts.len());
         let parts = w.parts.len();
-        let pipeline = gpu.pipeline_with(&key, || self.packing.source(false, parts, 1, "gather"), "gather")?;
+        let key = PipelineKey::MatVec {
+            packing: self.packing,
+            shader_f16: false,
+            parts,
+            batch_rows: 1,
+            entry: "gather",
+        };
+        let pipeline = gpu.pipeline_with(key, || self.packing.source(false, parts, 1, "gather"), "gather")?;
         let g = grid_for(gpu, n, 64, "gather")?;
         let words = w.params(0, 0, batch);
         let buffers = w.bindings(ids, y);
