@@ -68,6 +68,24 @@ enum Qkv {
     },
 }
 
+/// The matrices' rows back to back, their blocks as stored, when they share a block type and a row length.
+fn stacked(ms: &[&Matrix]) -> Option<Matrix> {
+    let first = ms.first()?;
+    if !ms.iter().all(|m| m.ty == first.ty && m.cols == first.cols) {
+        return None;
+    }
+    Some(Matrix {
+        ty: first.ty,
+        rows: ms.iter().map(|m| m.rows).sum(),
+        cols: first.cols,
+        data: ms
+            .iter()
+            .flat_map(|m| m.data.iter().copied())
+            .collect::<Vec<u8>>()
+            .into(),
+    })
+}
+
 /// SwiGLU's gate and up projections.
 enum GateUp {
     /// One matrix, the gate's rows then the up's (same block type, no biases): one matvec computes both.
@@ -202,13 +220,8 @@ impl GpuEngineBuilder {
     /// is the two matrices' blocks back to back, as stored.
     async fn gate_up(&mut self, i: usize, b: &BlockWeights) -> Result<GateUp> {
         let n = |s: &str| format!("blk.{i}.{s}");
-        if b.gate.ty == b.up.ty && b.gate.cols == b.up.cols && b.b_gate.is_none() && b.b_up.is_none() {
-            let fused = Matrix {
-                ty: b.gate.ty,
-                rows: b.gate.rows + b.up.rows,
-                cols: b.gate.cols,
-                data: [&b.gate.data[..], &b.up.data[..]].concat().into(),
-            };
+        let no_biases = b.b_gate.is_none() && b.b_up.is_none();
+        if let Some(fused) = no_biases.then(|| stacked(&[&b.gate, &b.up])).flatten() {
             return Ok(GateUp::Fused(self.matrix(&n("ffn_gate+ffn_up"), &fused).await?));
         }
         let g = self.gpu.clone();
@@ -224,15 +237,8 @@ impl GpuEngineBuilder {
     /// matrices' blocks back to back, as stored.
     async fn qkv(&mut self, i: usize, b: &BlockWeights) -> Result<Qkv> {
         let n = |s: &str| format!("blk.{i}.{s}");
-        let same = |m: &Matrix| m.ty == b.wq.ty && m.cols == b.wq.cols;
         let no_extras = b.bq.is_none() && b.bk.is_none() && b.bv.is_none() && b.q_norm.is_none() && b.k_norm.is_none();
-        if same(&b.wk) && same(&b.wv) && no_extras {
-            let fused = Matrix {
-                ty: b.wq.ty,
-                rows: b.wq.rows + b.wk.rows + b.wv.rows,
-                cols: b.wq.cols,
-                data: [&b.wq.data[..], &b.wk.data[..], &b.wv.data[..]].concat().into(),
-            };
+        if let Some(fused) = no_extras.then(|| stacked(&[&b.wq, &b.wk, &b.wv])).flatten() {
             return Ok(Qkv::Fused(self.matrix(&n("attn_q+attn_k+attn_v"), &fused).await?));
         }
         let g = self.gpu.clone();
