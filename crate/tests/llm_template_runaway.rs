@@ -49,11 +49,22 @@ static ALLOCATOR: PeakAlloc = PeakAlloc;
 /// Most a runaway render may hold at once (its fuel pays for 64 MB of strings).
 const MAX_PEAK_BYTES: usize = 256 << 20;
 
+/// How long a render may take before the test calls it a hang (a passing one takes under a second).
+const HANG: Duration = Duration::from_secs(20);
+
 /// Doubles `ns.v`, starting from `start`, 64 times with `step`, then prints `show` of it.
 fn doubling(start: &str, step: &str, show: &str) -> String {
     format!(
         "{{% set ns = namespace(v={start}) %}}{{% for i in range(64) %}}{{% set ns.v = {step} %}}{{% endfor %}}{{{{ {show} }}}}"
     )
+}
+
+/// Builds `ns.v` and `ns.w` alike, each a list holding the previous one twice, 64 deep, then runs `show`.
+fn shared_pair(show: &str) -> String {
+    "{% set ns = namespace(v=[1], w=[1]) %}{% for i in range(64) %}{% set ns.v = [ns.v, ns.v] %}\
+     {% set ns.w = [ns.w, ns.w] %}{% endfor %}"
+        .to_string()
+        + show
 }
 
 #[test]
@@ -174,6 +185,45 @@ fn runaway_templates_are_typed_errors_quickly_in_bounded_memory() {
         ("unclosed str.format key", "{{ '<{0[a}｜>'.format(['x']) }}".into()),
         ("non-ASCII format filter key", "{{ '%(é)s' | format(x=1) }}".into()),
         ("unclosed format filter key", "{{ '%(a ｜' | format(x=1) }}".into()),
+        // Walks inside one instruction over values that are small but hold themselves many times over (minijinja
+        // patched for these, vendor/minijinja/PATCH.md): a concatenation doubled 64 times, and two lists built
+        // alike, each holding the same list twice, 64 deep (2^64 items to compare, hash or print).
+        ("list + doubling", doubling("[1]", "ns.v + ns.v", "ns.v | length")),
+        (
+            "iterable + doubling",
+            doubling("[1] | select", "ns.v + ns.v", "ns.v | list | length"),
+        ),
+        ("shared lists, ==", shared_pair("{{ ns.v == ns.w }}")),
+        ("shared lists, <", shared_pair("{{ ns.v < ns.w }}")),
+        ("shared lists, in", shared_pair("{{ ns.w in [ns.v] }}")),
+        ("shared lists, ~", shared_pair("{{ (ns.v ~ '') | length }}")),
+        ("shared lists, join", shared_pair("{{ ns.v | join | length }}")),
+        ("shared lists, upper", shared_pair("{{ ns.v | upper | length }}")),
+        (
+            "shared lists, str.format",
+            shared_pair("{{ '{}'.format(ns.v) | length }}"),
+        ),
+        (
+            "shared lists, format",
+            shared_pair("{{ '%s' | format(ns.v) | length }}"),
+        ),
+        (
+            "shared lists, unique",
+            shared_pair("{{ [ns.v, ns.w] | unique | list | length }}"),
+        ),
+        ("shared lists, sort", shared_pair("{{ [ns.v, ns.w] | sort | length }}")),
+        ("shared lists, dict key", shared_pair("{{ {ns.v: 1} | length }}")),
+        ("shared lists, count", shared_pair("{{ [ns.v].count(ns.w) }}")),
+        (
+            "shared lists, last instruction",
+            shared_pair("{% if ns.v == ns.w %}same{% endif %}"),
+        ),
+        (
+            "shared maps, ==",
+            "{% set ns = namespace(v={}, w={}) %}{% for i in range(64) %}{% set ns.v = {'a': ns.v, 'b': ns.v} %}\
+             {% set ns.w = {'a': ns.w, 'b': ns.w} %}{% endfor %}{{ ns.v == ns.w }}"
+                .into(),
+        ),
         ("unknown filter", "{{ messages | no_such_filter }}".into()),
         ("undefined method", "{{ messages.nope() }}".into()),
     ];
@@ -182,7 +232,17 @@ fn runaway_templates_are_typed_errors_quickly_in_bounded_memory() {
         let before = LIVE.load(Ordering::Relaxed);
         PEAK.store(before, Ordering::Relaxed);
         let start = Instant::now();
-        let result = ChatTemplate::new(&source).and_then(|t| t.render(&messages, true, None, None));
+        // On a thread of its own, so that a render that hangs fails the test instead of hanging it.
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let thread_messages = messages.clone();
+        std::thread::spawn(move || {
+            let result = ChatTemplate::new(&source).and_then(|t| t.render(&thread_messages, true, None, None));
+            let _ = sender.send(result);
+        });
+        let Ok(result) = receiver.recv_timeout(HANG) else {
+            failures.push(format!("{name}: no result after {HANG:?}"));
+            break;
+        };
         let elapsed = start.elapsed();
         let peak = PEAK.load(Ordering::Relaxed) - before;
         match result {

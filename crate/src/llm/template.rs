@@ -13,9 +13,9 @@
 //! errors, as are compile errors and `raise_exception`. minijinja charges a serialized value to the fuel only
 //! once its text exists, so the filters that serialize whole values (`tojson`, `string`, `pprint`) stop at the
 //! output's cap themselves; `str.format` and the `format` filter are checked before minijinja formats (widths past
-//! the cap, nested fields, and non-ASCII field keys, which run to their closing bracket, are errors). Not covered,
-//! as they happen inside one minijinja instruction with no hook: `+` of lists doubled past 32 levels (minijinja
-//! then flattens 2^32 items) and `~`, `==`, `in` over a list that holds the same list twice, nested deep.
+//! the cap, nested fields, and non-ASCII field keys, which run to their closing bracket, are errors). Walks inside
+//! one instruction (comparing, hashing, formatting and flattening values that hold the same list many times over)
+//! are charged to a work budget the size of the fuel by our patch of minijinja (`vendor/minijinja/PATCH.md`).
 
 use std::collections::BTreeMap;
 use std::io::Write;

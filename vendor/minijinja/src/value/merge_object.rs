@@ -63,7 +63,10 @@ impl fmt::Debug for MergeSeq {
 }
 
 impl MergeSeq {
-    pub(crate) const MAX_DEPTH: usize = 32;
+    // Patched in loom-wasm: 32 upstream.  Every item of a lazy concatenation passes through each
+    // level, so a chain doubled 32 times made each of its 2^32 items cost 32 steps that fuel
+    // charges as one.
+    pub(crate) const MAX_DEPTH: usize = 4;
 
     #[cfg(feature = "builtins")]
     pub fn new(values: Vec<Value>) -> Self {
@@ -106,6 +109,10 @@ impl MergeSeq {
     fn push_flattened_value(value: &Value, values: &mut Vec<Value>) {
         let mut pending = vec![value.clone()];
         while let Some(value) = pending.pop() {
+            // Patched in loom-wasm: stop once the work budget is spent (the engine then fails).
+            if !crate::value::visit_container() {
+                break;
+            }
             if let Some(seq) = value.downcast_object_ref::<Self>() {
                 pending.extend(seq.values.iter().rev().cloned());
             } else {

@@ -670,7 +670,10 @@ impl fmt::Debug for ValueRepr {
                 }
                 write!(f, "'")
             }
-            ValueRepr::Object(ref val) => val.render(f),
+            // Once the work budget is spent, nothing (an `Err` would panic in `to_string`): the
+            // engine fails.
+            ValueRepr::Object(ref val) if visit_container() => val.render(f),
+            ValueRepr::Object(_) => Ok(()),
         }
     }
 }
@@ -686,7 +689,9 @@ impl Hash for Value {
             ValueRepr::Bytes(ref b) => b.hash(state),
             ValueRepr::Object(ref d) => {
                 self.is_tuple().hash(state);
-                d.hash(state);
+                if visit_container() {
+                    d.hash(state);
+                }
             }
             ValueRepr::U64(_)
             | ValueRepr::I64(_)
@@ -700,6 +705,20 @@ impl Hash for Value {
                 }
             }
         }
+    }
+}
+
+/// Charges the visit of a container or of one of its items to the running template's work
+/// budget (patched in loom-wasm, see `vm::fuel::visit_container`); false once it is spent.
+#[inline(always)]
+pub(crate) fn visit_container() -> bool {
+    #[cfg(feature = "fuel")]
+    {
+        crate::vm::fuel::visit_container()
+    }
+    #[cfg(not(feature = "fuel"))]
+    {
+        true
     }
 }
 
@@ -723,7 +742,7 @@ impl PartialEq for Value {
                 Some(ops::CoerceResult::Str(a, b)) => a == b,
                 None => {
                     if let (Some(a), Some(b)) = (self.as_object(), other.as_object()) {
-                        if self.is_tuple() != other.is_tuple() {
+                        if self.is_tuple() != other.is_tuple() || !visit_container() {
                             return false;
                         }
                         if a.is_same_object(b) {
@@ -752,6 +771,9 @@ impl PartialEq for Value {
                                 let mut a_count = 0;
                                 if !a.try_iter_pairs().is_some_and(|mut ak| {
                                     ak.all(|(k, v1)| {
+                                        if !visit_container() {
+                                            return false;
+                                        }
                                         a_count += 1;
                                         b.get_value(&k) == Some(v1)
                                     })
@@ -769,7 +791,7 @@ impl PartialEq for Value {
                                 ObjectRepr::Seq | ObjectRepr::Iterable,
                             ) => {
                                 if let (Some(ak), Some(bk)) = (a.try_iter(), b.try_iter()) {
-                                    ak.eq(bk)
+                                    ak.take_while(|_| visit_container()).eq(bk)
                                 } else {
                                     false
                                 }
@@ -933,7 +955,7 @@ impl Ord for Value {
                         rv => return rv,
                     }
 
-                    if a.is_same_object(b) {
+                    if a.is_same_object(b) || !visit_container() {
                         Ordering::Equal
                     } else {
                         // if there is a custom comparison, run it.
@@ -949,7 +971,9 @@ impl Ord for Value {
                                 // we don't want to pay the cost of actually sorting the keys for
                                 // ordering so we just accept this for now.
                                 match (a.try_iter_pairs(), b.try_iter_pairs()) {
-                                    (Some(a), Some(b)) => a.cmp(b),
+                                    (Some(a), Some(b)) => {
+                                        a.take_while(|_| visit_container()).cmp(b)
+                                    }
                                     _ => unreachable!(),
                                 }
                             }
@@ -957,7 +981,7 @@ impl Ord for Value {
                                 ObjectRepr::Seq | ObjectRepr::Iterable,
                                 ObjectRepr::Seq | ObjectRepr::Iterable,
                             ) => match (a.try_iter(), b.try_iter()) {
-                                (Some(a), Some(b)) => a.cmp(b),
+                                (Some(a), Some(b)) => a.take_while(|_| visit_container()).cmp(b),
                                 _ => unreachable!(),
                             },
                             // terrible fallback for plain objects
@@ -1007,7 +1031,8 @@ impl fmt::Display for Value {
             ValueRepr::SmallStr(ref val) => write!(f, "{}", val.as_str()),
             ValueRepr::Bytes(ref val) => write!(f, "{}", String::from_utf8_lossy(val)),
             ValueRepr::U128(val) => write!(f, "{}", { val.0 }),
-            ValueRepr::Object(ref x) => write!(f, "{x}"),
+            ValueRepr::Object(ref x) if visit_container() => write!(f, "{x}"),
+            ValueRepr::Object(_) => Ok(()),
         }
     }
 }

@@ -305,7 +305,12 @@ fn default_render(obj: &DynObject, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     match obj.repr() {
         ObjectRepr::Map => render_container(f, "{...}", |f| {
             let mut dbg = f.debug_map();
-            for (idx, (key, value)) in obj.try_iter_pairs().into_iter().flatten().enumerate() {
+            // Patched in loom-wasm: each item charged to the work budget (`vm::fuel`).
+            let pairs = obj.try_iter_pairs().into_iter().flatten();
+            for (idx, (key, value)) in pairs
+                .take_while(|_| crate::value::visit_container())
+                .enumerate()
+            {
                 if is_over_item_limit(idx) {
                     let count = obj.enumerator_len().map(|x| x - idx);
                     dbg.entry(&OmittedKey, &Omitted { count, prefix: "" });
@@ -321,7 +326,11 @@ fn default_render(obj: &DynObject, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         ObjectRepr::Seq | ObjectRepr::Iterable if obj.enumerator_len().is_some() => {
             render_container(f, "[...]", |f| {
                 let mut dbg = f.debug_list();
-                for (idx, value) in obj.try_iter().into_iter().flatten().enumerate() {
+                let values = obj.try_iter().into_iter().flatten();
+                for (idx, value) in values
+                    .take_while(|_| crate::value::visit_container())
+                    .enumerate()
+                {
                     if is_over_item_limit(idx) {
                         let count = obj.enumerator_len().map(|x| x - idx);
                         dbg.entry(&Omitted {
@@ -954,7 +963,8 @@ impl DynObject {
 impl Hash for DynObject {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         if let Some(iter) = self.try_iter_pairs() {
-            for (key, value) in iter {
+            // Patched in loom-wasm: each item charged to the work budget (`vm::fuel`).
+            for (key, value) in iter.take_while(|_| crate::value::visit_container()) {
                 key.hash(state);
                 value.hash(state);
             }

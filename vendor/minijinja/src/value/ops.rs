@@ -492,11 +492,19 @@ fn seq_concat_len(lhs: &Value, rhs: &Value) -> Option<usize> {
 }
 
 fn materialize_seq_concat(lhs: &Value, rhs: &Value, len: usize) -> Result<Value, Error> {
+    // Patched in loom-wasm: a concatenation doubled 33 times would flatten 2^33 items here.
+    #[cfg(feature = "fuel")]
+    if !crate::vm::fuel::reserve_visits(len) {
+        return Err(Error::from(ErrorKind::OutOfFuel));
+    }
     let mut rv = Vec::with_capacity(untrusted_size_hint(len));
     for item in ok!(lhs.try_iter())
         .checked()
         .chain(ok!(rhs.try_iter()).checked())
     {
+        if !crate::value::visit_container() {
+            return Err(Error::from(ErrorKind::OutOfFuel));
+        }
         rv.push(ok!(item));
     }
     Ok(Value::from(rv))

@@ -59,6 +59,86 @@ pub(crate) const SERIALIZED_BYTE_COST: u64 = 16;
 /// Cost of one format specifier in the `format` filter.
 pub(crate) const FORMAT_SPEC_COST: u64 = 4 * UNITS_PER_FUEL;
 
+// Patched in loom-wasm (see PATCH.md): the work one instruction does inside nested values.
+//
+// Comparing, hashing and formatting containers, and flattening a concatenation, walk nested
+// values inside a single instruction.  A list that holds the same list twice, nested 64 deep, is
+// 64 small values but 2^64 items to walk, and none of that passes an instruction boundary.  So
+// while a template with fuel runs, every container and item visited charges `ITEM_COST` to a
+// second budget the size of the fuel, kept per thread because these walks (`PartialEq`, `Hash`,
+// `Display`) have no state at hand.  Once it is spent the walks stop early, and the engine fails
+// with `OutOfFuel` at the next instruction or at the end of the template.
+thread_local! {
+    static WORK_LEFT: Cell<i64> = const { Cell::new(NO_WORK_LIMIT) };
+}
+
+/// The work budget's value while no template with fuel runs on this thread.
+const NO_WORK_LIMIT: i64 = i64::MAX;
+
+/// Charges the visit of one container, or of one item of a container, inside a value.  Returns
+/// false once the work budget is spent (and from then on), so the caller stops walking.
+#[inline]
+pub(crate) fn visit_container() -> bool {
+    WORK_LEFT.with(|left| {
+        let units = left.get();
+        if units == NO_WORK_LIMIT {
+            return true;
+        }
+        let units = units.saturating_sub(ITEM_COST as i64);
+        left.set(units);
+        units > 0
+    })
+}
+
+/// Checks that `items` visits fit in what is left of the work budget, before a walk of known
+/// length; spends the budget if they do not.
+pub(crate) fn reserve_visits(items: usize) -> bool {
+    WORK_LEFT.with(|left| {
+        let units = left.get();
+        if units == NO_WORK_LIMIT {
+            return true;
+        }
+        let fits = cost_of(items, ITEM_COST) < units.max(0) as u64;
+        if !fits {
+            left.set(0);
+        }
+        fits
+    })
+}
+
+/// Is the work budget of the running template spent?
+#[inline]
+pub(crate) fn work_exhausted() -> bool {
+    WORK_LEFT.with(|left| left.get() <= 0)
+}
+
+/// Gives the outermost template evaluation on this thread a work budget of `fuel`; nested
+/// evaluations share it.
+pub(crate) struct WorkScope {
+    outermost: bool,
+}
+
+impl WorkScope {
+    pub fn enter(fuel: Option<u64>) -> WorkScope {
+        WORK_LEFT.with(|left| match fuel {
+            Some(fuel) if left.get() == NO_WORK_LIMIT => {
+                let units = i64::try_from(fuel.saturating_mul(UNITS_PER_FUEL)).unwrap_or(i64::MAX);
+                left.set(units.min(NO_WORK_LIMIT - 1));
+                WorkScope { outermost: true }
+            }
+            _ => WorkScope { outermost: false },
+        })
+    }
+}
+
+impl Drop for WorkScope {
+    fn drop(&mut self) {
+        if self.outermost {
+            WORK_LEFT.with(|left| left.set(NO_WORK_LIMIT));
+        }
+    }
+}
+
 /// Helper for tracking fuel consumption.
 pub(crate) struct FuelTracker {
     // The initial fuel level.
@@ -114,7 +194,10 @@ impl FuelTracker {
     /// Tracks an instruction.  If it runs out of fuel an error is returned.
     #[inline]
     pub fn track(&self, instr: &Instruction) -> Result<(), Error> {
-        if consumes_fuel(instr) {
+        if work_exhausted() {
+            self.remaining.set(0);
+            Err(Error::from(ErrorKind::OutOfFuel))
+        } else if consumes_fuel(instr) {
             self.consume(INSTRUCTION_COST)
         } else {
             Ok(())

@@ -153,6 +153,8 @@ impl<'env> Executor<'env> {
         out: &mut Output,
         auto_escape: AutoEscape,
     ) -> Result<(Option<Value>, State<'template, 'env>), Error> {
+        #[cfg(feature = "fuel")]
+        let _work = fuel::WorkScope::enter(env.fuel());
         let mut state = State::new(
             Context::new_with_frame(env, ok!(Frame::new_checked(root))),
             auto_escape,
@@ -160,7 +162,14 @@ impl<'env> Executor<'env> {
             #[cfg(feature = "multi_template")]
             prepare_blocks(_blocks),
         );
-        Self::eval_state(&mut state, out).map(|x| (x, state))
+        let rv = ok!(Self::eval_state(&mut state, out));
+        // Patched in loom-wasm: a walk cut short by the work budget in the last instruction gave
+        // a wrong value.
+        #[cfg(feature = "fuel")]
+        if fuel::work_exhausted() {
+            return Err(Error::from(ErrorKind::OutOfFuel));
+        }
+        Ok((rv, state))
     }
 
     /// Evaluates a macro by temporarily switching the active state.
