@@ -14,6 +14,7 @@
 use std::time::Instant;
 
 use loom_wasm::dtype::{auto_scale, q4_0, quantize, DType};
+use loom_wasm::gpu::Recorder;
 use loom_wasm::gpu::{Gpu, MatVec, PackedWeights, Packing, GPU_GGML_TYPES};
 use loom_wasm::network::Activation;
 use loom_wasm::quant::GgmlType;
@@ -166,17 +167,9 @@ fn main() -> BoxResult<()> {
             let mut times = Vec::with_capacity(runs);
             for r in 0..runs + 2 {
                 let t0 = Instant::now();
-                let mut encoder = gpu.device.create_command_encoder(&Default::default());
-                kernel.encode(
-                    &gpu,
-                    &mut encoder,
-                    &xb,
-                    &w,
-                    &yb,
-                    batch as u32,
-                    Activation::Linear.into(),
-                )?;
-                gpu.queue.submit([encoder.finish()]);
+                let mut recorder = Recorder::new(&gpu);
+                kernel.encode(&mut recorder, &xb, &w, &yb, batch as u32, Activation::Linear.into())?;
+                recorder.submit();
                 gpu.device.poll(wgpu::PollType::wait_indefinitely())?;
                 // The first two runs warm up (pipeline creation, caches).
                 if r >= 2 {

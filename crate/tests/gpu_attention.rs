@@ -16,6 +16,7 @@ use gpu_util::{close, data, gpu, one_layer, testdata, MaxErr};
 use loom_wasm::conformance::hex_f32s;
 use loom_wasm::cpu::CpuModel;
 use loom_wasm::formats::{entity, loom_json};
+use loom_wasm::gpu::Recorder;
 use loom_wasm::gpu::{Attention, Gpu, GpuTensor, KvCache, KvRows, Mha, Rope};
 use loom_wasm::network::{Network, WeightStore};
 use loom_wasm::LoomError;
@@ -173,13 +174,13 @@ fn kv_update_is_an_exact_copy_even_when_it_wraps() {
                 k_offset: 7,
                 v_offset: (7 + kv) as u32,
             };
-            let mut enc = gpu.device.create_command_encoder(&Default::default());
+            let mut recorder = Recorder::new(&gpu);
             let rows = KvRows::packed(&cache, tokens as u32, 0);
-            att.encode_kv_update(&gpu, &mut enc, &cache, &kb, &vb, rows, pos0 as u32)
+            att.encode_kv_update(&mut recorder, &cache, &kb, &vb, rows, pos0 as u32)
                 .unwrap();
-            att.encode_kv_update(&gpu, &mut enc, &fused_cache, &fb, &fb, fused_rows, pos0 as u32)
+            att.encode_kv_update(&mut recorder, &fused_cache, &fb, &fb, fused_rows, pos0 as u32)
                 .unwrap();
-            gpu.queue.submit([enc.finish()]);
+            recorder.submit();
             for (what, cache) in [("separate", &cache), ("fused", &fused_cache)] {
                 let (gk, gv) = pollster::block_on(cache.read(&gpu)).unwrap();
                 assert!(
@@ -411,9 +412,9 @@ fn layers_the_gpu_cannot_run_are_typed_errors() {
     let err = pollster::block_on(m.forward(&gpu, &[0.5], &[])).unwrap_err();
     assert!(matches!(err, LoomError::InvalidInput(_)), "{err:?}");
     // So is a tensor that holds fewer tokens than its shape's layout reads, when encoding directly.
-    let x = GpuTensor::scratch(&gpu, vec![3]).unwrap();
-    let mut enc = gpu.device.create_command_encoder(&Default::default());
+    let mut recorder = Recorder::new(&gpu);
+    let x = GpuTensor::scratch(&mut recorder, vec![3]).unwrap();
     let mut fresh = pollster::block_on(Mha::new(&gpu, &net.layers[0])).unwrap();
-    let err = fresh.encode(&gpu, &mut enc, &x).unwrap_err();
+    let err = fresh.encode(&mut recorder, &x).unwrap_err();
     assert!(matches!(err, LoomError::InvalidInput(_)), "{err:?}");
 }

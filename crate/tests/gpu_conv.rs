@@ -13,6 +13,7 @@ mod gpu_util;
 use gpu_corpus::{check, corpus, forward, with_dtype, Case};
 use gpu_util::{close, cpu, data, exact, gpu, one_layer, with_weights};
 use loom_wasm::cpu::Tensor;
+use loom_wasm::gpu::Recorder;
 use loom_wasm::gpu::{Conv, Gpu, GpuTensor};
 use loom_wasm::{DType, LoomError};
 
@@ -308,10 +309,10 @@ fn encode_chains_layers_in_one_submit() {
         let wa = conv.prepare(&gpu, &a.layers[0], "layers.0").await?;
         let wb = conv.prepare(&gpu, &b.layers[0], "layers.1").await?;
         let xg = GpuTensor::upload(&gpu, &Tensor::new(x, shape).unwrap()).await?;
-        let mut encoder = gpu.device.create_command_encoder(&Default::default());
-        let h = conv.encode(&gpu, &mut encoder, &a.layers[0], "layers.0", &wa, &xg)?;
-        let y = conv.encode(&gpu, &mut encoder, &b.layers[0], "layers.1", &wb, &h)?;
-        gpu.queue.submit([encoder.finish()]);
+        let mut recorder = Recorder::new(&gpu);
+        let h = conv.encode(&mut recorder, &a.layers[0], "layers.0", &wa, &xg)?;
+        let y = conv.encode(&mut recorder, &b.layers[0], "layers.1", &wb, &h)?;
+        recorder.submit();
         y.read(&gpu).await
     })
     .unwrap();

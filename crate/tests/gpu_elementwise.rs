@@ -12,6 +12,7 @@ mod gpu_util;
 use gpu_util::{close, cpu, data, exact, gpu, one_layer};
 use loom_wasm::cpu::activate;
 use loom_wasm::formats::loom_json;
+use loom_wasm::gpu::Recorder;
 use loom_wasm::gpu::{Elementwise, Gpu, MatVec, PackedWeights, Packing};
 use loom_wasm::network::Activation;
 
@@ -45,10 +46,10 @@ fn bias_add_broadcasts_rows_exactly() {
         // The in-place form used after matvecs.
         let yb = pollster::block_on(gpu.upload("y", bytemuck::cast_slice(&a))).unwrap();
         let bb = pollster::block_on(gpu.upload("b", bytemuck::cast_slice(&b))).unwrap();
-        let mut enc = gpu.device.create_command_encoder(&Default::default());
-        ew.encode_add_inplace(&gpu, &mut enc, &yb, &bb, a.len() as u32, width as u32)
+        let mut recorder = Recorder::new(&gpu);
+        ew.encode_add_inplace(&mut recorder, &yb, &bb, a.len() as u32, width as u32)
             .unwrap();
-        gpu.queue.submit([enc.finish()]);
+        recorder.submit();
         let got = pollster::block_on(gpu.read_f32(&yb)).unwrap();
         exact(&format!("bias add in place {rows}×{width}"), &got, &want);
     }
@@ -166,17 +167,17 @@ fn swiglu_layer(gpu: &Gpu, w: &[f32], h: usize, i: usize, x: &[f32]) -> Vec<f32>
     let (gb, ub, pb, yb) = (out(rows * i), out(rows * i), out(rows * i), out(rows * h));
     let (h32, i32_, r32) = (h as u32, i as u32, rows as u32);
     let lin = Activation::Linear.into();
-    let mut enc = gpu.device.create_command_encoder(&Default::default());
-    mv.encode(gpu, &mut enc, &xb, &wgb, &gb, r32, lin).unwrap();
-    ew.encode_add_inplace(gpu, &mut enc, &gb, &bgb, r32 * i32_, i32_)
+    let mut recorder = Recorder::new(gpu);
+    mv.encode(&mut recorder, &xb, &wgb, &gb, r32, lin).unwrap();
+    ew.encode_add_inplace(&mut recorder, &gb, &bgb, r32 * i32_, i32_)
         .unwrap();
-    mv.encode(gpu, &mut enc, &xb, &wub, &ub, r32, lin).unwrap();
-    ew.encode_add_inplace(gpu, &mut enc, &ub, &bub, r32 * i32_, i32_)
+    mv.encode(&mut recorder, &xb, &wub, &ub, r32, lin).unwrap();
+    ew.encode_add_inplace(&mut recorder, &ub, &bub, r32 * i32_, i32_)
         .unwrap();
-    ew.encode_swiglu(gpu, &mut enc, &gb, &ub, &pb, r32 * i32_).unwrap();
-    mv.encode(gpu, &mut enc, &pb, &wdb, &yb, r32, lin).unwrap();
-    ew.encode_add_inplace(gpu, &mut enc, &yb, &bdb, r32 * h32, h32).unwrap();
-    gpu.queue.submit([enc.finish()]);
+    ew.encode_swiglu(&mut recorder, &gb, &ub, &pb, r32 * i32_).unwrap();
+    mv.encode(&mut recorder, &pb, &wdb, &yb, r32, lin).unwrap();
+    ew.encode_add_inplace(&mut recorder, &yb, &bdb, r32 * h32, h32).unwrap();
+    recorder.submit();
     let mut y = pollster::block_on(gpu.read_f32(&yb)).unwrap();
     y.truncate(rows * h);
     y

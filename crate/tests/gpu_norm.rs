@@ -10,6 +10,7 @@ use loom_wasm::cpu::ops;
 use loom_wasm::cpu::Tensor;
 use loom_wasm::formats::loom_json;
 use loom_wasm::gpu::Norm;
+use loom_wasm::gpu::Recorder;
 
 const ABS: f32 = 1e-5;
 const REL: f32 = 1e-4;
@@ -118,10 +119,9 @@ fn per_head_gamma_rows_and_one_shot_helpers() {
     let xb = pollster::block_on(gpu.upload("x", bytemuck::cast_slice(&x))).unwrap();
     let gb = pollster::block_on(gpu.upload("g", bytemuck::cast_slice(&gamma))).unwrap();
     let yb = pollster::block_on(gpu.output("y", 4 * x.len() as u64)).unwrap();
-    let mut enc = gpu.device.create_command_encoder(&Default::default());
+    let mut recorder = Recorder::new(&gpu);
     norm.encode_rms(
-        &gpu,
-        &mut enc,
+        &mut recorder,
         &xb,
         &gb,
         &yb,
@@ -131,7 +131,7 @@ fn per_head_gamma_rows_and_one_shot_helpers() {
         1e-6,
     )
     .unwrap();
-    gpu.queue.submit([enc.finish()]);
+    recorder.submit();
     let got = pollster::block_on(gpu.read_f32(&yb)).unwrap();
     close("per-head RMSNorm 5×3×8", &got, &want, ABS, REL);
 }
@@ -154,10 +154,10 @@ fn add_then_rms_norm_matches_the_cpu_ops() {
         let upload = |label: &str, v: &[f32]| pollster::block_on(gpu.upload(label, bytemuck::cast_slice(v))).unwrap();
         let (hb, xb, gb) = (upload("h", &h), upload("x", &x), upload("gamma", &gamma));
         let yb = pollster::block_on(gpu.output("y", 4 * (rows * n) as u64)).unwrap();
-        let mut enc = gpu.device.create_command_encoder(&Default::default());
-        norm.encode_add_rms(&gpu, &mut enc, &hb, &xb, &gb, &yb, rows as u32, n as u32, 1e-5)
+        let mut recorder = Recorder::new(&gpu);
+        norm.encode_add_rms(&mut recorder, &hb, &xb, &gb, &yb, rows as u32, n as u32, 1e-5)
             .unwrap();
-        gpu.queue.submit([enc.finish()]);
+        recorder.submit();
         let got_h = pollster::block_on(gpu.read_f32(&hb)).unwrap();
         let got_y = pollster::block_on(gpu.read_f32(&yb)).unwrap();
         close(

@@ -14,6 +14,7 @@ mod gpu_util;
 use gpu_corpus::{check, corpus, forward, with_dtype, Case};
 use gpu_util::{close, cpu, data, gpu, one_layer, with_weights};
 use loom_wasm::cpu::Tensor;
+use loom_wasm::gpu::Recorder;
 use loom_wasm::gpu::{GpuTensor, Recurrent};
 use loom_wasm::{DType, LoomError};
 
@@ -101,10 +102,10 @@ fn no_state_is_carried_between_calls() {
     let (a, b) = pollster::block_on(async {
         let w = rec.prepare(&gpu, layer, "layers.0").await?;
         let xg = GpuTensor::upload(&gpu, &x).await?;
-        let mut encoder = gpu.device.create_command_encoder(&Default::default());
-        let a = rec.encode(&gpu, &mut encoder, layer, "layers.0", &w, &xg)?;
-        let b = rec.encode(&gpu, &mut encoder, layer, "layers.0", &w, &xg)?;
-        gpu.queue.submit([encoder.finish()]);
+        let mut recorder = Recorder::new(&gpu);
+        let a = rec.encode(&mut recorder, layer, "layers.0", &w, &xg)?;
+        let b = rec.encode(&mut recorder, layer, "layers.0", &w, &xg)?;
+        recorder.submit();
         Ok::<_, LoomError>((a.read(&gpu).await?, b.read(&gpu).await?))
     })
     .unwrap();

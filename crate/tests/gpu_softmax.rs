@@ -11,6 +11,7 @@ mod gpu_util;
 use gpu_util::{close, cpu, data, gpu, one_layer, testdata};
 use loom_wasm::cpu::Tensor;
 use loom_wasm::formats::loom_json;
+use loom_wasm::gpu::Recorder;
 use loom_wasm::gpu::{GpuTensor, Softmax};
 use loom_wasm::LoomError;
 
@@ -161,9 +162,9 @@ fn encode_layer_records_rows_with_a_short_last_row() {
     let want = cpu(&net, &x.data, &x.shape);
     let got = pollster::block_on(async {
         let xg = GpuTensor::upload(&gpu, &x).await?;
-        let mut encoder = gpu.device.create_command_encoder(&Default::default());
-        let y = sm.encode_layer(&gpu, &mut encoder, &net.layers[0], "layers.0", &xg)?;
-        gpu.queue.submit([encoder.finish()]);
+        let mut recorder = Recorder::new(&gpu);
+        let y = sm.encode_layer(&mut recorder, &net.layers[0], "layers.0", &xg)?;
+        recorder.submit();
         y.read(&gpu).await
     })
     .unwrap();

@@ -11,6 +11,7 @@
 
 use loom_wasm::cpu::{ops, CpuModel, Tensor};
 use loom_wasm::formats::loom_json;
+use loom_wasm::gpu::Recorder;
 use loom_wasm::gpu::{
     first_argmax, Argmax, Attention, Elementwise, Embedding, Gpu, MatVec, Mha, Norm, PackedWeights, Packing, Rope,
     Sample, SampleArgs, Softmax,
@@ -126,10 +127,10 @@ async fn rms_norm_softmax_and_argmax_match_their_cpu_twins() {
     );
     let gb = gpu.upload("gamma", &f32_bytes(&gamma)).await.unwrap();
     let yb = gpu.output("y", 4 * (3 * n) as u64).await.unwrap();
-    let mut enc = gpu.device.create_command_encoder(&Default::default());
-    norm.encode_add_rms(&gpu, &mut enc, &hb, &xb, &gb, &yb, 3, n as u32, 1e-5)
+    let mut recorder = Recorder::new(&gpu);
+    norm.encode_add_rms(&mut recorder, &hb, &xb, &gb, &yb, 3, n as u32, 1e-5)
         .unwrap();
-    gpu.queue.submit([enc.finish()]);
+    recorder.submit();
     close(
         "h after add, 3×129",
         &gpu.read_f32(&hb).await.unwrap()[..3 * n],

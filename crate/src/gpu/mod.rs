@@ -20,7 +20,7 @@ pub use ops::{
     SampleArgs, Softmax, GPU_GGML_TYPES, GPU_SAMPLE_MAX, LAYER_NORM_EPS, MAX_WEIGHT_BINDINGS, RMS_NORM_EPS,
 };
 
-pub(crate) use ops::kernel::{Plan, PlanCounts};
+pub use ops::kernel::{Arena, ArenaCounts, Recorder};
 
 use crate::error::{LoomError, Result};
 
@@ -72,16 +72,13 @@ pub struct Gpu {
     /// Pipelines whose validation result is not known yet (in the browser the error scope resolves later).
     #[cfg(target_arch = "wasm32")]
     unchecked: Mutex<Vec<(PipelineKey, Verdict)>>,
-    /// The plan of the layer being encoded (see `kernel.rs`), and the lock that keeps one encode at a time on it.
-    plan: Mutex<Option<ops::kernel::Recording>>,
-    encoding: Mutex<()>,
 }
 
 /// A pending validation result of a pipeline (browser only).
 #[cfg(target_arch = "wasm32")]
 type Verdict = std::pin::Pin<Box<dyn std::future::Future<Output = Option<wgpu::Error>>>>;
 
-/// Locks `m`, ignoring poisoning: the guarded data (caches, the plan slot) stays consistent across a panic.
+/// Locks `m`, ignoring poisoning: the guarded caches stay consistent across a panic.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -138,8 +135,6 @@ impl Gpu {
             pipelines: Mutex::new(HashMap::new()),
             #[cfg(target_arch = "wasm32")]
             unchecked: Mutex::new(Vec::new()),
-            plan: Mutex::new(None),
-            encoding: Mutex::new(()),
         })
     }
 
@@ -258,7 +253,7 @@ impl Gpu {
         self.upload(label, &vec![0u8; size as usize]).await
     }
 
-    /// A small uniform buffer (rewritable: a plan updates its words in place).
+    /// A small uniform buffer (rewritable: an arena updates its words in place).
     pub fn uniform(&self, label: &str, bytes: &[u8]) -> wgpu::Buffer {
         // Not `create_buffer_init`: it maps the new buffer and panics when the device is gone; a queued write
         // reports that as an error instead.
@@ -274,13 +269,12 @@ impl Gpu {
 
     /// Copies `buffer` back to the host (waits for queued work).
     pub async fn read(&self, buffer: &wgpu::Buffer) -> Result<Vec<u8>> {
-        let encoder = self.device.create_command_encoder(&Default::default());
-        self.submit_and_read(encoder, buffer).await
+        self.submit_and_read(&mut Recorder::new(self), buffer).await
     }
 
-    /// Records copying `buffer` to a mappable staging buffer at the end of `encoder`, submits it (one submit for
-    /// the work and the copy) and waits for the bytes. A rejected shader is the error, before anything is submitted.
-    pub async fn submit_and_read(&self, mut encoder: wgpu::CommandEncoder, buffer: &wgpu::Buffer) -> Result<Vec<u8>> {
+    /// Records copying `buffer` to a mappable staging buffer at the end of `rec`, submits it (one submit for the
+    /// work and the copy) and waits for the bytes. A rejected shader is the error, before anything is submitted.
+    pub async fn submit_and_read(&self, rec: &mut Recorder<'_>, buffer: &wgpu::Buffer) -> Result<Vec<u8>> {
         self.check_alive()?;
         self.check_pipelines().await?;
         let size = buffer.size();
@@ -290,8 +284,8 @@ impl Gpu {
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
-        encoder.copy_buffer_to_buffer(buffer, 0, &staging, 0, size);
-        self.queue.submit([encoder.finish()]);
+        rec.encoder().copy_buffer_to_buffer(buffer, 0, &staging, 0, size);
+        rec.flush();
         let slice = staging.slice(..);
         let (tx, rx) = futures_channel::oneshot::channel();
         slice.map_async(wgpu::MapMode::Read, move |r| {

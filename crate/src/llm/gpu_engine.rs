@@ -3,7 +3,7 @@
 //! on the GPU; a call records every dispatch of a chunk of tokens into one command encoder and submits it once. The
 //! greedy path picks the next token on the GPU and reads back one id (4 bytes).
 //!
-//! Bind groups and buffers come from per-shape plans (`gpu::kernel`): a decode step (one token) creates none after
+//! Bind groups and buffers come from per-shape arenas (`gpu::kernel`): a decode step (one token) creates none after
 //! the first; only the uniform words that hold the position and the RoPE table are rewritten.
 
 use std::collections::HashMap;
@@ -14,9 +14,10 @@ use super::sampler::SampleArgs;
 use super::weights::{BlockWeights, Matrix, ModelWeights};
 use crate::cpu::ops::{self, RopePairs};
 use crate::error::{LoomError, Result};
+use crate::gpu::Recorder;
 use crate::gpu::{
-    Argmax, AttendArgs, Attention, Elementwise, Gpu, GpuTensor, KvCache, KvRows, MatVec, Norm, PackedWeights, Packing,
-    Plan, PlanCounts, Rope, RopeRows, Sample, GPU_SAMPLE_MAX,
+    Arena, ArenaCounts, Argmax, AttendArgs, Attention, Elementwise, Gpu, GpuTensor, KvCache, KvRows, MatVec, Norm,
+    PackedWeights, Packing, Rope, RopeRows, Sample, GPU_SAMPLE_MAX,
 };
 
 /// Prompt tokens per submit: bounds the activation buffers of a long prompt.
@@ -31,7 +32,7 @@ pub const DEFAULT_GPU_CONTEXT: usize = 4096;
 pub struct GpuCallStats {
     pub submits: u32,
     pub dispatches: u32,
-    /// Bind groups and buffers created (0 once a shape's plan exists).
+    /// Bind groups and buffers created (0 once a shape's arena exists).
     pub bind_groups_created: u32,
     pub buffers_created: u32,
     pub bytes_read_back: u64,
@@ -135,8 +136,8 @@ pub struct GpuEngine {
     caches: Vec<KvCache>,
     cached: usize,
     inv_freq: Vec<f64>,
-    /// Plans by (tokens in the chunk, output): decode steps reuse theirs.
-    plans: HashMap<(usize, Output), Plan>,
+    /// Arenas by (tokens in the chunk, output): decode steps reuse theirs.
+    arenas: HashMap<(usize, Output), Arena>,
     last: GpuCallStats,
     /// The draw of the step in flight (for [`Output::Sampled`]) and the buffer of its penalised ids.
     draw: Option<SampleArgs>,
@@ -324,7 +325,7 @@ impl GpuEngineBuilder {
             caches,
             cached: 0,
             inv_freq,
-            plans: HashMap::new(),
+            arenas: HashMap::new(),
             last: GpuCallStats::default(),
             draw: None,
             draw_ids,
@@ -496,19 +497,21 @@ impl GpuEngine {
     async fn chunk(&mut self, tokens: &[u32], out: Output) -> Result<Vec<u8>> {
         let gpu = self.gpu.clone();
         let key = (tokens.len(), out);
-        let plan = self.plans.remove(&key).unwrap_or_default();
+        let arena = self.arenas.remove(&key).unwrap_or_default();
         gpu.check_alive()?;
         // Errors while recording (a device gone since the check, buffers it invalidated) come back through the
         // scopes as typed errors instead of reaching wgpu's default handler, which panics.
         let oom = gpu.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let invalid = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let mut encoder = gpu.device.create_command_encoder(&Default::default());
-        let (read, plan, counts) = gpu.with_plan(plan, || self.encode(&mut encoder, tokens, out));
+        let mut rec = Recorder::with_arena(&gpu, arena);
+        let read = self.encode(&mut rec, tokens, out);
+        let arena = rec.swap_arena(None).unwrap_or_default();
+        let counts = arena.counts();
         let invalid = invalid.pop().await;
         let oom = oom.pop().await;
-        // Keep the decode plan and the full-chunk prefill plan; other lengths come once per prompt.
+        // Keep the decode arena and the full-chunk prefill arena; other lengths come once per prompt.
         if tokens.len() == 1 || tokens.len() == GPU_CHUNK {
-            self.plans.insert(key, plan);
+            self.arenas.insert(key, arena);
         }
         if let Some(e) = oom {
             return Err(LoomError::GpuOutOfMemory(format!("decoder activations: {e}")));
@@ -523,25 +526,25 @@ impl GpuEngine {
         self.cached += tokens.len();
         match read {
             Some(buffer) => {
-                let bytes = gpu.submit_and_read(encoder, &buffer).await?;
+                let bytes = gpu.submit_and_read(&mut rec, &buffer).await?;
                 self.last.bytes_read_back += bytes.len() as u64;
                 Ok(bytes)
             }
             None => {
-                gpu.queue.submit([encoder.finish()]);
+                rec.submit();
                 Ok(Vec::new())
             }
         }
     }
 
-    fn count(&mut self, c: PlanCounts) {
+    fn count(&mut self, c: ArenaCounts) {
         self.last.dispatches += c.dispatches;
         self.last.bind_groups_created += c.bind_groups;
         self.last.buffers_created += c.buffers;
     }
 
     /// Records the chunk; returns the buffer to read back, if any.
-    fn encode(&self, enc: &mut wgpu::CommandEncoder, tokens: &[u32], out: Output) -> Result<Option<wgpu::Buffer>> {
+    fn encode(&self, rec: &mut Recorder, tokens: &[u32], out: Output) -> Result<Option<wgpu::Buffer>> {
         let gpu = &*self.gpu;
         let c = &self.cfg;
         let k = &self.k;
@@ -551,42 +554,42 @@ impl GpuEngine {
         let (h, qd, kvd, hd, ffn) = (c.hidden, c.q_dim(), c.kv_dim(), c.head_dim, c.ffn);
         let rot = self.inv_freq.len();
 
-        let ids = GpuTensor::scratch(gpu, vec![n])?;
+        let ids = GpuTensor::scratch(rec, vec![n])?;
         let id_bits: Vec<f32> = tokens.iter().map(|&t| f32::from_bits(t)).collect();
         ids.write(gpu, &id_bits)?;
         let table: Vec<f32> = (start..start + n)
             .flat_map(|pos| ops::rope_cos_sin(pos, &self.inv_freq))
             .flat_map(|(c, s)| [c, s])
             .collect();
-        let rope_table = GpuTensor::scratch(gpu, vec![n, rot.max(1) * 2])?;
+        let rope_table = GpuTensor::scratch(rec, vec![n, rot.max(1) * 2])?;
         if rot > 0 {
             rope_table.write(gpu, &table)?;
         }
 
         // One set of activations serves every block (dispatches run in order).
-        let x = GpuTensor::scratch(gpu, vec![n, h])?;
-        let xn = GpuTensor::scratch(gpu, vec![n, h])?;
-        let q = GpuTensor::scratch(gpu, vec![n, qd])?;
-        let qn = GpuTensor::scratch(gpu, vec![n, qd])?;
-        let kk = GpuTensor::scratch(gpu, vec![n, kvd])?;
-        let kn = GpuTensor::scratch(gpu, vec![n, kvd])?;
-        let v = GpuTensor::scratch(gpu, vec![n, kvd])?;
+        let x = GpuTensor::scratch(rec, vec![n, h])?;
+        let xn = GpuTensor::scratch(rec, vec![n, h])?;
+        let q = GpuTensor::scratch(rec, vec![n, qd])?;
+        let qn = GpuTensor::scratch(rec, vec![n, qd])?;
+        let kk = GpuTensor::scratch(rec, vec![n, kvd])?;
+        let kn = GpuTensor::scratch(rec, vec![n, kvd])?;
+        let v = GpuTensor::scratch(rec, vec![n, kvd])?;
         let qkv_w = qd + 2 * kvd;
-        let qkv = GpuTensor::scratch(gpu, vec![n, qkv_w])?;
-        let att = GpuTensor::scratch(gpu, vec![n, qd])?;
-        let proj = GpuTensor::scratch(gpu, vec![n, h])?;
-        let gate = GpuTensor::scratch(gpu, vec![n, ffn])?;
-        let up = GpuTensor::scratch(gpu, vec![n, ffn])?;
-        let gate_up = GpuTensor::scratch(gpu, vec![n, 2 * ffn])?;
-        let act = GpuTensor::scratch(gpu, vec![n, ffn])?;
+        let qkv = GpuTensor::scratch(rec, vec![n, qkv_w])?;
+        let att = GpuTensor::scratch(rec, vec![n, qd])?;
+        let proj = GpuTensor::scratch(rec, vec![n, h])?;
+        let gate = GpuTensor::scratch(rec, vec![n, ffn])?;
+        let up = GpuTensor::scratch(rec, vec![n, ffn])?;
+        let gate_up = GpuTensor::scratch(rec, vec![n, 2 * ffn])?;
+        let act = GpuTensor::scratch(rec, vec![n, ffn])?;
 
-        let mv = |m: &PackedWeights, x: &GpuTensor, y: &GpuTensor, enc: &mut wgpu::CommandEncoder, rows: u32| {
-            k.matvec[&m.packing].encode(gpu, enc, &x.buffer, m, &y.buffer, rows, crate::gpu::Pointwise::Identity)
+        let mv = |m: &PackedWeights, x: &GpuTensor, y: &GpuTensor, rec: &mut Recorder, rows: u32| {
+            k.matvec[&m.packing].encode(rec, &x.buffer, m, &y.buffer, rows, crate::gpu::Pointwise::Identity)
         };
-        let bias = |b: &Option<wgpu::Buffer>, y: &GpuTensor, width: usize, enc: &mut wgpu::CommandEncoder| match b {
+        let bias = |b: &Option<wgpu::Buffer>, y: &GpuTensor, width: usize, rec: &mut Recorder| match b {
             Some(b) => k
                 .elementwise
-                .encode_add_inplace(gpu, enc, &y.buffer, b, (n * width) as u32, width as u32),
+                .encode_add_inplace(rec, &y.buffer, b, (n * width) as u32, width as u32),
             None => Ok(()),
         };
         let pairs = match c.rope_style {
@@ -594,23 +597,14 @@ impl GpuEngine {
             RopeStyle::Adjacent => RopePairs::Adjacent,
         };
 
-        k.matvec[&self.embed.packing].encode_gather(gpu, enc, &ids.buffer, &self.embed, &x.buffer, nu)?;
+        k.matvec[&self.embed.packing].encode_gather(rec, &ids.buffer, &self.embed, &x.buffer, nu)?;
         for (l, b) in self.blocks.iter().enumerate() {
             // The first block's norm; each later one's came with the residual add that ended the block before.
             if l == 0 {
-                k.norm.encode_rms(
-                    gpu,
-                    enc,
-                    &x.buffer,
-                    &b.attn_norm,
-                    &xn.buffer,
-                    nu,
-                    h as u32,
-                    1,
-                    c.rms_eps,
-                )?;
+                k.norm
+                    .encode_rms(rec, &x.buffer, &b.attn_norm, &xn.buffer, nu, h as u32, 1, c.rms_eps)?;
             }
-            let rope = |t: &GpuTensor, heads: usize, stride: usize, enc: &mut wgpu::CommandEncoder| {
+            let rope = |t: &GpuTensor, heads: usize, stride: usize, rec: &mut Recorder| {
                 let rows = RopeRows {
                     tokens: nu,
                     heads: heads as u32,
@@ -619,14 +613,14 @@ impl GpuEngine {
                     first: 0,
                 };
                 k.rope
-                    .encode_pairs(gpu, enc, &t.buffer, &rope_table.buffer, rows, rot as u32, pairs)
+                    .encode_pairs(rec, &t.buffer, &rope_table.buffer, rows, rot as u32, pairs)
             };
             // q, k and v: where each token's q row starts and how far apart, and where K and V are.
             let (qr, q_stride, kr, vr, kv_rows) = match &b.qkv {
                 Qkv::Fused(w) => {
-                    mv(w, &xn, &qkv, enc, nu)?;
+                    mv(w, &xn, &qkv, rec, nu)?;
                     // q's heads then k's sit side by side in each row: one RoPE dispatch turns both.
-                    rope(&qkv, c.n_heads + c.n_kv_heads, qkv_w, enc)?;
+                    rope(&qkv, c.n_heads + c.n_kv_heads, qkv_w, rec)?;
                     let kv_rows = KvRows {
                         tokens: nu,
                         first: 0,
@@ -637,18 +631,17 @@ impl GpuEngine {
                     (&qkv, qkv_w, &qkv, &qkv, kv_rows)
                 }
                 Qkv::Split { wq, wk, wv, bq, bk, bv } => {
-                    mv(wq, &xn, &q, enc, nu)?;
-                    mv(wk, &xn, &kk, enc, nu)?;
-                    mv(wv, &xn, &v, enc, nu)?;
-                    bias(bq, &q, qd, enc)?;
-                    bias(bk, &kk, kvd, enc)?;
-                    bias(bv, &v, kvd, enc)?;
+                    mv(wq, &xn, &q, rec, nu)?;
+                    mv(wk, &xn, &kk, rec, nu)?;
+                    mv(wv, &xn, &v, rec, nu)?;
+                    bias(bq, &q, qd, rec)?;
+                    bias(bk, &kk, kvd, rec)?;
+                    bias(bv, &v, kvd, rec)?;
                     let (qr, kr) = match (&b.q_norm, &b.k_norm) {
                         (Some(qnw), Some(knw)) => {
                             let rows = |heads: usize| (n * heads) as u32;
                             k.norm.encode_rms(
-                                gpu,
-                                enc,
+                                rec,
                                 &q.buffer,
                                 qnw,
                                 &qn.buffer,
@@ -658,8 +651,7 @@ impl GpuEngine {
                                 c.rms_eps,
                             )?;
                             k.norm.encode_rms(
-                                gpu,
-                                enc,
+                                rec,
                                 &kk.buffer,
                                 knw,
                                 &kn.buffer,
@@ -672,14 +664,14 @@ impl GpuEngine {
                         }
                         _ => (&q, &kk),
                     };
-                    rope(qr, c.n_heads, qd, enc)?;
-                    rope(kr, c.n_kv_heads, kvd, enc)?;
+                    rope(qr, c.n_heads, qd, rec)?;
+                    rope(kr, c.n_kv_heads, kvd, rec)?;
                     (qr, qd, kr, &v, KvRows::packed(&self.caches[l], nu, 0))
                 }
             };
             let cache = &self.caches[l];
             k.attention
-                .encode_kv_update(gpu, enc, cache, &kr.buffer, &vr.buffer, kv_rows, start as u32)?;
+                .encode_kv_update(rec, cache, &kr.buffer, &vr.buffer, kv_rows, start as u32)?;
             let args = AttendArgs {
                 tokens: nu,
                 first: 0,
@@ -689,14 +681,12 @@ impl GpuEngine {
                 out_stride: qd as u32,
                 scale: (1.0 / (hd as f64).sqrt()) as f32,
             };
-            k.attention
-                .encode_attend(gpu, enc, cache, &qr.buffer, &att.buffer, args)?;
-            mv(&b.wo, &att, &proj, enc, nu)?;
-            bias(&b.bo, &proj, h, enc)?;
+            k.attention.encode_attend(rec, cache, &qr.buffer, &att.buffer, args)?;
+            mv(&b.wo, &att, &proj, rec, nu)?;
+            bias(&b.bo, &proj, h, rec)?;
             // x += proj, then the FFN's norm of x: one dispatch.
             k.norm.encode_add_rms(
-                gpu,
-                enc,
+                rec,
                 &x.buffer,
                 &proj.buffer,
                 &b.ffn_norm,
@@ -707,9 +697,9 @@ impl GpuEngine {
             )?;
             match &b.gate_up {
                 GateUp::Fused(w) => {
-                    mv(w, &xn, &gate_up, enc, nu)?;
+                    mv(w, &xn, &gate_up, rec, nu)?;
                     k.elementwise
-                        .encode_swiglu_rows(gpu, enc, &gate_up.buffer, &act.buffer, nu, ffn as u32)?;
+                        .encode_swiglu_rows(rec, &gate_up.buffer, &act.buffer, nu, ffn as u32)?;
                 }
                 GateUp::Split {
                     gate: wg,
@@ -717,21 +707,20 @@ impl GpuEngine {
                     b_gate,
                     b_up,
                 } => {
-                    mv(wg, &xn, &gate, enc, nu)?;
-                    mv(wu, &xn, &up, enc, nu)?;
-                    bias(b_gate, &gate, ffn, enc)?;
-                    bias(b_up, &up, ffn, enc)?;
+                    mv(wg, &xn, &gate, rec, nu)?;
+                    mv(wu, &xn, &up, rec, nu)?;
+                    bias(b_gate, &gate, ffn, rec)?;
+                    bias(b_up, &up, ffn, rec)?;
                     k.elementwise
-                        .encode_swiglu(gpu, enc, &gate.buffer, &up.buffer, &act.buffer, (n * ffn) as u32)?;
+                        .encode_swiglu(rec, &gate.buffer, &up.buffer, &act.buffer, (n * ffn) as u32)?;
                 }
             }
-            mv(&b.down, &act, &proj, enc, nu)?;
-            bias(&b.b_down, &proj, h, enc)?;
+            mv(&b.down, &act, &proj, rec, nu)?;
+            bias(&b.b_down, &proj, h, rec)?;
             match self.blocks.get(l + 1) {
                 // x += proj, then the next block's attention norm: one dispatch.
                 Some(next) => k.norm.encode_add_rms(
-                    gpu,
-                    enc,
+                    rec,
                     &x.buffer,
                     &proj.buffer,
                     &next.attn_norm,
@@ -740,14 +729,10 @@ impl GpuEngine {
                     h as u32,
                     c.rms_eps,
                 )?,
-                None => k.elementwise.encode_add_inplace(
-                    gpu,
-                    enc,
-                    &x.buffer,
-                    &proj.buffer,
-                    (n * h) as u32,
-                    (n * h) as u32,
-                )?,
+                None => {
+                    k.elementwise
+                        .encode_add_inplace(rec, &x.buffer, &proj.buffer, (n * h) as u32, (n * h) as u32)?
+                }
             }
         }
         if out == Output::Nothing {
@@ -755,13 +740,13 @@ impl GpuEngine {
         }
         // The head runs on every row for all logits, else on the last row only.
         let rows = if out == Output::AllLogits { n } else { 1 };
-        let last = GpuTensor::scratch(gpu, vec![rows, h])?;
+        let last = GpuTensor::scratch(rec, vec![rows, h])?;
         let from = (4 * (n - rows) * h) as u64;
-        enc.copy_buffer_to_buffer(&x.buffer, from, &last.buffer, 0, (4 * rows * h) as u64);
-        let normed = GpuTensor::scratch(gpu, vec![rows, h])?;
+        rec.encoder()
+            .copy_buffer_to_buffer(&x.buffer, from, &last.buffer, 0, (4 * rows * h) as u64);
+        let normed = GpuTensor::scratch(rec, vec![rows, h])?;
         k.norm.encode_rms(
-            gpu,
-            enc,
+            rec,
             &last.buffer,
             &self.final_norm,
             &normed.buffer,
@@ -770,13 +755,12 @@ impl GpuEngine {
             1,
             c.final_norm_eps,
         )?;
-        let logits = GpuTensor::scratch(gpu, vec![rows, c.vocab])?;
-        mv(&self.head, &normed, &logits, enc, rows as u32)?;
+        let logits = GpuTensor::scratch(rec, vec![rows, c.vocab])?;
+        mv(&self.head, &normed, &logits, rec, rows as u32)?;
         let id = match out {
             Output::Greedy => {
-                let id = GpuTensor::scratch(gpu, vec![1])?;
-                k.argmax
-                    .encode(gpu, enc, &logits.buffer, &id.buffer, 1, c.vocab as u32)?;
+                let id = GpuTensor::scratch(rec, vec![1])?;
+                k.argmax.encode(rec, &logits.buffer, &id.buffer, 1, c.vocab as u32)?;
                 id
             }
             Output::Sampled => {
@@ -784,15 +768,9 @@ impl GpuEngine {
                     .draw
                     .as_ref()
                     .ok_or_else(|| LoomError::InvalidInput("a sampled step without its draw".into()))?;
-                let id = GpuTensor::scratch(gpu, vec![1])?;
-                k.sample.encode(
-                    gpu,
-                    enc,
-                    (&logits.buffer, c.vocab as u32),
-                    &self.draw_ids,
-                    &id.buffer,
-                    args,
-                )?;
+                let id = GpuTensor::scratch(rec, vec![1])?;
+                k.sample
+                    .encode(rec, (&logits.buffer, c.vocab as u32), &self.draw_ids, &id.buffer, args)?;
                 id
             }
             _ => return Ok(Some(logits.buffer)),

@@ -11,6 +11,7 @@ use crate::error::{LoomError, Result};
 use crate::gpu::ops::kernel::{check_binding, dispatch, grid_for, run_once, u32_dim};
 use crate::gpu::ops::ACTIVATION_WGSL;
 use crate::gpu::F32Weights;
+use crate::gpu::Recorder;
 use crate::gpu::{Gpu, GpuTensor, Pointwise};
 use crate::network::{Layer, LayerType};
 
@@ -41,20 +42,20 @@ impl Conv {
     /// Records the layer on `x` (checked as the CPU checks it) into a new activation of the CPU's output shape.
     pub fn encode(
         &self,
-        gpu: &Gpu,
-        encoder: &mut wgpu::CommandEncoder,
+        rec: &mut Recorder,
         layer: &Layer,
         path: &str,
         w: &F32Weights,
         x: &GpuTensor,
     ) -> Result<GpuTensor> {
+        let gpu = rec.gpu();
         let transposed = transposed(layer, path)?;
         let g = ConvGeometry::new(layer, path, &x.shape, x.len(), w.count)?;
         let total = g.output_len(path)?;
-        let y = GpuTensor::scratch(gpu, g.output_shape(layer.layer_type))?;
+        let y = GpuTensor::scratch(rec, g.output_shape(layer.layer_type))?;
         // Loom's ConvTransposed computes only float32 and float64 layers; the others return zeros, unactivated.
         if transposed && !matches!(layer.dtype, DType::Float32 | DType::Float64) {
-            encoder.clear_buffer(&y.buffer, 0, None);
+            rec.encoder().clear_buffer(&y.buffer, 0, None);
             return Ok(y);
         }
         if total == 0 {
@@ -101,8 +102,7 @@ impl Conv {
         let pipeline = if transposed { &self.transposed } else { &self.cnn };
         let grid = grid_for(gpu, total as u64, LANES, path)?;
         dispatch(
-            gpu,
-            encoder,
+            rec,
             pipeline,
             &words,
             &[(1, &x.buffer), (2, &w.buffer), (3, &y.buffer)],
@@ -114,7 +114,7 @@ impl Conv {
     /// One-shot: uploads the weights and `x`, runs the layer, reads the result back.
     pub async fn forward(&self, gpu: &Gpu, layer: &Layer, path: &str, x: &Tensor) -> Result<Tensor> {
         let w = self.prepare(gpu, layer, path).await?;
-        run_once(gpu, x, |encoder, xg| self.encode(gpu, encoder, layer, path, &w, xg)).await
+        run_once(gpu, x, |rec, xg| self.encode(rec, layer, path, &w, xg)).await
     }
 }
 

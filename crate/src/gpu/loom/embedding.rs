@@ -3,6 +3,7 @@
 use crate::cpu::Tensor;
 use crate::error::{LoomError, Result};
 use crate::gpu::ops::kernel::u32_dim;
+use crate::gpu::Recorder;
 use crate::gpu::{Embedding, EmbeddingTable, Gpu, GpuTensor};
 use crate::network::{Layer, LayerType};
 
@@ -33,25 +34,16 @@ impl Embedding {
     /// Records the layer on `x` (one id per value): output shape `x.shape + [embedding_dim]`.
     pub fn encode_layer(
         &self,
-        gpu: &Gpu,
-        encoder: &mut wgpu::CommandEncoder,
+        rec: &mut Recorder,
         layer: &Layer,
         table: &EmbeddingTable,
         x: &GpuTensor,
     ) -> Result<GpuTensor> {
         let mut shape = x.shape.clone();
         shape.push(table.dim());
-        let y = GpuTensor::scratch(gpu, shape)?;
+        let y = GpuTensor::scratch(rec, shape)?;
         let tokens = u32_dim(x.len(), "ids")?;
-        self.encode(
-            gpu,
-            encoder,
-            table,
-            &x.buffer,
-            &y.buffer,
-            tokens,
-            layer.activation.into(),
-        )?;
+        self.encode(rec, table, &x.buffer, &y.buffer, tokens, layer.activation.into())?;
         Ok(y)
     }
 
@@ -59,9 +51,9 @@ impl Embedding {
     pub async fn forward(&self, gpu: &Gpu, layer: &Layer, x: &Tensor) -> Result<Tensor> {
         let table = Embedding::prepare(gpu, layer).await?;
         let xb = GpuTensor::upload(gpu, x).await?;
-        let mut encoder = gpu.device.create_command_encoder(&Default::default());
-        let y = self.encode_layer(gpu, &mut encoder, layer, &table, &xb)?;
-        let mut data: Vec<f32> = bytemuck::pod_collect_to_vec(&gpu.submit_and_read(encoder, &y.buffer).await?);
+        let mut rec = Recorder::new(gpu);
+        let y = self.encode_layer(&mut rec, layer, &table, &xb)?;
+        let mut data: Vec<f32> = bytemuck::pod_collect_to_vec(&gpu.submit_and_read(&mut rec, &y.buffer).await?);
         data.truncate(y.len());
         Tensor::new(data, y.shape)
     }

@@ -9,6 +9,7 @@ use crate::error::{LoomError, Result};
 use crate::gpu::ops::kernel::{dispatch, run_once, u32_dim};
 use crate::gpu::ops::{ACTIVATION_WGSL, REDUCE_WGSL};
 use crate::gpu::F32Weights;
+use crate::gpu::Recorder;
 use crate::gpu::{Gpu, GpuTensor, Pointwise};
 use crate::network::{Layer, LayerType};
 
@@ -37,8 +38,7 @@ impl KMeans {
     /// `num_clusters` probabilities, or with `output_mode` "features" the `x.len()` weighted-centre values.
     pub fn encode(
         &self,
-        gpu: &Gpu,
-        encoder: &mut wgpu::CommandEncoder,
+        rec: &mut Recorder,
         layer: &Layer,
         path: &str,
         w: &F32Weights,
@@ -47,8 +47,8 @@ impl KMeans {
         check_type(layer, path)?;
         let d = x.len();
         let cfg = KMeansConfig::new(layer, path, d, w.count)?;
-        let y = GpuTensor::scratch(gpu, vec![1, cfg.outputs(d)])?;
-        let probs = GpuTensor::scratch(gpu, vec![cfg.clusters])?;
+        let y = GpuTensor::scratch(rec, vec![1, cfg.outputs(d)])?;
+        let probs = GpuTensor::scratch(rec, vec![cfg.clusters])?;
         let words = [
             u32_dim(cfg.clusters, &format!("{path}: num_clusters"))?,
             u32_dim(d, &format!("{path}: input size"))?,
@@ -58,14 +58,14 @@ impl KMeans {
             cfg.denom.to_bits(),
         ];
         let buffers = [(1, &x.buffer), (2, &w.buffer), (3, &y.buffer), (4, &probs.buffer)];
-        dispatch(gpu, encoder, &self.pipeline, &words, &buffers, (1, 1));
+        dispatch(rec, &self.pipeline, &words, &buffers, (1, 1));
         Ok(y)
     }
 
     /// One-shot: uploads the centres and `x`, runs the layer, reads the result back.
     pub async fn forward(&self, gpu: &Gpu, layer: &Layer, path: &str, x: &Tensor) -> Result<Tensor> {
         let w = self.prepare(gpu, layer, path).await?;
-        run_once(gpu, x, |encoder, xg| self.encode(gpu, encoder, layer, path, &w, xg)).await
+        run_once(gpu, x, |rec, xg| self.encode(rec, layer, path, &w, xg)).await
     }
 }
 

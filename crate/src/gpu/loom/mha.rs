@@ -13,6 +13,7 @@
 use crate::cpu::Tensor;
 use crate::error::{LoomError, Result};
 use crate::gpu::ops::kernel::{storage_f32, u32_dim};
+use crate::gpu::Recorder;
 use crate::gpu::Rope;
 use crate::gpu::{dense_weights, Gpu, GpuTensor, MatVec, PackedWeights, Pointwise};
 use crate::gpu::{AttendArgs, Attention, KvCache, KvRows};
@@ -198,7 +199,7 @@ impl Mha {
     /// as `seq_length` rows) and returns its output: the input's shape with the last dimension replaced by
     /// `d_model`. Advances the timeline, so submit the encoder before this layer is recorded again (every call binds
     /// its own RoPE table and positions, but the cache is shared).
-    pub fn encode(&mut self, gpu: &Gpu, encoder: &mut wgpu::CommandEncoder, x: &GpuTensor) -> Result<GpuTensor> {
+    pub fn encode(&mut self, rec: &mut Recorder, x: &GpuTensor) -> Result<GpuTensor> {
         let c = self.dims;
         let (batch, seq) = c.layout(&x.shape, x.len())?;
         let mut out_shape = x.shape.clone();
@@ -241,9 +242,9 @@ impl Mha {
         let kv = u32_dim(c.kv, "kv width")?;
         // Past the tokens read (or every value, for no tokens) the output stays zero, as the CPU's: a new buffer is
         // zeroed and the tail of a reused one is never written.
-        let y = GpuTensor::scratch(gpu, out_shape)?;
+        let y = GpuTensor::scratch(rec, out_shape)?;
         if !warm {
-            self.cache.clear(encoder);
+            self.cache.clear(rec);
         }
         if tokens == 0 {
             self.offset = start;
@@ -252,65 +253,44 @@ impl Mha {
         let lin = Pointwise::Identity;
 
         // Projections with their biases.
-        let qp = GpuTensor::scratch(gpu, vec![tokens, hw])?;
-        let kp = GpuTensor::scratch(gpu, vec![tokens, c.kv])?;
-        let vp = GpuTensor::scratch(gpu, vec![tokens, c.kv])?;
-        self.matvec
-            .encode(gpu, encoder, &x.buffer, &self.wq, &qp.buffer, t32, lin)?;
-        self.matvec
-            .encode(gpu, encoder, &x.buffer, &self.wk, &kp.buffer, t32, lin)?;
-        self.matvec
-            .encode(gpu, encoder, &x.buffer, &self.wv, &vp.buffer, t32, lin)?;
+        let qp = GpuTensor::scratch(rec, vec![tokens, hw])?;
+        let kp = GpuTensor::scratch(rec, vec![tokens, c.kv])?;
+        let vp = GpuTensor::scratch(rec, vec![tokens, c.kv])?;
+        self.matvec.encode(rec, &x.buffer, &self.wq, &qp.buffer, t32, lin)?;
+        self.matvec.encode(rec, &x.buffer, &self.wk, &kp.buffer, t32, lin)?;
+        self.matvec.encode(rec, &x.buffer, &self.wv, &vp.buffer, t32, lin)?;
 
         // Per-head RMSNorm of Q and K (HF imports), then RoPE on both.
         let qs = match &self.q_norm {
             Some(g) => {
-                let qn = GpuTensor::scratch(gpu, vec![tokens, hw])?;
+                let qn = GpuTensor::scratch(rec, vec![tokens, hw])?;
                 let rows = t32 * heads;
-                self.norm.encode_rms(
-                    gpu,
-                    encoder,
-                    &qp.buffer,
-                    &g.gamma,
-                    &qn.buffer,
-                    rows,
-                    hd,
-                    g.rows,
-                    RMS_NORM_EPS,
-                )?;
+                self.norm
+                    .encode_rms(rec, &qp.buffer, &g.gamma, &qn.buffer, rows, hd, g.rows, RMS_NORM_EPS)?;
                 qn
             }
             None => qp,
         };
         let ks = match &self.k_norm {
             Some(g) => {
-                let kn = GpuTensor::scratch(gpu, vec![tokens, c.kv])?;
+                let kn = GpuTensor::scratch(rec, vec![tokens, c.kv])?;
                 let rows = t32 * kv_heads;
-                self.norm.encode_rms(
-                    gpu,
-                    encoder,
-                    &kp.buffer,
-                    &g.gamma,
-                    &kn.buffer,
-                    rows,
-                    hd,
-                    g.rows,
-                    RMS_NORM_EPS,
-                )?;
+                self.norm
+                    .encode_rms(rec, &kp.buffer, &g.gamma, &kn.buffer, rows, hd, g.rows, RMS_NORM_EPS)?;
                 kn
             }
             None => kp,
         };
-        let table = self.rope.table(gpu, c.theta, c.hd, start, tokens)?;
+        let table = self.rope.table(rec, c.theta, c.hd, start, tokens)?;
         self.rope
-            .encode(gpu, encoder, &qs.buffer, &table.buffer, t32, heads, hd, hw32, 0)?;
+            .encode(rec, &qs.buffer, &table.buffer, t32, heads, hd, hw32, 0)?;
         self.rope
-            .encode(gpu, encoder, &ks.buffer, &table.buffer, t32, kv_heads, hd, kv, 0)?;
+            .encode(rec, &ks.buffer, &table.buffer, t32, kv_heads, hd, kv, 0)?;
 
         // K/V into the cache and attention. Batch rows share one timeline: when nothing wraps and every head has
         // its own kv head, all rows go at once (no query reads a row written after it on the CPU); otherwise row by
         // row, as the CPU does. `att` is `[token][q]`: the columns past heads·hd stay zero, as the CPU's.
-        let att = GpuTensor::scratch(gpu, vec![tokens, c.q])?;
+        let att = GpuTensor::scratch(rec, vec![tokens, c.q])?;
         let scale = (1.0 / (c.hd as f64).sqrt()) as f32;
         let together = start + tokens <= self.max_seq && c.heads.is_multiple_of(c.kv_heads);
         let (groups, per) = if together { (1, tokens) } else { (batch, seq) };
@@ -319,8 +299,7 @@ impl Mha {
             let pos0 = u32_dim(start + b * per, "position")?;
             let per32 = u32_dim(per, "tokens")?;
             self.attention.encode_kv_update(
-                gpu,
-                encoder,
+                rec,
                 &self.cache,
                 &ks.buffer,
                 &vp.buffer,
@@ -337,12 +316,11 @@ impl Mha {
                 scale,
             };
             self.attention
-                .encode_attend(gpu, encoder, &self.cache, &qs.buffer, &att.buffer, args)?;
+                .encode_attend(rec, &self.cache, &qs.buffer, &att.buffer, args)?;
         }
 
         // Output projection with its bias.
-        self.matvec
-            .encode(gpu, encoder, &att.buffer, &self.wo, &y.buffer, t32, lin)?;
+        self.matvec.encode(rec, &att.buffer, &self.wo, &y.buffer, t32, lin)?;
         self.offset = start + tokens;
         Ok(y)
     }
@@ -353,9 +331,9 @@ impl Mha {
         let input = Tensor::new(x.to_vec(), shape.to_vec())
             .map_err(|_| LoomError::InvalidInput(format!("{} values for the input shape {shape:?}", x.len())))?;
         let xb = GpuTensor::upload(gpu, &input).await?;
-        let mut encoder = gpu.device.create_command_encoder(&Default::default());
-        let y = self.encode(gpu, &mut encoder, &xb)?;
-        let mut data: Vec<f32> = bytemuck::pod_collect_to_vec(&gpu.submit_and_read(encoder, &y.buffer).await?);
+        let mut rec = Recorder::new(gpu);
+        let y = self.encode(&mut rec, &xb)?;
+        let mut data: Vec<f32> = bytemuck::pod_collect_to_vec(&gpu.submit_and_read(&mut rec, &y.buffer).await?);
         data.truncate(y.len());
         Tensor::new(data, y.shape)
     }

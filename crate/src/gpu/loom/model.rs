@@ -2,7 +2,7 @@
 //! (activations stay in GPU buffers between layers), submits once and reads the output back once.
 //!
 //! Each layer family is prepared once ([`GpuModel::prepare`]: weights uploaded, packed as stored where the kernel
-//! decodes them) and then encoded by every forward, synchronously, under the layer's plan (`kernel.rs`: its bind
+//! decodes them) and then encoded by every forward, synchronously, drawing on the layer's arena (`kernel.rs`: its bind
 //! groups, uniforms and output buffers for one input shape, reused by the next forward of that shape). Combinators
 //! run on the GPU too: Residual and Parallel `add` / `avg` with the elementwise kernels, `concat` with buffer copies,
 //! `filter` as a cleared buffer, Sequential and Metacognition by walking their layers. A layer the device cannot run
@@ -20,24 +20,25 @@ use std::sync::Arc;
 
 use crate::cpu::{self, Tensor};
 use crate::error::{LoomError, Result};
-use crate::gpu::ops::kernel::{u32_dim, Plan, PlanCounts};
+use crate::gpu::ops::kernel::u32_dim;
 use crate::gpu::F32Weights;
 use crate::gpu::NormWeights;
 use crate::gpu::{dense_weights, MatVec, PackedWeights};
+use crate::gpu::{Arena, ArenaCounts, Recorder};
 use crate::gpu::{
     Conv, Elementwise, Embedding, EmbeddingTable, Gpu, GpuTensor, KMeans, Mha, Norm, Pointwise, Recurrent, Softmax,
 };
 use crate::network::{Activation, Layer, LayerType, Network};
 
-/// Plans kept per layer (input shapes seen most recently: a decode step's and a few prefill lengths).
-const PLANS_PER_LAYER: usize = 4;
+/// Arenas kept per layer (input shapes seen most recently: a decode step's and a few prefill lengths).
+const ARENAS_PER_LAYER: usize = 4;
 
 /// What the last [`GpuModel::forward`] did on the device.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ForwardStats {
     /// Compute dispatches recorded.
     pub dispatches: u32,
-    /// Bind groups created (0 when every layer reused its plan).
+    /// Bind groups created (0 when every layer reused its arena).
     pub bind_groups: u32,
     /// Buffers created for activations, layer intermediates and uniforms (0 likewise).
     pub buffers: u32,
@@ -48,7 +49,7 @@ pub struct ForwardStats {
 }
 
 impl ForwardStats {
-    fn add(&mut self, c: PlanCounts) {
+    fn add(&mut self, c: ArenaCounts) {
         self.dispatches += c.dispatches;
         self.bind_groups += c.bind_groups;
         self.buffers += c.buffers;
@@ -80,7 +81,7 @@ struct Kernels {
     kmeans: KMeans,
 }
 
-/// A network ready for GPU inference, with the state kept between calls (weights on the GPU, KV caches, plans).
+/// A network ready for GPU inference, with the state kept between calls (weights on the GPU, KV caches, arenas).
 pub struct GpuModel {
     net: Network,
     run: Runner,
@@ -92,8 +93,8 @@ struct Runner {
     kernels: Kernels,
     /// By layer path.
     layers: HashMap<String, Prepared>,
-    /// By layer path (`input` for the input upload): (input shape, plan), most recent first.
-    plans: HashMap<String, Vec<(Vec<usize>, Plan)>>,
+    /// By layer path (`input` for the input upload): (input shape, arena), most recent first.
+    arenas: HashMap<String, Vec<(Vec<usize>, Arena)>>,
     cpu: cpu::State,
     cpu_layers: BTreeMap<String, String>,
     stats: ForwardStats,
@@ -120,7 +121,7 @@ impl GpuModel {
                 gpu,
                 kernels,
                 layers: HashMap::new(),
-                plans: HashMap::new(),
+                arenas: HashMap::new(),
                 cpu: cpu::State::default(),
                 cpu_layers: BTreeMap::new(),
                 stats: ForwardStats::default(),
@@ -193,13 +194,13 @@ impl GpuModel {
     }
 
     /// The layer at `path`, to change it (e.g. to install its weights when they arrive one layer at a time). What
-    /// the GPU holds for it and for the layers inside it (weights, KV cache, plans) is discarded, as are the CPU
+    /// the GPU holds for it and for the layers inside it (weights, KV cache, arenas) is discarded, as are the CPU
     /// path's caches, so the next prepare or forward uses what the layer then holds.
     pub fn layer_mut(&mut self, path: &str) -> Result<&mut Layer> {
         layer_at(&self.net, path).ok_or_else(|| no_layer(path))?;
         let inside = |p: &str| p == path || p.strip_prefix(path).is_some_and(|rest| rest.starts_with('.'));
         self.run.layers.retain(|p, _| !inside(p));
-        self.run.plans.retain(|p, _| !inside(p));
+        self.run.arenas.retain(|p, _| !inside(p));
         self.run.cpu_layers.retain(|p, _| !inside(p));
         self.run.cpu = cpu::State::default();
         Ok(layer_at_mut(&mut self.net, path).expect("found above"))
@@ -252,49 +253,56 @@ impl Runner {
 
     async fn run(&mut self, net: &Network, input: &Tensor) -> Result<Tensor> {
         let gpu = self.gpu.clone();
-        let mut encoder = gpu.device.create_command_encoder(&Default::default());
-        let mut x = self.planned("input", &input.shape, |_| {
-            let x = GpuTensor::scratch(&gpu, input.shape.clone())?;
-            x.write(&gpu, &input.data)?;
+        let mut rec = Recorder::new(&gpu);
+        let mut x = self.in_arena(&mut rec, "input", &input.shape, |_, rec| {
+            let x = GpuTensor::scratch(rec, input.shape.clone())?;
+            x.write(rec.gpu(), &input.data)?;
             Ok(x)
         })?;
         for (i, layer) in net.layers.iter().enumerate() {
             if !layer.is_disabled {
-                x = self.layer(&mut encoder, layer, format!("layers.{i}"), x, None).await?;
+                x = self.layer(&mut rec, layer, format!("layers.{i}"), x, None).await?;
             }
         }
-        self.read(encoder, &x).await
+        self.read(&mut rec, &x).await
     }
 
-    /// Submits `encoder` and reads `x` back.
-    async fn read(&mut self, encoder: wgpu::CommandEncoder, x: &GpuTensor) -> Result<Tensor> {
+    /// Submits what `rec` holds and reads `x` back.
+    async fn read(&mut self, rec: &mut Recorder<'_>, x: &GpuTensor) -> Result<Tensor> {
         self.stats.submits += 1;
         self.stats.readbacks += 1;
-        let mut data: Vec<f32> = bytemuck::pod_collect_to_vec(&self.gpu.submit_and_read(encoder, &x.buffer).await?);
+        let mut data: Vec<f32> = bytemuck::pod_collect_to_vec(&self.gpu.submit_and_read(rec, &x.buffer).await?);
         data.truncate(x.len());
         Tensor::new(data, x.shape.clone())
     }
 
-    /// Runs `encode` under the plan of `path` for input `shape`.
-    fn planned<R>(&mut self, path: &str, shape: &[usize], encode: impl FnOnce(&mut Self) -> Result<R>) -> Result<R> {
-        let mut list = self.plans.remove(path).unwrap_or_default();
-        let plan = match list.iter().position(|(s, _)| s == shape) {
+    /// Runs `encode` with `rec` drawing on the arena of `path` for input `shape`.
+    fn in_arena<R>(
+        &mut self,
+        rec: &mut Recorder,
+        path: &str,
+        shape: &[usize],
+        encode: impl FnOnce(&mut Self, &mut Recorder) -> Result<R>,
+    ) -> Result<R> {
+        let mut list = self.arenas.remove(path).unwrap_or_default();
+        let arena = match list.iter().position(|(s, _)| s == shape) {
             Some(i) => list.remove(i).1,
-            None => Plan::default(),
+            None => Arena::default(),
         };
-        let gpu = self.gpu.clone();
-        let (out, plan, counts) = gpu.with_plan(plan, || encode(self));
-        list.insert(0, (shape.to_vec(), plan));
-        list.truncate(PLANS_PER_LAYER);
-        self.plans.insert(path.to_string(), list);
-        self.stats.add(counts);
+        let outer = rec.swap_arena(Some(arena));
+        let out = encode(self, rec);
+        let arena = rec.swap_arena(outer).unwrap_or_default();
+        self.stats.add(arena.counts());
+        list.insert(0, (shape.to_vec(), arena));
+        list.truncate(ARENAS_PER_LAYER);
+        self.arenas.insert(path.to_string(), list);
         out
     }
 
     /// Records `layer` on `x`; `skip` is what a Residual inside a Sequential adds (the previous sub-layer's input).
-    fn layer<'a>(
+    fn layer<'a, 'g: 'a>(
         &'a mut self,
-        encoder: &'a mut wgpu::CommandEncoder,
+        rec: &'a mut Recorder<'g>,
         layer: &'a Layer,
         path: String,
         x: GpuTensor,
@@ -308,7 +316,7 @@ impl Runner {
                     for (j, sub) in layer.sequential_layers.iter().enumerate() {
                         let input = x.clone();
                         let sub_path = format!("{path}.sequential_layers.{j}");
-                        x = self.layer(encoder, sub, sub_path, x, prev.as_ref()).await?;
+                        x = self.layer(rec, sub, sub_path, x, prev.as_ref()).await?;
                         prev = Some(input);
                     }
                     Ok(x)
@@ -317,34 +325,34 @@ impl Runner {
                     let mut outs = Vec::with_capacity(layer.parallel_branches.len());
                     for (j, b) in layer.parallel_branches.iter().enumerate() {
                         let branch = format!("{path}.parallel_branches.{j}");
-                        outs.push(self.layer(encoder, b, branch, x.clone(), None).await?);
+                        outs.push(self.layer(rec, b, branch, x.clone(), None).await?);
                     }
-                    self.planned(&path, &x.shape, |run| {
-                        combine(&run.gpu, &run.kernels.elementwise, encoder, layer, &x, &outs)
+                    self.in_arena(rec, &path, &x.shape, |run, rec| {
+                        combine(rec, &run.kernels.elementwise, layer, &x, &outs)
                     })
                     .map_err(|e| at(&path, e))
                 }
-                LayerType::Residual => self.planned(&path, &x.shape, |run| {
-                    residual(&run.gpu, &run.kernels.elementwise, encoder, &x, skip)
+                LayerType::Residual => self.in_arena(rec, &path, &x.shape, |run, rec| {
+                    residual(rec, &run.kernels.elementwise, &x, skip)
                 }),
                 LayerType::Metacognition => match layer.meta_observed_layer.as_deref() {
                     Some(observed) => {
                         let observed_path = format!("{path}.meta_observed_layer");
-                        self.layer(encoder, observed, observed_path, x, skip).await
+                        self.layer(rec, observed, observed_path, x, skip).await
                     }
                     None => Ok(x),
                 },
                 // Only Residual reads `skip` (and Metacognition passes it on): a CPU layer needs none.
                 _ if matches!(self.layers.get(&path), Some(Prepared::Cpu(_))) => {
-                    self.on_cpu(encoder, layer, &path, x).await
+                    self.on_cpu(rec, layer, &path, x).await
                 }
                 _ => self
-                    .planned(&path, &x.shape, |run| {
+                    .in_arena(rec, &path, &x.shape, |run, rec| {
                         let prepared = run
                             .layers
                             .get_mut(&path)
                             .ok_or_else(|| LoomError::Gpu(format!("{path} was not prepared before the forward")))?;
-                        prepared.encode(&run.gpu, &run.kernels, encoder, layer, &path, &x)
+                        prepared.encode(rec, &run.kernels, layer, &path, &x)
                     })
                     .map_err(|e| at(&path, e)),
             }
@@ -353,19 +361,12 @@ impl Runner {
 
     /// A layer that runs on the CPU: submits what is recorded, reads `x` back, runs the CPU forward and uploads its
     /// output for the layers after it.
-    async fn on_cpu(
-        &mut self,
-        encoder: &mut wgpu::CommandEncoder,
-        layer: &Layer,
-        path: &str,
-        x: GpuTensor,
-    ) -> Result<GpuTensor> {
-        let recorded = std::mem::replace(encoder, self.gpu.device.create_command_encoder(&Default::default()));
-        let host = self.read(recorded, &x).await?;
+    async fn on_cpu(&mut self, rec: &mut Recorder<'_>, layer: &Layer, path: &str, x: GpuTensor) -> Result<GpuTensor> {
+        let host = self.read(rec, &x).await?;
         let y = cpu::forward_layer(layer, path, host, None, &mut self.cpu)?;
-        self.planned(path, &x.shape, |run| {
-            let t = GpuTensor::scratch(&run.gpu, y.shape.clone())?;
-            t.write(&run.gpu, &y.data)?;
+        self.in_arena(rec, path, &x.shape, |_, rec| {
+            let t = GpuTensor::scratch(rec, y.shape.clone())?;
+            t.write(rec.gpu(), &y.data)?;
             Ok(t)
         })
     }
@@ -470,26 +471,25 @@ async fn prepare_layer(gpu: &Gpu, k: &Kernels, layer: &Layer, path: &str) -> Res
 }
 
 impl Prepared {
-    /// Records the layer's forward of `x` into `encoder`. Reads no host weights (they may have been dropped).
+    /// Records the layer's forward of `x` into `rec`. Reads no host weights (they may have been dropped).
     fn encode(
         &mut self,
-        gpu: &Gpu,
+        rec: &mut Recorder,
         k: &Kernels,
-        encoder: &mut wgpu::CommandEncoder,
         layer: &Layer,
         path: &str,
         x: &GpuTensor,
     ) -> Result<GpuTensor> {
         match self {
-            Prepared::Dense { kernel, weights } => dense(gpu, encoder, kernel, weights, layer.activation, x),
-            Prepared::Swiglu(s) => s.encode(gpu, &k.elementwise, encoder, x),
-            Prepared::Mha(m) => m.encode(gpu, encoder, x),
-            Prepared::Norm(w) => k.norm.encode_layer(gpu, encoder, layer, w, x),
-            Prepared::Embedding(t) => k.embedding.encode_layer(gpu, encoder, layer, t, x),
-            Prepared::Softmax => k.softmax.encode_layer(gpu, encoder, layer, path, x),
-            Prepared::Conv(w) => k.conv.encode(gpu, encoder, layer, path, w, x),
-            Prepared::Recurrent(w) => k.recurrent.encode(gpu, encoder, layer, path, w, x),
-            Prepared::KMeans(w) => k.kmeans.encode(gpu, encoder, layer, path, w, x),
+            Prepared::Dense { kernel, weights } => dense(rec, kernel, weights, layer.activation, x),
+            Prepared::Swiglu(s) => s.encode(rec, &k.elementwise, x),
+            Prepared::Mha(m) => m.encode(rec, x),
+            Prepared::Norm(w) => k.norm.encode_layer(rec, layer, w, x),
+            Prepared::Embedding(t) => k.embedding.encode_layer(rec, layer, t, x),
+            Prepared::Softmax => k.softmax.encode_layer(rec, layer, path, x),
+            Prepared::Conv(w) => k.conv.encode(rec, layer, path, w, x),
+            Prepared::Recurrent(w) => k.recurrent.encode(rec, layer, path, w, x),
+            Prepared::KMeans(w) => k.kmeans.encode(rec, layer, path, w, x),
             Prepared::Cpu(reason) => Err(LoomError::Gpu(format!(
                 "{path} runs on the CPU ({reason}) but was encoded"
             ))),
@@ -498,14 +498,7 @@ impl Prepared {
 }
 
 /// Dense: `act(W·x)` on `[batch, n_in]`.
-fn dense(
-    gpu: &Gpu,
-    encoder: &mut wgpu::CommandEncoder,
-    kernel: &MatVec,
-    w: &PackedWeights,
-    act: Activation,
-    x: &GpuTensor,
-) -> Result<GpuTensor> {
+fn dense(rec: &mut Recorder, kernel: &MatVec, w: &PackedWeights, act: Activation, x: &GpuTensor) -> Result<GpuTensor> {
     let batch = x.batch();
     if x.shape.len() < 2 || x.len() != batch * w.n_in {
         return Err(LoomError::InvalidInput(format!(
@@ -513,16 +506,8 @@ fn dense(
             w.n_in, x.shape
         )));
     }
-    let y = GpuTensor::scratch(gpu, vec![batch, w.n_out])?;
-    kernel.encode(
-        gpu,
-        encoder,
-        &x.buffer,
-        w,
-        &y.buffer,
-        u32_dim(batch, "batch")?,
-        act.into(),
-    )?;
+    let y = GpuTensor::scratch(rec, vec![batch, w.n_out])?;
+    kernel.encode(rec, &x.buffer, w, &y.buffer, u32_dim(batch, "batch")?, act.into())?;
     Ok(y)
 }
 
@@ -561,13 +546,7 @@ impl Swiglu {
 
     /// `down(silu(gate·x + bg) ⊙ (up·x + bu)) + bd` per row of `h` values; the layer's activation is ignored, as in
     /// Loom.
-    fn encode(
-        &self,
-        gpu: &Gpu,
-        elementwise: &Elementwise,
-        encoder: &mut wgpu::CommandEncoder,
-        x: &GpuTensor,
-    ) -> Result<GpuTensor> {
+    fn encode(&self, rec: &mut Recorder, elementwise: &Elementwise, x: &GpuTensor) -> Result<GpuTensor> {
         let (h, i) = (self.gate.n_in, self.gate.n_out);
         if h == 0 || !x.len().is_multiple_of(h) {
             return Err(LoomError::InvalidInput(format!(
@@ -578,36 +557,33 @@ impl Swiglu {
         let rows = x.len() / h;
         let r32 = u32_dim(rows, "rows")?;
         let lin = Pointwise::Identity;
-        let g = GpuTensor::scratch(gpu, vec![rows, i])?;
-        let u = GpuTensor::scratch(gpu, vec![rows, i])?;
-        let inter = GpuTensor::scratch(gpu, vec![rows, i])?;
-        let y = GpuTensor::scratch(gpu, x.shape.clone())?;
-        self.kernel
-            .encode(gpu, encoder, &x.buffer, &self.gate, &g.buffer, r32, lin)?;
-        self.kernel
-            .encode(gpu, encoder, &x.buffer, &self.up, &u.buffer, r32, lin)?;
+        let g = GpuTensor::scratch(rec, vec![rows, i])?;
+        let u = GpuTensor::scratch(rec, vec![rows, i])?;
+        let inter = GpuTensor::scratch(rec, vec![rows, i])?;
+        let y = GpuTensor::scratch(rec, x.shape.clone())?;
+        self.kernel.encode(rec, &x.buffer, &self.gate, &g.buffer, r32, lin)?;
+        self.kernel.encode(rec, &x.buffer, &self.up, &u.buffer, r32, lin)?;
         let n = u32_dim(rows * i, "SwiGLU size")?;
-        elementwise.encode_swiglu(gpu, encoder, &g.buffer, &u.buffer, &inter.buffer, n)?;
+        elementwise.encode_swiglu(rec, &g.buffer, &u.buffer, &inter.buffer, n)?;
         self.kernel
-            .encode(gpu, encoder, &inter.buffer, &self.down, &y.buffer, r32, lin)?;
+            .encode(rec, &inter.buffer, &self.down, &y.buffer, r32, lin)?;
         Ok(y)
     }
 }
 
 /// Residual: `x + skip` in f32 (exact, as the CPU's) when a skip of equal length exists, else the identity.
 fn residual(
-    gpu: &Gpu,
+    rec: &mut Recorder,
     elementwise: &Elementwise,
-    encoder: &mut wgpu::CommandEncoder,
     x: &GpuTensor,
     skip: Option<&GpuTensor>,
 ) -> Result<GpuTensor> {
     let Some(skip) = skip.filter(|s| s.len() == x.len()) else {
         return Ok(x.clone());
     };
-    let y = GpuTensor::scratch(gpu, x.shape.clone())?;
+    let y = GpuTensor::scratch(rec, x.shape.clone())?;
     let n = u32_dim(x.len(), "residual size")?;
-    elementwise.encode_add(gpu, encoder, &x.buffer, &skip.buffer, &y.buffer, n, n.max(1))?;
+    elementwise.encode_add(rec, &x.buffer, &skip.buffer, &y.buffer, n, n.max(1))?;
     Ok(y)
 }
 
@@ -615,9 +591,8 @@ fn residual(
 /// batch row with buffer copies, `add` in f32 in branch order (exact), `avg` the same sum times `1/n` (f32 here,
 /// a float64 factor in Loom), `filter` zeros shaped like the first branch. No branches: the input.
 fn combine(
-    gpu: &Gpu,
+    rec: &mut Recorder,
     elementwise: &Elementwise,
-    encoder: &mut wgpu::CommandEncoder,
     layer: &Layer,
     x: &GpuTensor,
     outs: &[GpuTensor],
@@ -634,13 +609,14 @@ fn combine(
                 )));
             }
             let total: usize = outs.iter().map(GpuTensor::len).sum();
-            let y = GpuTensor::scratch(gpu, vec![batch, total / batch])?;
+            let y = GpuTensor::scratch(rec, vec![batch, total / batch])?;
             let mut at = 0u64;
             for b in 0..batch as u64 {
                 for o in outs {
                     let row = 4 * (o.len() / batch) as u64;
                     if row > 0 {
-                        encoder.copy_buffer_to_buffer(&o.buffer, b * row, &y.buffer, at, row);
+                        rec.encoder()
+                            .copy_buffer_to_buffer(&o.buffer, b * row, &y.buffer, at, row);
                     }
                     at += row;
                 }
@@ -658,20 +634,20 @@ fn combine(
                 return Ok(first.clone());
             }
             let n = u32_dim(first.len(), "branch size")?;
-            let y = GpuTensor::scratch(gpu, first.shape.clone())?;
-            elementwise.encode_add(gpu, encoder, &first.buffer, &outs[1].buffer, &y.buffer, n, n.max(1))?;
+            let y = GpuTensor::scratch(rec, first.shape.clone())?;
+            elementwise.encode_add(rec, &first.buffer, &outs[1].buffer, &y.buffer, n, n.max(1))?;
             for o in &outs[2..] {
-                elementwise.encode_add_inplace(gpu, encoder, &y.buffer, &o.buffer, n, n.max(1))?;
+                elementwise.encode_add_inplace(rec, &y.buffer, &o.buffer, n, n.max(1))?;
             }
             if mode == "avg" {
-                elementwise.encode_scale(gpu, encoder, &y.buffer, n, (1.0 / outs.len() as f64) as f32)?;
+                elementwise.encode_scale(rec, &y.buffer, n, (1.0 / outs.len() as f64) as f32)?;
             }
             Ok(y)
         }
         // Loom does not persist the filter gate: a loaded filter layer outputs zeros (see `cpu::combine`).
         "filter" => {
-            let y = GpuTensor::scratch(gpu, first.shape.clone())?;
-            encoder.clear_buffer(&y.buffer, 0, None);
+            let y = GpuTensor::scratch(rec, first.shape.clone())?;
+            rec.encoder().clear_buffer(&y.buffer, 0, None);
             Ok(y)
         }
         other => Err(LoomError::InvalidNetwork(format!("unknown combine mode {other:?}"))),

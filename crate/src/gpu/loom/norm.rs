@@ -3,6 +3,7 @@
 use crate::cpu::Tensor;
 use crate::error::{LoomError, Result};
 use crate::gpu::ops::kernel::{storage_f32, u32_dim};
+use crate::gpu::Recorder;
 use crate::gpu::{Gpu, GpuTensor, Norm, LAYER_NORM_EPS, RMS_NORM_EPS};
 use crate::network::{Layer, LayerType};
 
@@ -37,8 +38,7 @@ impl Norm {
     /// `shape[0]` rows) and its epsilons; the output has `x`'s shape.
     pub fn encode_layer(
         &self,
-        gpu: &Gpu,
-        encoder: &mut wgpu::CommandEncoder,
+        rec: &mut Recorder,
         layer: &Layer,
         weights: &NormWeights,
         x: &GpuTensor,
@@ -58,13 +58,13 @@ impl Norm {
         }
         let rows = u32_dim(len / n, "norm rows")?;
         let n32 = u32_dim(n, "norm row length")?;
-        let y = GpuTensor::scratch(gpu, x.shape.clone())?;
+        let y = GpuTensor::scratch(rec, x.shape.clone())?;
         let (xb, wb, yb) = (&x.buffer, &weights.weights, &y.buffer);
         if weights.rms {
-            self.encode_rms(gpu, encoder, xb, wb, yb, rows, n32, 1, RMS_NORM_EPS)?;
+            self.encode_rms(rec, xb, wb, yb, rows, n32, 1, RMS_NORM_EPS)?;
         } else {
             let beta = u32_dim(weights.params, "LayerNorm β offset")?;
-            self.encode_layer_norm(gpu, encoder, xb, wb, yb, rows, n32, beta, LAYER_NORM_EPS)?;
+            self.encode_layer_norm(rec, xb, wb, yb, rows, n32, beta, LAYER_NORM_EPS)?;
         }
         Ok(y)
     }
@@ -73,9 +73,9 @@ impl Norm {
     pub async fn forward(&self, gpu: &Gpu, layer: &Layer, x: &Tensor) -> Result<Tensor> {
         let weights = Norm::prepare(gpu, layer).await?;
         let xb = GpuTensor::upload(gpu, x).await?;
-        let mut encoder = gpu.device.create_command_encoder(&Default::default());
-        let y = self.encode_layer(gpu, &mut encoder, layer, &weights, &xb)?;
-        let mut data: Vec<f32> = bytemuck::pod_collect_to_vec(&gpu.submit_and_read(encoder, &y.buffer).await?);
+        let mut rec = Recorder::new(gpu);
+        let y = self.encode_layer(&mut rec, layer, &weights, &xb)?;
+        let mut data: Vec<f32> = bytemuck::pod_collect_to_vec(&gpu.submit_and_read(&mut rec, &y.buffer).await?);
         data.truncate(y.len());
         Tensor::new(data, y.shape)
     }

@@ -12,6 +12,7 @@ use crate::cpu::{self, RecurrentDims, Tensor};
 use crate::error::{LoomError, Result};
 use crate::gpu::ops::kernel::{check_binding, dispatch, grid_for, run_once, u32_dim};
 use crate::gpu::F32Weights;
+use crate::gpu::Recorder;
 use crate::gpu::{Gpu, GpuTensor};
 use crate::network::{Layer, LayerType};
 
@@ -42,16 +43,16 @@ impl Recurrent {
     /// `[batch, seq_length, output_height]` activation. The layer's activation is never applied, as in Loom.
     pub fn encode(
         &self,
-        gpu: &Gpu,
-        encoder: &mut wgpu::CommandEncoder,
+        rec: &mut Recorder,
         layer: &Layer,
         path: &str,
         w: &F32Weights,
         x: &GpuTensor,
     ) -> Result<GpuTensor> {
+        let gpu = rec.gpu();
         let gates = gates(layer, path)?;
         let d = RecurrentDims::new(layer, path, &x.shape, x.len(), w.count, gates)?;
-        let y = GpuTensor::scratch(gpu, vec![d.batch, d.steps, d.hidden])?;
+        let y = GpuTensor::scratch(rec, vec![d.batch, d.steps, d.hidden])?;
         if y.is_empty() {
             return Ok(y);
         }
@@ -71,18 +72,18 @@ impl Recurrent {
             None
         } else {
             check_binding(gpu, &format!("{path} cell state"), 4 * units as u64)?;
-            Some(GpuTensor::scratch(gpu, vec![units])?)
+            Some(GpuTensor::scratch(rec, vec![units])?)
         };
         for t in 0..steps {
             let words = [batch, steps, input, hidden, tile, t];
             match &cell {
                 None => {
                     let buffers = [(1, &x.buffer), (2, &w.buffer), (3, &y.buffer)];
-                    dispatch(gpu, encoder, &self.rnn, &words, &buffers, groups);
+                    dispatch(rec, &self.rnn, &words, &buffers, groups);
                 }
                 Some(cell) => {
                     let buffers = [(1, &x.buffer), (2, &w.buffer), (3, &y.buffer), (4, &cell.buffer)];
-                    dispatch(gpu, encoder, &self.lstm, &words, &buffers, groups);
+                    dispatch(rec, &self.lstm, &words, &buffers, groups);
                 }
             }
         }
@@ -92,7 +93,7 @@ impl Recurrent {
     /// One-shot: uploads the weights and `x`, runs the layer, reads the result back.
     pub async fn forward(&self, gpu: &Gpu, layer: &Layer, path: &str, x: &Tensor) -> Result<Tensor> {
         let w = self.prepare(gpu, layer, path).await?;
-        run_once(gpu, x, |encoder, xg| self.encode(gpu, encoder, layer, path, &w, xg)).await
+        run_once(gpu, x, |rec, xg| self.encode(rec, layer, path, &w, xg)).await
     }
 }
 

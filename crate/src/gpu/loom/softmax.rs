@@ -4,6 +4,7 @@ use crate::cpu::Tensor;
 use crate::error::{LoomError, Result};
 use crate::gpu::ops::kernel::u32_dim;
 use crate::gpu::ops::SoftmaxVariant;
+use crate::gpu::Recorder;
 use crate::gpu::{Gpu, GpuTensor, Softmax};
 use crate::network::{Layer, LayerType, SoftmaxType};
 
@@ -13,14 +14,7 @@ impl Softmax {
     /// Temperature divides by `temperature` (1 when unset); Sparse is sparsemax, Entmax blends with α =
     /// `entmax_alpha` (1.5 when unset); Standard, Masked, Adaptive and Mixture are plain softmax. Gumbel adds
     /// unseeded noise in Loom, so no output can match it: refused.
-    pub fn encode_layer(
-        &self,
-        gpu: &Gpu,
-        encoder: &mut wgpu::CommandEncoder,
-        layer: &Layer,
-        path: &str,
-        x: &GpuTensor,
-    ) -> Result<GpuTensor> {
+    pub fn encode_layer(&self, rec: &mut Recorder, layer: &Layer, path: &str, x: &GpuTensor) -> Result<GpuTensor> {
         if layer.layer_type != LayerType::Softmax {
             return Err(LoomError::InvalidInput(format!(
                 "{path}: {} is not a Softmax layer",
@@ -52,7 +46,7 @@ impl Softmax {
         } else {
             len
         };
-        let y = GpuTensor::scratch(gpu, x.shape.clone())?;
+        let y = GpuTensor::scratch(rec, x.shape.clone())?;
         if len == 0 {
             return Ok(y);
         }
@@ -60,8 +54,7 @@ impl Softmax {
         let last = len - (rows - 1) * n;
         let u = |v: usize, what: &str| u32_dim(v, &format!("{path}: {what}"));
         self.record(
-            gpu,
-            encoder,
+            rec,
             &x.buffer,
             &y.buffer,
             u(rows, "softmax rows")?,
@@ -75,9 +68,9 @@ impl Softmax {
     /// One-shot [`Softmax::encode_layer`]: uploads `x`, runs the layer, reads the result back.
     pub async fn forward(&self, gpu: &Gpu, layer: &Layer, x: &Tensor) -> Result<Tensor> {
         let xg = GpuTensor::upload(gpu, x).await?;
-        let mut encoder = gpu.device.create_command_encoder(&Default::default());
-        let y = self.encode_layer(gpu, &mut encoder, layer, "softmax", &xg)?;
-        gpu.queue.submit([encoder.finish()]);
+        let mut rec = Recorder::new(gpu);
+        let y = self.encode_layer(&mut rec, layer, "softmax", &xg)?;
+        rec.submit();
         y.read(gpu).await
     }
 }

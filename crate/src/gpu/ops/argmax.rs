@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::kernel::{check_binding, dispatch, grid, storage_f32, u32_dim};
 use crate::error::{LoomError, Result};
 use crate::gpu::Gpu;
+use crate::gpu::Recorder;
 
 const ARGMAX_WGSL: &str = include_str!("../../../../shaders/argmax.wgsl");
 
@@ -35,20 +36,13 @@ impl Argmax {
     }
 
     /// Records `out[r] = argmax(x[r·n .. (r+1)·n])` (u32) for `rows` rows.
-    pub fn encode(
-        &self,
-        gpu: &Gpu,
-        encoder: &mut wgpu::CommandEncoder,
-        x: &wgpu::Buffer,
-        out: &wgpu::Buffer,
-        rows: u32,
-        n: u32,
-    ) -> Result<()> {
+    pub fn encode(&self, rec: &mut Recorder, x: &wgpu::Buffer, out: &wgpu::Buffer, rows: u32, n: u32) -> Result<()> {
+        let gpu = rec.gpu();
         if rows == 0 {
             return Ok(());
         }
         let g = grid(gpu, u64::from(rows), "argmax rows")?;
-        dispatch(gpu, encoder, &self.pipeline, &[rows, n], &[(1, x), (2, out)], g);
+        dispatch(rec, &self.pipeline, &[rows, n], &[(1, x), (2, out)], g);
         Ok(())
     }
 
@@ -64,16 +58,15 @@ impl Argmax {
         let rows = x.len() / n;
         let xb = storage_f32(gpu, "argmax x", x, x.len()).await?;
         let ob = gpu.output("argmax out", 4 * rows as u64).await?;
-        let mut encoder = gpu.device.create_command_encoder(&Default::default());
+        let mut rec = Recorder::new(gpu);
         self.encode(
-            gpu,
-            &mut encoder,
+            &mut rec,
             &xb,
             &ob,
             u32_dim(rows, "argmax rows")?,
             u32_dim(n, "argmax row")?,
         )?;
-        gpu.queue.submit([encoder.finish()]);
+        rec.submit();
         let mut out: Vec<u32> = bytemuck::pod_collect_to_vec(&gpu.read(&ob).await?);
         out.truncate(rows);
         Ok(out)

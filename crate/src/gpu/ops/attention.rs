@@ -8,6 +8,7 @@ use super::kernel::{check_binding, dispatch, dispatch_3d, grid_for, storage_f32,
 use super::REDUCE_WGSL;
 use crate::error::{LoomError, Result};
 use crate::gpu::Gpu;
+use crate::gpu::Recorder;
 
 const ATTENTION_WGSL: &str = include_str!("../../../../shaders/attention.wgsl");
 
@@ -45,9 +46,9 @@ impl KvCache {
     }
 
     /// Records zeroing both caches.
-    pub fn clear(&self, encoder: &mut wgpu::CommandEncoder) {
-        encoder.clear_buffer(&self.k, 0, None);
-        encoder.clear_buffer(&self.v, 0, None);
+    pub fn clear(&self, rec: &mut Recorder) {
+        rec.encoder().clear_buffer(&self.k, 0, None);
+        rec.encoder().clear_buffer(&self.v, 0, None);
     }
 
     /// The caches' contents, `[kv_head][max_seq][head_dim]` each.
@@ -123,14 +124,14 @@ impl Attention {
     #[allow(clippy::too_many_arguments)]
     pub fn encode_kv_update(
         &self,
-        gpu: &Gpu,
-        encoder: &mut wgpu::CommandEncoder,
+        rec: &mut Recorder,
         cache: &KvCache,
         k: &wgpu::Buffer,
         v: &wgpu::Buffer,
         rows: KvRows,
         pos0: u32,
     ) -> Result<()> {
+        let gpu = rec.gpu();
         let kv_w = u64::from(cache.kv_heads) * u64::from(cache.head_dim);
         let n = u64::from(rows.tokens) * kv_w;
         if n == 0 {
@@ -162,8 +163,7 @@ impl Attention {
             rows.v_offset,
         ];
         dispatch(
-            gpu,
-            encoder,
+            rec,
             &self.kv_update,
             &words,
             &[(1, k), (2, v), (3, &cache.k), (4, &cache.v)],
@@ -176,13 +176,13 @@ impl Attention {
     /// per token at `out_stride`).
     pub fn encode_attend(
         &self,
-        gpu: &Gpu,
-        encoder: &mut wgpu::CommandEncoder,
+        rec: &mut Recorder,
         cache: &KvCache,
         q: &wgpu::Buffer,
         out: &wgpu::Buffer,
         args: AttendArgs,
     ) -> Result<()> {
+        let gpu = rec.gpu();
         if args.tokens == 0 || args.heads == 0 || cache.head_dim == 0 {
             return Ok(());
         }
@@ -221,8 +221,7 @@ impl Attention {
             args.scale.to_bits(),
         ];
         dispatch_3d(
-            gpu,
-            encoder,
+            rec,
             &self.attend,
             &words,
             &[(5, q), (6, &cache.k), (7, &cache.v), (8, out)],
@@ -262,16 +261,8 @@ impl Attention {
         let vb = storage_f32(gpu, "v", v, v.len()).await?;
         let ob = gpu.output("attention out", 4 * q.len() as u64).await?;
         let (tokens, pos0) = (u32_dim(tokens, "tokens")?, u32_dim(pos0, "position")?);
-        let mut encoder = gpu.device.create_command_encoder(&Default::default());
-        self.encode_kv_update(
-            gpu,
-            &mut encoder,
-            cache,
-            &kb,
-            &vb,
-            KvRows::packed(cache, tokens, 0),
-            pos0,
-        )?;
+        let mut rec = Recorder::new(gpu);
+        self.encode_kv_update(&mut rec, cache, &kb, &vb, KvRows::packed(cache, tokens, 0), pos0)?;
         let args = AttendArgs {
             tokens,
             first: 0,
@@ -281,8 +272,8 @@ impl Attention {
             out_stride: u32_dim(qw, "q row")?,
             scale: (1.0 / (hd as f64).sqrt()) as f32,
         };
-        self.encode_attend(gpu, &mut encoder, cache, &qb, &ob, args)?;
-        gpu.queue.submit([encoder.finish()]);
+        self.encode_attend(&mut rec, cache, &qb, &ob, args)?;
+        rec.submit();
         let mut out = gpu.read_f32(&ob).await?;
         out.truncate(q.len());
         Ok(out)

@@ -9,6 +9,7 @@ use super::kernel::{dispatch, grid_for, storage_f32, u32_dim};
 use super::{Pointwise, ACTIVATION_WGSL};
 use crate::error::{LoomError, Result};
 use crate::gpu::Gpu;
+use crate::gpu::Recorder;
 
 const ELEMENTWISE_WGSL: &str = include_str!("../../../../shaders/elementwise.wgsl");
 const LANES: u32 = 256;
@@ -40,75 +41,75 @@ impl Elementwise {
     #[allow(clippy::too_many_arguments)]
     pub fn encode_add(
         &self,
-        gpu: &Gpu,
-        encoder: &mut wgpu::CommandEncoder,
+        rec: &mut Recorder,
         a: &wgpu::Buffer,
         b: &wgpu::Buffer,
         y: &wgpu::Buffer,
         n: u32,
         nb: u32,
     ) -> Result<()> {
+        let gpu = rec.gpu();
         if n == 0 {
             return Ok(());
         }
         check_nb(nb)?;
         let g = grid_for(gpu, u64::from(n), LANES, "add")?;
-        dispatch(gpu, encoder, &self.add, &[n, nb], &[(1, a), (2, b), (3, y)], g);
+        dispatch(rec, &self.add, &[n, nb], &[(1, a), (2, b), (3, y)], g);
         Ok(())
     }
 
     /// Records `y[i] += b[i % nb]` for `n` values (a bias row after a matvec).
     pub fn encode_add_inplace(
         &self,
-        gpu: &Gpu,
-        encoder: &mut wgpu::CommandEncoder,
+        rec: &mut Recorder,
         y: &wgpu::Buffer,
         b: &wgpu::Buffer,
         n: u32,
         nb: u32,
     ) -> Result<()> {
+        let gpu = rec.gpu();
         if n == 0 {
             return Ok(());
         }
         check_nb(nb)?;
         let g = grid_for(gpu, u64::from(n), LANES, "add")?;
-        dispatch(gpu, encoder, &self.add_inplace, &[n, nb], &[(2, b), (3, y)], g);
+        dispatch(rec, &self.add_inplace, &[n, nb], &[(2, b), (3, y)], g);
         Ok(())
     }
 
     /// Records `y[i] = act(x[i])` for `n` values.
     pub fn encode_act(
         &self,
-        gpu: &Gpu,
-        encoder: &mut wgpu::CommandEncoder,
+        rec: &mut Recorder,
         x: &wgpu::Buffer,
         y: &wgpu::Buffer,
         n: u32,
         act: Pointwise,
     ) -> Result<()> {
+        let gpu = rec.gpu();
         if n == 0 {
             return Ok(());
         }
         let g = grid_for(gpu, u64::from(n), LANES, "activation")?;
-        dispatch(gpu, encoder, &self.act, &[n, 1, act.id()], &[(1, x), (3, y)], g);
+        dispatch(rec, &self.act, &[n, 1, act.id()], &[(1, x), (3, y)], g);
         Ok(())
     }
 
     /// Records `y[i] = silu(gate[i]) · up[i]` for `n` values.
     pub fn encode_swiglu(
         &self,
-        gpu: &Gpu,
-        encoder: &mut wgpu::CommandEncoder,
+        rec: &mut Recorder,
         gate: &wgpu::Buffer,
         up: &wgpu::Buffer,
         y: &wgpu::Buffer,
         n: u32,
     ) -> Result<()> {
+        let gpu = rec.gpu();
         if n == 0 {
             return Ok(());
         }
         let g = grid_for(gpu, u64::from(n), LANES, "SwiGLU product")?;
-        dispatch(gpu, encoder, &self.swiglu, &[n, 1], &[(1, gate), (2, up), (3, y)], g);
+        dispatch(rec, &self.swiglu, &[n, 1], &[(1, gate), (2, up), (3, y)], g);
         Ok(())
     }
 
@@ -116,13 +117,13 @@ impl Elementwise {
     /// fused gate|up matvec's output) into `y` (`rows × width`).
     pub fn encode_swiglu_rows(
         &self,
-        gpu: &Gpu,
-        encoder: &mut wgpu::CommandEncoder,
+        rec: &mut Recorder,
         gate_up: &wgpu::Buffer,
         y: &wgpu::Buffer,
         rows: u32,
         width: u32,
     ) -> Result<()> {
+        let gpu = rec.gpu();
         let n = rows
             .checked_mul(width)
             .ok_or_else(|| LoomError::Unsupported(format!("SwiGLU of {rows} rows of {width}: too many values")))?;
@@ -130,24 +131,18 @@ impl Elementwise {
             return Ok(());
         }
         let g = grid_for(gpu, u64::from(n), LANES, "SwiGLU product")?;
-        dispatch(gpu, encoder, &self.swiglu_rows, &[n, width], &[(1, gate_up), (3, y)], g);
+        dispatch(rec, &self.swiglu_rows, &[n, width], &[(1, gate_up), (3, y)], g);
         Ok(())
     }
 
     /// Records `y[i] *= factor` for `n` values (f32; Loom's Parallel `avg` multiplies by a float64 `1/n`).
-    pub fn encode_scale(
-        &self,
-        gpu: &Gpu,
-        encoder: &mut wgpu::CommandEncoder,
-        y: &wgpu::Buffer,
-        n: u32,
-        factor: f32,
-    ) -> Result<()> {
+    pub fn encode_scale(&self, rec: &mut Recorder, y: &wgpu::Buffer, n: u32, factor: f32) -> Result<()> {
+        let gpu = rec.gpu();
         if n == 0 {
             return Ok(());
         }
         let g = grid_for(gpu, u64::from(n), LANES, "scale")?;
-        dispatch(gpu, encoder, &self.scale, &[n, 1, 0, factor.to_bits()], &[(3, y)], g);
+        dispatch(rec, &self.scale, &[n, 1, 0, factor.to_bits()], &[(3, y)], g);
         Ok(())
     }
 
@@ -161,16 +156,14 @@ impl Elementwise {
             )));
         }
         let (n, nb) = (u32_dim(a.len(), "add length")?, u32_dim(b.len(), "add row")?);
-        self.one_shot(gpu, a, b, |enc, ab, bb, yb| {
-            self.encode_add(gpu, enc, ab, bb, yb, n, nb)
-        })
-        .await
+        self.one_shot(gpu, a, b, |rec, ab, bb, yb| self.encode_add(rec, ab, bb, yb, n, nb))
+            .await
     }
 
     /// One-shot `act(x)`.
     pub async fn activate(&self, gpu: &Gpu, x: &[f32], act: Pointwise) -> Result<Vec<f32>> {
         let n = u32_dim(x.len(), "activation length")?;
-        self.one_shot(gpu, x, &[], |enc, xb, _, yb| self.encode_act(gpu, enc, xb, yb, n, act))
+        self.one_shot(gpu, x, &[], |rec, xb, _, yb| self.encode_act(rec, xb, yb, n, act))
             .await
     }
 
@@ -184,10 +177,8 @@ impl Elementwise {
             )));
         }
         let n = u32_dim(gate.len(), "SwiGLU length")?;
-        self.one_shot(gpu, gate, up, |enc, gb, ub, yb| {
-            self.encode_swiglu(gpu, enc, gb, ub, yb, n)
-        })
-        .await
+        self.one_shot(gpu, gate, up, |rec, gb, ub, yb| self.encode_swiglu(rec, gb, ub, yb, n))
+            .await
     }
 
     /// One-shot [`Elementwise::encode_swiglu_rows`]: `gate_up` holds rows of `width` gate values then `width` up
@@ -202,8 +193,8 @@ impl Elementwise {
         let rows = u32_dim(gate_up.len() / (2 * width), "SwiGLU rows")?;
         let width = u32_dim(width, "SwiGLU width")?;
         let mut y = self
-            .one_shot(gpu, gate_up, &[0.0], |enc, gb, _, yb| {
-                self.encode_swiglu_rows(gpu, enc, gb, yb, rows, width)
+            .one_shot(gpu, gate_up, &[0.0], |rec, gb, _, yb| {
+                self.encode_swiglu_rows(rec, gb, yb, rows, width)
             })
             .await?;
         y.truncate(gate_up.len() / 2);
@@ -215,14 +206,14 @@ impl Elementwise {
         gpu: &Gpu,
         a: &[f32],
         b: &[f32],
-        record: impl FnOnce(&mut wgpu::CommandEncoder, &wgpu::Buffer, &wgpu::Buffer, &wgpu::Buffer) -> Result<()>,
+        record: impl FnOnce(&mut Recorder, &wgpu::Buffer, &wgpu::Buffer, &wgpu::Buffer) -> Result<()>,
     ) -> Result<Vec<f32>> {
         let ab = storage_f32(gpu, "a", a, a.len()).await?;
         let bb = storage_f32(gpu, "b", b, b.len()).await?;
         let yb = gpu.output("y", 4 * a.len() as u64).await?;
-        let mut encoder = gpu.device.create_command_encoder(&Default::default());
-        record(&mut encoder, &ab, &bb, &yb)?;
-        gpu.queue.submit([encoder.finish()]);
+        let mut rec = Recorder::new(gpu);
+        record(&mut rec, &ab, &bb, &yb)?;
+        rec.submit();
         let mut out = gpu.read_f32(&yb).await?;
         out.truncate(a.len());
         Ok(out)

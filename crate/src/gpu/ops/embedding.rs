@@ -7,6 +7,7 @@ use super::kernel::{check_binding, dispatch, grid_for, storage_f32, u32_dim};
 use super::{Pointwise, ACTIVATION_WGSL};
 use crate::error::{LoomError, Result};
 use crate::gpu::Gpu;
+use crate::gpu::Recorder;
 
 const EMBEDDING_WGSL: &str = include_str!("../../../../shaders/embedding.wgsl");
 const LANES: u32 = 256;
@@ -101,14 +102,14 @@ impl Embedding {
     #[allow(clippy::too_many_arguments)]
     pub fn encode(
         &self,
-        gpu: &Gpu,
-        encoder: &mut wgpu::CommandEncoder,
+        rec: &mut Recorder,
         table: &EmbeddingTable,
         ids: &wgpu::Buffer,
         y: &wgpu::Buffer,
         tokens: u32,
         act: Pointwise,
     ) -> Result<()> {
+        let gpu = rec.gpu();
         let n = u64::from(tokens) * u64::from(table.dim);
         if n == 0 {
             return Ok(());
@@ -125,7 +126,7 @@ impl Embedding {
                 act.id(),
                 u32::from(k == 0),
             ];
-            dispatch(gpu, encoder, &self.pipeline, &words, &[(1, ids), (2, shard), (3, y)], g);
+            dispatch(rec, &self.pipeline, &words, &[(1, ids), (2, shard), (3, y)], g);
         }
         Ok(())
     }
@@ -136,9 +137,9 @@ impl Embedding {
         check_binding(gpu, "embedding output", 4 * len as u64)?;
         let ib = storage_f32(gpu, "ids", ids, ids.len()).await?;
         let yb = gpu.output("embedding y", 4 * len as u64).await?;
-        let mut encoder = gpu.device.create_command_encoder(&Default::default());
-        self.encode(gpu, &mut encoder, table, &ib, &yb, u32_dim(ids.len(), "ids")?, act)?;
-        gpu.queue.submit([encoder.finish()]);
+        let mut rec = Recorder::new(gpu);
+        self.encode(&mut rec, table, &ib, &yb, u32_dim(ids.len(), "ids")?, act)?;
+        rec.submit();
         let mut out = gpu.read_f32(&yb).await?;
         out.truncate(len);
         Ok(out)

@@ -5,19 +5,21 @@
 //! Every kernel binds its parameters at binding 0 and its buffers at the binding numbers its WGSL declares; one
 //! [`dispatch`] records one compute pass.
 //!
-//! Plans: `GpuModel` encodes each layer inside [`Gpu::with_plan`], handing it that layer's [`Plan`] for the input
-//! shape. While a plan is active, [`dispatch`] takes its n-th bind group (with its uniform block) from the plan and
-//! [`GpuTensor::scratch`](super::GpuTensor::scratch) its n-th output buffer, creating them only the first time, or
-//! when what the layer binds has changed. A uniform block whose words changed (a decode step's position) is
-//! rewritten in place with `queue.write_buffer`, which the queue orders before the submit that uses it; a plan is
-//! used once per submit (a layer runs once per forward), so no rewrite overtakes a pending use. A second forward on
-//! the same shape thus creates no buffers and no bind groups. Without a plan (one-shot runs, tests) everything is
-//! created per call.
+//! Recording: every op records into a [`Recorder`], the command encoder of one submit together with the [`Arena`]
+//! (if any) that its bind groups, uniform blocks and outputs come from. An arena belongs to one shape of work (a
+//! `GpuModel` layer for an input shape; the LLM engine's decode step, or a prefill chunk of one length): its
+//! owner keeps it between forwards and hands it to the next recording of that shape. There, [`dispatch`] takes
+//! the arena's n-th bind group and [`GpuTensor::scratch`](super::GpuTensor::scratch) its n-th output, creating
+//! them only the first time, or when what the n-th dispatch binds has changed. A uniform block whose words changed
+//! (a decode step's position) is rewritten in place with `queue.write_buffer`, which the queue orders before the
+//! submit that uses it; an arena serves one recording per submit, so no rewrite overtakes a pending use. A second
+//! forward of the same shape thus creates no buffers and no bind groups. A recorder without an arena (one-shot
+//! runs, tests) creates everything per call.
 
 use super::GpuTensor;
 use crate::cpu::Tensor;
 use crate::error::{LoomError, Result};
-use crate::gpu::{lock, Gpu};
+use crate::gpu::Gpu;
 
 /// Words every parameter block is padded to: at least the largest `Params` struct of the kernels (48 bytes), so
 /// that trailing padding fields may be left out.
@@ -70,37 +72,39 @@ pub(crate) fn check_binding(gpu: &Gpu, what: &str, bytes: u64) -> Result<()> {
 /// Records one dispatch of `pipeline` over `groups` workgroups: `words` as the uniform at binding 0, each
 /// `(binding, buffer)` at its binding.
 pub(crate) fn dispatch(
-    gpu: &Gpu,
-    encoder: &mut wgpu::CommandEncoder,
+    rec: &mut Recorder,
     pipeline: &wgpu::ComputePipeline,
     words: &[u32],
     buffers: &[(u32, &wgpu::Buffer)],
     groups: (u32, u32),
 ) {
-    dispatch_3d(gpu, encoder, pipeline, words, buffers, (groups.0, groups.1, 1));
+    dispatch_3d(rec, pipeline, words, buffers, (groups.0, groups.1, 1));
 }
 
 /// [`dispatch`] over a 3-D grid of workgroups.
 pub(crate) fn dispatch_3d(
-    gpu: &Gpu,
-    encoder: &mut wgpu::CommandEncoder,
+    rec: &mut Recorder,
     pipeline: &wgpu::ComputePipeline,
     words: &[u32],
     buffers: &[(u32, &wgpu::Buffer)],
     groups: (u32, u32, u32),
 ) {
-    let group = gpu.bind_group(pipeline, &params(words), buffers);
-    let mut pass = encoder.begin_compute_pass(&Default::default());
+    let group = rec.bind_group(pipeline, &params(words), buffers);
+    let mut pass = rec.encoder.begin_compute_pass(&Default::default());
     pass.set_pipeline(pipeline);
     pass.set_bind_group(0, &group, &[]);
     pass.dispatch_workgroups(groups.0, groups.1, groups.2);
 }
 
-/// What one layer's encode created, in the order it asked: bind groups with their uniform blocks, and outputs.
+/// What the recordings of one shape of work created and keep: bind groups with their uniform blocks, and outputs,
+/// in the order the ops asked for them (see the module docs).
 #[derive(Default)]
-pub(crate) struct Plan {
+pub struct Arena {
     binds: Vec<Bound>,
     outputs: Vec<GpuTensor>,
+    next_bind: usize,
+    next_output: usize,
+    counts: ArenaCounts,
 }
 
 /// A bind group and what it binds (the buffers are kept so that their identities stay unique while cached).
@@ -112,73 +116,117 @@ struct Bound {
     group: wgpu::BindGroup,
 }
 
-/// What an encode did under its plan.
+/// What one recording did with its arena.
 #[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct PlanCounts {
+pub struct ArenaCounts {
     pub dispatches: u32,
     pub bind_groups: u32,
     /// Output and uniform buffers created.
     pub buffers: u32,
 }
 
-/// The active plan and how far the encode has drawn on it.
-pub(crate) struct Recording {
-    plan: Plan,
-    next_bind: usize,
-    next_output: usize,
-    counts: PlanCounts,
-}
-
-impl Gpu {
-    /// Runs `encode` with `plan` active (see the module docs). Returns its result, the plan as it now stands, and
-    /// what it created. One encode at a time per device; `encode` must not call this again.
-    pub(crate) fn with_plan<R>(&self, plan: Plan, encode: impl FnOnce() -> R) -> (R, Plan, PlanCounts) {
-        let _one_at_a_time = lock(&self.encoding);
-        *lock(&self.plan) = Some(Recording {
-            plan,
-            next_bind: 0,
-            next_output: 0,
-            counts: PlanCounts::default(),
-        });
-        let out = encode();
-        let mut rec = lock(&self.plan).take().expect("installed above");
-        // What this encode no longer asked for is stale.
-        rec.plan.binds.truncate(rec.next_bind);
-        rec.plan.outputs.truncate(rec.next_output);
-        (out, rec.plan, rec.counts)
+impl Arena {
+    /// What the last recording with this arena did.
+    pub fn counts(&self) -> ArenaCounts {
+        self.counts
     }
 
-    /// The bind group for one dispatch: the active plan's next one when it binds the same pipeline and buffers
-    /// (its uniform rewritten if the words changed), else a new one.
+    /// The arena at the start of a recording: its n-th dispatch will find the n-th bind group.
+    fn restart(mut self) -> Arena {
+        self.next_bind = 0;
+        self.next_output = 0;
+        self.counts = ArenaCounts::default();
+        self
+    }
+}
+
+/// The command encoder of one submit, and the arena its ops draw on (see the module docs).
+pub struct Recorder<'a> {
+    gpu: &'a Gpu,
+    encoder: wgpu::CommandEncoder,
+    arena: Option<Arena>,
+}
+
+impl<'a> Recorder<'a> {
+    /// A recording that creates its bind groups and outputs as it goes.
+    pub fn new(gpu: &'a Gpu) -> Recorder<'a> {
+        Recorder {
+            gpu,
+            encoder: gpu.device.create_command_encoder(&Default::default()),
+            arena: None,
+        }
+    }
+
+    /// A recording that reuses what `arena` holds from the last recording of the same shape of work.
+    pub fn with_arena(gpu: &'a Gpu, arena: Arena) -> Recorder<'a> {
+        let mut rec = Recorder::new(gpu);
+        rec.swap_arena(Some(arena));
+        rec
+    }
+
+    /// Draws on `arena` from here on (a model switching between its layers' arenas), and hands back the one drawn
+    /// on so far, without what the recording did not ask of it this time.
+    pub fn swap_arena(&mut self, arena: Option<Arena>) -> Option<Arena> {
+        let mut old = std::mem::replace(&mut self.arena, arena.map(Arena::restart));
+        if let Some(old) = old.as_mut() {
+            old.binds.truncate(old.next_bind);
+            old.outputs.truncate(old.next_output);
+        }
+        old
+    }
+
+    pub fn gpu(&self) -> &'a Gpu {
+        self.gpu
+    }
+
+    /// The command encoder, for what is not a dispatch (copies, clears).
+    pub fn encoder(&mut self) -> &mut wgpu::CommandEncoder {
+        &mut self.encoder
+    }
+
+    /// Submits what is recorded so far; recording goes on in a new encoder.
+    pub fn flush(&mut self) {
+        let fresh = self.gpu.device.create_command_encoder(&Default::default());
+        let recorded = std::mem::replace(&mut self.encoder, fresh);
+        self.gpu.queue.submit([recorded.finish()]);
+    }
+
+    /// Ends the recording and submits it.
+    pub fn submit(self) {
+        self.gpu.queue.submit([self.encoder.finish()]);
+    }
+
+    /// The bind group for one dispatch: the arena's next one when it binds the same pipeline and buffers (its
+    /// uniform rewritten if the words changed), else a new one.
     fn bind_group(
-        &self,
+        &mut self,
         pipeline: &wgpu::ComputePipeline,
         params: &[u8],
         buffers: &[(u32, &wgpu::Buffer)],
     ) -> wgpu::BindGroup {
-        let mut slot = lock(&self.plan);
-        let Some(rec) = slot.as_mut() else {
-            return self.new_bind_group(pipeline, params, buffers).1;
+        let gpu = self.gpu;
+        let Some(arena) = self.arena.as_mut() else {
+            return new_bind_group(gpu, pipeline, params, buffers).1;
         };
-        rec.counts.dispatches += 1;
-        let i = rec.next_bind;
-        rec.next_bind += 1;
-        if let Some(b) = rec.plan.binds.get_mut(i) {
+        arena.counts.dispatches += 1;
+        let i = arena.next_bind;
+        arena.next_bind += 1;
+        if let Some(b) = arena.binds.get_mut(i) {
             let same = b.pipeline == *pipeline
                 && b.params.len() == params.len()
                 && b.buffers.len() == buffers.len()
                 && b.buffers.iter().zip(buffers).all(|((i, a), (j, b))| i == j && a == *b);
             if same {
                 if b.params != params {
-                    self.queue.write_buffer(&b.uniform, 0, params);
+                    gpu.queue.write_buffer(&b.uniform, 0, params);
                     b.params = params.to_vec();
                 }
                 return b.group.clone();
             }
         }
-        let (uniform, group) = self.new_bind_group(pipeline, params, buffers);
-        rec.counts.bind_groups += 1;
-        rec.counts.buffers += 1;
+        let (uniform, group) = new_bind_group(gpu, pipeline, params, buffers);
+        arena.counts.bind_groups += 1;
+        arena.counts.buffers += 1;
         let bound = Bound {
             pipeline: pipeline.clone(),
             buffers: buffers.iter().map(|(i, b)| (*i, (*b).clone())).collect(),
@@ -186,68 +234,68 @@ impl Gpu {
             uniform,
             group: group.clone(),
         };
-        if i < rec.plan.binds.len() {
-            rec.plan.binds[i] = bound;
+        if i < arena.binds.len() {
+            arena.binds[i] = bound;
         } else {
-            rec.plan.binds.push(bound);
+            arena.binds.push(bound);
         }
         group
     }
 
-    fn new_bind_group(
-        &self,
-        pipeline: &wgpu::ComputePipeline,
-        params: &[u8],
-        buffers: &[(u32, &wgpu::Buffer)],
-    ) -> (wgpu::Buffer, wgpu::BindGroup) {
-        let uniform = self.uniform("params", params);
-        let mut entries = vec![wgpu::BindGroupEntry {
-            binding: 0,
-            resource: uniform.as_entire_binding(),
-        }];
-        entries.extend(buffers.iter().map(|(binding, b)| wgpu::BindGroupEntry {
-            binding: *binding,
-            resource: b.as_entire_binding(),
-        }));
-        let group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: None,
-            layout: &pipeline.get_bind_group_layout(0),
-            entries: &entries,
-        });
-        (uniform, group)
-    }
-
-    /// A storage buffer of `bytes` for a kernel output of `shape`: the active plan's next output when it has that
-    /// shape, else a new one. A reused buffer holds the last forward's values.
-    pub(crate) fn output_tensor(&self, shape: Vec<usize>, bytes: u64) -> GpuTensor {
-        let mut slot = lock(&self.plan);
-        let Some(rec) = slot.as_mut() else {
-            return self.new_output(shape, bytes);
+    /// A storage buffer of `bytes` for a kernel output of `shape`: the arena's next output when it has that shape,
+    /// else a new one. A reused buffer holds the last forward's values.
+    pub(crate) fn output_tensor(&mut self, shape: Vec<usize>, bytes: u64) -> GpuTensor {
+        let gpu = self.gpu;
+        let Some(arena) = self.arena.as_mut() else {
+            return new_output(gpu, shape, bytes);
         };
-        let i = rec.next_output;
-        rec.next_output += 1;
-        if let Some(t) = rec.plan.outputs.get(i).filter(|t| t.shape == shape) {
+        let i = arena.next_output;
+        arena.next_output += 1;
+        if let Some(t) = arena.outputs.get(i).filter(|t| t.shape == shape) {
             return t.clone();
         }
-        let t = self.new_output(shape, bytes);
-        rec.counts.buffers += 1;
-        if i < rec.plan.outputs.len() {
-            rec.plan.outputs[i] = t.clone();
+        let t = new_output(gpu, shape, bytes);
+        arena.counts.buffers += 1;
+        if i < arena.outputs.len() {
+            arena.outputs[i] = t.clone();
         } else {
-            rec.plan.outputs.push(t.clone());
+            arena.outputs.push(t.clone());
         }
         t
     }
+}
 
-    fn new_output(&self, shape: Vec<usize>, bytes: u64) -> GpuTensor {
-        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("activation"),
-            size: bytes.max(4).next_multiple_of(4),
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
-            mapped_at_creation: false,
-        });
-        GpuTensor { buffer, shape }
-    }
+fn new_bind_group(
+    gpu: &Gpu,
+    pipeline: &wgpu::ComputePipeline,
+    params: &[u8],
+    buffers: &[(u32, &wgpu::Buffer)],
+) -> (wgpu::Buffer, wgpu::BindGroup) {
+    let uniform = gpu.uniform("params", params);
+    let mut entries = vec![wgpu::BindGroupEntry {
+        binding: 0,
+        resource: uniform.as_entire_binding(),
+    }];
+    entries.extend(buffers.iter().map(|(binding, b)| wgpu::BindGroupEntry {
+        binding: *binding,
+        resource: b.as_entire_binding(),
+    }));
+    let group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: None,
+        layout: &pipeline.get_bind_group_layout(0),
+        entries: &entries,
+    });
+    (uniform, group)
+}
+
+fn new_output(gpu: &Gpu, shape: Vec<usize>, bytes: u64) -> GpuTensor {
+    let buffer = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("activation"),
+        size: bytes.max(4).next_multiple_of(4),
+        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+        mapped_at_creation: false,
+    });
+    GpuTensor { buffer, shape }
 }
 
 /// A `u32` kernel dimension, refusing what does not fit.
@@ -271,11 +319,11 @@ pub(crate) async fn storage_f32(gpu: &Gpu, label: &str, data: &[f32], len: usize
 pub(crate) async fn run_once(
     gpu: &Gpu,
     x: &Tensor,
-    encode: impl FnOnce(&mut wgpu::CommandEncoder, &GpuTensor) -> Result<GpuTensor>,
+    encode: impl FnOnce(&mut Recorder, &GpuTensor) -> Result<GpuTensor>,
 ) -> Result<Tensor> {
     let xg = GpuTensor::upload(gpu, x).await?;
-    let mut encoder = gpu.device.create_command_encoder(&Default::default());
-    let y = encode(&mut encoder, &xg)?;
-    gpu.queue.submit([encoder.finish()]);
+    let mut rec = Recorder::new(gpu);
+    let y = encode(&mut rec, &xg)?;
+    rec.submit();
     y.read(gpu).await
 }

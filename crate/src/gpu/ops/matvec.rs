@@ -13,6 +13,7 @@ use super::kernel::{dispatch, dispatch_3d, grid_for};
 use super::{Pointwise, ACTIVATION_WGSL};
 use crate::dtype::{q4_0, DType};
 use crate::error::{LoomError, Result};
+use crate::gpu::Recorder;
 use crate::gpu::{Gpu, PipelineKey};
 use crate::quant::{self, GgmlType};
 
@@ -482,14 +483,14 @@ impl MatVec {
     #[allow(clippy::too_many_arguments)]
     pub fn encode(
         &self,
-        gpu: &Gpu,
-        encoder: &mut wgpu::CommandEncoder,
+        rec: &mut Recorder,
         x: &wgpu::Buffer,
         w: &PackedWeights,
         y: &wgpu::Buffer,
         batch: u32,
         act: Pointwise,
     ) -> Result<()> {
+        let gpu = rec.gpu();
         self.check_packing(w)?;
         let max = gpu.limits.max_compute_workgroups_per_dimension;
         let n_out = w.n_out as u32;
@@ -513,14 +514,7 @@ impl MatVec {
         let pipeline = self.pipeline(gpu, w.parts.len(), bt)?;
         let words = w.params(act.id(), groups_x, batch);
         let buffers = w.bindings(x, y);
-        dispatch_3d(
-            gpu,
-            encoder,
-            &pipeline,
-            &words,
-            &buffers,
-            (groups_x, groups_y, groups_z),
-        );
+        dispatch_3d(rec, &pipeline, &words, &buffers, (groups_x, groups_y, groups_z));
         Ok(())
     }
 
@@ -529,13 +523,13 @@ impl MatVec {
     /// check ids first).
     pub fn encode_gather(
         &self,
-        gpu: &Gpu,
-        encoder: &mut wgpu::CommandEncoder,
+        rec: &mut Recorder,
         ids: &wgpu::Buffer,
         w: &PackedWeights,
         y: &wgpu::Buffer,
         batch: u32,
     ) -> Result<()> {
+        let gpu = rec.gpu();
         self.check_packing(w)?;
         let n = u64::from(batch) * w.n_in as u64;
         if n == 0 {
@@ -553,7 +547,7 @@ impl MatVec {
         let g = grid_for(gpu, n, 64, "gather")?;
         let words = w.params(0, 0, batch);
         let buffers = w.bindings(ids, y);
-        dispatch(gpu, encoder, &pipeline, &words, &buffers, g);
+        dispatch(rec, &pipeline, &words, &buffers, g);
         Ok(())
     }
 
@@ -570,9 +564,9 @@ impl MatVec {
         let batch = x.len() / w.n_in;
         let xb = gpu.upload("x", bytemuck::cast_slice(x)).await?;
         let yb = gpu.output("y", (4 * batch * w.n_out) as u64).await?;
-        let mut encoder = gpu.device.create_command_encoder(&Default::default());
-        self.encode(gpu, &mut encoder, &xb, w, &yb, batch as u32, act)?;
-        gpu.queue.submit([encoder.finish()]);
+        let mut rec = Recorder::new(gpu);
+        self.encode(&mut rec, &xb, w, &yb, batch as u32, act)?;
+        rec.submit();
         let mut out = gpu.read_f32(&yb).await?;
         out.truncate(batch * w.n_out);
         Ok(out)

@@ -7,6 +7,7 @@ use super::kernel::{check_binding, dispatch, grid, storage_f32, u32_dim};
 use super::REDUCE_WGSL;
 use crate::error::{LoomError, Result};
 use crate::gpu::Gpu;
+use crate::gpu::Recorder;
 
 const NORM_WGSL: &str = include_str!("../../../../shaders/norm.wgsl");
 
@@ -37,8 +38,7 @@ impl Norm {
     #[allow(clippy::too_many_arguments)]
     pub fn encode_rms(
         &self,
-        gpu: &Gpu,
-        encoder: &mut wgpu::CommandEncoder,
+        rec: &mut Recorder,
         x: &wgpu::Buffer,
         gamma: &wgpu::Buffer,
         y: &wgpu::Buffer,
@@ -47,6 +47,7 @@ impl Norm {
         gamma_rows: u32,
         eps: f32,
     ) -> Result<()> {
+        let gpu = rec.gpu();
         if rows == 0 || n == 0 {
             return Ok(());
         }
@@ -55,7 +56,7 @@ impl Norm {
         }
         let g = grid(gpu, u64::from(rows), "RMSNorm rows")?;
         let words = [rows, n, gamma_rows, 0, eps.to_bits()];
-        dispatch(gpu, encoder, &self.rms, &words, &[(1, x), (2, gamma), (3, y)], g);
+        dispatch(rec, &self.rms, &words, &[(1, x), (2, gamma), (3, y)], g);
         Ok(())
     }
 
@@ -65,8 +66,7 @@ impl Norm {
     #[allow(clippy::too_many_arguments)]
     pub fn encode_add_rms(
         &self,
-        gpu: &Gpu,
-        encoder: &mut wgpu::CommandEncoder,
+        rec: &mut Recorder,
         h: &wgpu::Buffer,
         x: &wgpu::Buffer,
         gamma: &wgpu::Buffer,
@@ -75,19 +75,13 @@ impl Norm {
         n: u32,
         eps: f32,
     ) -> Result<()> {
+        let gpu = rec.gpu();
         if rows == 0 || n == 0 {
             return Ok(());
         }
         let g = grid(gpu, u64::from(rows), "RMSNorm rows")?;
         let words = [rows, n, 1, 0, eps.to_bits()];
-        dispatch(
-            gpu,
-            encoder,
-            &self.add_rms,
-            &words,
-            &[(1, x), (2, gamma), (3, y), (4, h)],
-            g,
-        );
+        dispatch(rec, &self.add_rms, &words, &[(1, x), (2, gamma), (3, y), (4, h)], g);
         Ok(())
     }
 
@@ -95,8 +89,7 @@ impl Norm {
     #[allow(clippy::too_many_arguments)]
     pub fn encode_layer_norm(
         &self,
-        gpu: &Gpu,
-        encoder: &mut wgpu::CommandEncoder,
+        rec: &mut Recorder,
         x: &wgpu::Buffer,
         w: &wgpu::Buffer,
         y: &wgpu::Buffer,
@@ -105,12 +98,13 @@ impl Norm {
         beta_offset: u32,
         eps: f32,
     ) -> Result<()> {
+        let gpu = rec.gpu();
         if rows == 0 || n == 0 {
             return Ok(());
         }
         let g = grid(gpu, u64::from(rows), "LayerNorm rows")?;
         let words = [rows, n, 1, beta_offset, eps.to_bits()];
-        dispatch(gpu, encoder, &self.layer, &words, &[(1, x), (2, w), (3, y)], g);
+        dispatch(rec, &self.layer, &words, &[(1, x), (2, w), (3, y)], g);
         Ok(())
     }
 
@@ -152,14 +146,14 @@ impl Norm {
         let wb = storage_f32(gpu, "norm weights", w, w.len()).await?;
         let yb = gpu.output("norm y", 4 * x.len() as u64).await?;
         let (rows, n) = (u32_dim(rows, "norm rows")?, u32_dim(n, "norm row length")?);
-        let mut encoder = gpu.device.create_command_encoder(&Default::default());
+        let mut rec = Recorder::new(gpu);
         if rms {
-            self.encode_rms(gpu, &mut encoder, &xb, &wb, &yb, rows, n, 1, eps)?;
+            self.encode_rms(&mut rec, &xb, &wb, &yb, rows, n, 1, eps)?;
         } else {
             let beta_offset = u32_dim(beta_offset, "LayerNorm β offset")?;
-            self.encode_layer_norm(gpu, &mut encoder, &xb, &wb, &yb, rows, n, beta_offset, eps)?;
+            self.encode_layer_norm(&mut rec, &xb, &wb, &yb, rows, n, beta_offset, eps)?;
         }
-        gpu.queue.submit([encoder.finish()]);
+        rec.submit();
         let mut out = gpu.read_f32(&yb).await?;
         out.truncate(x.len());
         Ok(out)

@@ -8,6 +8,7 @@ use super::GpuTensor;
 use crate::cpu::ops::RopePairs;
 use crate::error::{LoomError, Result};
 use crate::gpu::Gpu;
+use crate::gpu::Recorder;
 
 const ROPE_WGSL: &str = include_str!("../../../../shaders/rope.wgsl");
 const LANES: u32 = 64;
@@ -55,11 +56,18 @@ impl Rope {
     }
 
     /// A storage buffer holding [`rope_table`] for `tokens` positions from `pos0`, written ahead of the next submit
-    /// (under a plan, the same buffer each forward of that shape; a decode step rewrites it).
-    pub fn table(&self, gpu: &Gpu, theta: f64, head_dim: usize, pos0: usize, tokens: usize) -> Result<GpuTensor> {
+    /// (from an arena, the same buffer each forward of that shape; a decode step rewrites it).
+    pub fn table(
+        &self,
+        rec: &mut Recorder,
+        theta: f64,
+        head_dim: usize,
+        pos0: usize,
+        tokens: usize,
+    ) -> Result<GpuTensor> {
         let table = rope_table(theta, head_dim, pos0, tokens);
-        let t = GpuTensor::scratch(gpu, vec![tokens, head_dim / 2 * 2])?;
-        t.write(gpu, &table)?;
+        let t = GpuTensor::scratch(rec, vec![tokens, head_dim / 2 * 2])?;
+        t.write(rec.gpu(), &table)?;
         Ok(t)
     }
 
@@ -68,8 +76,7 @@ impl Rope {
     #[allow(clippy::too_many_arguments)]
     pub fn encode(
         &self,
-        gpu: &Gpu,
-        encoder: &mut wgpu::CommandEncoder,
+        rec: &mut Recorder,
         x: &wgpu::Buffer,
         table: &wgpu::Buffer,
         tokens: u32,
@@ -85,7 +92,7 @@ impl Rope {
             stride,
             first,
         };
-        self.encode_pairs(gpu, encoder, x, table, rows, head_dim / 2, RopePairs::Half)
+        self.encode_pairs(rec, x, table, rows, head_dim / 2, RopePairs::Half)
     }
 
     /// Records the rotation of the first `rot` pairs of every head of `rows`, paired as `pairs` says (a decoder's
@@ -93,14 +100,14 @@ impl Rope {
     #[allow(clippy::too_many_arguments)]
     pub fn encode_pairs(
         &self,
-        gpu: &Gpu,
-        encoder: &mut wgpu::CommandEncoder,
+        rec: &mut Recorder,
         x: &wgpu::Buffer,
         table: &wgpu::Buffer,
         rows: RopeRows,
         rot: u32,
         pairs: RopePairs,
     ) -> Result<()> {
+        let gpu = rec.gpu();
         let RopeRows {
             tokens,
             heads,
@@ -121,7 +128,7 @@ impl Rope {
         let g = grid_for(gpu, pairs_total, LANES, "RoPE")?;
         let adjacent = u32::from(pairs == RopePairs::Adjacent);
         let words = [tokens, heads, head_dim, stride, first, rot, adjacent];
-        dispatch(gpu, encoder, &self.pipeline, &words, &[(1, x), (2, table)], g);
+        dispatch(rec, &self.pipeline, &words, &[(1, x), (2, table)], g);
         Ok(())
     }
 
@@ -144,11 +151,10 @@ impl Rope {
         }
         let tokens = x.len() / stride;
         let xb = storage_f32(gpu, "rope x", x, x.len()).await?;
-        let table = self.table(gpu, theta, head_dim, pos0, tokens)?;
-        let mut encoder = gpu.device.create_command_encoder(&Default::default());
+        let mut rec = Recorder::new(gpu);
+        let table = self.table(&mut rec, theta, head_dim, pos0, tokens)?;
         self.encode(
-            gpu,
-            &mut encoder,
+            &mut rec,
             &xb,
             &table.buffer,
             u32_dim(tokens, "RoPE tokens")?,
@@ -157,7 +163,7 @@ impl Rope {
             u32_dim(stride, "RoPE row")?,
             0,
         )?;
-        gpu.queue.submit([encoder.finish()]);
+        rec.submit();
         let mut out = gpu.read_f32(&xb).await?;
         out.truncate(x.len());
         Ok(out)

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::kernel::{check_binding, dispatch, storage_f32, u32_dim};
 use crate::error::{LoomError, Result};
 use crate::gpu::Gpu;
+use crate::gpu::Recorder;
 
 const SAMPLE_WGSL: &str = include_str!("../../../../shaders/sample.wgsl");
 
@@ -45,8 +46,7 @@ impl Sample {
     /// `args.penalized` (the caller writes it; at least [`GPU_SAMPLE_MAX`] words).
     pub fn encode(
         &self,
-        gpu: &Gpu,
-        encoder: &mut wgpu::CommandEncoder,
+        rec: &mut Recorder,
         (logits, n): (&wgpu::Buffer, u32),
         ids: &wgpu::Buffer,
         out: &wgpu::Buffer,
@@ -69,14 +69,7 @@ impl Sample {
             args.repetition_penalty.to_bits(),
             args.penalized.len() as u32,
         ];
-        dispatch(
-            gpu,
-            encoder,
-            &self.pipeline,
-            &words,
-            &[(1, logits), (2, ids), (3, out)],
-            (1, 1),
-        );
+        dispatch(rec, &self.pipeline, &words, &[(1, logits), (2, ids), (3, out)], (1, 1));
         Ok(())
     }
 
@@ -99,9 +92,9 @@ impl Sample {
         let ids = Sample::ids_buffer(gpu).await?;
         Sample::write_ids(gpu, &ids, args);
         let ob = gpu.output("sample out", 4).await?;
-        let mut encoder = gpu.device.create_command_encoder(&Default::default());
-        self.encode(gpu, &mut encoder, (&lb, n), &ids, &ob, args)?;
-        gpu.queue.submit([encoder.finish()]);
+        let mut rec = Recorder::new(gpu);
+        self.encode(&mut rec, (&lb, n), &ids, &ob, args)?;
+        rec.submit();
         let out = gpu.read(&ob).await?;
         Ok(u32::from_le_bytes(out[..4].try_into().expect("4 bytes read back")))
     }

@@ -8,6 +8,7 @@ use super::kernel::{check_binding, dispatch, grid, storage_f32, u32_dim};
 use super::REDUCE_WGSL;
 use crate::error::{LoomError, Result};
 use crate::gpu::Gpu;
+use crate::gpu::Recorder;
 
 const SOFTMAX_WGSL: &str = include_str!("../../../../shaders/softmax.wgsl");
 
@@ -40,15 +41,14 @@ impl Softmax {
     #[allow(clippy::too_many_arguments)]
     pub fn encode(
         &self,
-        gpu: &Gpu,
-        encoder: &mut wgpu::CommandEncoder,
+        rec: &mut Recorder,
         x: &wgpu::Buffer,
         y: &wgpu::Buffer,
         rows: u32,
         n: u32,
         temperature: f32,
     ) -> Result<()> {
-        self.record(gpu, encoder, x, y, rows, n, n, SoftmaxVariant::Softmax(temperature))
+        self.record(rec, x, y, rows, n, n, SoftmaxVariant::Softmax(temperature))
     }
 
     /// Records sparsemax (`entmax_weight` None) or Loom's entmax with blend weight `α − 1` over `rows` rows of `n`
@@ -56,8 +56,7 @@ impl Softmax {
     #[allow(clippy::too_many_arguments)]
     pub fn encode_sparse(
         &self,
-        gpu: &Gpu,
-        encoder: &mut wgpu::CommandEncoder,
+        rec: &mut Recorder,
         x: &wgpu::Buffer,
         y: &wgpu::Buffer,
         rows: u32,
@@ -65,15 +64,14 @@ impl Softmax {
         entmax_weight: Option<f32>,
     ) -> Result<()> {
         let variant = entmax_weight.map_or(SoftmaxVariant::Sparsemax, SoftmaxVariant::Entmax);
-        self.record(gpu, encoder, x, y, rows, n, n, variant)
+        self.record(rec, x, y, rows, n, n, variant)
     }
 
     /// `rows` rows starting every `n` values, the last holding `last` values.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn record(
         &self,
-        gpu: &Gpu,
-        encoder: &mut wgpu::CommandEncoder,
+        rec: &mut Recorder,
         x: &wgpu::Buffer,
         y: &wgpu::Buffer,
         rows: u32,
@@ -81,6 +79,7 @@ impl Softmax {
         last: u32,
         variant: SoftmaxVariant,
     ) -> Result<()> {
+        let gpu = rec.gpu();
         if rows == 0 || n == 0 {
             return Ok(());
         }
@@ -91,7 +90,7 @@ impl Softmax {
             SoftmaxVariant::Entmax(w) => (&self.sparse, 1.0, w, 1),
         };
         let words = [rows, n, temperature.to_bits(), last, w.to_bits(), entmax];
-        dispatch(gpu, encoder, pipeline, &words, &[(1, x), (2, y)], g);
+        dispatch(rec, pipeline, &words, &[(1, x), (2, y)], g);
         Ok(())
     }
 
@@ -107,17 +106,9 @@ impl Softmax {
         let rows = u32_dim(x.len() / n, "softmax rows")?;
         let xb = storage_f32(gpu, "softmax x", x, x.len()).await?;
         let yb = gpu.output("softmax y", 4 * x.len() as u64).await?;
-        let mut encoder = gpu.device.create_command_encoder(&Default::default());
-        self.encode(
-            gpu,
-            &mut encoder,
-            &xb,
-            &yb,
-            rows,
-            u32_dim(n, "softmax row")?,
-            temperature,
-        )?;
-        gpu.queue.submit([encoder.finish()]);
+        let mut rec = Recorder::new(gpu);
+        self.encode(&mut rec, &xb, &yb, rows, u32_dim(n, "softmax row")?, temperature)?;
+        rec.submit();
         let mut out = gpu.read_f32(&yb).await?;
         out.truncate(x.len());
         Ok(out)

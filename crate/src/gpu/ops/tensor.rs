@@ -1,7 +1,7 @@
 //! Activations that stay on the GPU between layers, so a forward pass records every dispatch into one command
 //! encoder and reads back once at the end.
 
-use super::kernel::check_binding;
+use super::kernel::{check_binding, Recorder};
 use crate::cpu::Tensor;
 use crate::error::{LoomError, Result};
 use crate::gpu::Gpu;
@@ -39,17 +39,17 @@ impl GpuTensor {
     }
 
     /// An activation of `shape` for a kernel to write, created without waiting (so encoding stays synchronous):
-    /// the caller wraps a whole forward pass in one out-of-memory error scope. Under a layer's plan (a
-    /// `GpuModel` forward) the buffer is the one the previous forward of that shape used, holding its values: a
-    /// kernel must write every value of its output.
-    pub fn scratch(gpu: &Gpu, shape: Vec<usize>) -> Result<GpuTensor> {
+    /// the caller wraps a whole forward pass in one out-of-memory error scope. From a recorder's arena, the buffer
+    /// is the one the previous recording of that shape used, holding its values: a kernel must write every value
+    /// of its output.
+    pub fn scratch(rec: &mut Recorder, shape: Vec<usize>) -> Result<GpuTensor> {
         let n = shape
             .iter()
             .try_fold(1usize, |a, d| a.checked_mul(*d))
             .ok_or_else(|| LoomError::InvalidInput(format!("activation shape {shape:?} overflows")))?;
         let bytes = (4 * n as u64).max(4);
-        check_binding(gpu, "activation", bytes)?;
-        Ok(gpu.output_tensor(shape, bytes))
+        check_binding(rec.gpu(), "activation", bytes)?;
+        Ok(rec.output_tensor(shape, bytes))
     }
 
     /// Queues writing `data` (exactly [`GpuTensor::len`] values) into the buffer, ahead of the next submit.
