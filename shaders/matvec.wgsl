@@ -6,11 +6,11 @@
 // as raw u32 words, possibly split across several bindings (`word(i)` hides the split). They are decoded in the
 // kernel. The host (`crate/src/gpu/ops/matvec.rs`) assembles one module from the `// @@ name` sections below:
 //
-//   activation.wgsl · common · xv1 or xv4 · word(i) and its bindings (generated) · constants (generated)
+//   activation.wgsl · common · xv1, xv4 or xv16 · word(i) and its bindings (generated) · constants (generated)
 //   · helpers (half, ints, field_*) · the encoding's decode function (`code`, `code64`) · its unit reader
 //   (packed, wide64, a block format) · body
 //
-// or, for float16 on the `shader-f16` path: enable f16; · activation.wgsl · common · xv1 or xv4 · word(i) over
+// or, for float16 on the `shader-f16` path: enable f16; · activation.wgsl · common · xv1, xv4 or xv16 · word(i) over
 // vec2<f16> bindings · float16_native · body.
 //
 // A "unit" is the smallest run of elements whose bytes are self-contained: one u32 word of 1–32 elements for
@@ -23,8 +23,8 @@
 // (`p.scale`, 1 for float32/16/64, bfloat16 and the block formats, whose scales are inside the blocks).
 //
 // One workgroup per (output row, BT batch rows): each weight decoded serves BT rows of x (BT = 1 for a batch of 1,
-// else 4; XV, the type of x values and sums, is f32 or vec4<f32>). 64 lanes stride over the row's units and reduce
-// in shared memory.
+// 4 for up to 4, else 16; XV, the type of x values and sums, is f32, vec4<f32> or mat4x4<f32>). 64 lanes stride
+// over the row's units and reduce in shared memory.
 
 // @@ common
 struct Params {
@@ -115,6 +115,25 @@ fn xv(i: u32) -> XV {
 
 fn component(v: XV, r: u32) -> f32 {
     return v[r];
+}
+
+// @@ xv16
+// Prefill batches (more than 4 rows): 16 rows of x at a time, row b0 + r as component r % 4 of column r / 4 of a
+// 4×4 matrix, so that every weight decoded serves 16 batch rows; rows past the batch read 0.
+alias XV = mat4x4<f32>;
+const BT: u32 = 16u;
+
+fn xv(i: u32) -> XV {
+    var v = XV();
+    for (var r = 0u; r < BT; r++) {
+        let row = min(b0 + r, p.batch - 1u);
+        v[r / 4u][r % 4u] = select(0.0, x[row * p.n_in + i], b0 + r < p.batch);
+    }
+    return v;
+}
+
+fn component(v: XV, r: u32) -> f32 {
+    return v[r / 4u][r % 4u];
 }
 
 // @@ half

@@ -198,12 +198,14 @@ fn check_dense(net: Network, x: &[f32], what: &str) -> f32 {
     worst
 }
 
-const SHAPES: [(usize, usize, usize, Activation); 5] = [
+const SHAPES: [(usize, usize, usize, Activation); 6] = [
     (576, 1536, 1, Activation::Silu),
     (37, 5, 3, Activation::Tanh),
     (100, 67, 2, Activation::GELU),
     (13, 129, 4, Activation::Linear),
     (1000, 31, 2, Activation::Sigmoid),
+    // Prefill batches: 16 rows a workgroup, and a last group of 3.
+    (70, 9, 19, Activation::Silu),
 ];
 
 #[test]
@@ -338,6 +340,7 @@ fn ggml_blocks_match_their_cpu_twin() {
             // Rows that start inside blocks (not a GGUF layout, but the kernel reads the flat tensor).
             (80, 12, 3, Activation::Linear),
             (1024, 7, 5, Activation::GELU),
+            (96, 9, 35, Activation::Silu),
         ] {
             let bytes = random_blocks(t, (n_in * n_out).div_ceil(t.block_len()), (n_in + n_out) as u64);
             check_blocks(p, &bytes, n_in, n_out, batch, act, &format!("{t}"));

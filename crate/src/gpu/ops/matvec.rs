@@ -129,7 +129,7 @@ impl Packing {
         }
     }
 
-    /// The module for this encoding with `parts` weight bindings, computing `bt` (1 or 4) batch rows at a time, with
+    /// The module for this encoding with `parts` weight bindings, computing `bt` (1, 4 or 16) batch rows at a time, with
     /// `body` (the `matvec` or `gather` entry point).
     fn source(self, shader_f16: bool, parts: usize, bt: u32, body: &str) -> String {
         let mut s = String::new();
@@ -138,7 +138,11 @@ impl Packing {
         }
         s.push_str(ACTIVATION_WGSL);
         s.push_str(section("common"));
-        s.push_str(section(if bt == 1 { "xv1" } else { "xv4" }));
+        s.push_str(section(match bt {
+            1 => "xv1",
+            4 => "xv4",
+            _ => "xv16",
+        }));
         // float16 on the shader-f16 path reads its words as pairs of halves.
         let ty = if shader_f16 { "vec2<f16>" } else { "u32" };
         for k in 0..parts {
@@ -500,8 +504,12 @@ impl MatVec {
         };
         let groups_x = row_groups.clamp(1, max);
         let groups_z = row_groups.div_ceil(groups_x).max(1);
-        // A batch of 2 or more is computed 4 rows per workgroup, each decoded weight serving all 4.
-        let bt = if batch > 1 { 4 } else { 1 };
+        // Batch rows per workgroup, each decoded weight serving all of them: 4 for a few rows, 16 for a prefill.
+        let bt = match batch {
+            0 | 1 => 1,
+            2..=4 => 4,
+            _ => 16,
+        };
         let groups_y = batch.div_ceil(bt);
         if groups_z > max || groups_y > max {
             return Err(LoomError::Unsupported(format!(
