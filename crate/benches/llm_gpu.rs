@@ -66,11 +66,13 @@ fn main() -> BoxResult<()> {
     }
     let prefill_stats = engine.last_call();
 
+    // The decode runs start from (at most) the first 16 prompt tokens.
+    let decode_prompt = &prompt[..prompt.len().min(16)];
     let mut decode_ms = Vec::new();
     let mut step_stats = engine.last_call();
     for run in 0..=runs {
         engine.reset();
-        let mut next = pollster::block_on(engine.forward_argmax(&prompt[..16]))?;
+        let mut next = pollster::block_on(engine.forward_argmax(decode_prompt))?;
         let t = Instant::now();
         for _ in 0..decode_n {
             next = pollster::block_on(engine.forward_argmax(&[next]))?;
@@ -86,7 +88,7 @@ fn main() -> BoxResult<()> {
     for run in 0..=runs {
         engine.reset();
         let mut sampler = Sampler::new(SamplingParams::default())?;
-        let mut context = prompt[..16].to_vec();
+        let mut context = decode_prompt.to_vec();
         let mut next = pollster::block_on(engine.forward_sampled(&context, &sampler.draw(&context)))?;
         let t = Instant::now();
         for _ in 0..decode_n {
@@ -106,6 +108,7 @@ fn main() -> BoxResult<()> {
         "driver": format!("{} {}", gpu.info.driver, gpu.info.driver_info),
         "device_type": format!("{:?}", gpu.info.device_type),
         "shader_f16": gpu.has_f16,
+        "subgroups": gpu.has_subgroups,
         "loadavg": loadavg(),
         "upload_ms": upload_ms,
         "prefill": {"tokens": prefill_n, "ms": prefill_ms, "tok_s_median": prefill_n as f64 / (p / 1e3),
