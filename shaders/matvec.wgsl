@@ -756,10 +756,8 @@ fn part_dot(u: u32, t: u32, xb: u32) -> XV {
 }
 
 // @@ body
-@compute @workgroup_size(64)
-fn matvec(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
-    let o = wg.x + wg.z * p.groups_x;
-    b0 = wg.y * BT;
+// Row o's sum over this lane's share of its units (lanes lane, lane + 64, ...).
+fn lane_sum(o: u32, lane: u32) -> XV {
     var acc = XV();
     if o < p.n_out {
         // Row o is elements [start, end) of the stored tensor; xv(i) reads its column i of x.
@@ -769,15 +767,22 @@ fn matvec(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) li
         let ub = end / EPU; // one past the last whole unit
         // The whole units, SPU parts each, spread over the lanes.
         let parts = select(0u, (ub - ua) * SPU, ub > ua);
-        for (var i = lid.x; i < parts; i += 64u) {
+        for (var i = lane; i < parts; i += 64u) {
             let u = ua + i / SPU;
             acc += part_dot(u, i % SPU, u * EPU - start);
         }
         // The partial units at both ends (fewer than EPU elements each: up to 255 for K-quant super-blocks), one
         // element per lane at a time.
-        acc += edge_dot(start, end, lid.x, 64u);
+        acc += edge_dot(start, end, lane, 64u);
     }
-    partial[lid.x] = acc;
+    return acc;
+}
+
+@compute @workgroup_size(64)
+fn matvec(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let o = wg.x + wg.z * p.groups_x;
+    b0 = wg.y * BT;
+    partial[lid.x] = lane_sum(o, lid.x);
     workgroupBarrier();
     for (var s = 32u; s > 0u; s >>= 1u) {
         if lid.x < s {
@@ -788,6 +793,44 @@ fn matvec(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) li
     if lid.x == 0u && o < p.n_out {
         store_row(o, partial[0]);
     }
+}
+
+// @@ body_subgroups
+// `body` with the lanes' sums added by subgroup operations (adapters with subgroups): each subgroup adds its lanes'
+// at once into its slot, and lane 0 adds the slots: one barrier instead of seven. `sg_sum` adds XV across the
+// subgroup (section sg_vector or sg_matrix).
+@compute @workgroup_size(64)
+fn matvec_subgroups(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(local_invocation_id) lid: vec3<u32>,
+    @builtin(subgroup_id) sg: u32,
+    @builtin(num_subgroups) n_sg: u32,
+    @builtin(subgroup_invocation_id) sg_lane: u32,
+) {
+    let o = wg.x + wg.z * p.groups_x;
+    b0 = wg.y * BT;
+    let sum = sg_sum(lane_sum(o, lid.x));
+    if sg_lane == 0u {
+        partial[sg] = sum;
+    }
+    workgroupBarrier();
+    if lid.x == 0u && o < p.n_out {
+        var acc = XV();
+        for (var i = 0u; i < n_sg; i++) {
+            acc += partial[i];
+        }
+        store_row(o, acc);
+    }
+}
+
+// @@ sg_vector
+fn sg_sum(v: XV) -> XV {
+    return subgroupAdd(v);
+}
+
+// @@ sg_matrix
+fn sg_sum(v: XV) -> XV {
+    return XV(subgroupAdd(v[0]), subgroupAdd(v[1]), subgroupAdd(v[2]), subgroupAdd(v[3]));
 }
 
 // @@ body_rows

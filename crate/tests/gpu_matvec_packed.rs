@@ -137,6 +137,12 @@ fn kernels(p: Packing) -> Vec<(MatVec, &'static str)> {
             "f32 path, lane per row",
         ),
     ];
+    if gpu().has_subgroups {
+        out.push((
+            MatVec::new(gpu(), p, false).unwrap().with_layout(RowLayout::Subgroups),
+            "f32 path, subgroups",
+        ));
+    }
     if p.has_halves() && gpu().has_f16 {
         out.push((
             MatVec::new(gpu(), p, true).unwrap().with_layout(RowLayout::Workgroup),
@@ -146,6 +152,12 @@ fn kernels(p: Packing) -> Vec<(MatVec, &'static str)> {
             MatVec::new(gpu(), p, true).unwrap().with_layout(RowLayout::Lane),
             "shader-f16, lane per row",
         ));
+        if gpu().has_subgroups {
+            out.push((
+                MatVec::new(gpu(), p, true).unwrap().with_layout(RowLayout::Subgroups),
+                "shader-f16, subgroups",
+            ));
+        }
     }
     out
 }

@@ -111,7 +111,14 @@ impl Gpu {
             limits.max_storage_buffer_binding_size = limits.max_storage_buffer_binding_size.min(max);
             limits.max_buffer_size = limits.max_buffer_size.min(max);
         }
-        let features = adapter.features() & (wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP);
+        // Subgroups natively only: a browser wants `enable subgroups;` in the WGSL, which naga rejects, and its
+        // `subgroup_id` builtin is newer still.
+        let wanted = if cfg!(target_arch = "wasm32") {
+            wgpu::Features::SHADER_F16
+        } else {
+            wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP
+        };
+        let features = adapter.features() & wanted;
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("loom"),

@@ -160,7 +160,7 @@ impl Packing {
         }
         if shader_f16 {
             s.push_str(section("float16_native"));
-            s.push_str(section(body));
+            push_body(&mut s, body, bt);
             return s;
         }
         s.push_str(section("half"));
@@ -197,7 +197,7 @@ impl Packing {
                 s.push_str(section(&self.key()));
             }
         }
-        s.push_str(section(body));
+        push_body(&mut s, body, bt);
         s
     }
 }
@@ -386,11 +386,23 @@ fn too_many(n_in: usize, n_out: usize) -> LoomError {
     LoomError::Unsupported(format!("matvec of {n_out}×{n_in} weights: more than 2^32 elements"))
 }
 
+/// Appends the entry point's section: `body_subgroups` builds on `body`'s per-lane sum and adds XV (a matrix for 16
+/// batch rows) across a subgroup.
+fn push_body(s: &mut String, body: &str, bt: u32) {
+    if body == "body_subgroups" {
+        s.push_str(section("body"));
+        s.push_str(section(if bt == 16 { "sg_matrix" } else { "sg_vector" }));
+    }
+    s.push_str(section(body));
+}
+
 /// How a matvec spreads a row over lanes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RowLayout {
-    /// A 64-lane workgroup per output row, reduced in shared memory: GPUs.
+    /// A 64-lane workgroup per output row, reduced in shared memory: GPUs without subgroups.
     Workgroup,
+    /// A 64-lane workgroup per output row, reduced by subgroup operations: GPUs with subgroups (natively).
+    Subgroups,
     /// One lane per output row, 64 rows per workgroup: CPU adapters (lavapipe, SwiftShader), whose lanes are SIMD
     /// lanes and whose barriers are costly.
     Lane,
@@ -401,6 +413,8 @@ impl RowLayout {
     pub fn for_adapter(gpu: &Gpu) -> RowLayout {
         if gpu.info.device_type == wgpu::DeviceType::Cpu {
             RowLayout::Lane
+        } else if gpu.has_subgroups {
+            RowLayout::Subgroups
         } else {
             RowLayout::Workgroup
         }
@@ -470,6 +484,7 @@ impl MatVec {
     fn pipeline(&self, gpu: &Gpu, parts: usize, bt: u32) -> Result<Arc<wgpu::ComputePipeline>> {
         let (body, entry) = match self.layout {
             RowLayout::Workgroup => ("body", "matvec"),
+            RowLayout::Subgroups => ("body_subgroups", "matvec_subgroups"),
             RowLayout::Lane => ("body_rows", "matvec_rows"),
         };
         let key = PipelineKey::MatVec {
@@ -499,7 +514,7 @@ impl MatVec {
         let max = gpu.limits.max_compute_workgroups_per_dimension;
         let n_out = w.n_out as u32;
         let row_groups = match self.layout {
-            RowLayout::Workgroup => n_out,
+            RowLayout::Workgroup | RowLayout::Subgroups => n_out,
             RowLayout::Lane => n_out.div_ceil(64),
         };
         let groups_x = row_groups.clamp(1, max);
