@@ -6,12 +6,12 @@
 // as raw u32 words, possibly split across several bindings (`word(i)` hides the split). They are decoded in the
 // kernel. The host (`crate/src/gpu/ops/matvec.rs`) assembles one module from the `// @@ name` sections below:
 //
-//   activation.wgsl · common · xv1, xv4 or xv16 · word(i) and its bindings (generated) · constants (generated)
-//   · helpers (half, ints, field_*) · the encoding's decode function (`code`, `code64`) · its unit reader
-//   (packed, wide64, a block format) · body
+//   activation.wgsl · common · xv1, xv4 or xv16 · x_plain or x_norm · word(i) and its bindings (generated)
+//   · constants (generated) · helpers (half, ints, field_*) · the encoding's decode function (`code`, `code64`)
+//   · its unit reader (packed, wide64, a block format) · body (or body_rows; or body, sg_* and body_subgroups)
 //
-// or, for float16 on the `shader-f16` path: enable f16; · activation.wgsl · common · xv1, xv4 or xv16 · word(i) over
-// vec2<f16> bindings · float16_native · body.
+// or, for float16 on the `shader-f16` path: enable f16; · activation.wgsl · common · xv1, xv4 or xv16 · x_plain or
+// x_norm · word(i) over vec2<f16> bindings · float16_native · body.
 //
 // A "unit" is the smallest run of elements whose bytes are self-contained: one u32 word of 1–32 elements for
 // Loom's dtypes up to 32 bits, two words for the 64-bit ones, a block of 32 for Q4_0 / Q4_1 / Q8_0. Each reader
@@ -43,6 +43,10 @@ struct Params {
     first: u32,
     // Element where the bias row starts, or NO_BIAS.
     bias: u32,
+    // With the x_norm section: RMSNorm's epsilon (x is normalized row by row, times γ, as it is read).
+    norm_eps: f32,
+    // Not 0: y += the result (a residual add), instead of y = the result.
+    accumulate: u32,
 }
 
 const NO_BIAS: u32 = 0xFFFFFFFFu;
@@ -52,6 +56,8 @@ const NO_BIAS: u32 = 0xFFFFFFFFu;
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
 
 var<workgroup> partial: array<XV, 64>;
+// Per-lane Σ x² of the batch rows, with the x_norm section.
+var<workgroup> partial_squares: array<XV, 64>;
 // The first of the BT batch rows this workgroup computes.
 var<private> b0: u32;
 
@@ -70,9 +76,25 @@ fn edge_dot(start: u32, end: u32, first: u32, step: u32) -> XV {
     return acc;
 }
 
-// Writes output row o for this workgroup's batch rows: act(sum · scale + bias).
-fn store_row(o: u32, acc: XV) {
-    let sum = acc * p.scale;
+// Σ x² over columns first, first + step, ... of the batch rows (for the norm of x_norm; XV() without it).
+fn lane_squares(first: u32, step: u32) -> XV {
+    var acc = XV();
+    if NORM {
+        for (var i = first; i < p.n_in; i += step) {
+            let v = xv_raw(i);
+            acc += mul_rows(v, v);
+        }
+    }
+    return acc;
+}
+
+// Writes output row o for this workgroup's batch rows: act(sum · scale + bias), or adds it to y with
+// `p.accumulate`. `squares` is Σ x² of each batch row, which scales the sum under x_norm.
+fn store_row(o: u32, acc: XV, squares: XV) {
+    var sum = acc * p.scale;
+    if NORM {
+        sum = mul_rows(sum, rsqrt_rows(squares));
+    }
     var b = 0.0;
     if p.bias != NO_BIAS {
         let e = p.bias + o;
@@ -80,7 +102,9 @@ fn store_row(o: u32, acc: XV) {
     }
     for (var r = 0u; r < BT; r++) {
         if b0 + r < p.batch {
-            y[(b0 + r) * p.n_out + o] = activate(component(sum, r) + b, p.act);
+            let i = (b0 + r) * p.n_out + o;
+            let base = select(0.0, y[i], p.accumulate != 0u);
+            y[i] = base + activate(component(sum, r) + b, p.act);
         }
     }
 }
@@ -90,12 +114,20 @@ fn store_row(o: u32, acc: XV) {
 alias XV = f32;
 const BT: u32 = 1u;
 
-fn xv(i: u32) -> XV {
+fn xv_raw(i: u32) -> XV {
     return x[b0 * p.n_in + i];
 }
 
 fn component(v: XV, r: u32) -> f32 {
     return v;
+}
+
+fn mul_rows(a: XV, b: XV) -> XV {
+    return a * b;
+}
+
+fn rsqrt_rows(squares: XV) -> XV {
+    return inverseSqrt(squares / f32(p.n_in) + p.norm_eps);
 }
 
 // @@ xv4
@@ -104,7 +136,7 @@ fn component(v: XV, r: u32) -> f32 {
 alias XV = vec4<f32>;
 const BT: u32 = 4u;
 
-fn xv(i: u32) -> XV {
+fn xv_raw(i: u32) -> XV {
     var v = XV();
     for (var r = 0u; r < BT; r++) {
         let row = min(b0 + r, p.batch - 1u);
@@ -117,13 +149,21 @@ fn component(v: XV, r: u32) -> f32 {
     return v[r];
 }
 
+fn mul_rows(a: XV, b: XV) -> XV {
+    return a * b;
+}
+
+fn rsqrt_rows(squares: XV) -> XV {
+    return inverseSqrt(squares / f32(p.n_in) + p.norm_eps);
+}
+
 // @@ xv16
 // Prefill batches (more than 4 rows): 16 rows of x at a time, row b0 + r as component r % 4 of column r / 4 of a
 // 4×4 matrix, so that every weight decoded serves 16 batch rows; rows past the batch read 0.
 alias XV = mat4x4<f32>;
 const BT: u32 = 16u;
 
-fn xv(i: u32) -> XV {
+fn xv_raw(i: u32) -> XV {
     var v = XV();
     for (var r = 0u; r < BT; r++) {
         let row = min(b0 + r, p.batch - 1u);
@@ -134,6 +174,41 @@ fn xv(i: u32) -> XV {
 
 fn component(v: XV, r: u32) -> f32 {
     return v[r / 4u][r % 4u];
+}
+
+// Component by component (`*` of matrices is their product).
+fn mul_rows(a: XV, b: XV) -> XV {
+    return XV(a[0] * b[0], a[1] * b[1], a[2] * b[2], a[3] * b[3]);
+}
+
+fn rsqrt_rows(squares: XV) -> XV {
+    let n = f32(p.n_in);
+    let e = p.norm_eps;
+    return XV(
+        inverseSqrt(squares[0] / n + e),
+        inverseSqrt(squares[1] / n + e),
+        inverseSqrt(squares[2] / n + e),
+        inverseSqrt(squares[3] / n + e),
+    );
+}
+
+// @@ x_plain
+// x as it is.
+const NORM: bool = false;
+
+fn xv(i: u32) -> XV {
+    return xv_raw(i);
+}
+
+// @@ x_norm
+// x under RMSNorm with gain γ, folded into the product: y = (Σ x_i·γ_i·W_i) / √(mean(x²) + eps), the sum of
+// squares taken by the lanes beside the product (see `lane_squares`), so the norm costs no dispatch of its own.
+const NORM: bool = true;
+
+@group(0) @binding(7) var<storage, read> gamma: array<f32>;
+
+fn xv(i: u32) -> XV {
+    return xv_raw(i) * gamma[i];
 }
 
 // @@ half
@@ -783,15 +858,19 @@ fn matvec(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) li
     let o = wg.x + wg.z * p.groups_x;
     b0 = wg.y * BT;
     partial[lid.x] = lane_sum(o, lid.x);
+    partial_squares[lid.x] = lane_squares(lid.x, 64u);
     workgroupBarrier();
     for (var s = 32u; s > 0u; s >>= 1u) {
         if lid.x < s {
             partial[lid.x] += partial[lid.x + s];
+            if NORM {
+                partial_squares[lid.x] += partial_squares[lid.x + s];
+            }
         }
         workgroupBarrier();
     }
     if lid.x == 0u && o < p.n_out {
-        store_row(o, partial[0]);
+        store_row(o, partial[0], partial_squares[0]);
     }
 }
 
@@ -810,16 +889,20 @@ fn matvec_subgroups(
     let o = wg.x + wg.z * p.groups_x;
     b0 = wg.y * BT;
     let sum = sg_sum(lane_sum(o, lid.x));
+    let squares = sg_sum(lane_squares(lid.x, 64u));
     if sg_lane == 0u {
         partial[sg] = sum;
+        partial_squares[sg] = squares;
     }
     workgroupBarrier();
     if lid.x == 0u && o < p.n_out {
         var acc = XV();
+        var all_squares = XV();
         for (var i = 0u; i < n_sg; i++) {
             acc += partial[i];
+            all_squares += partial_squares[i];
         }
-        store_row(o, acc);
+        store_row(o, acc, all_squares);
     }
 }
 
@@ -841,6 +924,20 @@ fn sg_sum(v: XV) -> XV {
 fn matvec_rows(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let o = (wg.x + wg.z * p.groups_x) * 64u + lid.x;
     b0 = wg.y * BT;
+    // x_norm: Σ x² of the batch rows, striped over the lanes and added in shared memory once for the workgroup's 64
+    // rows (before any lane leaves, so that every lane reaches the barriers).
+    var squares = XV();
+    if NORM {
+        partial_squares[lid.x] = lane_squares(lid.x, 64u);
+        workgroupBarrier();
+        for (var s = 32u; s > 0u; s >>= 1u) {
+            if lid.x < s {
+                partial_squares[lid.x] += partial_squares[lid.x + s];
+            }
+            workgroupBarrier();
+        }
+        squares = partial_squares[0];
+    }
     if o >= p.n_out {
         return;
     }
@@ -852,7 +949,7 @@ fn matvec_rows(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_i
             acc += part_dot(u, t, u * EPU - start);
         }
     }
-    store_row(o, acc);
+    store_row(o, acc, squares);
 }
 
 // @@ gather

@@ -3,7 +3,10 @@
 //! test: it prints JSON on stdout.
 //!
 //!   cargo bench -p loom-wasm --bench llm_gpu -- MODEL [--runs R] [--prefill-tokens 512] [--decode-tokens 128]
+//!       [--fold-norms 0|1]
 //!
+//! `--fold-norms` overrides the engine's choice of folding the norms and residual adds into the matvecs (on for
+//! GPUs, off for CPU adapters such as lavapipe).
 //! `prefill`: a fixed sequence of ordinary vocabulary ids into an empty KV cache, last-token logits read back.
 //! `decode`: after a short prompt, `decode-tokens` greedy steps, each picked on the GPU (one id read back); then
 //! `decode_sampled`, the same steps sampled and drawn on the GPU (`sample.wgsl`, one id read back). Each
@@ -23,7 +26,8 @@ use loom_wasm::llm::sampler::{Sampler, SamplingParams};
 use serde_json::json;
 
 const USAGE: &str =
-    "usage: cargo bench -p loom-wasm --bench llm_gpu -- MODEL [--runs R] [--prefill-tokens N] [--decode-tokens N]";
+    "usage: cargo bench -p loom-wasm --bench llm_gpu -- MODEL [--runs R] [--prefill-tokens N] [--decode-tokens N] \
+     [--fold-norms 0|1]";
 
 type BoxResult<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -49,6 +53,9 @@ fn main() -> BoxResult<()> {
     let t = Instant::now();
     let mut engine = pollster::block_on(GpuEngine::new(gpu.clone(), &model.config, &model.weights, None))?;
     let upload_ms = ms_since(t);
+    if args.iter().any(|a| a == "--fold-norms") {
+        engine.set_fold_norms(flag(&args, "--fold-norms", 0)? != 0);
+    }
     // Ordinary vocabulary ids, the same sequence every run.
     let vocab = model.config.vocab as u32;
     let prompt: Vec<u32> = (0..prefill_n as u32)
@@ -109,6 +116,7 @@ fn main() -> BoxResult<()> {
         "device_type": format!("{:?}", gpu.info.device_type),
         "shader_f16": gpu.has_f16,
         "subgroups": gpu.has_subgroups,
+        "fold_norms": engine.folds_norms(),
         "loadavg": loadavg(),
         "upload_ms": upload_ms,
         "prefill": {"tokens": prefill_n, "ms": prefill_ms, "tok_s_median": prefill_n as f64 / (p / 1e3),

@@ -13,11 +13,12 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use loom_wasm::cpu::CpuModel;
+use loom_wasm::cpu::{ops, CpuModel};
 use loom_wasm::dtype::{q4_0, DType};
 use loom_wasm::formats::loom_json;
 use loom_wasm::gpu::{
-    dense_weights, packed_values, Gpu, MatVec, PackedWeights, Packing, RowLayout, GPU_GGML_TYPES, MAX_WEIGHT_BINDINGS,
+    dense_weights, packed_values, Gpu, MatVec, MatVecOptions, PackedWeights, Packing, Pointwise, Recorder, RowLayout,
+    GPU_GGML_TYPES, MAX_WEIGHT_BINDINGS,
 };
 use loom_wasm::network::{Activation, Network, WeightStore};
 use loom_wasm::quant::{self, GgmlType};
@@ -719,4 +720,80 @@ fn bad_inputs_are_errors() {
         1
     ))
     .is_err());
+}
+
+/// The matvec's options against their CPU twin: RMSNorm of x folded into the product (`ops::rms_norm_into`, then
+/// the product) and the residual add (`y +=`), apart and together, over every kernel variant, with batches of 1, 3
+/// and 19 (1, 4 and 16 rows a workgroup). y starts out holding other values: without `accumulate` it must not read
+/// them.
+#[test]
+fn norm_and_residual_add_match_the_cpu_ops() {
+    let eps = 1e-5;
+    let cases = [
+        (Packing::Loom(DType::Float32), 70usize, 9usize),
+        (Packing::Ggml(GgmlType::Q4_1), 96, 33),
+        (Packing::Ggml(GgmlType::Q8_0), 64, 5),
+        (Packing::Ggml(GgmlType::Q6_K), 256, 7),
+    ];
+    for (p, n_in, n_out) in cases {
+        let bytes = match p {
+            Packing::Ggml(t) => random_blocks(t, (n_in * n_out).div_ceil(t.block_len()), (n_in + n_out) as u64),
+            _ => inputs(n_in * n_out, 5).iter().flat_map(|v| v.to_le_bytes()).collect(),
+        };
+        let w = packed_values(p, &bytes, 1.0, n_in * n_out).unwrap();
+        let packed = upload(p, &bytes, 1.0, n_in, n_out);
+        let gamma: Vec<f32> = inputs(n_in, 3).iter().map(|g| 1.0 + 0.5 * g).collect();
+        let gamma_buffer = pollster::block_on(gpu().upload("gamma", bytemuck::cast_slice(&gamma))).unwrap();
+        for batch in [1usize, 3, 19] {
+            // Rows of x far from unit scale, so that a missing norm shows.
+            let x: Vec<f32> = inputs(n_in * batch, 11 + batch as u64)
+                .iter()
+                .map(|v| 4.0 * v)
+                .collect();
+            let y0 = inputs(n_out * batch, 13 + batch as u64);
+            let mut xn = vec![0.0; x.len()];
+            ops::rms_norm_into(&x, &gamma, eps, &mut xn);
+            let product = dense_f32(w.clone(), n_in, n_out, Activation::Linear)
+                .forward(&xn, &[batch, n_in])
+                .unwrap()
+                .data;
+            let mag = magnitudes(&xn, &w, n_in, n_out);
+            for (norm, accumulate) in [(true, false), (false, true), (true, true)] {
+                let input = if norm { &x } else { &xn };
+                let want: Vec<f32> = if accumulate {
+                    product.iter().zip(&y0).map(|(a, b)| a + b).collect()
+                } else {
+                    product.clone()
+                };
+                let mag: Vec<f32> = mag.iter().zip(&y0).map(|(m, y)| m + y.abs()).collect();
+                for (kernel, path) in kernels(p) {
+                    let xb = pollster::block_on(gpu().upload("x", bytemuck::cast_slice(input))).unwrap();
+                    let yb = pollster::block_on(gpu().upload("y", bytemuck::cast_slice(&y0))).unwrap();
+                    let options = MatVecOptions {
+                        norm: norm.then_some((&gamma_buffer, eps)),
+                        accumulate,
+                    };
+                    let mut recorder = Recorder::new(gpu());
+                    kernel
+                        .encode_with(
+                            &mut recorder,
+                            &xb,
+                            &packed,
+                            &yb,
+                            batch as u32,
+                            Pointwise::Identity,
+                            options,
+                        )
+                        .unwrap();
+                    recorder.submit();
+                    let got = pollster::block_on(gpu().read_f32(&yb)).unwrap();
+                    let what = format!(
+                        "{:?} {n_in}→{n_out} ×{batch}, norm {norm}, add {accumulate} ({path})",
+                        p
+                    );
+                    assert_close(&got, &want, &mag, 2.0 * rtol(p), &what);
+                }
+            }
+        }
+    }
 }

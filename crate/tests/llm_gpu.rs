@@ -36,6 +36,14 @@ fn engine_with_context(gpu: &Arc<Gpu>, model: &LlmModel, context: Option<usize>)
     Box::new(e.unwrap_or_else(|e| panic!("GPU engine: {e}")))
 }
 
+/// The engine with its norms and residual adds folded into the matvecs (`GpuEngine::set_fold_norms`): the default on
+/// GPUs, not on lavapipe, so it is asked for here.
+fn engine_folded(gpu: &Arc<Gpu>, model: &LlmModel) -> Box<dyn Engine> {
+    let mut e = pollster::block_on(GpuEngine::new(gpu.clone(), &model.config, &model.weights, None)).unwrap();
+    e.set_fold_norms(true);
+    Box::new(e)
+}
+
 #[test]
 fn tiny_llama_every_weight_file_on_the_gpu() {
     let gpu = gpu();
@@ -48,6 +56,10 @@ fn tiny_llama_every_weight_file_on_the_gpu() {
         }
         let model = LlmModel::open(&dir.join(set["file"].as_str().unwrap())).unwrap();
         check_tiny_on(model.config.vocab, name, set, &prompts, &mut || engine(&gpu, &model));
+        let folded = format!("{name}, norms folded");
+        check_tiny_on(model.config.vocab, &folded, set, &prompts, &mut || {
+            engine_folded(&gpu, &model)
+        });
         checked += 1;
     }
     assert_eq!(checked, 8);
@@ -267,26 +279,33 @@ fn projections_fused_or_apart_match_the_cpu() {
     let b = &mut w.blocks[0];
     b.up = as_f16(&b.up);
     (b.bq, b.bk, b.bv) = (bias(qd, 0.23), bias(kvd, 0.53), bias(kvd, 0.71));
+    let h = c.hidden;
+    b.bo = bias(h, 0.29);
     let b = &mut w.blocks[1];
     (b.b_gate, b.b_up) = (bias(c.ffn, 0.37), bias(c.ffn, 0.11));
     b.wv = as_f16(&b.wv);
+    b.b_down = bias(h, 0.41);
     model.weights = Arc::new(w);
     let prompt: Vec<u32> = (1..40).map(|i| (i * 37 % 256) as u32).collect();
     let want = model.cpu_engine().forward(&prompt, true).unwrap();
-    let mut e = pollster::block_on(GpuEngine::new(gpu, &model.config, &model.weights, None)).unwrap();
-    let got = e.forward(&prompt, true).unwrap();
-    let worst = want.iter().zip(&got).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-    assert!(worst <= 1e-3, "max |Δlogit| {worst}");
-    let got_one = e.forward(&[5], false).unwrap();
     let mut cpu = model.cpu_engine();
     cpu.forward(&prompt, false).unwrap();
     let want_one = cpu.forward(&[5], false).unwrap();
-    let worst = want_one
-        .iter()
-        .zip(&got_one)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0f32, f32::max);
-    assert!(worst <= 1e-3, "decode step: max |Δlogit| {worst}");
+    // With the norms and residual adds as dispatches of their own, and folded into the matvecs.
+    for fold in [false, true] {
+        let mut e = pollster::block_on(GpuEngine::new(gpu.clone(), &model.config, &model.weights, None)).unwrap();
+        e.set_fold_norms(fold);
+        let got = e.forward(&prompt, true).unwrap();
+        let worst = want.iter().zip(&got).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(worst <= 1e-3, "folded {fold}: max |Δlogit| {worst}");
+        let got_one = e.forward(&[5], false).unwrap();
+        let worst = want_one
+            .iter()
+            .zip(&got_one)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(worst <= 1e-3, "folded {fold}, decode step: max |Δlogit| {worst}");
+    }
 }
 
 #[test]

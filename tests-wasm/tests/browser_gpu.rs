@@ -11,10 +11,9 @@
 
 use loom_wasm::cpu::{ops, CpuModel, Tensor};
 use loom_wasm::formats::loom_json;
-use loom_wasm::gpu::Recorder;
 use loom_wasm::gpu::{
-    first_argmax, Argmax, Attention, Elementwise, Embedding, Gpu, MatVec, Mha, Norm, PackedWeights, Packing, Rope,
-    Sample, SampleArgs, Softmax,
+    first_argmax, Argmax, Attention, Elementwise, Embedding, Gpu, MatVec, MatVecOptions, Mha, Norm, PackedWeights,
+    Packing, Pointwise, Recorder, Rope, Sample, SampleArgs, Softmax,
 };
 use loom_wasm::llm::sampler::Sampler;
 use loom_wasm::network::{f32_bytes, Activation, Network, WeightStore};
@@ -91,6 +90,64 @@ async fn f32_matvec_matches_the_cpu_dense_layer() {
             .unwrap();
         let out = kernel.run(&gpu, &x, &weights, act.into()).await.unwrap();
         close(&format!("matvec {n_in}→{n_out} ×{batch}"), &out, &cpu.data, 1e-5, 1e-4);
+    }
+}
+
+/// The matvec with RMSNorm folded in and a residual add (`y += W·RMSNorm(x; γ)`) against its CPU twin:
+/// `ops::rms_norm_into`, then the product, then the add; batches of 3 and 19 (4 and 16 rows a workgroup).
+#[wasm_bindgen_test]
+async fn matvec_with_norm_and_residual_add_matches_the_cpu_ops() {
+    let gpu = gpu().await;
+    let kernel = MatVec::f32(&gpu).unwrap();
+    let (n_in, n_out) = (129, 37);
+    let w = data(1, n_in * n_out, -1.0, 1.0);
+    let gamma = data(2, n_in, 0.5, 1.5);
+    let packing = Packing::Loom(loom_wasm::DType::Float32);
+    let weights = PackedWeights::upload(&gpu, packing, &f32_bytes(&w), 1.0, n_in, n_out)
+        .await
+        .unwrap();
+    let gb = gpu.upload("gamma", &f32_bytes(&gamma)).await.unwrap();
+    for batch in [3, 19] {
+        let x = data(3 + batch as u64, batch * n_in, -4.0, 4.0);
+        let y0 = data(5 + batch as u64, batch * n_out, -1.0, 1.0);
+        let mut xn = vec![0.0; x.len()];
+        ops::rms_norm_into(&x, &gamma, 1e-5, &mut xn);
+        let want: Vec<f32> = (0..batch * n_out)
+            .map(|k| {
+                let (b, o) = (k / n_out, k % n_out);
+                let dot: f64 = (0..n_in)
+                    .map(|i| f64::from(xn[b * n_in + i]) * f64::from(w[o * n_in + i]))
+                    .sum();
+                y0[k] + dot as f32
+            })
+            .collect();
+        let xb = gpu.upload("x", &f32_bytes(&x)).await.unwrap();
+        let yb = gpu.upload("y", &f32_bytes(&y0)).await.unwrap();
+        let options = MatVecOptions {
+            norm: Some((&gb, 1e-5)),
+            accumulate: true,
+        };
+        let mut recorder = Recorder::new(&gpu);
+        kernel
+            .encode_with(
+                &mut recorder,
+                &xb,
+                &weights,
+                &yb,
+                batch as u32,
+                Pointwise::Identity,
+                options,
+            )
+            .unwrap();
+        recorder.submit();
+        let got = gpu.read_f32(&yb).await.unwrap();
+        close(
+            &format!("y += W·RMSNorm(x) {n_in}→{n_out} ×{batch}"),
+            &got,
+            &want,
+            1e-5,
+            1e-4,
+        );
     }
 }
 

@@ -16,8 +16,9 @@ pub use loom::{
 };
 pub use ops::{
     first_argmax, packed_values, rope_table, Argmax, AttendArgs, Attention, Elementwise, Embedding, EmbeddingTable,
-    GpuTensor, KvCache, KvRows, MatVec, Norm, PackedWeights, Packing, Pointwise, Rope, RopeRows, RowLayout, Sample,
-    SampleArgs, Softmax, GPU_GGML_TYPES, GPU_SAMPLE_MAX, LAYER_NORM_EPS, MAX_WEIGHT_BINDINGS, RMS_NORM_EPS,
+    GpuTensor, KvCache, KvRows, MatVec, MatVecOptions, Norm, PackedWeights, Packing, Pointwise, Rope, RopeRows,
+    RowLayout, Sample, SampleArgs, Softmax, GPU_GGML_TYPES, GPU_SAMPLE_MAX, LAYER_NORM_EPS, MAX_WEIGHT_BINDINGS,
+    RMS_NORM_EPS,
 };
 
 pub use ops::kernel::{Arena, ArenaCounts, Recorder};
@@ -36,6 +37,8 @@ pub enum PipelineKey {
         parts: usize,
         /// Batch rows each workgroup serves.
         batch_rows: u32,
+        /// x is normalized as it is read (RMSNorm with a γ binding).
+        norm: bool,
         entry: &'static str,
     },
 }
@@ -49,10 +52,12 @@ impl std::fmt::Display for PipelineKey {
                 shader_f16,
                 parts,
                 batch_rows,
+                norm,
                 entry,
             } => {
                 let halves = if *shader_f16 { "f16" } else { "f32" };
-                write!(f, "matvec/{}/{halves}/{parts}/{batch_rows}/{entry}", packing.key())
+                let x = if *norm { "norm" } else { "x" };
+                write!(f, "matvec/{}/{halves}/{parts}/{batch_rows}/{x}/{entry}", packing.key())
             }
         }
     }

@@ -5,6 +5,10 @@
 //!
 //! Bind groups and buffers come from per-shape arenas (`gpu::kernel`): a decode step (one token) creates none after
 //! the first; only the uniform words that hold the position and the RoPE table are rewritten.
+//!
+//! On GPUs each RMSNorm rides in the matvecs that read its output (x normalized as it is read) and each residual
+//! add in the output projection (`x += W·a`); on CPU adapters they are dispatches of their own
+//! ([`GpuEngine::set_fold_norms`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -14,10 +18,9 @@ use super::sampler::SampleArgs;
 use super::weights::{BlockWeights, Matrix, ModelWeights};
 use crate::cpu::ops::{self, RopePairs};
 use crate::error::{LoomError, Result};
-use crate::gpu::Recorder;
 use crate::gpu::{
-    Arena, ArenaCounts, Argmax, AttendArgs, Attention, Elementwise, Gpu, GpuTensor, KvCache, KvRows, MatVec, Norm,
-    PackedWeights, Packing, Rope, RopeRows, Sample, GPU_SAMPLE_MAX,
+    Arena, ArenaCounts, Argmax, AttendArgs, Attention, Elementwise, Gpu, GpuTensor, KvCache, KvRows, MatVec,
+    MatVecOptions, Norm, PackedWeights, Packing, Recorder, Rope, RopeRows, RowLayout, Sample, GPU_SAMPLE_MAX,
 };
 
 /// Prompt tokens per submit: bounds the activation buffers of a long prompt.
@@ -138,6 +141,8 @@ pub struct GpuEngine {
     inv_freq: Vec<f64>,
     /// Arenas by (tokens in the chunk, output): decode steps reuse theirs.
     arenas: HashMap<(usize, Output), Arena>,
+    /// The norms and residual adds ride in the matvecs (see [`GpuEngine::set_fold_norms`]).
+    fold_norms: bool,
     last: GpuCallStats,
     /// The draw of the step in flight (for [`Output::Sampled`]) and the buffer of its penalised ids.
     draw: Option<SampleArgs>,
@@ -314,6 +319,7 @@ impl GpuEngineBuilder {
             caches.push(KvCache::new(g, cfg.n_kv_heads, cfg.head_dim, cfg.context).await?);
         }
         let inv_freq = ops::rope_inv_freq(cfg.rope_theta, cfg.rope_dims);
+        let fold_norms = RowLayout::for_adapter(&gpu) != RowLayout::Lane;
         Ok(GpuEngine {
             gpu,
             cfg,
@@ -326,6 +332,7 @@ impl GpuEngineBuilder {
             cached: 0,
             inv_freq,
             arenas: HashMap::new(),
+            fold_norms,
             last: GpuCallStats::default(),
             draw: None,
             draw_ids,
@@ -368,6 +375,22 @@ impl GpuEngine {
     }
 
     /// Forgets every cached position.
+    /// Whether the RMSNorms ride in the projections that read them (x normalized as the matvec reads it) and the
+    /// residual adds in the output projections (`x +=`): 2 dispatches a block fewer. The default on GPUs; on CPU
+    /// adapters (lavapipe, SwiftShader), whose matvecs run a lane per row, the per-element γ costs more than the
+    /// dispatches it saves, so there the norms and adds run as dispatches of their own unless this is set.
+    pub fn set_fold_norms(&mut self, fold: bool) {
+        if fold != self.fold_norms {
+            self.fold_norms = fold;
+            self.arenas.clear();
+        }
+    }
+
+    /// See [`GpuEngine::set_fold_norms`].
+    pub fn folds_norms(&self) -> bool {
+        self.fold_norms
+    }
+
     pub fn reset(&mut self) {
         self.cached = 0;
     }
@@ -568,7 +591,6 @@ impl GpuEngine {
 
         // One set of activations serves every block (dispatches run in order).
         let x = GpuTensor::scratch(rec, vec![n, h])?;
-        let xn = GpuTensor::scratch(rec, vec![n, h])?;
         let q = GpuTensor::scratch(rec, vec![n, qd])?;
         let qn = GpuTensor::scratch(rec, vec![n, qd])?;
         let kk = GpuTensor::scratch(rec, vec![n, kvd])?;
@@ -577,14 +599,24 @@ impl GpuEngine {
         let qkv_w = qd + 2 * kvd;
         let qkv = GpuTensor::scratch(rec, vec![n, qkv_w])?;
         let att = GpuTensor::scratch(rec, vec![n, qd])?;
-        let proj = GpuTensor::scratch(rec, vec![n, h])?;
         let gate = GpuTensor::scratch(rec, vec![n, ffn])?;
         let up = GpuTensor::scratch(rec, vec![n, ffn])?;
         let gate_up = GpuTensor::scratch(rec, vec![n, 2 * ffn])?;
         let act = GpuTensor::scratch(rec, vec![n, ffn])?;
 
-        let mv = |m: &PackedWeights, x: &GpuTensor, y: &GpuTensor, rec: &mut Recorder, rows: u32| {
-            k.matvec[&m.packing].encode(rec, &x.buffer, m, &y.buffer, rows, crate::gpu::Pointwise::Identity)
+        // Without folding: the normalized x and an output projection, each a dispatch's output.
+        let unfolded = if self.fold_norms {
+            None
+        } else {
+            Some((
+                GpuTensor::scratch(rec, vec![n, h])?,
+                GpuTensor::scratch(rec, vec![n, h])?,
+            ))
+        };
+
+        let identity = crate::gpu::Pointwise::Identity;
+        let mv = |m: &PackedWeights, x: &GpuTensor, y: &GpuTensor, rec: &mut Recorder, options: MatVecOptions| {
+            k.matvec[&m.packing].encode_with(rec, &x.buffer, m, &y.buffer, nu, identity, options)
         };
         let bias = |b: &Option<wgpu::Buffer>, y: &GpuTensor, width: usize, rec: &mut Recorder| match b {
             Some(b) => k
@@ -592,15 +624,57 @@ impl GpuEngine {
                 .encode_add_inplace(rec, &y.buffer, b, (n * width) as u32, width as u32),
             None => Ok(()),
         };
+        // y = W·RMSNorm(x; γ).
+        let project = |m: &PackedWeights, gamma: &wgpu::Buffer, y: &GpuTensor, rec: &mut Recorder| match &unfolded {
+            None => {
+                let options = MatVecOptions {
+                    norm: Some((gamma, c.rms_eps)),
+                    accumulate: false,
+                };
+                mv(m, &x, y, rec, options)
+            }
+            Some((xn, _)) => mv(m, xn, y, rec, MatVecOptions::default()),
+        };
+        // x += W·a + b, and without folding the norm `next` of the new x (the next projection's input).
+        let residual = |m: &PackedWeights,
+                        a: &GpuTensor,
+                        b: &Option<wgpu::Buffer>,
+                        next: Option<&wgpu::Buffer>,
+                        rec: &mut Recorder| match &unfolded {
+            None => {
+                let options = MatVecOptions {
+                    norm: None,
+                    accumulate: true,
+                };
+                mv(m, a, &x, rec, options)?;
+                bias(b, &x, h, rec)
+            }
+            Some((xn, proj)) => {
+                mv(m, a, proj, rec, MatVecOptions::default())?;
+                bias(b, proj, h, rec)?;
+                match next {
+                    Some(gamma) => {
+                        k.norm
+                            .encode_add_rms(rec, &x.buffer, &proj.buffer, gamma, &xn.buffer, nu, h as u32, c.rms_eps)
+                    }
+                    None => {
+                        k.elementwise
+                            .encode_add_inplace(rec, &x.buffer, &proj.buffer, (n * h) as u32, (n * h) as u32)
+                    }
+                }
+            }
+        };
         let pairs = match c.rope_style {
             RopeStyle::Neox => RopePairs::Half,
             RopeStyle::Adjacent => RopePairs::Adjacent,
         };
 
         k.matvec[&self.embed.packing].encode_gather(rec, &ids.buffer, &self.embed, &x.buffer, nu)?;
+        // Per block: q/k/v from the attention norm of x, x += the attention's projection, gate/up from the FFN
+        // norm of x, x += down.
         for (l, b) in self.blocks.iter().enumerate() {
-            // The first block's norm; each later one's came with the residual add that ended the block before.
-            if l == 0 {
+            // Without folding, the first block's norm; each later one's came with the residual add before it.
+            if let (0, Some((xn, _))) = (l, &unfolded) {
                 k.norm
                     .encode_rms(rec, &x.buffer, &b.attn_norm, &xn.buffer, nu, h as u32, 1, c.rms_eps)?;
             }
@@ -618,7 +692,7 @@ impl GpuEngine {
             // q, k and v: where each token's q row starts and how far apart, and where K and V are.
             let (qr, q_stride, kr, vr, kv_rows) = match &b.qkv {
                 Qkv::Fused(w) => {
-                    mv(w, &xn, &qkv, rec, nu)?;
+                    project(w, &b.attn_norm, &qkv, rec)?;
                     // q's heads then k's sit side by side in each row: one RoPE dispatch turns both.
                     rope(&qkv, c.n_heads + c.n_kv_heads, qkv_w, rec)?;
                     let kv_rows = KvRows {
@@ -631,9 +705,9 @@ impl GpuEngine {
                     (&qkv, qkv_w, &qkv, &qkv, kv_rows)
                 }
                 Qkv::Split { wq, wk, wv, bq, bk, bv } => {
-                    mv(wq, &xn, &q, rec, nu)?;
-                    mv(wk, &xn, &kk, rec, nu)?;
-                    mv(wv, &xn, &v, rec, nu)?;
+                    project(wq, &b.attn_norm, &q, rec)?;
+                    project(wk, &b.attn_norm, &kk, rec)?;
+                    project(wv, &b.attn_norm, &v, rec)?;
                     bias(bq, &q, qd, rec)?;
                     bias(bk, &kk, kvd, rec)?;
                     bias(bv, &v, kvd, rec)?;
@@ -682,22 +756,10 @@ impl GpuEngine {
                 scale: (1.0 / (hd as f64).sqrt()) as f32,
             };
             k.attention.encode_attend(rec, cache, &qr.buffer, &att.buffer, args)?;
-            mv(&b.wo, &att, &proj, rec, nu)?;
-            bias(&b.bo, &proj, h, rec)?;
-            // x += proj, then the FFN's norm of x: one dispatch.
-            k.norm.encode_add_rms(
-                rec,
-                &x.buffer,
-                &proj.buffer,
-                &b.ffn_norm,
-                &xn.buffer,
-                nu,
-                h as u32,
-                c.rms_eps,
-            )?;
+            residual(&b.wo, &att, &b.bo, Some(&b.ffn_norm), rec)?;
             match &b.gate_up {
                 GateUp::Fused(w) => {
-                    mv(w, &xn, &gate_up, rec, nu)?;
+                    project(w, &b.ffn_norm, &gate_up, rec)?;
                     k.elementwise
                         .encode_swiglu_rows(rec, &gate_up.buffer, &act.buffer, nu, ffn as u32)?;
                 }
@@ -707,33 +769,16 @@ impl GpuEngine {
                     b_gate,
                     b_up,
                 } => {
-                    mv(wg, &xn, &gate, rec, nu)?;
-                    mv(wu, &xn, &up, rec, nu)?;
+                    project(wg, &b.ffn_norm, &gate, rec)?;
+                    project(wu, &b.ffn_norm, &up, rec)?;
                     bias(b_gate, &gate, ffn, rec)?;
                     bias(b_up, &up, ffn, rec)?;
                     k.elementwise
                         .encode_swiglu(rec, &gate.buffer, &up.buffer, &act.buffer, (n * ffn) as u32)?;
                 }
             }
-            mv(&b.down, &act, &proj, rec, nu)?;
-            bias(&b.b_down, &proj, h, rec)?;
-            match self.blocks.get(l + 1) {
-                // x += proj, then the next block's attention norm: one dispatch.
-                Some(next) => k.norm.encode_add_rms(
-                    rec,
-                    &x.buffer,
-                    &proj.buffer,
-                    &next.attn_norm,
-                    &xn.buffer,
-                    nu,
-                    h as u32,
-                    c.rms_eps,
-                )?,
-                None => {
-                    k.elementwise
-                        .encode_add_inplace(rec, &x.buffer, &proj.buffer, (n * h) as u32, (n * h) as u32)?
-                }
-            }
+            let next = self.blocks.get(l + 1).map(|next| &next.attn_norm);
+            residual(&b.down, &act, &b.b_down, next, rec)?;
         }
         if out == Output::Nothing {
             return Ok(None);
@@ -744,19 +789,30 @@ impl GpuEngine {
         let from = (4 * (n - rows) * h) as u64;
         rec.encoder()
             .copy_buffer_to_buffer(&x.buffer, from, &last.buffer, 0, (4 * rows * h) as u64);
-        let normed = GpuTensor::scratch(rec, vec![rows, h])?;
-        k.norm.encode_rms(
-            rec,
-            &last.buffer,
-            &self.final_norm,
-            &normed.buffer,
-            rows as u32,
-            h as u32,
-            1,
-            c.final_norm_eps,
-        )?;
         let logits = GpuTensor::scratch(rec, vec![rows, c.vocab])?;
-        mv(&self.head, &normed, &logits, rec, rows as u32)?;
+        let head = &k.matvec[&self.head.packing];
+        if self.fold_norms {
+            let options = MatVecOptions {
+                norm: Some((&self.final_norm, c.final_norm_eps)),
+                accumulate: false,
+            };
+            head.encode_with(
+                rec,
+                &last.buffer,
+                &self.head,
+                &logits.buffer,
+                rows as u32,
+                identity,
+                options,
+            )?;
+        } else {
+            let normed = GpuTensor::scratch(rec, vec![rows, h])?;
+            let (r, hu) = (rows as u32, h as u32);
+            let eps = c.final_norm_eps;
+            k.norm
+                .encode_rms(rec, &last.buffer, &self.final_norm, &normed.buffer, r, hu, 1, eps)?;
+            head.encode(rec, &normed.buffer, &self.head, &logits.buffer, r, identity)?;
+        }
         let id = match out {
             Output::Greedy => {
                 let id = GpuTensor::scratch(rec, vec![1])?;

@@ -22,6 +22,19 @@ const MATVEC_WGSL: &str = include_str!("../../../../shaders/matvec.wgsl");
 /// The most weight bindings one kernel reads: larger tensors are refused.
 pub const MAX_WEIGHT_BINDINGS: usize = 4;
 
+/// The binding of x_norm's γ, after the weights' (`shaders/matvec.wgsl`).
+const GAMMA_BINDING: u32 = 3 + MAX_WEIGHT_BINDINGS as u32;
+
+/// What a matvec does around its product.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MatVecOptions<'a> {
+    /// RMSNorm of each row of x with gain γ (`n_in` values) and epsilon, folded into the product: the norm costs no
+    /// dispatch of its own. CPU twin: `cpu::ops::rms_norm_into`, then the product.
+    pub norm: Option<(&'a wgpu::Buffer, f32)>,
+    /// `y += act(W·x)` (a residual add) instead of `y = act(W·x)`.
+    pub accumulate: bool,
+}
+
 /// A section of `shaders/matvec.wgsl` (between `// @@ name` and the next marker).
 fn section(name: &str) -> &'static str {
     let marker = format!("// @@ {name}\n");
@@ -131,7 +144,7 @@ impl Packing {
 
     /// The module for this encoding with `parts` weight bindings, computing `bt` (1, 4 or 16) batch rows at a time, with
     /// `body` (the `matvec` or `gather` entry point).
-    fn source(self, shader_f16: bool, parts: usize, bt: u32, body: &str) -> String {
+    fn source(self, shader_f16: bool, parts: usize, bt: u32, norm: bool, body: &str) -> String {
         let mut s = String::new();
         if shader_f16 {
             s.push_str("enable f16;\n\n");
@@ -143,6 +156,7 @@ impl Packing {
             4 => "xv4",
             _ => "xv16",
         }));
+        s.push_str(section(if norm { "x_norm" } else { "x_plain" }));
         // float16 on the shader-f16 path reads its words as pairs of halves.
         let ty = if shader_f16 { "vec2<f16>" } else { "u32" };
         for k in 0..parts {
@@ -349,7 +363,7 @@ impl PackedWeights {
     }
 
     /// The kernel's parameter words (`Params` in the shader).
-    fn params(&self, act: u32, groups_x: u32, batch: u32) -> [u32; 10] {
+    fn params(&self, act: u32, groups_x: u32, batch: u32, options: &MatVecOptions) -> [u32; 12] {
         [
             self.n_in as u32,
             self.n_out as u32,
@@ -361,13 +375,21 @@ impl PackedWeights {
             batch,
             self.first,
             self.bias,
+            options.norm.map_or(0.0, |(_, eps)| eps).to_bits(),
+            u32::from(options.accumulate),
         ]
     }
 
-    /// The kernel's buffers: `x` and `y`, then the weight parts.
-    fn bindings<'a>(&'a self, x: &'a wgpu::Buffer, y: &'a wgpu::Buffer) -> Vec<(u32, &'a wgpu::Buffer)> {
+    /// The kernel's buffers: `x` and `y`, then the weight parts, then the norm's γ if there is one.
+    fn bindings<'a>(
+        &'a self,
+        x: &'a wgpu::Buffer,
+        y: &'a wgpu::Buffer,
+        gamma: Option<&'a wgpu::Buffer>,
+    ) -> Vec<(u32, &'a wgpu::Buffer)> {
         let mut buffers = vec![(1, x), (2, y)];
         buffers.extend(self.parts.iter().enumerate().map(|(k, b)| (3 + k as u32, b)));
+        buffers.extend(gamma.map(|g| (GAMMA_BINDING, g)));
         buffers
     }
 
@@ -447,7 +469,7 @@ impl MatVec {
             shader_f16: shader_f16 && packing.has_halves(),
             layout: RowLayout::for_adapter(gpu),
         };
-        kernel.pipeline(gpu, 1, 1)?;
+        kernel.pipeline(gpu, 1, 1, false)?;
         Ok(kernel)
     }
 
@@ -481,7 +503,7 @@ impl MatVec {
         self.shader_f16
     }
 
-    fn pipeline(&self, gpu: &Gpu, parts: usize, bt: u32) -> Result<Arc<wgpu::ComputePipeline>> {
+    fn pipeline(&self, gpu: &Gpu, parts: usize, bt: u32, norm: bool) -> Result<Arc<wgpu::ComputePipeline>> {
         let (body, entry) = match self.layout {
             RowLayout::Workgroup => ("body", "matvec"),
             RowLayout::Subgroups => ("body_subgroups", "matvec_subgroups"),
@@ -492,14 +514,17 @@ impl MatVec {
             shader_f16: self.shader_f16,
             parts,
             batch_rows: bt,
+            norm,
             entry,
         };
-        gpu.pipeline_with(key, || self.packing.source(self.shader_f16, parts, bt, body), entry)
+        gpu.pipeline_with(
+            key,
+            || self.packing.source(self.shader_f16, parts, bt, norm, body),
+            entry,
+        )
     }
 
-    /// Records `y = act(W·x)` for `batch` rows of `x` (`[batch][n_in]` f32) into `encoder`; `y` receives
-    /// `[batch][n_out]` f32.
-    #[allow(clippy::too_many_arguments)]
+    /// Records `y = act(W·x)` for `batch` rows of `x` (`[batch][n_in]` f32); `y` receives `[batch][n_out]` f32.
     pub fn encode(
         &self,
         rec: &mut Recorder,
@@ -508,6 +533,21 @@ impl MatVec {
         y: &wgpu::Buffer,
         batch: u32,
         act: Pointwise,
+    ) -> Result<()> {
+        self.encode_with(rec, x, w, y, batch, act, MatVecOptions::default())
+    }
+
+    /// [`MatVec::encode`] with `options`: x normalized as it is read, and `y +=` instead of `y =`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn encode_with(
+        &self,
+        rec: &mut Recorder,
+        x: &wgpu::Buffer,
+        w: &PackedWeights,
+        y: &wgpu::Buffer,
+        batch: u32,
+        act: Pointwise,
+        options: MatVecOptions,
     ) -> Result<()> {
         let gpu = rec.gpu();
         self.check_packing(w)?;
@@ -534,9 +574,10 @@ impl MatVec {
         if batch == 0 {
             return Ok(());
         }
-        let pipeline = self.pipeline(gpu, w.parts.len(), bt)?;
-        let words = w.params(act.id(), groups_x, batch);
-        let buffers = w.bindings(x, y);
+        let gamma = options.norm.map(|(g, _)| g);
+        let pipeline = self.pipeline(gpu, w.parts.len(), bt, gamma.is_some())?;
+        let words = w.params(act.id(), groups_x, batch, &options);
+        let buffers = w.bindings(x, y, gamma);
         dispatch_3d(rec, &pipeline, &words, &buffers, (groups_x, groups_y, groups_z));
         Ok(())
     }
@@ -564,12 +605,13 @@ impl MatVec {
             shader_f16: false,
             parts,
             batch_rows: 1,
+            norm: false,
             entry: "gather",
         };
-        let pipeline = gpu.pipeline_with(key, || self.packing.source(false, parts, 1, "gather"), "gather")?;
+        let pipeline = gpu.pipeline_with(key, || self.packing.source(false, parts, 1, false, "gather"), "gather")?;
         let g = grid_for(gpu, n, 64, "gather")?;
-        let words = w.params(0, 0, batch);
-        let buffers = w.bindings(ids, y);
+        let words = w.params(0, 0, batch, &MatVecOptions::default());
+        let buffers = w.bindings(ids, y, None);
         dispatch(rec, &pipeline, &words, &buffers, g);
         Ok(())
     }

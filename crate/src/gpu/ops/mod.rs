@@ -19,7 +19,9 @@ pub use argmax::{first_argmax, Argmax};
 pub use attention::{AttendArgs, Attention, KvCache, KvRows};
 pub use elementwise::Elementwise;
 pub use embedding::{Embedding, EmbeddingTable};
-pub use matvec::{packed_values, MatVec, PackedWeights, Packing, RowLayout, GPU_GGML_TYPES, MAX_WEIGHT_BINDINGS};
+pub use matvec::{
+    packed_values, MatVec, MatVecOptions, PackedWeights, Packing, RowLayout, GPU_GGML_TYPES, MAX_WEIGHT_BINDINGS,
+};
 pub use norm::{Norm, LAYER_NORM_EPS, RMS_NORM_EPS};
 pub use rope::{rope_table, Rope, RopeRows};
 pub use sample::{Sample, SampleArgs, GPU_SAMPLE_MAX};
