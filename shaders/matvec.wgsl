@@ -6,11 +6,11 @@
 // as raw u32 words, possibly split across several bindings (`word(i)` hides the split). They are decoded in the
 // kernel. The host (`crate/src/gpu/ops/matvec.rs`) assembles one module from the `// @@ name` sections below:
 //
-//   activation.wgsl · common · xv1, xv4 or xv16 · x_plain or x_norm · word(i) and its bindings (generated)
-//   · constants (generated) · helpers (half, ints, field_*) · the encoding's decode function (`code`, `code64`)
+//   activation.wgsl · common · xv1 or xv4 with xv_vector, or xv16 · x_plain or x_norm · word(i) and its bindings
+//   (generated) · constants (generated) · helpers (half, ints, field_*) · the encoding's decode function (`code`, `code64`)
 //   · its unit reader (packed, wide64, a block format) · body (or body_rows; or body, sg_* and body_subgroups)
 //
-// or, for float16 on the `shader-f16` path: enable f16; · activation.wgsl · common · xv1, xv4 or xv16 · x_plain or
+// or, for float16 on the `shader-f16` path: enable f16; · activation.wgsl · common · the xv sections · x_plain or
 // x_norm · word(i) over vec2<f16> bindings · float16_native · body.
 //
 // A "unit" is the smallest run of elements whose bytes are self-contained: one u32 word of 1–32 elements for
@@ -122,14 +122,6 @@ fn component(v: XV, r: u32) -> f32 {
     return v;
 }
 
-fn mul_rows(a: XV, b: XV) -> XV {
-    return a * b;
-}
-
-fn rsqrt_rows(squares: XV) -> XV {
-    return inverseSqrt(squares / f32(p.n_in) + p.norm_eps);
-}
-
 // @@ xv4
 // Batches of 2 and more: 4 rows of x at a time, so that every weight decoded serves 4 batch rows; rows past the
 // batch read 0.
@@ -149,6 +141,8 @@ fn component(v: XV, r: u32) -> f32 {
     return v[r];
 }
 
+// @@ xv_vector
+// Row by row for xv1 and xv4, whose XV (f32, vec4) multiplies component by component.
 fn mul_rows(a: XV, b: XV) -> XV {
     return a * b;
 }
@@ -858,7 +852,9 @@ fn matvec(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) li
     let o = wg.x + wg.z * p.groups_x;
     b0 = wg.y * BT;
     partial[lid.x] = lane_sum(o, lid.x);
-    partial_squares[lid.x] = lane_squares(lid.x, 64u);
+    if NORM {
+        partial_squares[lid.x] = lane_squares(lid.x, 64u);
+    }
     workgroupBarrier();
     for (var s = 32u; s > 0u; s >>= 1u) {
         if lid.x < s {
@@ -889,7 +885,10 @@ fn matvec_subgroups(
     let o = wg.x + wg.z * p.groups_x;
     b0 = wg.y * BT;
     let sum = sg_sum(lane_sum(o, lid.x));
-    let squares = sg_sum(lane_squares(lid.x, 64u));
+    var squares = XV();
+    if NORM {
+        squares = sg_sum(lane_squares(lid.x, 64u));
+    }
     if sg_lane == 0u {
         partial[sg] = sum;
         partial_squares[sg] = squares;

@@ -156,6 +156,9 @@ impl Packing {
             4 => "xv4",
             _ => "xv16",
         }));
+        if bt != 16 {
+            s.push_str(section("xv_vector"));
+        }
         s.push_str(section(if norm { "x_norm" } else { "x_plain" }));
         // float16 on the shader-f16 path reads its words as pairs of halves.
         let ty = if shader_f16 { "vec2<f16>" } else { "u32" };
