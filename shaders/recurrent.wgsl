@@ -26,15 +26,6 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 @group(0) @binding(4) var<storage, read_write> cell: array<f32>;
 
-// tanh saturates to ±1 in f32 long before ±15; clamping keeps implementations that compute it from exp finite.
-fn tanh_f32(v: f32) -> f32 {
-    return tanh(clamp(v, -15.0, 15.0));
-}
-
-fn sigmoid(v: f32) -> f32 {
-    return 1.0 / (1.0 + exp(-v));
-}
-
 // The first weight of gate `g`'s block.
 fn gate_start(g: u32) -> u32 {
     return g * p.hidden * (p.input + p.hidden + 1u);

@@ -1,99 +1,17 @@
-//! Shared by the `gpu_*` suites: the device, reproducible data, one-layer networks, and the tolerance check that
-//! prints each kernel's largest error.
-#![allow(dead_code)]
+//! Shared by the native `gpu_*` suites: the device and corpus files, plus the device-agnostic helpers of
+//! `op_cases/harness.rs` (reproducible data, one-layer networks, the tolerance checks).
+#![allow(dead_code, unused_macros)]
 
-use loom_wasm::cpu::{CpuModel, Tensor};
-use loom_wasm::formats::loom_json;
+#[macro_use]
+#[path = "../op_cases/harness.rs"]
+mod harness;
+
+pub use harness::*;
 use loom_wasm::gpu::Gpu;
-use loom_wasm::network::{Network, WeightStore};
 
 /// The wgpu device (Vulkan natively: Mesa lavapipe without a GPU).
 pub fn gpu() -> Gpu {
     pollster::block_on(Gpu::new()).expect("no wgpu adapter: is mesa-vulkan-drivers installed? (scripts/setup.sh)")
-}
-
-/// `n` reproducible values uniform in `[lo, hi)` (SplitMix64).
-pub fn data(seed: u64, n: usize, lo: f32, hi: f32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD1B5_4A32_D192_ED03;
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = s;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^= z >> 31;
-            lo + (hi - lo) * ((z >> 40) as f32 / (1u64 << 24) as f32)
-        })
-        .collect()
-}
-
-/// A one-layer network from one layer's architecture JSON (weights seeded uniform in [-0.1, 0.1]).
-pub fn one_layer(layer_json: &str) -> Network {
-    let arch = format!(
-        r#"{{"depth":1,"rows":1,"cols":1,"layers_per_cell":1,"layers":[{{"z":0,"y":0,"x":0,"l":0,{layer_json}}}]}}"#
-    );
-    loom_json::build(arch.as_bytes()).unwrap()
-}
-
-/// Replaces the only layer's weights.
-pub fn with_weights(mut net: Network, w: Vec<f32>) -> Network {
-    net.layers[0].weights = Some(WeightStore::from_master(w));
-    net
-}
-
-/// The CPU forward of `net` on `x` shaped `shape`.
-pub fn cpu(net: &Network, x: &[f32], shape: &[usize]) -> Tensor {
-    CpuModel::new(net.clone()).forward(x, shape).unwrap()
-}
-
-/// Largest |gpu − cpu| seen by [`close`].
-#[derive(Default, Clone, Copy)]
-pub struct MaxErr {
-    pub abs: f32,
-    pub rel: f32,
-}
-
-/// Asserts `|gpu − cpu| ≤ abs + rel·|cpu|` everywhere (NaN must match NaN) and prints the largest errors.
-pub fn close(what: &str, gpu: &[f32], cpu: &[f32], abs: f32, rel: f32) -> MaxErr {
-    assert_eq!(gpu.len(), cpu.len(), "{what}: lengths");
-    let mut m = MaxErr::default();
-    for (i, (g, c)) in gpu.iter().zip(cpu).enumerate() {
-        if c.is_nan() || g.is_nan() {
-            assert!(c.is_nan() && g.is_nan(), "{what}[{i}]: gpu {g} cpu {c}");
-            continue;
-        }
-        if g == c {
-            continue;
-        }
-        let err = (g - c).abs();
-        m.abs = m.abs.max(err);
-        if *c != 0.0 {
-            m.rel = m.rel.max(err / c.abs());
-        }
-        assert!(
-            err <= abs + rel * c.abs(),
-            "{what}[{i}]: gpu {g} cpu {c} (|err| {err:e})"
-        );
-    }
-    eprintln!(
-        "{what}: {} values, max |err| {:.3e}, max rel {:.3e} (tolerance {abs:e} + {rel:e}·|cpu|)",
-        gpu.len(),
-        m.abs,
-        m.rel
-    );
-    m
-}
-
-/// Asserts bit-identical values.
-pub fn exact(what: &str, gpu: &[f32], cpu: &[f32]) {
-    assert_eq!(gpu.len(), cpu.len(), "{what}: lengths");
-    for (i, (g, c)) in gpu.iter().zip(cpu).enumerate() {
-        assert!(
-            g.to_bits() == c.to_bits() || (g.is_nan() && c.is_nan()),
-            "{what}[{i}]: gpu {g} cpu {c}"
-        );
-    }
-    eprintln!("{what}: {} values, bit-identical", gpu.len());
 }
 
 /// A corpus file's text, path relative to `testdata/`.

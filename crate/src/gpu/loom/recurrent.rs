@@ -11,9 +11,10 @@ use std::sync::Arc;
 use crate::cpu::{self, RecurrentDims, Tensor};
 use crate::error::{LoomError, Result};
 use crate::gpu::ops::kernel::{check_binding, dispatch, grid_for, run_once, u32_dim};
+use crate::gpu::ops::ACTIVATION_WGSL;
 use crate::gpu::F32Weights;
 use crate::gpu::Recorder;
-use crate::gpu::{Gpu, GpuTensor};
+use crate::gpu::{Gpu, GpuTensor, PipelineKey};
 use crate::network::{Layer, LayerType};
 
 const RECURRENT_WGSL: &str = include_str!("../../../../shaders/recurrent.wgsl");
@@ -25,11 +26,16 @@ pub struct Recurrent {
     lstm: Arc<wgpu::ComputePipeline>,
 }
 
+/// The kernels' module: the shared tanh and sigmoid of `activation.wgsl`, then `recurrent.wgsl`.
+fn source() -> String {
+    format!("{ACTIVATION_WGSL}\n{RECURRENT_WGSL}")
+}
+
 impl Recurrent {
     pub fn new(gpu: &Gpu) -> Result<Recurrent> {
         Ok(Recurrent {
-            rnn: gpu.pipeline("recurrent_rnn", RECURRENT_WGSL, "rnn")?,
-            lstm: gpu.pipeline("recurrent_lstm", RECURRENT_WGSL, "lstm")?,
+            rnn: gpu.pipeline_with(PipelineKey::Named("recurrent_rnn"), source, "rnn")?,
+            lstm: gpu.pipeline_with(PipelineKey::Named("recurrent_lstm"), source, "lstm")?,
         })
     }
 

@@ -1,5 +1,5 @@
 //! Host for `shaders/norm.wgsl`: RMSNorm and LayerNorm over rows. CPU twin: `crate::cpu` norm.rs, whose statistics
-//! are f64; the GPU's are f32 tree sums, so results agree within a tolerance (see `crate/tests/gpu_norm.rs`).
+//! are f64; the GPU's are f32 tree sums, so results agree within a tolerance (see `crate/tests/op_cases/norm.rs`).
 
 use std::sync::Arc;
 

@@ -1,24 +1,27 @@
-//! `shaders/norm.wgsl` (RMSNorm, LayerNorm) against its CPU twin, `CpuModel` forward of one norm layer, natively
-//! through wgpu → Vulkan (Mesa lavapipe). The CPU's statistics are f64 and the GPU's f32 tree sums, so results agree
-//! within |gpu − cpu| ≤ 1e-5 + 1e-4·|cpu| (measured errors are printed; they are near 1e-6 relative).
-#![cfg(not(target_arch = "wasm32"))]
+//! `shaders/norm.wgsl` (RMSNorm, LayerNorm, the fused residual add + RMSNorm) against its CPU twins: `CpuModel`
+//! forward of one norm layer, f64 references of the formulas, and `ops::add` + `ops::rms_norm_into`. The CPU's
+//! statistics are f64 and the GPU's f32 tree sums, so results agree within |gpu − cpu| ≤ 1e-5 + 1e-4·|cpu|
+//! (measured errors are printed; they are near 1e-6 relative).
 
-mod gpu_util;
-
-use gpu_util::{close, cpu, data, gpu, one_layer, testdata, with_weights};
-use loom_wasm::cpu::ops;
-use loom_wasm::cpu::Tensor;
+use loom_wasm::cpu::{ops, Tensor};
 use loom_wasm::formats::loom_json;
-use loom_wasm::gpu::Norm;
-use loom_wasm::gpu::Recorder;
+use loom_wasm::gpu::{Gpu, Norm, Recorder};
+
+use super::harness::{close, cpu, data, one_layer, with_weights};
+use super::{output, upload};
 
 const ABS: f32 = 1e-5;
 const REL: f32 = 1e-4;
 
-#[test]
-fn rms_and_layer_norm_match_the_cpu_layers() {
-    let gpu = gpu();
-    let norm = Norm::new(&gpu).unwrap();
+on_each_device!(
+    rms_and_layer_norm_match_the_cpu_layers,
+    loom_written_norm_layers_match,
+    per_head_gamma_rows_and_one_shot_helpers,
+    add_then_rms_norm_matches_the_cpu_ops,
+);
+
+pub async fn rms_and_layer_norm_match_the_cpu_layers(gpu: &Gpu) {
+    let norm = Norm::new(gpu).unwrap();
     // Row lengths below, at and past the 64-lane workgroup, odd ones, and a long row; several rows each.
     for (n, rows) in [(1, 3), (5, 1), (7, 4), (64, 2), (65, 3), (300, 5), (4096, 2)] {
         for ty in ["RMSNorm", "LayerNorm"] {
@@ -33,7 +36,9 @@ fn rms_and_layer_norm_match_the_cpu_layers() {
             let x = data(100 + n as u64, rows * n, -2.0, 3.0);
             let shape = [rows, n];
             let want = cpu(&net, &x, &shape);
-            let got = pollster::block_on(norm.forward(&gpu, &net.layers[0], &Tensor::new(x, shape.to_vec()).unwrap()))
+            let got = norm
+                .forward(gpu, &net.layers[0], &Tensor::new(x, shape.to_vec()).unwrap())
+                .await
                 .unwrap();
             assert_eq!(got.shape, want.shape);
             close(&format!("{ty} {rows}×{n}"), &got.data, &want.data, ABS, REL);
@@ -41,34 +46,50 @@ fn rms_and_layer_norm_match_the_cpu_layers() {
     }
 }
 
-#[test]
-fn loom_written_norm_layers_match() {
-    let gpu = gpu();
-    let norm = Norm::new(&gpu).unwrap();
+pub async fn loom_written_norm_layers_match(gpu: &Gpu) {
+    let norm = Norm::new(gpu).unwrap();
     // Loom-written layers, float32 and quantized (the GPU gets the dequantized γ, as the CPU forward does).
-    for case in [
-        "layer_RMSNorm_float32",
-        "layer_RMSNorm_int8",
-        "layer_RMSNorm_fp4",
-        "layer_LayerNorm_float32",
-        "layer_LayerNorm_int8",
-        "layer_LayerNorm_bfloat16",
+    for (case, text) in [
+        (
+            "RMSNorm float32",
+            testdata!("conformance/cases/layer_RMSNorm_float32/loom.json"),
+        ),
+        (
+            "RMSNorm int8",
+            testdata!("conformance/cases/layer_RMSNorm_int8/loom.json"),
+        ),
+        (
+            "RMSNorm fp4",
+            testdata!("conformance/cases/layer_RMSNorm_fp4/loom.json"),
+        ),
+        (
+            "LayerNorm float32",
+            testdata!("conformance/cases/layer_LayerNorm_float32/loom.json"),
+        ),
+        (
+            "LayerNorm int8",
+            testdata!("conformance/cases/layer_LayerNorm_int8/loom.json"),
+        ),
+        (
+            "LayerNorm bfloat16",
+            testdata!("conformance/cases/layer_LayerNorm_bfloat16/loom.json"),
+        ),
     ] {
-        let net = loom_json::read(testdata(&format!("conformance/cases/{case}/loom.json")).as_bytes()).unwrap();
+        let net = loom_json::read(text.as_bytes()).unwrap();
         for shape in [vec![1, 5], vec![3, 5]] {
             let x = data(3, shape.iter().product(), -1.0, 1.0);
             let want = cpu(&net, &x, &shape);
-            let got = pollster::block_on(norm.forward(&gpu, &net.layers[0], &Tensor::new(x, shape.clone()).unwrap()))
+            let got = norm
+                .forward(gpu, &net.layers[0], &Tensor::new(x, shape.clone()).unwrap())
+                .await
                 .unwrap();
-            close(&format!("{case} {shape:?}"), &got.data, &want.data, ABS, REL);
+            close(&format!("Loom {case} {shape:?}"), &got.data, &want.data, ABS, REL);
         }
     }
 }
 
-#[test]
-fn per_head_gamma_rows_and_one_shot_helpers() {
-    let gpu = gpu();
-    let norm = Norm::new(&gpu).unwrap();
+pub async fn per_head_gamma_rows_and_one_shot_helpers(gpu: &Gpu) {
+    let norm = Norm::new(gpu).unwrap();
     // run_rms / run_layer against an f64 reference of the CPU formulas.
     let (n, rows) = (33, 7);
     let x = data(1, n * rows, -4.0, 4.0);
@@ -84,7 +105,7 @@ fn per_head_gamma_rows_and_one_shot_helpers() {
                 .map(move |(v, g)| (f64::from(*v) / rms * f64::from(*g)) as f32)
         })
         .collect();
-    let got = pollster::block_on(norm.run_rms(&gpu, &x, &g, 1e-6)).unwrap();
+    let got = norm.run_rms(gpu, &x, &g, 1e-6).await.unwrap();
     close("run_rms 7×33", &got, &rms_ref, ABS, REL);
     let ln_ref: Vec<f32> = x
         .chunks(n)
@@ -97,7 +118,7 @@ fn per_head_gamma_rows_and_one_shot_helpers() {
                 .map(move |(v, (g, b))| ((f64::from(*v) - mean) / inv * f64::from(*g) + f64::from(*b)) as f32)
         })
         .collect();
-    let got = pollster::block_on(norm.run_layer(&gpu, &x, &g, &b, 1e-5)).unwrap();
+    let got = norm.run_layer(gpu, &x, &g, &b, 1e-5).await.unwrap();
     close("run_layer 7×33", &got, &ln_ref, ABS, REL);
 
     // gamma_rows > 1 (MHA's per-head Q/K norms): row r uses γ row r % gamma_rows.
@@ -116,10 +137,10 @@ fn per_head_gamma_rows_and_one_shot_helpers() {
                 .map(move |(v, g)| (f64::from(*v) * inv * f64::from(*g)) as f32)
         })
         .collect();
-    let xb = pollster::block_on(gpu.upload("x", bytemuck::cast_slice(&x))).unwrap();
-    let gb = pollster::block_on(gpu.upload("g", bytemuck::cast_slice(&gamma))).unwrap();
-    let yb = pollster::block_on(gpu.output("y", 4 * x.len() as u64)).unwrap();
-    let mut recorder = Recorder::new(&gpu);
+    let xb = upload(gpu, "x", &x).await;
+    let gb = upload(gpu, "g", &gamma).await;
+    let yb = output(gpu, "y", x.len()).await;
+    let mut recorder = Recorder::new(gpu);
     norm.encode_rms(
         &mut recorder,
         &xb,
@@ -132,16 +153,14 @@ fn per_head_gamma_rows_and_one_shot_helpers() {
     )
     .unwrap();
     recorder.submit();
-    let got = pollster::block_on(gpu.read_f32(&yb)).unwrap();
-    close("per-head RMSNorm 5×3×8", &got, &want, ABS, REL);
+    let got = gpu.read_f32(&yb).await.unwrap();
+    close("per-head RMSNorm 5×3×8", &got[..x.len()], &want, ABS, REL);
 }
 
 /// The fused residual add and RMSNorm (`h += x`, then RMSNorm of `h`) against its CPU twin, `ops::add` then
 /// `ops::rms_norm_into`: both the updated residual and the normalised rows.
-#[test]
-fn add_then_rms_norm_matches_the_cpu_ops() {
-    let gpu = gpu();
-    let norm = Norm::new(&gpu).unwrap();
+pub async fn add_then_rms_norm_matches_the_cpu_ops(gpu: &Gpu) {
+    let norm = Norm::new(gpu).unwrap();
     for (n, rows) in [(1, 2), (7, 3), (64, 1), (65, 2), (576, 4), (4096, 1)] {
         let h = data(11 + n as u64, rows * n, -2.0, 2.0);
         let x = data(13 + n as u64, rows * n, -1.0, 1.0);
@@ -151,15 +170,18 @@ fn add_then_rms_norm_matches_the_cpu_ops() {
         let mut want_y = vec![0.0; rows * n];
         ops::rms_norm_into(&want_h, &gamma, 1e-5, &mut want_y);
 
-        let upload = |label: &str, v: &[f32]| pollster::block_on(gpu.upload(label, bytemuck::cast_slice(v))).unwrap();
-        let (hb, xb, gb) = (upload("h", &h), upload("x", &x), upload("gamma", &gamma));
-        let yb = pollster::block_on(gpu.output("y", 4 * (rows * n) as u64)).unwrap();
-        let mut recorder = Recorder::new(&gpu);
+        let (hb, xb, gb) = (
+            upload(gpu, "h", &h).await,
+            upload(gpu, "x", &x).await,
+            upload(gpu, "gamma", &gamma).await,
+        );
+        let yb = output(gpu, "y", rows * n).await;
+        let mut recorder = Recorder::new(gpu);
         norm.encode_add_rms(&mut recorder, &hb, &xb, &gb, &yb, rows as u32, n as u32, 1e-5)
             .unwrap();
         recorder.submit();
-        let got_h = pollster::block_on(gpu.read_f32(&hb)).unwrap();
-        let got_y = pollster::block_on(gpu.read_f32(&yb)).unwrap();
+        let got_h = gpu.read_f32(&hb).await.unwrap();
+        let got_y = gpu.read_f32(&yb).await.unwrap();
         close(
             &format!("h after add, {rows}×{n}"),
             &got_h[..rows * n],

@@ -1,29 +1,25 @@
 //! `shaders/argmax.wgsl` against its CPU twin `loom_wasm::gpu::first_argmax` (the first index of the largest value,
-//! NaN never winning), natively through wgpu → Vulkan (Mesa lavapipe). Exact: the same index for every row.
-#![cfg(not(target_arch = "wasm32"))]
+//! NaN never winning). Exact: the same index for every row.
 
-mod gpu_util;
+use loom_wasm::gpu::{first_argmax, Argmax, Gpu};
 
-use gpu_util::{data, gpu};
-use loom_wasm::gpu::{first_argmax, Argmax};
+use super::harness::data;
 
-#[test]
-fn argmax_matches_the_cpu_twin() {
-    let gpu = gpu();
-    let am = Argmax::new(&gpu).unwrap();
+on_each_device!(argmax_matches_the_cpu_twin, ties_nan_and_infinities);
+
+pub async fn argmax_matches_the_cpu_twin(gpu: &Gpu) {
+    let am = Argmax::new(gpu).unwrap();
     for (rows, n) in [(1, 1), (1, 63), (3, 64), (5, 65), (2, 32000), (70, 129), (1, 151_936)] {
         let x = data((rows * n) as u64, rows * n, -10.0, 10.0);
         let want: Vec<u32> = x.chunks(n).map(first_argmax).collect();
-        let got = pollster::block_on(am.run(&gpu, &x, n)).unwrap();
+        let got = am.run(gpu, &x, n).await.unwrap();
         assert_eq!(got, want, "{rows}×{n}");
-        eprintln!("argmax {rows}×{n}: identical");
+        note!("argmax {rows}×{n}: identical");
     }
 }
 
-#[test]
-fn ties_nan_and_infinities() {
-    let gpu = gpu();
-    let am = Argmax::new(&gpu).unwrap();
+pub async fn ties_nan_and_infinities(gpu: &Gpu) {
+    let am = Argmax::new(gpu).unwrap();
     let inf = f32::INFINITY;
     let n = 200;
     let mut rows: Vec<Vec<f32>> = vec![
@@ -51,6 +47,6 @@ fn ties_nan_and_infinities() {
     let x: Vec<f32> = rows.concat();
     let want: Vec<u32> = rows.iter().map(|r| first_argmax(r)).collect();
     assert_eq!(want, [0, 0, 199, 6, 150, 1, 3]);
-    let got = pollster::block_on(am.run(&gpu, &x, n)).unwrap();
+    let got = am.run(gpu, &x, n).await.unwrap();
     assert_eq!(got, want);
 }

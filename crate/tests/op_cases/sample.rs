@@ -1,13 +1,13 @@
 //! `shaders/sample.wgsl` against its CPU twin `Sampler::sample_with` (repetition penalty, temperature, top-k,
-//! top-p, min-p, then the draw of 24 random bits), natively through wgpu → Vulkan (Mesa lavapipe): the same id for
-//! every draw, over vocabularies up to Qwen's, with ties at the top-k threshold, NaN and infinities.
-#![cfg(not(target_arch = "wasm32"))]
+//! top-p, min-p, then the draw of 24 random bits): the same id for every draw, over vocabularies up to Qwen's, with
+//! ties at the top-k threshold, NaN and infinities.
 
-mod gpu_util;
-
-use gpu_util::{data, gpu};
-use loom_wasm::gpu::{Sample, SampleArgs};
+use loom_wasm::gpu::{Gpu, Sample, SampleArgs};
 use loom_wasm::llm::sampler::Sampler;
+
+use super::harness::data;
+
+on_each_device!(sampling_matches_the_cpu_twin, sampling_ties_nan_and_infinities);
 
 fn args(
     temperature: f32,
@@ -30,7 +30,7 @@ fn args(
 }
 
 /// Draws from `logits` with every combination of the parameters (and several random draws each) on both devices.
-fn check(gpu: &loom_wasm::gpu::Gpu, kernel: &Sample, name: &str, logits: &[f32]) -> usize {
+async fn check(gpu: &Gpu, kernel: &Sample, name: &str, logits: &[f32]) -> usize {
     let n = logits.len();
     let us = data(n as u64, 3, 0.0, 1.0);
     let penalized: Vec<u32> = data(7, 48, 0.0, n as f32)
@@ -50,7 +50,7 @@ fn check(gpu: &loom_wasm::gpu::Gpu, kernel: &Sample, name: &str, logits: &[f32])
                         let ids = if penalty == 1.0 { Vec::new() } else { penalized.clone() };
                         let a = args(temperature, top_k, top_p, min_p, penalty, ids, u);
                         let want = Sampler::sample_with(&mut logits.to_vec(), &a);
-                        let got = pollster::block_on(kernel.run(gpu, logits, &a)).unwrap();
+                        let got = kernel.run(gpu, logits, &a).await.unwrap();
                         assert_eq!(got, want, "{name}: {a:?}");
                         distinct.insert(want);
                         checked += 1;
@@ -64,23 +64,19 @@ fn check(gpu: &loom_wasm::gpu::Gpu, kernel: &Sample, name: &str, logits: &[f32])
     checked
 }
 
-#[test]
-fn sampling_matches_the_cpu_twin() {
-    let gpu = gpu();
-    let kernel = Sample::new(&gpu).unwrap();
+pub async fn sampling_matches_the_cpu_twin(gpu: &Gpu) {
+    let kernel = Sample::new(gpu).unwrap();
     for n in [300, 1000, 49_152, 151_936] {
         let logits = data(n as u64 + 1, n, -8.0, 8.0);
-        let checked = check(&gpu, &kernel, &format!("uniform {n}"), &logits);
-        eprintln!("sample {n}: {checked} draws identical");
+        let checked = check(gpu, &kernel, &format!("uniform {n}"), &logits).await;
+        note!("sample {n}: {checked} draws identical");
     }
 }
 
 /// Logits on a coarse grid (many ties, so the k-th value is shared by ids on both sides of the cut), with NaN,
 /// +∞ and −∞ among them.
-#[test]
-fn ties_nan_and_infinities() {
-    let gpu = gpu();
-    let kernel = Sample::new(&gpu).unwrap();
+pub async fn sampling_ties_nan_and_infinities(gpu: &Gpu) {
+    let kernel = Sample::new(gpu).unwrap();
     let n = 5000;
     let mut logits: Vec<f32> = data(3, n, -4.0, 4.0).iter().map(|x| (x * 2.0).round() / 2.0).collect();
     for i in (0..n).step_by(97) {
@@ -88,15 +84,15 @@ fn ties_nan_and_infinities() {
     }
     logits[11] = f32::NEG_INFINITY;
     logits[4000] = -0.0;
-    let checked = check(&gpu, &kernel, "ties", &logits);
+    let checked = check(gpu, &kernel, "ties", &logits).await;
     logits[2500] = f32::INFINITY;
     let a = args(0.0, 40, 1.0, 0.0, 1.0, Vec::new(), 0);
-    assert_eq!(pollster::block_on(kernel.run(&gpu, &logits, &a)).unwrap(), 2500);
+    assert_eq!(kernel.run(gpu, &logits, &a).await.unwrap(), 2500);
     let all_nan = vec![f32::NAN; 100];
     let a = args(1.0, 40, 0.9, 0.05, 1.0, Vec::new(), 123);
     assert_eq!(
-        pollster::block_on(kernel.run(&gpu, &all_nan, &a)).unwrap(),
+        kernel.run(gpu, &all_nan, &a).await.unwrap(),
         Sampler::sample_with(&mut all_nan.clone(), &a)
     );
-    eprintln!("ties: {checked} draws identical");
+    note!("ties: {checked} draws identical");
 }

@@ -1,0 +1,87 @@
+//! One test body per GPU op, run on each device: natively through wgpu → Vulkan (Mesa lavapipe in CI) by
+//! `crate/tests/gpu_ops.rs`, and in headless Chromium on WebGPU (SwiftShader: no shader-f16, no subgroups) by
+//! `tests-wasm/tests/gpu_ops.rs`. Each case is an `async fn(&Gpu)` comparing a kernel with its CPU twin;
+//! [`on_each_device!`] turns a module's cases into `#[test]`s (blocked on natively) and `#[wasm_bindgen_test]`s
+//! (awaited: the JavaScript event loop drives WebGPU). Files they read are embedded with [`testdata!`].
+#![allow(dead_code, unused_macros)]
+
+#[macro_use]
+pub mod harness;
+
+/// Declares the listed `async fn(&Gpu)` cases of the calling module as tests on the device of the build.
+macro_rules! on_each_device {
+    ($($case:ident),+ $(,)?) => {
+        #[cfg(not(target_arch = "wasm32"))]
+        mod native {
+            $(
+                #[test]
+                fn $case() {
+                    pollster::block_on(super::$case(crate::op_cases::native_gpu()))
+                }
+            )+
+        }
+        #[cfg(target_arch = "wasm32")]
+        mod browser {
+            $(
+                #[wasm_bindgen_test::wasm_bindgen_test]
+                async fn $case() {
+                    super::$case(&crate::op_cases::browser_gpu().await).await
+                }
+            )+
+        }
+    };
+}
+
+pub mod argmax;
+pub mod attention;
+pub mod elementwise;
+pub mod embedding;
+pub mod matvec;
+pub mod norm;
+pub mod sample;
+pub mod softmax;
+
+use loom_wasm::gpu::Gpu;
+
+/// The wgpu device every native case shares (Vulkan: Mesa lavapipe without a GPU).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn native_gpu() -> &'static Gpu {
+    static GPU: std::sync::OnceLock<Gpu> = std::sync::OnceLock::new();
+    GPU.get_or_init(|| {
+        let gpu = pollster::block_on(Gpu::new())
+            .expect("no wgpu adapter: is mesa-vulkan-drivers installed? (scripts/setup.sh)");
+        describe(&gpu);
+        gpu
+    })
+}
+
+/// A WebGPU device for one browser case.
+#[cfg(target_arch = "wasm32")]
+pub async fn browser_gpu() -> Gpu {
+    let gpu = Gpu::new()
+        .await
+        .expect("no WebGPU adapter: does webdriver.json pass --enable-unsafe-webgpu?");
+    describe(&gpu);
+    gpu
+}
+
+fn describe(gpu: &Gpu) {
+    note!(
+        "adapter {:?} ({:?}, {:?}), shader-f16 {}, subgroups {}",
+        gpu.info.name,
+        gpu.info.backend,
+        gpu.info.device_type,
+        gpu.has_f16,
+        gpu.has_subgroups
+    );
+}
+
+/// Uploads f32 values into a new storage buffer.
+pub async fn upload(gpu: &Gpu, label: &str, values: &[f32]) -> wgpu::Buffer {
+    gpu.upload(label, bytemuck::cast_slice(values)).await.unwrap()
+}
+
+/// A new output buffer of `n` f32 values.
+pub async fn output(gpu: &Gpu, label: &str, n: usize) -> wgpu::Buffer {
+    gpu.output(label, 4 * n as u64).await.unwrap()
+}
