@@ -326,6 +326,59 @@ fn context_limit_and_bad_ids_are_typed_errors() {
     assert_eq!(e.cached(), 3);
 }
 
+/// A decoded token is one submit that creates nothing: after the first step of a shape has filled its arena, each
+/// next step reuses every bind group, uniform, output and the staging buffer, and reads back only what it returns
+/// (the id of a greedy or sampled step, the logits row otherwise); folded or not.
+#[test]
+fn a_decoded_token_is_one_submit_that_creates_nothing() {
+    let gpu = gpu();
+    let model = LlmModel::open(&golden().join("tiny-llama/model.q4_1.gguf")).unwrap();
+    let vocab = model.config.vocab as u64;
+    for fold in [false, true] {
+        let mut e = pollster::block_on(GpuEngine::new(gpu.clone(), &model.config, &model.weights, None)).unwrap();
+        e.set_fold_norms(fold);
+        let mut last = pollster::block_on(e.forward_argmax(&[1, 5, 9, 13])).unwrap();
+        let mut sampler = Sampler::new(SamplingParams {
+            temperature: 0.8,
+            top_k: 20,
+            top_p: 0.9,
+            repetition_penalty: 1.1,
+            seed: 7,
+            ..SamplingParams::default()
+        })
+        .unwrap();
+        for step in 0..3 {
+            last = pollster::block_on(e.forward_argmax(&[last])).unwrap();
+            let greedy = e.last_call();
+            let args = sampler.draw(&[1, 5, 9, 13, last]);
+            last = pollster::block_on(e.forward_sampled(&[last], &args)).unwrap();
+            let sampled = e.last_call();
+            let logits = pollster::block_on(e.forward_logits(&[last], false)).unwrap();
+            let row = e.last_call();
+            assert_eq!(logits.len() as u64, vocab);
+            for (what, stats, bytes) in [
+                ("greedy", greedy, 4),
+                ("sampled", sampled, 4),
+                ("logits", row, 4 * vocab),
+            ] {
+                assert_eq!(stats.submits, 1, "{what} step {step}, fold {fold}: {stats:?}");
+                assert_eq!(
+                    stats.bytes_read_back, bytes,
+                    "{what} step {step}, fold {fold}: {stats:?}"
+                );
+                assert!(stats.dispatches > 0, "{what}: {stats:?}");
+                if step > 0 {
+                    assert_eq!(
+                        (stats.bind_groups_created, stats.buffers_created),
+                        (0, 0),
+                        "{what} step {step}, fold {fold}: {stats:?}"
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// Greedy steps checked per SmolLM2 prompt: lavapipe decodes this model at about a token a second, so the suite
 /// checks the first steps of every reply on the GPU (the whole of "Paris"), and `llm_golden.rs` every step on the CPU.
 const GPU_GREEDY_STEPS: usize = 10;

@@ -290,15 +290,10 @@ impl Gpu {
         self.check_alive()?;
         self.check_pipelines().await?;
         let size = buffer.size();
-        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("readback"),
-            size,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
+        let staging = rec.staging(size);
         rec.encoder().copy_buffer_to_buffer(buffer, 0, &staging, 0, size);
         rec.flush();
-        let slice = staging.slice(..);
+        let slice = staging.slice(..size);
         let (tx, rx) = futures_channel::oneshot::channel();
         slice.map_async(wgpu::MapMode::Read, move |r| {
             let _ = tx.send(r);

@@ -528,14 +528,8 @@ impl GpuEngine {
         let invalid = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let mut rec = Recorder::with_arena(&gpu, arena);
         let read = self.encode(&mut rec, tokens, out);
-        let arena = rec.swap_arena(None).unwrap_or_default();
-        let counts = arena.counts();
         let invalid = invalid.pop().await;
         let oom = oom.pop().await;
-        // Keep the decode arena and the full-chunk prefill arena; other lengths come once per prompt.
-        if tokens.len() == 1 || tokens.len() == GPU_CHUNK {
-            self.arenas.insert(key, arena);
-        }
         if let Some(e) = oom {
             return Err(LoomError::GpuOutOfMemory(format!("decoder activations: {e}")));
         }
@@ -543,21 +537,22 @@ impl GpuEngine {
             gpu.check_alive_now()?;
             return Err(LoomError::Gpu(format!("decoder: {e}")));
         }
-        let read = read?;
-        self.count(counts);
-        self.last.submits += 1;
-        self.cached += tokens.len();
-        match read {
-            Some(buffer) => {
-                let bytes = gpu.submit_and_read(&mut rec, &buffer).await?;
-                self.last.bytes_read_back += bytes.len() as u64;
-                Ok(bytes)
-            }
-            None => {
-                rec.submit();
-                Ok(Vec::new())
-            }
+        // The read-back goes through the arena's staging buffer, so it stays in the recorder until then.
+        let bytes = match read? {
+            Some(buffer) => gpu.submit_and_read(&mut rec, &buffer).await?,
+            None => Vec::new(),
+        };
+        rec.flush();
+        let arena = rec.swap_arena(None).unwrap_or_default();
+        self.count(arena.counts());
+        // Keep the decode arena and the full-chunk prefill arena; other lengths come once per prompt.
+        if tokens.len() == 1 || tokens.len() == GPU_CHUNK {
+            self.arenas.insert(key, arena);
         }
+        self.last.submits += 1;
+        self.last.bytes_read_back += bytes.len() as u64;
+        self.cached += tokens.len();
+        Ok(bytes)
     }
 
     fn count(&mut self, c: ArenaCounts) {

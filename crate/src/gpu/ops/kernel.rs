@@ -90,7 +90,7 @@ pub(crate) fn dispatch_3d(
     groups: (u32, u32, u32),
 ) {
     let group = rec.bind_group(pipeline, &params(words), buffers);
-    let mut pass = rec.encoder.begin_compute_pass(&Default::default());
+    let mut pass = rec.encoder().begin_compute_pass(&Default::default());
     pass.set_pipeline(pipeline);
     pass.set_bind_group(0, &group, &[]);
     pass.dispatch_workgroups(groups.0, groups.1, groups.2);
@@ -102,6 +102,8 @@ pub(crate) fn dispatch_3d(
 pub struct Arena {
     binds: Vec<Bound>,
     outputs: Vec<GpuTensor>,
+    /// The mappable buffer the recording's result is read back through.
+    staging: Option<wgpu::Buffer>,
     next_bind: usize,
     next_output: usize,
     counts: ArenaCounts,
@@ -143,7 +145,8 @@ impl Arena {
 /// The command encoder of one submit, and the arena its ops draw on (see the module docs).
 pub struct Recorder<'a> {
     gpu: &'a Gpu,
-    encoder: wgpu::CommandEncoder,
+    /// Created on first use, so that a flush at the end leaves no empty encoder behind.
+    encoder: Option<wgpu::CommandEncoder>,
     arena: Option<Arena>,
 }
 
@@ -152,7 +155,7 @@ impl<'a> Recorder<'a> {
     pub fn new(gpu: &'a Gpu) -> Recorder<'a> {
         Recorder {
             gpu,
-            encoder: gpu.device.create_command_encoder(&Default::default()),
+            encoder: None,
             arena: None,
         }
     }
@@ -181,19 +184,45 @@ impl<'a> Recorder<'a> {
 
     /// The command encoder, for what is not a dispatch (copies, clears).
     pub fn encoder(&mut self) -> &mut wgpu::CommandEncoder {
-        &mut self.encoder
+        let device = &self.gpu.device;
+        self.encoder
+            .get_or_insert_with(|| device.create_command_encoder(&Default::default()))
     }
 
-    /// Submits what is recorded so far; recording goes on in a new encoder.
+    /// Submits what is recorded so far; recording may go on (in a new encoder, made when first needed).
     pub fn flush(&mut self) {
-        let fresh = self.gpu.device.create_command_encoder(&Default::default());
-        let recorded = std::mem::replace(&mut self.encoder, fresh);
-        self.gpu.queue.submit([recorded.finish()]);
+        if let Some(recorded) = self.encoder.take() {
+            self.gpu.queue.submit([recorded.finish()]);
+        }
     }
 
     /// Ends the recording and submits it.
-    pub fn submit(self) {
-        self.gpu.queue.submit([self.encoder.finish()]);
+    pub fn submit(mut self) {
+        self.flush();
+    }
+
+    /// A mappable buffer of at least `size` bytes to read a result back through: the arena's, kept from the last
+    /// recording (made or grown here when needed), or a new one without an arena.
+    pub(crate) fn staging(&mut self, size: u64) -> wgpu::Buffer {
+        let gpu = self.gpu;
+        let create = || {
+            gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("readback"),
+                size,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            })
+        };
+        let Some(arena) = self.arena.as_mut() else {
+            return create();
+        };
+        match &arena.staging {
+            Some(b) if b.size() >= size => b.clone(),
+            _ => {
+                arena.counts.buffers += 1;
+                arena.staging.insert(create()).clone()
+            }
+        }
     }
 
     /// The bind group for one dispatch: the arena's next one when it binds the same pipeline and buffers (its
