@@ -39,12 +39,17 @@ pub(crate) struct KMeansConfig {
 
 impl KMeansConfig {
     pub fn new(layer: &Layer, path: &str, inputs: usize, centers: usize) -> Result<KMeansConfig> {
-        let k = dim(layer.num_clusters, "num_clusters", path)?;
-        if k == 0 || k.checked_mul(inputs).is_none_or(|n| centers < n) {
-            return Err(LoomError::InvalidInput(format!(
-                "{path}: KMeans has {centers} centre values for {k} clusters of {inputs} inputs"
-            )));
-        }
+        // A count past usize (wasm32's 32 bits included) is refused as one that overflows the product: the same
+        // error on every platform.
+        let k = usize::try_from(layer.num_clusters)
+            .ok()
+            .filter(|&k| k > 0 && k.checked_mul(inputs).is_some_and(|n| n <= centers))
+            .ok_or_else(|| {
+                LoomError::InvalidInput(format!(
+                    "{path}: KMeans has {centers} centre values for {} clusters of {inputs} inputs",
+                    layer.num_clusters
+                ))
+            })?;
         let t = if layer.kmeans_temperature != 0.0 {
             layer.kmeans_temperature
         } else {

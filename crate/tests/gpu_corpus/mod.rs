@@ -86,13 +86,6 @@ pub fn forward(file: &str) -> Vec<Case> {
     out
 }
 
-/// `net` with its only layer quantized to `dt` as Loom's `Morph` does (forward then reads the dequantized values).
-pub fn with_dtype(mut net: Network, dt: loom_wasm::DType) -> Network {
-    net.layers[0].weights.as_mut().unwrap().morph(dt);
-    net.layers[0].dtype = dt;
-    net
-}
-
 /// Checks `got`, the GPU's output for `case`, against the CPU twin within `abs + rel·|cpu|` and against Loom's own
 /// output within the corpus tolerance.
 pub fn check(case: &Case, got: &Tensor, abs: f32, rel: f32) {

@@ -60,6 +60,13 @@ pub fn with_weights(mut net: Network, w: Vec<f32>) -> Network {
     net
 }
 
+/// The only layer with its weights morphed to `dt` (quantized and dequantized as Loom stores them).
+pub fn with_dtype(mut net: Network, dt: loom_wasm::DType) -> Network {
+    net.layers[0].weights.as_mut().unwrap().morph(dt);
+    net.layers[0].dtype = dt;
+    net
+}
+
 /// The CPU forward of `net` on `x` shaped `shape`.
 pub fn cpu(net: &Network, x: &[f32], shape: &[usize]) -> Tensor {
     CpuModel::new(net.clone()).forward(x, shape).unwrap()

@@ -34,10 +34,13 @@ macro_rules! on_each_device {
 
 pub mod argmax;
 pub mod attention;
+pub mod conv;
 pub mod elementwise;
 pub mod embedding;
+pub mod kmeans;
 pub mod matvec;
 pub mod norm;
+pub mod recurrent;
 pub mod sample;
 pub mod softmax;
 
