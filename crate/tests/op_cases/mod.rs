@@ -39,12 +39,40 @@ pub mod elementwise;
 pub mod embedding;
 pub mod kmeans;
 pub mod matvec;
+pub mod mha;
 pub mod norm;
 pub mod recurrent;
 pub mod sample;
 pub mod softmax;
 
-use loom_wasm::gpu::Gpu;
+use loom_wasm::gpu::{
+    Argmax, Attention, Conv, Elementwise, Embedding, Gpu, KMeans, MatVec, Norm, Recurrent, Rope, Sample, Softmax,
+};
+
+on_each_device!(every_kernel_compiles);
+
+/// Every kernel family's pipelines are accepted by the device's shader compiler. Chromium's (Tint) is stricter than
+/// naga natively: it refused a constant −∞ and a decimal a hair past f32::MAX that naga took. In the browser a
+/// refused shader is known only once its validation scope resolves: `check_pipelines` waits for every pipeline
+/// created so far.
+pub async fn every_kernel_compiles(gpu: &Gpu) {
+    MatVec::f32(gpu).unwrap();
+    Norm::new(gpu).unwrap();
+    Elementwise::new(gpu).unwrap();
+    Softmax::new(gpu).unwrap();
+    Embedding::new(gpu).unwrap();
+    Argmax::new(gpu).unwrap();
+    Sample::new(gpu).unwrap();
+    Rope::new(gpu).unwrap();
+    Attention::new(gpu).unwrap();
+    Conv::new(gpu).unwrap();
+    Recurrent::new(gpu).unwrap();
+    KMeans::new(gpu).unwrap();
+    if let Err(e) = gpu.check_pipelines().await {
+        panic!("a kernel does not compile: {e}");
+    }
+    note!("matvec, norm, elementwise, softmax, embedding, argmax, sample, rope, attention, conv, recurrent, kmeans: all compile");
+}
 
 /// The wgpu device every native case shares (Vulkan: Mesa lavapipe without a GPU).
 #[cfg(not(target_arch = "wasm32"))]
