@@ -12,7 +12,7 @@ export WGPU_BACKEND=vulkan
 export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner
 export CHROMEDRIVER=/usr/bin/chromedriver
 export WASM_BINDGEN_TEST_WEBDRIVER_JSON="$PWD/webdriver.json"      # Chromium flags (WebGPU, no network noise)
-export WASM_BINDGEN_TEST_TIMEOUT=300                               # default is 20 s per test binary
+export WASM_BINDGEN_TEST_TIMEOUT=900                               # default is 20 s per test binary; gpu_ops takes ~150 s here
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
 t0=$SECONDS
