@@ -256,3 +256,38 @@ fn a_tokenizer_json_with_a_broken_decoder_is_an_error() {
     }
     assert!(Tokenizer::from_json(&good).is_ok());
 }
+
+/// Found by `fuzz/fuzz_targets/tokenizer_template.rs` (run 8): a `Strip` decoder with `stop > 0` makes tokenizers
+/// 0.23 index before a token's first character when the token is shorter than `stop` and made of its `content`
+/// (`" "`, or the empty decode of no ids): a panic, which aborts the wasm module. Such a decoder is refused when the
+/// file loads, inside a `Sequence` or alone; `stop: 0` (Llama's) still loads and decodes.
+#[test]
+fn a_strip_decoder_with_a_stop_is_refused() {
+    use loom_wasm::llm::tokenizer::Tokenizer;
+    let good = tiny("tokenizer.json");
+    let mut doc: serde_json::Value = serde_json::from_slice(&good).unwrap();
+    let with_decoder = |doc: &mut serde_json::Value, decoder: serde_json::Value| {
+        doc["decoder"] = decoder;
+        serde_json::to_vec(doc).unwrap()
+    };
+    let strip = |stop: u64| serde_json::json!({"type": "Strip", "content": " ", "start": 1, "stop": stop});
+    for decoder in [
+        strip(1),
+        strip(5),
+        serde_json::json!({"type": "Sequence", "decoders": [{"type": "Fuse"}, strip(5)]}),
+        serde_json::json!({"type": "Sequence", "decoders": [{"type": "Sequence", "decoders": [strip(2)]}]}),
+    ] {
+        let e = Tokenizer::from_json(&with_decoder(&mut doc, decoder.clone()))
+            .err()
+            .expect("refused");
+        assert_eq!(e.code(), "bad_format", "{decoder}: {e}");
+        assert!(e.to_string().contains("Strip"), "{e}");
+    }
+    let byte_level =
+        serde_json::json!({"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true});
+    let llama = serde_json::json!({"type": "Sequence", "decoders": [byte_level, {"type": "Fuse"}, strip(0)]});
+    let t = Tokenizer::from_json(&with_decoder(&mut doc, llama)).unwrap();
+    assert_eq!(t.decode(&[], false).unwrap(), "");
+    let ids = t.encode("  hi", false).unwrap();
+    assert_eq!(t.decode(&ids, false).unwrap(), " hi");
+}

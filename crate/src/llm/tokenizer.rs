@@ -75,8 +75,11 @@ impl Tokenizer {
         // tokenizers 0.23 panics (`expect("Helper")`) on a `decoder` value that is not valid JSON (bad syntax, a
         // string with invalid UTF-8 or a bad escape), so the whole file is parsed first, strings included
         // (`IgnoredAny` would skip them unchecked): on valid JSON its decoder fallback (any value) always matches.
-        serde_json::from_slice::<serde_json::Value>(tokenizer_json)
+        let doc = serde_json::from_slice::<serde_json::Value>(tokenizer_json)
             .map_err(|e| tok_err(format!("tokenizer.json: {e}")))?;
+        if let Some(decoder) = doc.get("decoder") {
+            check_decoder(decoder)?;
+        }
         let inner =
             tokenizers::Tokenizer::from_bytes(tokenizer_json).map_err(|e| tok_err(format!("tokenizer.json: {e}")))?;
         let (template_bos, template_eos) = post_processor_specials(tokenizer_json)?;
@@ -379,6 +382,23 @@ fn common_prefix_len(a: &str, b: &str) -> usize {
 
 /// The special tokens HF's post-processor puts first and last for a single sequence, read from `tokenizer.json`'s
 /// `post_processor` (a `TemplateProcessing`, possibly inside a `Sequence`).
+/// Refuses the decoders tokenizers 0.23 cannot run on every token: a `Strip` with `stop > 0` indexes before the
+/// token's first character when the token is shorter than `stop` and made of its `content` (an empty decode
+/// included), and panics (found by `fuzz/fuzz_targets/tokenizer_template.rs`). HF's converters write `Strip` with
+/// `stop: 0` only (Llama's leading space).
+fn check_decoder(decoder: &serde_json::Value) -> Result<()> {
+    if let Some(inner) = decoder.get("decoders").and_then(serde_json::Value::as_array) {
+        return inner.iter().try_for_each(check_decoder);
+    }
+    let stop = decoder.get("stop").and_then(serde_json::Value::as_u64).unwrap_or(0);
+    if decoder.get("type").and_then(serde_json::Value::as_str) == Some("Strip") && stop > 0 {
+        return Err(tok_err(format!(
+            "tokenizer.json: a Strip decoder with stop {stop} is not supported (only stop 0)"
+        )));
+    }
+    Ok(())
+}
+
 fn post_processor_specials(tokenizer_json: &[u8]) -> Result<(Option<String>, Option<String>)> {
     #[derive(Deserialize)]
     struct Head {
