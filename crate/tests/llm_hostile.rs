@@ -291,3 +291,52 @@ fn a_strip_decoder_with_a_stop_is_refused() {
     let ids = t.encode("  hi", false).unwrap();
     assert_eq!(t.decode(&ids, false).unwrap(), " hi");
 }
+
+/// Found by `fuzz/fuzz_targets/tokenizer_template.rs` (run 8, T3): tokenizers 0.23 checks a `TemplateProcessing`
+/// post-processor only when it is built in code, so one read from a file whose single-sequence template names
+/// sequence B made encoding index past the one sequence (a panic). That, a special token missing from its
+/// `special_tokens`, and a special token with more ids than tokens are refused at load, alone or inside a
+/// `Sequence` of processors; the tiny tokenizer's own processors still load.
+#[test]
+fn a_template_post_processor_that_encoding_would_index_past_is_refused() {
+    use loom_wasm::llm::tokenizer::Tokenizer;
+    let good = tiny("tokenizer.json");
+    let mut doc: serde_json::Value = serde_json::from_slice(&good).unwrap();
+    let bos = serde_json::json!({"SpecialToken": {"id": "<s>", "type_id": 0}});
+    let seq = |id: &str| serde_json::json!({"Sequence": {"id": id, "type_id": 0}});
+    let specials = serde_json::json!({"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}});
+    let template = |single: serde_json::Value, specials: &serde_json::Value| {
+        serde_json::json!({"type": "TemplateProcessing", "single": single,
+            "pair": [bos.clone(), seq("A"), seq("B")], "special_tokens": specials})
+    };
+    let ok = template(serde_json::json!([bos.clone(), seq("A")]), &specials);
+    let cases = [
+        template(serde_json::json!([bos.clone(), seq("B")]), &specials),
+        template(
+            serde_json::json!([seq("A"), {"SpecialToken": {"id": "</s>", "type_id": 0}}]),
+            &specials,
+        ),
+        template(
+            serde_json::json!([bos.clone(), seq("A")]),
+            &serde_json::json!({"<s>": {"id": "<s>", "ids": [1, 2], "tokens": ["<s>"]}}),
+        ),
+    ];
+    for processor in cases {
+        for wrapped in [
+            processor.clone(),
+            serde_json::json!({"type": "Sequence", "processors": [{"type": "ByteLevel", "add_prefix_space": true,
+                "trim_offsets": false, "use_regex": true}, processor.clone()]}),
+        ] {
+            doc["post_processor"] = wrapped.clone();
+            let e = Tokenizer::from_json(&serde_json::to_vec(&doc).unwrap())
+                .err()
+                .expect("refused");
+            assert_eq!(e.code(), "bad_format", "{wrapped}: {e}");
+            assert!(e.to_string().contains("TemplateProcessing"), "{e}");
+        }
+    }
+    doc["post_processor"] = ok;
+    let t = Tokenizer::from_json(&serde_json::to_vec(&doc).unwrap()).unwrap();
+    assert!(!t.encode("hi", true).unwrap().is_empty());
+    assert!(Tokenizer::from_json(&good).is_ok());
+}

@@ -80,6 +80,9 @@ impl Tokenizer {
         if let Some(decoder) = doc.get("decoder") {
             check_decoder(decoder)?;
         }
+        if let Some(processor) = doc.get("post_processor") {
+            check_post_processor(processor)?;
+        }
         let inner =
             tokenizers::Tokenizer::from_bytes(tokenizer_json).map_err(|e| tok_err(format!("tokenizer.json: {e}")))?;
         let (template_bos, template_eos) = post_processor_specials(tokenizer_json)?;
@@ -395,6 +398,49 @@ fn check_decoder(decoder: &serde_json::Value) -> Result<()> {
         return Err(tok_err(format!(
             "tokenizer.json: a Strip decoder with stop {stop} is not supported (only stop 0)"
         )));
+    }
+    Ok(())
+}
+
+/// Refuses the `TemplateProcessing` post-processors tokenizers 0.23 indexes out of bounds with when it encodes
+/// (it checks them only when built in code, not when read): a single-sequence template that names sequence B (found
+/// by `fuzz/fuzz_targets/tokenizer_template.rs`), a special token the `special_tokens` map lacks, or one whose ids
+/// and tokens differ in number.
+fn check_post_processor(processor: &serde_json::Value) -> Result<()> {
+    use serde_json::Value;
+    if let Some(inner) = processor.get("processors").and_then(Value::as_array) {
+        return inner.iter().try_for_each(check_post_processor);
+    }
+    if processor.get("type").and_then(Value::as_str) != Some("TemplateProcessing") {
+        return Ok(());
+    }
+    let bad = |what: String| {
+        Err(tok_err(format!(
+            "tokenizer.json: TemplateProcessing post-processor: {what}"
+        )))
+    };
+    let specials = processor.get("special_tokens").and_then(Value::as_object);
+    for (name, template) in [("single", processor.get("single")), ("pair", processor.get("pair"))] {
+        for piece in template.and_then(Value::as_array).into_iter().flatten() {
+            if name == "single" && piece.pointer("/Sequence/id").and_then(Value::as_str) == Some("B") {
+                return bad("its single-sequence template names sequence B".into());
+            }
+            if let Some(id) = piece.pointer("/SpecialToken/id").and_then(Value::as_str) {
+                if !specials.is_some_and(|s| s.contains_key(id)) {
+                    return bad(format!("special token {id:?} is not in its special_tokens"));
+                }
+            }
+        }
+    }
+    for (id, token) in specials.into_iter().flatten() {
+        let len = |key: &str| token.get(key).and_then(Value::as_array).map(Vec::len);
+        if len("ids") != len("tokens") {
+            return bad(format!(
+                "special token {id:?} has {:?} ids for {:?} tokens",
+                len("ids"),
+                len("tokens")
+            ));
+        }
     }
     Ok(())
 }
