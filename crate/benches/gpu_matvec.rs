@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use loom_wasm::dtype::{auto_scale, q4_0, quantize, DType};
 use loom_wasm::gpu::Recorder;
-use loom_wasm::gpu::{Gpu, MatVec, PackedWeights, Packing, GPU_GGML_TYPES};
+use loom_wasm::gpu::{Gpu, MatVec, PackedWeights, Packing, Rows, GPU_GGML_TYPES};
 use loom_wasm::network::Activation;
 use loom_wasm::quant::GgmlType;
 
@@ -168,7 +168,11 @@ fn main() -> BoxResult<()> {
             for r in 0..runs + 2 {
                 let t0 = Instant::now();
                 let mut recorder = Recorder::new(&gpu);
-                kernel.encode(&mut recorder, &xb, &w, &yb, batch as u32, Activation::Linear.into())?;
+                let (x, y) = (
+                    Rows::new(&xb, batch as u32, n_in as u32),
+                    Rows::new(&yb, batch as u32, n_out as u32),
+                );
+                kernel.encode(&mut recorder, x, &w, y, Activation::Linear.into())?;
                 recorder.submit();
                 gpu.device.poll(wgpu::PollType::wait_indefinitely())?;
                 // The first two runs warm up (pipeline creation, caches).

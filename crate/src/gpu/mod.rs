@@ -16,9 +16,8 @@ pub use loom::{
 };
 pub use ops::{
     first_argmax, packed_values, rope_table, Argmax, AttendArgs, Attention, Elementwise, Embedding, EmbeddingTable,
-    GpuTensor, KvCache, KvRows, MatVec, MatVecOptions, Norm, PackedWeights, Packing, Pointwise, Rope, RopeRows,
-    RowLayout, Sample, SampleArgs, Softmax, GPU_GGML_TYPES, GPU_SAMPLE_MAX, LAYER_NORM_EPS, MAX_WEIGHT_BINDINGS,
-    RMS_NORM_EPS,
+    GpuTensor, KvCache, MatVec, MatVecOptions, Norm, PackedWeights, Packing, Pointwise, Rope, RowLayout, Rows, Sample,
+    SampleArgs, Softmax, GPU_GGML_TYPES, GPU_SAMPLE_MAX, LAYER_NORM_EPS, MAX_WEIGHT_BINDINGS, RMS_NORM_EPS,
 };
 
 pub use ops::kernel::{Arena, ArenaCounts, Recorder};

@@ -19,8 +19,8 @@ use super::weights::{BlockWeights, Matrix, ModelWeights};
 use crate::cpu::ops::{self, RopePairs};
 use crate::error::{LoomError, Result};
 use crate::gpu::{
-    Arena, ArenaCounts, Argmax, AttendArgs, Attention, Elementwise, Gpu, GpuTensor, KvCache, KvRows, MatVec,
-    MatVecOptions, Norm, PackedWeights, Packing, Recorder, Rope, RopeRows, RowLayout, Sample, GPU_SAMPLE_MAX,
+    Arena, ArenaCounts, Argmax, AttendArgs, Attention, Elementwise, Gpu, GpuTensor, KvCache, MatVec, MatVecOptions,
+    Norm, PackedWeights, Packing, Recorder, Rope, RowLayout, Rows, Sample, GPU_SAMPLE_MAX,
 };
 
 /// Prompt tokens per submit: bounds the activation buffers of a long prompt.
@@ -567,7 +567,6 @@ impl GpuEngine {
         let c = &self.cfg;
         let k = &self.k;
         let n = tokens.len();
-        let nu = n as u32;
         let start = self.cached;
         let (h, qd, kvd, hd, ffn) = (c.hidden, c.q_dim(), c.kv_dim(), c.head_dim, c.ffn);
         let rot = self.inv_freq.len();
@@ -611,12 +610,12 @@ impl GpuEngine {
 
         let identity = crate::gpu::Pointwise::Identity;
         let mv = |m: &PackedWeights, x: &GpuTensor, y: &GpuTensor, rec: &mut Recorder, options: MatVecOptions| {
-            k.matvec[&m.packing].encode_with(rec, &x.buffer, m, &y.buffer, nu, identity, options)
+            k.matvec[&m.packing].encode_with(rec, x.rows(), m, y.rows(), identity, options)
         };
         let bias = |b: &Option<wgpu::Buffer>, y: &GpuTensor, width: usize, rec: &mut Recorder| match b {
             Some(b) => k
                 .elementwise
-                .encode_add_inplace(rec, &y.buffer, b, (n * width) as u32, width as u32),
+                .encode_add_inplace(rec, y.rows(), Rows::new(b, 1, width as u32)),
             None => Ok(()),
         };
         // y = W·RMSNorm(x; γ).
@@ -648,14 +647,10 @@ impl GpuEngine {
                 mv(m, a, proj, rec, MatVecOptions::default())?;
                 bias(b, proj, h, rec)?;
                 match next {
-                    Some(gamma) => {
-                        k.norm
-                            .encode_add_rms(rec, &x.buffer, &proj.buffer, gamma, &xn.buffer, nu, h as u32, c.rms_eps)
-                    }
-                    None => {
-                        k.elementwise
-                            .encode_add_inplace(rec, &x.buffer, &proj.buffer, (n * h) as u32, (n * h) as u32)
-                    }
+                    Some(gamma) => k
+                        .norm
+                        .encode_add_rms(rec, x.rows(), proj.rows(), gamma, xn.rows(), c.rms_eps),
+                    None => k.elementwise.encode_add_inplace(rec, x.rows(), proj.rows()),
                 }
             }
         };
@@ -664,40 +659,28 @@ impl GpuEngine {
             RopeStyle::Adjacent => RopePairs::Adjacent,
         };
 
-        k.matvec[&self.embed.packing].encode_gather(rec, &ids.buffer, &self.embed, &x.buffer, nu)?;
+        k.matvec[&self.embed.packing].encode_gather(rec, ids.rows(), &self.embed, x.rows())?;
         // Per block: q/k/v from the attention norm of x, x += the attention's projection, gate/up from the FFN
         // norm of x, x += down.
         for (l, b) in self.blocks.iter().enumerate() {
             // Without folding, the first block's norm; each later one's came with the residual add before it.
             if let (0, Some((xn, _))) = (l, &unfolded) {
                 k.norm
-                    .encode_rms(rec, &x.buffer, &b.attn_norm, &xn.buffer, nu, h as u32, 1, c.rms_eps)?;
+                    .encode_rms(rec, x.rows(), &b.attn_norm, xn.rows(), 1, c.rms_eps)?;
             }
-            let rope = |t: &GpuTensor, heads: usize, stride: usize, rec: &mut Recorder| {
-                let rows = RopeRows {
-                    tokens: nu,
-                    heads: heads as u32,
-                    head_dim: hd as u32,
-                    stride: stride as u32,
-                    first: 0,
-                };
+            let rope = |t: Rows, rec: &mut Recorder| {
                 k.rope
-                    .encode_pairs(rec, &t.buffer, &rope_table.buffer, rows, rot as u32, pairs)
+                    .encode_pairs(rec, t, &rope_table.buffer, hd as u32, rot as u32, pairs)
             };
-            // q, k and v: where each token's q row starts and how far apart, and where K and V are.
-            let (qr, q_stride, kr, vr, kv_rows) = match &b.qkv {
+            // q, k and v: each a view of its own buffer, or columns of the fused q|k|v rows.
+            let (qr, kr, vr) = match &b.qkv {
                 Qkv::Fused(w) => {
                     project(w, &b.attn_norm, &qkv, rec)?;
                     // q's heads then k's sit side by side in each row: one RoPE dispatch turns both.
-                    rope(&qkv, c.n_heads + c.n_kv_heads, qkv_w, rec)?;
-                    let kv_rows = KvRows {
-                        tokens: nu,
-                        first: 0,
-                        stride: qkv_w as u32,
-                        k_offset: qd as u32,
-                        v_offset: (qd + kvd) as u32,
-                    };
-                    (&qkv, qkv_w, &qkv, &qkv, kv_rows)
+                    let rows = qkv.rows();
+                    rope(rows.columns(0, (qd + kvd) as u32), rec)?;
+                    let (qd, kvd) = (qd as u32, kvd as u32);
+                    (rows.columns(0, qd), rows.columns(qd, kvd), rows.columns(qd + kvd, kvd))
                 }
                 Qkv::Split { wq, wk, wv, bq, bk, bv } => {
                     project(wq, &b.attn_norm, &q, rec)?;
@@ -708,55 +691,39 @@ impl GpuEngine {
                     bias(bv, &v, kvd, rec)?;
                     let (qr, kr) = match (&b.q_norm, &b.k_norm) {
                         (Some(qnw), Some(knw)) => {
-                            let rows = |heads: usize| (n * heads) as u32;
-                            k.norm.encode_rms(
-                                rec,
-                                &q.buffer,
-                                qnw,
-                                &qn.buffer,
-                                rows(c.n_heads),
-                                hd as u32,
-                                1,
-                                c.rms_eps,
-                            )?;
-                            k.norm.encode_rms(
-                                rec,
-                                &kk.buffer,
-                                knw,
-                                &kn.buffer,
-                                rows(c.n_kv_heads),
-                                hd as u32,
-                                1,
-                                c.rms_eps,
-                            )?;
+                            // Each head is a row of the per-head norm.
+                            let (q_rows, k_rows) = ((n * c.n_heads) as u32, (n * c.n_kv_heads) as u32);
+                            let (q_in, q_out) = (
+                                Rows::new(&q.buffer, q_rows, hd as u32),
+                                Rows::new(&qn.buffer, q_rows, hd as u32),
+                            );
+                            let (k_in, k_out) = (
+                                Rows::new(&kk.buffer, k_rows, hd as u32),
+                                Rows::new(&kn.buffer, k_rows, hd as u32),
+                            );
+                            k.norm.encode_rms(rec, q_in, qnw, q_out, 1, c.rms_eps)?;
+                            k.norm.encode_rms(rec, k_in, knw, k_out, 1, c.rms_eps)?;
                             (&qn, &kn)
                         }
                         _ => (&q, &kk),
                     };
-                    rope(qr, c.n_heads, qd, rec)?;
-                    rope(kr, c.n_kv_heads, kvd, rec)?;
-                    (qr, qd, kr, &v, KvRows::packed(&self.caches[l], nu, 0))
+                    rope(qr.rows(), rec)?;
+                    rope(kr.rows(), rec)?;
+                    (qr.rows(), kr.rows(), v.rows())
                 }
             };
             let cache = &self.caches[l];
-            k.attention
-                .encode_kv_update(rec, cache, &kr.buffer, &vr.buffer, kv_rows, start as u32)?;
+            k.attention.encode_kv_update(rec, cache, kr, vr, start as u32)?;
             let args = AttendArgs {
-                tokens: nu,
-                first: 0,
                 pos0: start as u32,
-                heads: c.n_heads as u32,
-                q_stride: q_stride as u32,
-                out_stride: qd as u32,
                 scale: (1.0 / (hd as f64).sqrt()) as f32,
             };
-            k.attention.encode_attend(rec, cache, &qr.buffer, &att.buffer, args)?;
+            k.attention.encode_attend(rec, cache, qr, att.rows(), args)?;
             residual(&b.wo, &att, &b.bo, Some(&b.ffn_norm), rec)?;
             match &b.gate_up {
                 GateUp::Fused(w) => {
                     project(w, &b.ffn_norm, &gate_up, rec)?;
-                    k.elementwise
-                        .encode_swiglu_rows(rec, &gate_up.buffer, &act.buffer, nu, ffn as u32)?;
+                    k.elementwise.encode_swiglu_rows(rec, gate_up.rows(), act.rows())?;
                 }
                 GateUp::Split {
                     gate: wg,
@@ -768,8 +735,7 @@ impl GpuEngine {
                     project(wu, &b.ffn_norm, &up, rec)?;
                     bias(b_gate, &gate, ffn, rec)?;
                     bias(b_up, &up, ffn, rec)?;
-                    k.elementwise
-                        .encode_swiglu(rec, &gate.buffer, &up.buffer, &act.buffer, (n * ffn) as u32)?;
+                    k.elementwise.encode_swiglu(rec, gate.rows(), up.rows(), act.rows())?;
                 }
             }
             let next = self.blocks.get(l + 1).map(|next| &next.attn_norm);
@@ -791,27 +757,18 @@ impl GpuEngine {
                 norm: Some((&self.final_norm, c.final_norm_eps)),
                 accumulate: false,
             };
-            head.encode_with(
-                rec,
-                &last.buffer,
-                &self.head,
-                &logits.buffer,
-                rows as u32,
-                identity,
-                options,
-            )?;
+            head.encode_with(rec, last.rows(), &self.head, logits.rows(), identity, options)?;
         } else {
             let normed = GpuTensor::scratch(rec, vec![rows, h])?;
-            let (r, hu) = (rows as u32, h as u32);
             let eps = c.final_norm_eps;
             k.norm
-                .encode_rms(rec, &last.buffer, &self.final_norm, &normed.buffer, r, hu, 1, eps)?;
-            head.encode(rec, &normed.buffer, &self.head, &logits.buffer, r, identity)?;
+                .encode_rms(rec, last.rows(), &self.final_norm, normed.rows(), 1, eps)?;
+            head.encode(rec, normed.rows(), &self.head, logits.rows(), identity)?;
         }
         let id = match out {
             Output::Greedy => {
                 let id = GpuTensor::scratch(rec, vec![1])?;
-                k.argmax.encode(rec, &logits.buffer, &id.buffer, 1, c.vocab as u32)?;
+                k.argmax.encode(rec, logits.rows(), id.rows())?;
                 id
             }
             Output::Sampled => {
@@ -820,8 +777,7 @@ impl GpuEngine {
                     .as_ref()
                     .ok_or_else(|| LoomError::InvalidInput("a sampled step without its draw".into()))?;
                 let id = GpuTensor::scratch(rec, vec![1])?;
-                k.sample
-                    .encode(rec, (&logits.buffer, c.vocab as u32), &self.draw_ids, &id.buffer, args)?;
+                k.sample.encode(rec, logits.rows(), &self.draw_ids, id.rows(), args)?;
                 id
             }
             _ => return Ok(Some(logits.buffer)),

@@ -5,7 +5,7 @@
 //! - KV update: bit-identical (a copy), including a dispatch that wraps the cache;
 //! - attention: ≤ 1e-5 + 1e-4·|cpu| against the CPU's f64 scores / softmax / weighted sum, prefill and decode.
 
-use loom_wasm::gpu::{Attention, Gpu, KvCache, KvRows, Recorder, Rope};
+use loom_wasm::gpu::{Attention, Gpu, KvCache, Recorder, Rope, Rows};
 
 use super::harness::{close, data, MaxErr};
 use super::upload;
@@ -157,18 +157,14 @@ pub async fn kv_update_is_an_exact_copy_even_when_it_wraps(gpu: &Gpu) {
                 .flat_map(|t| [&q[7 * t..7 * t + 7], &k[kv * t..kv * (t + 1)], &v[kv * t..kv * (t + 1)]].concat())
                 .collect();
             let fb = upload(gpu, "qkv", &fused).await;
-            let fused_rows = KvRows {
-                tokens: tokens as u32,
-                first: 0,
-                stride: (7 + 2 * kv) as u32,
-                k_offset: 7,
-                v_offset: (7 + kv) as u32,
-            };
+            let (t, kv32) = (tokens as u32, kv as u32);
+            let fused_rows = Rows::new(&fb, t, 7 + 2 * kv32);
+            let (fk, fv) = (fused_rows.columns(7, kv32), fused_rows.columns(7 + kv32, kv32));
             let mut recorder = Recorder::new(gpu);
-            let rows = KvRows::packed(&cache, tokens as u32, 0);
-            att.encode_kv_update(&mut recorder, &cache, &kb, &vb, rows, pos0 as u32)
+            let (k_rows, v_rows) = (Rows::new(&kb, t, kv32), Rows::new(&vb, t, kv32));
+            att.encode_kv_update(&mut recorder, &cache, k_rows, v_rows, pos0 as u32)
                 .unwrap();
-            att.encode_kv_update(&mut recorder, &fused_cache, &fb, &fb, fused_rows, pos0 as u32)
+            att.encode_kv_update(&mut recorder, &fused_cache, fk, fv, pos0 as u32)
                 .unwrap();
             recorder.submit();
             for (what, cache) in [("separate", &cache), ("fused", &fused_cache)] {

@@ -8,7 +8,7 @@
 
 use loom_wasm::cpu::activate;
 use loom_wasm::formats::loom_json;
-use loom_wasm::gpu::{Elementwise, Gpu, MatVec, PackedWeights, Packing, Recorder};
+use loom_wasm::gpu::{Elementwise, Gpu, MatVec, PackedWeights, Packing, Recorder, Rows};
 use loom_wasm::network::{f32_bytes, Activation};
 
 use super::harness::{close, cpu, data, exact, one_layer};
@@ -51,8 +51,11 @@ pub async fn bias_add_broadcasts_rows_exactly(gpu: &Gpu) {
         let yb = upload(gpu, "y", &a).await;
         let bb = upload(gpu, "b", &b).await;
         let mut recorder = Recorder::new(gpu);
-        ew.encode_add_inplace(&mut recorder, &yb, &bb, a.len() as u32, width as u32)
-            .unwrap();
+        let (y, b) = (
+            Rows::new(&yb, rows as u32, width as u32),
+            Rows::new(&bb, 1, width as u32),
+        );
+        ew.encode_add_inplace(&mut recorder, y, b).unwrap();
         recorder.submit();
         let got = gpu.read_f32(&yb).await.unwrap();
         exact(&format!("bias add in place {rows}×{width}"), &got, &want);
@@ -169,15 +172,21 @@ async fn swiglu_layer(gpu: &Gpu, w: &[f32], h: usize, i: usize, x: &[f32]) -> Ve
     let (h32, i32_, r32) = (h as u32, i as u32, rows as u32);
     let lin = Activation::Linear.into();
     let mut recorder = Recorder::new(gpu);
-    mv.encode(&mut recorder, &xb, wgb, &gb, r32, lin).unwrap();
-    ew.encode_add_inplace(&mut recorder, &gb, &bgb, r32 * i32_, i32_)
+    let (x, y) = (Rows::new(&xb, r32, h32), Rows::new(&yb, r32, h32));
+    let (g, u, p) = (
+        Rows::new(&gb, r32, i32_),
+        Rows::new(&ub, r32, i32_),
+        Rows::new(&pb, r32, i32_),
+    );
+    let bias = |b| Rows::new(b, 1, i32_);
+    mv.encode(&mut recorder, x, wgb, g, lin).unwrap();
+    ew.encode_add_inplace(&mut recorder, g, bias(&bgb)).unwrap();
+    mv.encode(&mut recorder, x, wub, u, lin).unwrap();
+    ew.encode_add_inplace(&mut recorder, u, bias(&bub)).unwrap();
+    ew.encode_swiglu(&mut recorder, g, u, p).unwrap();
+    mv.encode(&mut recorder, p, wdb, y, lin).unwrap();
+    ew.encode_add_inplace(&mut recorder, y, Rows::new(&bdb, 1, h32))
         .unwrap();
-    mv.encode(&mut recorder, &xb, wub, &ub, r32, lin).unwrap();
-    ew.encode_add_inplace(&mut recorder, &ub, &bub, r32 * i32_, i32_)
-        .unwrap();
-    ew.encode_swiglu(&mut recorder, &gb, &ub, &pb, r32 * i32_).unwrap();
-    mv.encode(&mut recorder, &pb, wdb, &yb, r32, lin).unwrap();
-    ew.encode_add_inplace(&mut recorder, &yb, &bdb, r32 * h32, h32).unwrap();
     recorder.submit();
     let mut y = gpu.read_f32(&yb).await.unwrap();
     y.truncate(rows * h);

@@ -16,7 +16,7 @@ use loom_wasm::dtype::{q4_0, DType};
 use loom_wasm::formats::loom_json;
 use loom_wasm::gpu::{
     dense_weights, packed_values, Gpu, MatVec, MatVecOptions, PackedWeights, Packing, Pointwise, Recorder, RowLayout,
-    GPU_GGML_TYPES, MAX_WEIGHT_BINDINGS,
+    Rows, GPU_GGML_TYPES, MAX_WEIGHT_BINDINGS,
 };
 use loom_wasm::network::{Activation, Network, WeightStore};
 use loom_wasm::quant::{self, GgmlType};
@@ -867,16 +867,10 @@ pub async fn norm_and_residual_add_match_the_cpu_ops(gpu: &Gpu) {
                         accumulate,
                     };
                     let mut recorder = Recorder::new(gpu);
+                    let x_rows = Rows::new(&xb, batch as u32, n_in as u32);
+                    let y_rows = Rows::new(&yb, batch as u32, n_out as u32);
                     kernel
-                        .encode_with(
-                            &mut recorder,
-                            &xb,
-                            &packed,
-                            &yb,
-                            batch as u32,
-                            Pointwise::Identity,
-                            options,
-                        )
+                        .encode_with(&mut recorder, x_rows, &packed, y_rows, Pointwise::Identity, options)
                         .unwrap();
                     recorder.submit();
                     let got = gpu.read_f32(&yb).await.unwrap();

@@ -44,6 +44,7 @@ pub mod norm;
 pub mod recurrent;
 pub mod sample;
 pub mod softmax;
+pub mod views;
 
 use loom_wasm::gpu::{
     Argmax, Attention, Conv, Elementwise, Embedding, Gpu, KMeans, MatVec, Norm, Recurrent, Rope, Sample, Softmax,

@@ -5,7 +5,7 @@
 
 use loom_wasm::cpu::{ops, Tensor};
 use loom_wasm::formats::loom_json;
-use loom_wasm::gpu::{Gpu, Norm, Recorder};
+use loom_wasm::gpu::{Gpu, Norm, Recorder, Rows};
 
 use super::harness::{close, cpu, data, one_layer, with_weights};
 use super::{output, upload};
@@ -141,17 +141,9 @@ pub async fn per_head_gamma_rows_and_one_shot_helpers(gpu: &Gpu) {
     let gb = upload(gpu, "g", &gamma).await;
     let yb = output(gpu, "y", x.len()).await;
     let mut recorder = Recorder::new(gpu);
-    norm.encode_rms(
-        &mut recorder,
-        &xb,
-        &gb,
-        &yb,
-        (tokens * heads) as u32,
-        hd as u32,
-        heads as u32,
-        1e-6,
-    )
-    .unwrap();
+    let rows = (tokens * heads) as u32;
+    let (xr, yr) = (Rows::new(&xb, rows, hd as u32), Rows::new(&yb, rows, hd as u32));
+    norm.encode_rms(&mut recorder, xr, &gb, yr, heads as u32, 1e-6).unwrap();
     recorder.submit();
     let got = gpu.read_f32(&yb).await.unwrap();
     close("per-head RMSNorm 5×3×8", &got[..x.len()], &want, ABS, REL);
@@ -177,7 +169,8 @@ pub async fn add_then_rms_norm_matches_the_cpu_ops(gpu: &Gpu) {
         );
         let yb = output(gpu, "y", rows * n).await;
         let mut recorder = Recorder::new(gpu);
-        norm.encode_add_rms(&mut recorder, &hb, &xb, &gb, &yb, rows as u32, n as u32, 1e-5)
+        let view = |b| Rows::new(b, rows as u32, n as u32);
+        norm.encode_add_rms(&mut recorder, view(&hb), view(&xb), &gb, view(&yb), 1e-5)
             .unwrap();
         recorder.submit();
         let got_h = gpu.read_f32(&hb).await.unwrap();

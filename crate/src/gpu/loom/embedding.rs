@@ -4,7 +4,7 @@ use crate::cpu::Tensor;
 use crate::error::{LoomError, Result};
 use crate::gpu::ops::kernel::u32_dim;
 use crate::gpu::Recorder;
-use crate::gpu::{Embedding, EmbeddingTable, Gpu, GpuTensor};
+use crate::gpu::{Embedding, EmbeddingTable, Gpu, GpuTensor, Rows};
 use crate::network::{Layer, LayerType};
 
 impl Embedding {
@@ -43,7 +43,11 @@ impl Embedding {
         shape.push(table.dim());
         let y = GpuTensor::scratch(rec, shape)?;
         let tokens = u32_dim(x.len(), "ids")?;
-        self.encode(rec, table, &x.buffer, &y.buffer, tokens, layer.activation.into())?;
+        let (ids, out) = (
+            Rows::new(&x.buffer, 1, tokens),
+            Rows::new(&y.buffer, tokens, table.dim() as u32),
+        );
+        self.encode(rec, table, ids, out, layer.activation.into())?;
         Ok(y)
     }
 

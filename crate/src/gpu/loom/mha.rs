@@ -16,8 +16,8 @@ use crate::gpu::ops::kernel::{storage_f32, u32_dim};
 use crate::gpu::Recorder;
 use crate::gpu::Rope;
 use crate::gpu::{dense_weights, Gpu, GpuTensor, MatVec, PackedWeights, Pointwise};
-use crate::gpu::{AttendArgs, Attention, KvCache, KvRows};
-use crate::gpu::{Norm, RMS_NORM_EPS};
+use crate::gpu::{AttendArgs, Attention, KvCache};
+use crate::gpu::{Norm, Rows, RMS_NORM_EPS};
 use crate::network::{Layer, LayerType};
 
 /// KV cache rows, as Loom's when `MaxSeqLen` is 0 (always, for a loaded network).
@@ -256,17 +256,18 @@ impl Mha {
         let qp = GpuTensor::scratch(rec, vec![tokens, hw])?;
         let kp = GpuTensor::scratch(rec, vec![tokens, c.kv])?;
         let vp = GpuTensor::scratch(rec, vec![tokens, c.kv])?;
-        self.matvec.encode(rec, &x.buffer, &self.wq, &qp.buffer, t32, lin)?;
-        self.matvec.encode(rec, &x.buffer, &self.wk, &kp.buffer, t32, lin)?;
-        self.matvec.encode(rec, &x.buffer, &self.wv, &vp.buffer, t32, lin)?;
+        let xr = Rows::new(&x.buffer, t32, u32_dim(self.wq.n_in, "d_model")?);
+        self.matvec.encode(rec, xr, &self.wq, qp.rows(), lin)?;
+        self.matvec.encode(rec, xr, &self.wk, kp.rows(), lin)?;
+        self.matvec.encode(rec, xr, &self.wv, vp.rows(), lin)?;
 
         // Per-head RMSNorm of Q and K (HF imports), then RoPE on both.
         let qs = match &self.q_norm {
             Some(g) => {
                 let qn = GpuTensor::scratch(rec, vec![tokens, hw])?;
                 let rows = t32 * heads;
-                self.norm
-                    .encode_rms(rec, &qp.buffer, &g.gamma, &qn.buffer, rows, hd, g.rows, RMS_NORM_EPS)?;
+                let (x, y) = (Rows::new(&qp.buffer, rows, hd), Rows::new(&qn.buffer, rows, hd));
+                self.norm.encode_rms(rec, x, &g.gamma, y, g.rows, RMS_NORM_EPS)?;
                 qn
             }
             None => qp,
@@ -275,22 +276,27 @@ impl Mha {
             Some(g) => {
                 let kn = GpuTensor::scratch(rec, vec![tokens, c.kv])?;
                 let rows = t32 * kv_heads;
-                self.norm
-                    .encode_rms(rec, &kp.buffer, &g.gamma, &kn.buffer, rows, hd, g.rows, RMS_NORM_EPS)?;
+                let (x, y) = (Rows::new(&kp.buffer, rows, hd), Rows::new(&kn.buffer, rows, hd));
+                self.norm.encode_rms(rec, x, &g.gamma, y, g.rows, RMS_NORM_EPS)?;
                 kn
             }
             None => kp,
         };
         let table = self.rope.table(rec, c.theta, c.hd, start, tokens)?;
-        self.rope
-            .encode(rec, &qs.buffer, &table.buffer, t32, heads, hd, hw32, 0)?;
-        self.rope
-            .encode(rec, &ks.buffer, &table.buffer, t32, kv_heads, hd, kv, 0)?;
+        // q's heads fill its rows; k's rows of `kv` values hold kv_heads·hd.
+        let q_rows = Rows::new(&qs.buffer, t32, hw32);
+        let k_rows = Rows::new(&ks.buffer, t32, kv).columns(0, kv_heads * hd);
+        self.rope.encode(rec, q_rows, &table.buffer, hd)?;
+        self.rope.encode(rec, k_rows, &table.buffer, hd)?;
 
         // K/V into the cache and attention. Batch rows share one timeline: when nothing wraps and every head has
         // its own kv head, all rows go at once (no query reads a row written after it on the CPU); otherwise row by
         // row, as the CPU does. `att` is `[token][q]`: the columns past heads·hd stay zero, as the CPU's.
         let att = GpuTensor::scratch(rec, vec![tokens, c.q])?;
+        let (v_rows, att_rows) = (
+            Rows::new(&vp.buffer, t32, kv),
+            Rows::new(&att.buffer, t32, q).columns(0, hw32),
+        );
         let scale = (1.0 / (c.hd as f64).sqrt()) as f32;
         let together = start + tokens <= self.max_seq && c.heads.is_multiple_of(c.kv_heads);
         let (groups, per) = if together { (1, tokens) } else { (batch, seq) };
@@ -298,29 +304,17 @@ impl Mha {
             let first = u32_dim(b * per, "token")?;
             let pos0 = u32_dim(start + b * per, "position")?;
             let per32 = u32_dim(per, "tokens")?;
-            self.attention.encode_kv_update(
-                rec,
-                &self.cache,
-                &ks.buffer,
-                &vp.buffer,
-                KvRows::packed(&self.cache, per32, first),
-                pos0,
-            )?;
-            let args = AttendArgs {
-                tokens: per32,
-                first,
-                pos0,
-                heads,
-                q_stride: hw32,
-                out_stride: q,
-                scale,
-            };
-            self.attention
-                .encode_attend(rec, &self.cache, &qs.buffer, &att.buffer, args)?;
+            let (k, v) = (k_rows.slice_rows(first, per32), v_rows.slice_rows(first, per32));
+            let (queries, out) = (q_rows.slice_rows(first, per32), att_rows.slice_rows(first, per32));
+            self.attention.encode_kv_update(rec, &self.cache, k, v, pos0)?;
+            let args = AttendArgs { pos0, scale };
+            self.attention.encode_attend(rec, &self.cache, queries, out, args)?;
         }
 
         // Output projection with its bias.
-        self.matvec.encode(rec, &att.buffer, &self.wo, &y.buffer, t32, lin)?;
+        // The first `tokens` rows of y (the rest stay zero).
+        let y_rows = Rows::new(&y.buffer, t32, u32_dim(self.wo.n_out, "d_model")?);
+        self.matvec.encode(rec, att.rows(), &self.wo, y_rows, lin)?;
         self.offset = start + tokens;
         Ok(y)
     }

@@ -23,7 +23,7 @@ use crate::error::{LoomError, Result};
 use crate::gpu::ops::kernel::u32_dim;
 use crate::gpu::F32Weights;
 use crate::gpu::NormWeights;
-use crate::gpu::{dense_weights, MatVec, PackedWeights};
+use crate::gpu::{dense_weights, MatVec, PackedWeights, Rows};
 use crate::gpu::{Arena, ArenaCounts, Recorder};
 use crate::gpu::{
     Conv, Elementwise, Embedding, EmbeddingTable, Gpu, GpuTensor, KMeans, Mha, Norm, Pointwise, Recurrent, Softmax,
@@ -507,7 +507,8 @@ fn dense(rec: &mut Recorder, kernel: &MatVec, w: &PackedWeights, act: Activation
         )));
     }
     let y = GpuTensor::scratch(rec, vec![batch, w.n_out])?;
-    kernel.encode(rec, &x.buffer, w, &y.buffer, u32_dim(batch, "batch")?, act.into())?;
+    let xr = Rows::new(&x.buffer, u32_dim(batch, "batch")?, u32_dim(w.n_in, "Dense input")?);
+    kernel.encode(rec, xr, w, y.rows(), act.into())?;
     Ok(y)
 }
 
@@ -561,12 +562,12 @@ impl Swiglu {
         let u = GpuTensor::scratch(rec, vec![rows, i])?;
         let inter = GpuTensor::scratch(rec, vec![rows, i])?;
         let y = GpuTensor::scratch(rec, x.shape.clone())?;
-        self.kernel.encode(rec, &x.buffer, &self.gate, &g.buffer, r32, lin)?;
-        self.kernel.encode(rec, &x.buffer, &self.up, &u.buffer, r32, lin)?;
-        let n = u32_dim(rows * i, "SwiGLU size")?;
-        elementwise.encode_swiglu(rec, &g.buffer, &u.buffer, &inter.buffer, n)?;
-        self.kernel
-            .encode(rec, &inter.buffer, &self.down, &y.buffer, r32, lin)?;
+        let h32 = u32_dim(h, "SwiGLU width")?;
+        let (xr, yr) = (Rows::new(&x.buffer, r32, h32), Rows::new(&y.buffer, r32, h32));
+        self.kernel.encode(rec, xr, &self.gate, g.rows(), lin)?;
+        self.kernel.encode(rec, xr, &self.up, u.rows(), lin)?;
+        elementwise.encode_swiglu(rec, g.rows(), u.rows(), inter.rows())?;
+        self.kernel.encode(rec, inter.rows(), &self.down, yr, lin)?;
         Ok(y)
     }
 }
@@ -582,8 +583,7 @@ fn residual(
         return Ok(x.clone());
     };
     let y = GpuTensor::scratch(rec, x.shape.clone())?;
-    let n = u32_dim(x.len(), "residual size")?;
-    elementwise.encode_add(rec, &x.buffer, &skip.buffer, &y.buffer, n, n.max(1))?;
+    elementwise.encode_add(rec, x.rows(), skip.rows(), y.rows())?;
     Ok(y)
 }
 
@@ -633,14 +633,13 @@ fn combine(
             if outs.len() == 1 {
                 return Ok(first.clone());
             }
-            let n = u32_dim(first.len(), "branch size")?;
             let y = GpuTensor::scratch(rec, first.shape.clone())?;
-            elementwise.encode_add(rec, &first.buffer, &outs[1].buffer, &y.buffer, n, n.max(1))?;
+            elementwise.encode_add(rec, first.rows(), outs[1].rows(), y.rows())?;
             for o in &outs[2..] {
-                elementwise.encode_add_inplace(rec, &y.buffer, &o.buffer, n, n.max(1))?;
+                elementwise.encode_add_inplace(rec, y.rows(), o.rows())?;
             }
             if mode == "avg" {
-                elementwise.encode_scale(rec, &y.buffer, n, (1.0 / outs.len() as f64) as f32)?;
+                elementwise.encode_scale(rec, y.rows(), (1.0 / outs.len() as f64) as f32)?;
             }
             Ok(y)
         }

@@ -4,7 +4,7 @@ use crate::cpu::Tensor;
 use crate::error::{LoomError, Result};
 use crate::gpu::ops::kernel::{storage_f32, u32_dim};
 use crate::gpu::Recorder;
-use crate::gpu::{Gpu, GpuTensor, Norm, LAYER_NORM_EPS, RMS_NORM_EPS};
+use crate::gpu::{Gpu, GpuTensor, Norm, Rows, LAYER_NORM_EPS, RMS_NORM_EPS};
 use crate::network::{Layer, LayerType};
 
 /// A norm layer's parameters on the GPU: γ (then β for LayerNorm), and how many γ values there are.
@@ -59,12 +59,16 @@ impl Norm {
         let rows = u32_dim(len / n, "norm rows")?;
         let n32 = u32_dim(n, "norm row length")?;
         let y = GpuTensor::scratch(rec, x.shape.clone())?;
-        let (xb, wb, yb) = (&x.buffer, &weights.weights, &y.buffer);
+        let (xr, wb, yr) = (
+            Rows::new(&x.buffer, rows, n32),
+            &weights.weights,
+            Rows::new(&y.buffer, rows, n32),
+        );
         if weights.rms {
-            self.encode_rms(rec, xb, wb, yb, rows, n32, 1, RMS_NORM_EPS)?;
+            self.encode_rms(rec, xr, wb, yr, 1, RMS_NORM_EPS)?;
         } else {
             let beta = u32_dim(weights.params, "LayerNorm β offset")?;
-            self.encode_layer_norm(rec, xb, wb, yb, rows, n32, beta, LAYER_NORM_EPS)?;
+            self.encode_layer_norm(rec, xr, wb, yr, beta, LAYER_NORM_EPS)?;
         }
         Ok(y)
     }

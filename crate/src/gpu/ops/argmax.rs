@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use super::kernel::{check_binding, dispatch, grid, storage_f32, u32_dim};
+use super::Rows;
 use crate::error::{LoomError, Result};
 use crate::gpu::Gpu;
 use crate::gpu::Recorder;
@@ -35,14 +36,22 @@ impl Argmax {
         })
     }
 
-    /// Records `out[r] = argmax(x[r·n .. (r+1)·n])` (u32) for `rows` rows.
-    pub fn encode(&self, rec: &mut Recorder, x: &wgpu::Buffer, out: &wgpu::Buffer, rows: u32, n: u32) -> Result<()> {
-        let gpu = rec.gpu();
-        if rows == 0 {
+    /// Records `out[r] = argmax(row r of x)` (u32) for every row of `x` (packed) into `out` (one value a row).
+    pub fn encode(&self, rec: &mut Recorder, x: Rows, out: Rows) -> Result<()> {
+        x.flat("argmax input")?;
+        if out.flat("argmax output")? != x.rows {
+            return Err(LoomError::InvalidInput(format!(
+                "argmax of {} rows into {} values",
+                x.rows,
+                out.len()
+            )));
+        }
+        if x.rows == 0 {
             return Ok(());
         }
-        let g = grid(gpu, u64::from(rows), "argmax rows")?;
-        dispatch(rec, &self.pipeline, &[rows, n], &[(1, x), (2, out)], g);
+        let g = grid(rec.gpu(), u64::from(x.rows), "argmax rows")?;
+        let buffers = [(1, x.buffer), (2, out.buffer)];
+        dispatch(rec, &self.pipeline, &[x.rows, x.cols], &buffers, g);
         Ok(())
     }
 
@@ -59,16 +68,12 @@ impl Argmax {
         let xb = storage_f32(gpu, "argmax x", x, x.len()).await?;
         let ob = gpu.output("argmax out", 4 * rows as u64).await?;
         let mut rec = Recorder::new(gpu);
-        self.encode(
-            &mut rec,
-            &xb,
-            &ob,
-            u32_dim(rows, "argmax rows")?,
-            u32_dim(n, "argmax row")?,
-        )?;
+        let rows = u32_dim(rows, "argmax rows")?;
+        let xr = Rows::new(&xb, rows, u32_dim(n, "argmax row")?);
+        self.encode(&mut rec, xr, Rows::new(&ob, rows, 1))?;
         rec.submit();
         let mut out: Vec<u32> = bytemuck::pod_collect_to_vec(&gpu.read(&ob).await?);
-        out.truncate(rows);
+        out.truncate(rows as usize);
         Ok(out)
     }
 }

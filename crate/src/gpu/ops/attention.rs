@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::kernel::{check_binding, dispatch, dispatch_3d, grid_for, storage_f32, u32_dim};
-use super::REDUCE_WGSL;
+use super::{Rows, REDUCE_WGSL};
 use crate::error::{LoomError, Result};
 use crate::gpu::Gpu;
 use crate::gpu::Recorder;
@@ -62,46 +62,13 @@ impl KvCache {
     }
 }
 
-/// Where the queries of one attention dispatch are and what they attend to.
+/// What the queries of one attention dispatch attend to.
 #[derive(Clone, Copy, Debug)]
 pub struct AttendArgs {
-    /// Query tokens in this dispatch.
-    pub tokens: u32,
-    /// Index of the first of them in the `q` and `out` buffers.
-    pub first: u32,
-    /// Timeline position of the first; token `t` attends to positions `0..=pos0 + t`.
+    /// Timeline position of the first query; query `t` attends to positions `0..=pos0 + t`.
     pub pos0: u32,
-    pub heads: u32,
-    /// Floats per token in `q` and in `out` (at least `heads · head_dim`).
-    pub q_stride: u32,
-    pub out_stride: u32,
     /// Score scale, `1/√head_dim` for Loom.
     pub scale: f32,
-}
-
-/// Where a KV update's new rows are: `tokens` tokens from token `first`, token `t`'s K at
-/// `(first + t)·stride + k_offset` of its buffer and its V likewise at `v_offset` (a fused q/k/v row holds both;
-/// separate K and V rows have `stride = kv_heads·head_dim` and offsets 0: [`KvRows::packed`]).
-#[derive(Clone, Copy, Debug)]
-pub struct KvRows {
-    pub tokens: u32,
-    pub first: u32,
-    pub stride: u32,
-    pub k_offset: u32,
-    pub v_offset: u32,
-}
-
-impl KvRows {
-    /// `tokens` rows from token `first` of K and V buffers of their own, `kv_heads·head_dim` values a token.
-    pub fn packed(cache: &KvCache, tokens: u32, first: u32) -> KvRows {
-        KvRows {
-            tokens,
-            first,
-            stride: cache.kv_heads * cache.head_dim,
-            k_offset: 0,
-            v_offset: 0,
-        }
-    }
 }
 
 /// The KV-update and attention kernels.
@@ -119,35 +86,26 @@ impl Attention {
         })
     }
 
-    /// Records writing `tokens` K and V rows (`[token][kv_heads·head_dim]`, from token `first` of `k` and `v`) into
-    /// the cache at positions `pos0..`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn encode_kv_update(
-        &self,
-        rec: &mut Recorder,
-        cache: &KvCache,
-        k: &wgpu::Buffer,
-        v: &wgpu::Buffer,
-        rows: KvRows,
-        pos0: u32,
-    ) -> Result<()> {
-        let gpu = rec.gpu();
+    /// Records writing the rows of `k` and `v` (`kv_heads·head_dim` values each) into the cache at positions
+    /// `pos0..`. The two may be columns of one buffer's rows (a fused q|k|v row): they share rows and stride.
+    pub fn encode_kv_update(&self, rec: &mut Recorder, cache: &KvCache, k: Rows, v: Rows, pos0: u32) -> Result<()> {
+        k.check("KV update K")?;
+        v.check("KV update V")?;
         let kv_w = u64::from(cache.kv_heads) * u64::from(cache.head_dim);
-        let n = u64::from(rows.tokens) * kv_w;
+        if u64::from(k.cols) != kv_w || (k.rows, k.cols, k.stride, k.row0) != (v.rows, v.cols, v.stride, v.row0) {
+            return Err(LoomError::InvalidInput(format!(
+                "KV update of rows of {kv_w} values: K {k}, V {v}"
+            )));
+        }
+        let n = k.len();
         if n == 0 {
             return Ok(());
         }
-        if u64::from(rows.stride) < kv_w {
-            return Err(LoomError::InvalidInput(format!(
-                "KV update: rows of {} values hold no K or V of {kv_w}",
-                rows.stride
-            )));
-        }
         u32_dim(n as usize, "KV update size")?;
-        let g = grid_for(gpu, n, 64, "KV update")?;
+        let g = grid_for(rec.gpu(), n, 64, "KV update")?;
         let words = [
-            rows.tokens,
-            rows.first,
+            k.rows,
+            k.row0,
             pos0,
             cache.max_seq,
             0,
@@ -158,74 +116,74 @@ impl Attention {
             0,
             0,
             0,
-            rows.stride,
-            rows.k_offset,
-            rows.v_offset,
+            k.stride,
+            k.col0,
+            v.col0,
         ];
-        dispatch(
-            rec,
-            &self.kv_update,
-            &words,
-            &[(1, k), (2, v), (3, &cache.k), (4, &cache.v)],
-            g,
-        );
+        let buffers = [(1, k.buffer), (2, v.buffer), (3, &cache.k), (4, &cache.v)];
+        dispatch(rec, &self.kv_update, &words, &buffers, g);
         Ok(())
     }
 
-    /// Records causal attention of `args.tokens` queries against the cache into `out` (`heads · head_dim` values
-    /// per token at `out_stride`).
+    /// Records causal attention of each row of `q` (whole heads of `head_dim`) against the cache into the same
+    /// rows of `out`. Both start at column 0 of their buffer's rows and may be strided; they share their first row.
     pub fn encode_attend(
         &self,
         rec: &mut Recorder,
         cache: &KvCache,
-        q: &wgpu::Buffer,
-        out: &wgpu::Buffer,
+        q: Rows,
+        out: Rows,
         args: AttendArgs,
     ) -> Result<()> {
         let gpu = rec.gpu();
-        if args.tokens == 0 || args.heads == 0 || cache.head_dim == 0 {
-            return Ok(());
-        }
+        q.check("attention queries")?;
+        out.check("attention output")?;
         let hd = cache.head_dim;
-        if cache.kv_heads == 0 || args.heads / cache.kv_heads == 0 {
+        if hd == 0
+            || !q.cols.is_multiple_of(hd)
+            || (q.rows, q.cols, q.row0, q.col0) != (out.rows, out.cols, out.row0, 0)
+            || out.col0 != 0
+        {
             return Err(LoomError::InvalidInput(format!(
-                "{} heads cannot share {} kv heads",
-                args.heads, cache.kv_heads
+                "attention over heads of {hd}: queries {q}, output {out}"
             )));
         }
-        let width = u64::from(args.heads) * u64::from(hd);
-        if width > u64::from(args.q_stride) || width > u64::from(args.out_stride) {
+        let heads = q.cols / hd;
+        if q.rows == 0 || heads == 0 {
+            return Ok(());
+        }
+        if cache.kv_heads == 0 || heads / cache.kv_heads == 0 {
             return Err(LoomError::InvalidInput(format!(
-                "attention: {} heads of {hd} do not fit rows of {} (q) / {} (out)",
-                args.heads, args.q_stride, args.out_stride
+                "{heads} heads cannot share {} kv heads",
+                cache.kv_heads
             )));
         }
         let max = gpu.limits.max_compute_workgroups_per_dimension;
         let chunks = hd.div_ceil(HEAD_CHUNK);
-        if args.heads > max || args.tokens > max || chunks > max {
+        if heads > max || q.rows > max || chunks > max {
             return Err(LoomError::Unsupported(format!(
-                "attention of {} heads × {} tokens exceeds {max} workgroups per dimension",
-                args.heads, args.tokens
+                "attention of {heads} heads × {} tokens exceeds {max} workgroups per dimension",
+                q.rows
             )));
         }
         let words = [
-            args.tokens,
-            args.first,
+            q.rows,
+            q.row0,
             args.pos0,
             cache.max_seq,
-            args.heads,
+            heads,
             cache.kv_heads,
             hd,
-            args.q_stride,
-            args.out_stride,
+            q.stride,
+            out.stride,
             args.scale.to_bits(),
         ];
         dispatch_3d(
             rec,
             &self.attend,
             &words,
-            &[(5, q), (6, &cache.k), (7, &cache.v), (8, out)],
-            (args.heads, args.tokens, chunks),
+            &[(5, q.buffer), (6, &cache.k), (7, &cache.v), (8, out.buffer)],
+            (heads, q.rows, chunks),
         );
         Ok(())
     }
@@ -262,17 +220,26 @@ impl Attention {
         let ob = gpu.output("attention out", 4 * q.len() as u64).await?;
         let (tokens, pos0) = (u32_dim(tokens, "tokens")?, u32_dim(pos0, "position")?);
         let mut rec = Recorder::new(gpu);
-        self.encode_kv_update(&mut rec, cache, &kb, &vb, KvRows::packed(cache, tokens, 0), pos0)?;
-        let args = AttendArgs {
-            tokens,
-            first: 0,
+        let kv_w = cache.kv_heads * cache.head_dim;
+        self.encode_kv_update(
+            &mut rec,
+            cache,
+            Rows::new(&kb, tokens, kv_w),
+            Rows::new(&vb, tokens, kv_w),
             pos0,
-            heads: u32_dim(heads, "heads")?,
-            q_stride: u32_dim(qw, "q row")?,
-            out_stride: u32_dim(qw, "q row")?,
+        )?;
+        let args = AttendArgs {
+            pos0,
             scale: (1.0 / (hd as f64).sqrt()) as f32,
         };
-        self.encode_attend(&mut rec, cache, &qb, &ob, args)?;
+        let q_w = u32_dim(qw, "q row")?;
+        self.encode_attend(
+            &mut rec,
+            cache,
+            Rows::new(&qb, tokens, q_w),
+            Rows::new(&ob, tokens, q_w),
+            args,
+        )?;
         rec.submit();
         let mut out = gpu.read_f32(&ob).await?;
         out.truncate(q.len());

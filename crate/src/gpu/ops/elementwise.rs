@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use super::kernel::{dispatch, grid_for, storage_f32, u32_dim};
-use super::{Pointwise, ACTIVATION_WGSL};
+use super::{Pointwise, Rows, ACTIVATION_WGSL};
 use crate::error::{LoomError, Result};
 use crate::gpu::Gpu;
 use crate::gpu::Recorder;
@@ -37,112 +37,91 @@ impl Elementwise {
         })
     }
 
-    /// Records `y[i] = a[i] + b[i % nb]` for `n` values: a residual add (`nb = n`) or a broadcast bias row.
-    #[allow(clippy::too_many_arguments)]
-    pub fn encode_add(
-        &self,
-        rec: &mut Recorder,
-        a: &wgpu::Buffer,
-        b: &wgpu::Buffer,
-        y: &wgpu::Buffer,
-        n: u32,
-        nb: u32,
-    ) -> Result<()> {
-        let gpu = rec.gpu();
+    /// Records `y[i] = a[i] + b[i % nb]` over the `n` values of `a` (each view packed; `b` of `nb` values, `nb`
+    /// dividing `n`): a residual add (`nb = n`) or a broadcast bias row.
+    pub fn encode_add(&self, rec: &mut Recorder, a: Rows, b: Rows, y: Rows) -> Result<()> {
+        let n = a.flat("add")?;
+        same_len("add", n, &y)?;
+        let nb = b.flat("add")?;
         if n == 0 {
             return Ok(());
         }
-        check_nb(nb)?;
-        let g = grid_for(gpu, u64::from(n), LANES, "add")?;
-        dispatch(rec, &self.add, &[n, nb], &[(1, a), (2, b), (3, y)], g);
+        check_nb(n, nb)?;
+        let g = grid_for(rec.gpu(), u64::from(n), LANES, "add")?;
+        dispatch(
+            rec,
+            &self.add,
+            &[n, nb],
+            &[(1, a.buffer), (2, b.buffer), (3, y.buffer)],
+            g,
+        );
         Ok(())
     }
 
-    /// Records `y[i] += b[i % nb]` for `n` values (a bias row after a matvec).
-    pub fn encode_add_inplace(
-        &self,
-        rec: &mut Recorder,
-        y: &wgpu::Buffer,
-        b: &wgpu::Buffer,
-        n: u32,
-        nb: u32,
-    ) -> Result<()> {
-        let gpu = rec.gpu();
+    /// Records `y[i] += b[i % nb]` (a bias row after a matvec, or a residual add in place).
+    pub fn encode_add_inplace(&self, rec: &mut Recorder, y: Rows, b: Rows) -> Result<()> {
+        let n = y.flat("add")?;
+        let nb = b.flat("add")?;
         if n == 0 {
             return Ok(());
         }
-        check_nb(nb)?;
-        let g = grid_for(gpu, u64::from(n), LANES, "add")?;
-        dispatch(rec, &self.add_inplace, &[n, nb], &[(2, b), (3, y)], g);
+        check_nb(n, nb)?;
+        let g = grid_for(rec.gpu(), u64::from(n), LANES, "add")?;
+        dispatch(rec, &self.add_inplace, &[n, nb], &[(2, b.buffer), (3, y.buffer)], g);
         Ok(())
     }
 
-    /// Records `y[i] = act(x[i])` for `n` values.
-    pub fn encode_act(
-        &self,
-        rec: &mut Recorder,
-        x: &wgpu::Buffer,
-        y: &wgpu::Buffer,
-        n: u32,
-        act: Pointwise,
-    ) -> Result<()> {
-        let gpu = rec.gpu();
+    /// Records `y[i] = act(x[i])`.
+    pub fn encode_act(&self, rec: &mut Recorder, x: Rows, y: Rows, act: Pointwise) -> Result<()> {
+        let n = x.flat("activation")?;
+        same_len("activation", n, &y)?;
         if n == 0 {
             return Ok(());
         }
-        let g = grid_for(gpu, u64::from(n), LANES, "activation")?;
-        dispatch(rec, &self.act, &[n, 1, act.id()], &[(1, x), (3, y)], g);
+        let g = grid_for(rec.gpu(), u64::from(n), LANES, "activation")?;
+        dispatch(rec, &self.act, &[n, 1, act.id()], &[(1, x.buffer), (3, y.buffer)], g);
         Ok(())
     }
 
-    /// Records `y[i] = silu(gate[i]) · up[i]` for `n` values.
-    pub fn encode_swiglu(
-        &self,
-        rec: &mut Recorder,
-        gate: &wgpu::Buffer,
-        up: &wgpu::Buffer,
-        y: &wgpu::Buffer,
-        n: u32,
-    ) -> Result<()> {
-        let gpu = rec.gpu();
+    /// Records `y[i] = silu(gate[i]) · up[i]`.
+    pub fn encode_swiglu(&self, rec: &mut Recorder, gate: Rows, up: Rows, y: Rows) -> Result<()> {
+        let n = gate.flat("SwiGLU product")?;
+        same_len("SwiGLU product", n, &up)?;
+        same_len("SwiGLU product", n, &y)?;
         if n == 0 {
             return Ok(());
         }
-        let g = grid_for(gpu, u64::from(n), LANES, "SwiGLU product")?;
-        dispatch(rec, &self.swiglu, &[n, 1], &[(1, gate), (2, up), (3, y)], g);
+        let g = grid_for(rec.gpu(), u64::from(n), LANES, "SwiGLU product")?;
+        let buffers = [(1, gate.buffer), (2, up.buffer), (3, y.buffer)];
+        dispatch(rec, &self.swiglu, &[n, 1], &buffers, g);
         Ok(())
     }
 
-    /// Records SwiGLU's product from one buffer holding gate and up side by side (`rows` rows of `2 × width`: a
-    /// fused gate|up matvec's output) into `y` (`rows × width`).
-    pub fn encode_swiglu_rows(
-        &self,
-        rec: &mut Recorder,
-        gate_up: &wgpu::Buffer,
-        y: &wgpu::Buffer,
-        rows: u32,
-        width: u32,
-    ) -> Result<()> {
-        let gpu = rec.gpu();
-        let n = rows
-            .checked_mul(width)
-            .ok_or_else(|| LoomError::Unsupported(format!("SwiGLU of {rows} rows of {width}: too many values")))?;
+    /// Records SwiGLU's product from rows holding gate and up side by side (each row `width` gate values then
+    /// `width` up values: a fused gate|up matvec's output) into `y` (rows of `width`).
+    pub fn encode_swiglu_rows(&self, rec: &mut Recorder, gate_up: Rows, y: Rows) -> Result<()> {
+        gate_up.flat("SwiGLU product")?;
+        let n = y.flat("SwiGLU product")?;
+        if gate_up.rows != y.rows || u64::from(gate_up.cols) != 2 * u64::from(y.cols) {
+            return Err(LoomError::InvalidInput(format!("SwiGLU product of {gate_up} into {y}")));
+        }
         if n == 0 {
             return Ok(());
         }
-        let g = grid_for(gpu, u64::from(n), LANES, "SwiGLU product")?;
-        dispatch(rec, &self.swiglu_rows, &[n, width], &[(1, gate_up), (3, y)], g);
+        let g = grid_for(rec.gpu(), u64::from(n), LANES, "SwiGLU product")?;
+        let buffers = [(1, gate_up.buffer), (3, y.buffer)];
+        dispatch(rec, &self.swiglu_rows, &[n, y.cols], &buffers, g);
         Ok(())
     }
 
-    /// Records `y[i] *= factor` for `n` values (f32; Loom's Parallel `avg` multiplies by a float64 `1/n`).
-    pub fn encode_scale(&self, rec: &mut Recorder, y: &wgpu::Buffer, n: u32, factor: f32) -> Result<()> {
-        let gpu = rec.gpu();
+    /// Records `y[i] *= factor` (f32; Loom's Parallel `avg` multiplies by a float64 `1/n`).
+    pub fn encode_scale(&self, rec: &mut Recorder, y: Rows, factor: f32) -> Result<()> {
+        let n = y.flat("scale")?;
         if n == 0 {
             return Ok(());
         }
-        let g = grid_for(gpu, u64::from(n), LANES, "scale")?;
-        dispatch(rec, &self.scale, &[n, 1, 0, factor.to_bits()], &[(3, y)], g);
+        let g = grid_for(rec.gpu(), u64::from(n), LANES, "scale")?;
+        dispatch(rec, &self.scale, &[n, 1, 0, factor.to_bits()], &[(3, y.buffer)], g);
         Ok(())
     }
 
@@ -156,15 +135,19 @@ impl Elementwise {
             )));
         }
         let (n, nb) = (u32_dim(a.len(), "add length")?, u32_dim(b.len(), "add row")?);
-        self.one_shot(gpu, a, b, |rec, ab, bb, yb| self.encode_add(rec, ab, bb, yb, n, nb))
-            .await
+        self.one_shot(gpu, a, b, |rec, ab, bb, yb| {
+            self.encode_add(rec, Rows::new(ab, 1, n), Rows::new(bb, 1, nb), Rows::new(yb, 1, n))
+        })
+        .await
     }
 
     /// One-shot `act(x)`.
     pub async fn activate(&self, gpu: &Gpu, x: &[f32], act: Pointwise) -> Result<Vec<f32>> {
         let n = u32_dim(x.len(), "activation length")?;
-        self.one_shot(gpu, x, &[], |rec, xb, _, yb| self.encode_act(rec, xb, yb, n, act))
-            .await
+        self.one_shot(gpu, x, &[], |rec, xb, _, yb| {
+            self.encode_act(rec, Rows::new(xb, 1, n), Rows::new(yb, 1, n), act)
+        })
+        .await
     }
 
     /// One-shot `silu(gate) · up`.
@@ -177,8 +160,11 @@ impl Elementwise {
             )));
         }
         let n = u32_dim(gate.len(), "SwiGLU length")?;
-        self.one_shot(gpu, gate, up, |rec, gb, ub, yb| self.encode_swiglu(rec, gb, ub, yb, n))
-            .await
+        self.one_shot(gpu, gate, up, |rec, gb, ub, yb| {
+            let view = |b| Rows::new(b, 1, n);
+            self.encode_swiglu(rec, view(gb), view(ub), view(yb))
+        })
+        .await
     }
 
     /// One-shot [`Elementwise::encode_swiglu_rows`]: `gate_up` holds rows of `width` gate values then `width` up
@@ -191,10 +177,11 @@ impl Elementwise {
             )));
         }
         let rows = u32_dim(gate_up.len() / (2 * width), "SwiGLU rows")?;
+        let cols = u32_dim(2 * width, "SwiGLU row")?;
         let width = u32_dim(width, "SwiGLU width")?;
         let mut y = self
             .one_shot(gpu, gate_up, &[0.0], |rec, gb, _, yb| {
-                self.encode_swiglu_rows(rec, gb, yb, rows, width)
+                self.encode_swiglu_rows(rec, Rows::new(gb, rows, cols), Rows::new(yb, rows, width))
             })
             .await?;
         y.truncate(gate_up.len() / 2);
@@ -220,9 +207,18 @@ impl Elementwise {
     }
 }
 
-fn check_nb(nb: u32) -> Result<()> {
-    if nb == 0 {
-        return Err(LoomError::InvalidInput("add: an empty b row".into()));
+fn check_nb(n: u32, nb: u32) -> Result<()> {
+    if nb == 0 || !n.is_multiple_of(nb) {
+        return Err(LoomError::InvalidInput(format!(
+            "add: {n} values do not split into rows of {nb}"
+        )));
+    }
+    Ok(())
+}
+
+fn same_len(what: &str, n: u32, v: &Rows) -> Result<()> {
+    if v.flat(what)? != n {
+        return Err(LoomError::InvalidInput(format!("{what}: {n} values, then {v}")));
     }
     Ok(())
 }

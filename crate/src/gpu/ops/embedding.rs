@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::kernel::{check_binding, dispatch, grid_for, storage_f32, u32_dim};
-use super::{Pointwise, ACTIVATION_WGSL};
+use super::{Pointwise, Rows, ACTIVATION_WGSL};
 use crate::error::{LoomError, Result};
 use crate::gpu::Gpu;
 use crate::gpu::Recorder;
@@ -97,25 +97,22 @@ impl Embedding {
         })
     }
 
-    /// Records `y[t] = act(table[int(ids[t])])` for `tokens` ids (f32 values, as Loom's input), one dispatch per
-    /// shard.
-    #[allow(clippy::too_many_arguments)]
-    pub fn encode(
-        &self,
-        rec: &mut Recorder,
-        table: &EmbeddingTable,
-        ids: &wgpu::Buffer,
-        y: &wgpu::Buffer,
-        tokens: u32,
-        act: Pointwise,
-    ) -> Result<()> {
-        let gpu = rec.gpu();
-        let n = u64::from(tokens) * u64::from(table.dim);
+    /// Records row `t` of `y` = `act(table[int(ids[t])])` for each of the ids (f32 values, as Loom's input) in
+    /// `ids` (packed), one dispatch per shard; `y` is packed rows of the table's width.
+    pub fn encode(&self, rec: &mut Recorder, table: &EmbeddingTable, ids: Rows, y: Rows, act: Pointwise) -> Result<()> {
+        let tokens = ids.flat("embedding ids")?;
+        y.flat("embedding output")?;
+        if (y.rows, y.cols) != (tokens, table.dim) {
+            return Err(LoomError::InvalidInput(format!(
+                "embedding of {tokens} ids of width {} into {y}",
+                table.dim
+            )));
+        }
+        let n = y.len();
         if n == 0 {
             return Ok(());
         }
-        u32_dim(n as usize, "embedding output size")?;
-        let g = grid_for(gpu, n, LANES, "embedding")?;
+        let g = grid_for(rec.gpu(), n, LANES, "embedding")?;
         for (k, (row0, rows, shard)) in table.shards.iter().enumerate() {
             let words = [
                 tokens,
@@ -126,7 +123,13 @@ impl Embedding {
                 act.id(),
                 u32::from(k == 0),
             ];
-            dispatch(rec, &self.pipeline, &words, &[(1, ids), (2, shard), (3, y)], g);
+            dispatch(
+                rec,
+                &self.pipeline,
+                &words,
+                &[(1, ids.buffer), (2, shard), (3, y.buffer)],
+                g,
+            );
         }
         Ok(())
     }
@@ -138,7 +141,9 @@ impl Embedding {
         let ib = storage_f32(gpu, "ids", ids, ids.len()).await?;
         let yb = gpu.output("embedding y", 4 * len as u64).await?;
         let mut rec = Recorder::new(gpu);
-        self.encode(&mut rec, table, &ib, &yb, u32_dim(ids.len(), "ids")?, act)?;
+        let tokens = u32_dim(ids.len(), "ids")?;
+        let y = Rows::new(&yb, tokens, table.dim);
+        self.encode(&mut rec, table, Rows::new(&ib, 1, tokens), y, act)?;
         rec.submit();
         let mut out = gpu.read_f32(&yb).await?;
         out.truncate(len);

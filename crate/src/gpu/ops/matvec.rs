@@ -9,8 +9,9 @@
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use super::kernel::{dispatch, dispatch_3d, grid_for};
-use super::{Pointwise, ACTIVATION_WGSL};
+use super::kernel::{dispatch, dispatch_3d, grid_for, u32_dim};
+use super::tensor::check_values;
+use super::{Pointwise, Rows, ACTIVATION_WGSL};
 use crate::dtype::{q4_0, DType};
 use crate::error::{LoomError, Result};
 use crate::gpu::Recorder;
@@ -527,33 +528,35 @@ impl MatVec {
         )
     }
 
-    /// Records `y = act(W·x)` for `batch` rows of `x` (`[batch][n_in]` f32); `y` receives `[batch][n_out]` f32.
-    pub fn encode(
-        &self,
-        rec: &mut Recorder,
-        x: &wgpu::Buffer,
-        w: &PackedWeights,
-        y: &wgpu::Buffer,
-        batch: u32,
-        act: Pointwise,
-    ) -> Result<()> {
-        self.encode_with(rec, x, w, y, batch, act, MatVecOptions::default())
+    /// Records `y = act(W·x)` for each row of `x` (packed rows of `n_in` f32) into `y` (packed rows of `n_out`).
+    pub fn encode(&self, rec: &mut Recorder, x: Rows, w: &PackedWeights, y: Rows, act: Pointwise) -> Result<()> {
+        self.encode_with(rec, x, w, y, act, MatVecOptions::default())
     }
 
     /// [`MatVec::encode`] with `options`: x normalized as it is read, and `y +=` instead of `y =`.
-    #[allow(clippy::too_many_arguments)]
     pub fn encode_with(
         &self,
         rec: &mut Recorder,
-        x: &wgpu::Buffer,
+        x: Rows,
         w: &PackedWeights,
-        y: &wgpu::Buffer,
-        batch: u32,
+        y: Rows,
         act: Pointwise,
         options: MatVecOptions,
     ) -> Result<()> {
         let gpu = rec.gpu();
         self.check_packing(w)?;
+        x.flat("matvec input")?;
+        y.flat("matvec output")?;
+        let batch = x.rows;
+        if (x.cols as usize, y.rows, y.cols as usize) != (w.n_in, batch, w.n_out) {
+            return Err(LoomError::InvalidInput(format!(
+                "matvec of {} × {} weights: input {x}, output {y}",
+                w.n_out, w.n_in
+            )));
+        }
+        if let Some((gamma, _)) = options.norm {
+            check_values("matvec norm γ", gamma, w.n_in as u64)?;
+        }
         let max = gpu.limits.max_compute_workgroups_per_dimension;
         let n_out = w.n_out as u32;
         let row_groups = match self.layout {
@@ -580,24 +583,25 @@ impl MatVec {
         let gamma = options.norm.map(|(g, _)| g);
         let pipeline = self.pipeline(gpu, w.parts.len(), bt, gamma.is_some())?;
         let words = w.params(act.id(), groups_x, batch, &options);
-        let buffers = w.bindings(x, y, gamma);
+        let buffers = w.bindings(x.buffer, y.buffer, gamma);
         dispatch_3d(rec, &pipeline, &words, &buffers, (groups_x, groups_y, groups_z));
         Ok(())
     }
 
-    /// Records gathering rows of `w` by id: `y[b] = W[ids[b]]` (`[batch][n_in]` f32) for the `batch` ids in `ids`
-    /// (u32), an embedding lookup from a table kept in its blocks. Ids past the last row read the last row (callers
-    /// check ids first).
-    pub fn encode_gather(
-        &self,
-        rec: &mut Recorder,
-        ids: &wgpu::Buffer,
-        w: &PackedWeights,
-        y: &wgpu::Buffer,
-        batch: u32,
-    ) -> Result<()> {
+    /// Records gathering rows of `w` by id: row `b` of `y` (packed rows of `n_in` f32) is `W[ids[b]]`, for each of
+    /// the ids (u32) in `ids`: an embedding lookup from a table kept in its blocks. Ids past the last row read the
+    /// last row (callers check ids first).
+    pub fn encode_gather(&self, rec: &mut Recorder, ids: Rows, w: &PackedWeights, y: Rows) -> Result<()> {
         let gpu = rec.gpu();
         self.check_packing(w)?;
+        let batch = ids.flat("gathered ids")?;
+        y.flat("gathered rows")?;
+        if (y.rows, y.cols as usize) != (batch, w.n_in) {
+            return Err(LoomError::InvalidInput(format!(
+                "gathering {batch} rows of {} into {y}",
+                w.n_in
+            )));
+        }
         let n = u64::from(batch) * w.n_in as u64;
         if n == 0 {
             return Ok(());
@@ -614,7 +618,7 @@ impl MatVec {
         let pipeline = gpu.pipeline_with(key, || self.packing.source(false, parts, 1, false, "gather"), "gather")?;
         let g = grid_for(gpu, n, 64, "gather")?;
         let words = w.params(0, 0, batch, &MatVecOptions::default());
-        let buffers = w.bindings(ids, y, None);
+        let buffers = w.bindings(ids.buffer, y.buffer, None);
         dispatch(rec, &pipeline, &words, &buffers, g);
         Ok(())
     }
@@ -633,7 +637,15 @@ impl MatVec {
         let xb = gpu.upload("x", bytemuck::cast_slice(x)).await?;
         let yb = gpu.output("y", (4 * batch * w.n_out) as u64).await?;
         let mut rec = Recorder::new(gpu);
-        self.encode(&mut rec, &xb, w, &yb, batch as u32, act)?;
+        let rows = u32_dim(batch, "matvec batch")?;
+        let (n_in, n_out) = (u32_dim(w.n_in, "matvec input")?, u32_dim(w.n_out, "matvec output")?);
+        self.encode(
+            &mut rec,
+            Rows::new(&xb, rows, n_in),
+            w,
+            Rows::new(&yb, rows, n_out),
+            act,
+        )?;
         rec.submit();
         let mut out = gpu.read_f32(&yb).await?;
         out.truncate(batch * w.n_out);

@@ -16,17 +16,17 @@ mod softmax;
 mod tensor;
 
 pub use argmax::{first_argmax, Argmax};
-pub use attention::{AttendArgs, Attention, KvCache, KvRows};
+pub use attention::{AttendArgs, Attention, KvCache};
 pub use elementwise::Elementwise;
 pub use embedding::{Embedding, EmbeddingTable};
 pub use matvec::{
     packed_values, MatVec, MatVecOptions, PackedWeights, Packing, RowLayout, GPU_GGML_TYPES, MAX_WEIGHT_BINDINGS,
 };
 pub use norm::{Norm, LAYER_NORM_EPS, RMS_NORM_EPS};
-pub use rope::{rope_table, Rope, RopeRows};
+pub use rope::{rope_table, Rope};
 pub use sample::{Sample, SampleArgs, GPU_SAMPLE_MAX};
 pub use softmax::{Softmax, SoftmaxVariant};
-pub use tensor::GpuTensor;
+pub use tensor::{GpuTensor, Rows};
 
 /// A pointwise function the kernels apply to their outputs (`shaders/activation.wgsl`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

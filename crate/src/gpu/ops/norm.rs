@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use super::kernel::{check_binding, dispatch, grid, storage_f32, u32_dim};
+use super::tensor::{check_values, same_shape, Rows};
 use super::REDUCE_WGSL;
 use crate::error::{LoomError, Result};
 use crate::gpu::Gpu;
@@ -33,78 +34,74 @@ impl Norm {
         })
     }
 
-    /// Records `y = x · 1/√(mean(x²) + eps) · γ` for `rows` rows of `n` values. `gamma` holds `gamma_rows` rows of
-    /// `n` used in turn (1: the same γ for every row; per-head norms pass the head count).
-    #[allow(clippy::too_many_arguments)]
+    /// Records `y = x · 1/√(mean(x²) + eps) · γ` for each row of `x` (packed). `gamma` holds `gamma_rows` rows of
+    /// γ used in turn (1: the same γ for every row; per-head norms pass the head count).
     pub fn encode_rms(
         &self,
         rec: &mut Recorder,
-        x: &wgpu::Buffer,
+        x: Rows,
         gamma: &wgpu::Buffer,
-        y: &wgpu::Buffer,
-        rows: u32,
-        n: u32,
+        y: Rows,
         gamma_rows: u32,
         eps: f32,
     ) -> Result<()> {
-        let gpu = rec.gpu();
+        let (rows, n) = check_rows("RMSNorm", &x, &y)?;
         if rows == 0 || n == 0 {
             return Ok(());
         }
         if gamma_rows == 0 {
             return Err(LoomError::InvalidInput("RMSNorm with no γ rows".into()));
         }
-        let g = grid(gpu, u64::from(rows), "RMSNorm rows")?;
+        check_values("RMSNorm γ", gamma, u64::from(gamma_rows) * u64::from(n))?;
+        let g = grid(rec.gpu(), u64::from(rows), "RMSNorm rows")?;
         let words = [rows, n, gamma_rows, 0, eps.to_bits()];
-        dispatch(rec, &self.rms, &words, &[(1, x), (2, gamma), (3, y)], g);
+        dispatch(rec, &self.rms, &words, &[(1, x.buffer), (2, gamma), (3, y.buffer)], g);
         Ok(())
     }
 
-    /// Records `h += x`, then `y = h · 1/√(mean(h²) + eps) · γ`, for `rows` rows of `n` values: a residual add and
-    /// the norm after it in one dispatch (`h` updated in place). CPU twin: `cpu::ops::add` then
-    /// `cpu::ops::rms_norm_into`.
-    #[allow(clippy::too_many_arguments)]
+    /// Records `h += x`, then `y = h · 1/√(mean(h²) + eps) · γ`, for each row: a residual add and the norm after
+    /// it in one dispatch (`h` updated in place). CPU twin: `cpu::ops::add` then `cpu::ops::rms_norm_into`.
     pub fn encode_add_rms(
         &self,
         rec: &mut Recorder,
-        h: &wgpu::Buffer,
-        x: &wgpu::Buffer,
+        h: Rows,
+        x: Rows,
         gamma: &wgpu::Buffer,
-        y: &wgpu::Buffer,
-        rows: u32,
-        n: u32,
+        y: Rows,
         eps: f32,
     ) -> Result<()> {
-        let gpu = rec.gpu();
+        let (rows, n) = check_rows("RMSNorm", &x, &y)?;
+        same_shape("residual add", &x, &h)?;
+        h.flat("residual add")?;
         if rows == 0 || n == 0 {
             return Ok(());
         }
-        let g = grid(gpu, u64::from(rows), "RMSNorm rows")?;
+        check_values("RMSNorm γ", gamma, u64::from(n))?;
+        let g = grid(rec.gpu(), u64::from(rows), "RMSNorm rows")?;
         let words = [rows, n, 1, 0, eps.to_bits()];
-        dispatch(rec, &self.add_rms, &words, &[(1, x), (2, gamma), (3, y), (4, h)], g);
+        let buffers = [(1, x.buffer), (2, gamma), (3, y.buffer), (4, h.buffer)];
+        dispatch(rec, &self.add_rms, &words, &buffers, g);
         Ok(())
     }
 
-    /// Records LayerNorm of `rows` rows of `n` values: `w` holds γ at 0 and β at `beta_offset`.
-    #[allow(clippy::too_many_arguments)]
+    /// Records LayerNorm of each row of `x`: `w` holds γ at 0 and β at `beta_offset`.
     pub fn encode_layer_norm(
         &self,
         rec: &mut Recorder,
-        x: &wgpu::Buffer,
+        x: Rows,
         w: &wgpu::Buffer,
-        y: &wgpu::Buffer,
-        rows: u32,
-        n: u32,
+        y: Rows,
         beta_offset: u32,
         eps: f32,
     ) -> Result<()> {
-        let gpu = rec.gpu();
+        let (rows, n) = check_rows("LayerNorm", &x, &y)?;
         if rows == 0 || n == 0 {
             return Ok(());
         }
-        let g = grid(gpu, u64::from(rows), "LayerNorm rows")?;
+        check_values("LayerNorm γ and β", w, u64::from(beta_offset) + u64::from(n))?;
+        let g = grid(rec.gpu(), u64::from(rows), "LayerNorm rows")?;
         let words = [rows, n, 1, beta_offset, eps.to_bits()];
-        dispatch(rec, &self.layer, &words, &[(1, x), (2, w), (3, y)], g);
+        dispatch(rec, &self.layer, &words, &[(1, x.buffer), (2, w), (3, y.buffer)], g);
         Ok(())
     }
 
@@ -146,18 +143,27 @@ impl Norm {
         let wb = storage_f32(gpu, "norm weights", w, w.len()).await?;
         let yb = gpu.output("norm y", 4 * x.len() as u64).await?;
         let (rows, n) = (u32_dim(rows, "norm rows")?, u32_dim(n, "norm row length")?);
+        let (xr, yr) = (Rows::new(&xb, rows, n), Rows::new(&yb, rows, n));
         let mut rec = Recorder::new(gpu);
         if rms {
-            self.encode_rms(&mut rec, &xb, &wb, &yb, rows, n, 1, eps)?;
+            self.encode_rms(&mut rec, xr, &wb, yr, 1, eps)?;
         } else {
             let beta_offset = u32_dim(beta_offset, "LayerNorm β offset")?;
-            self.encode_layer_norm(&mut rec, &xb, &wb, &yb, rows, n, beta_offset, eps)?;
+            self.encode_layer_norm(&mut rec, xr, &wb, yr, beta_offset, eps)?;
         }
         rec.submit();
         let mut out = gpu.read_f32(&yb).await?;
         out.truncate(x.len());
         Ok(out)
     }
+}
+
+/// Refuses `x` and `y` unless packed and of one shape; returns their rows and columns.
+fn check_rows(what: &str, x: &Rows, y: &Rows) -> Result<(u32, u32)> {
+    same_shape(what, x, y)?;
+    x.flat(what)?;
+    y.flat(what)?;
+    Ok((x.rows, x.cols))
 }
 
 fn rows_of(len: usize, n: usize) -> Result<usize> {

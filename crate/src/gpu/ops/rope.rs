@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use super::kernel::{dispatch, grid_for, storage_f32, u32_dim};
-use super::GpuTensor;
+use super::tensor::check_values;
+use super::{GpuTensor, Rows};
 use crate::cpu::ops::RopePairs;
 use crate::error::{LoomError, Result};
 use crate::gpu::Gpu;
@@ -30,17 +31,6 @@ pub fn rope_table(theta: f64, head_dim: usize, pos0: usize, tokens: usize) -> Ve
         }
     }
     out
-}
-
-/// Which rows of a buffer a RoPE dispatch turns: `tokens` rows from row `first`, each `stride` floats holding `heads`
-/// heads of `head_dim`.
-#[derive(Clone, Copy, Debug)]
-pub struct RopeRows {
-    pub tokens: u32,
-    pub heads: u32,
-    pub head_dim: u32,
-    pub stride: u32,
-    pub first: u32,
 }
 
 /// The RoPE kernel.
@@ -71,64 +61,43 @@ impl Rope {
         Ok(t)
     }
 
-    /// Records the rotation of `heads` heads of `head_dim` in each of `tokens` rows of `x`: row `first + t` starts at
-    /// `(first + t)·stride` and turns by row `t` of `table`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn encode(
-        &self,
-        rec: &mut Recorder,
-        x: &wgpu::Buffer,
-        table: &wgpu::Buffer,
-        tokens: u32,
-        heads: u32,
-        head_dim: u32,
-        stride: u32,
-        first: u32,
-    ) -> Result<()> {
-        let rows = RopeRows {
-            tokens,
-            heads,
-            head_dim,
-            stride,
-            first,
-        };
-        self.encode_pairs(rec, x, table, rows, head_dim / 2, RopePairs::Half)
+    /// Records the rotation of every head of `head_dim` in each row of `x` (rows of whole heads, from column 0 of
+    /// their buffer's rows), row `r` by row `r` of `table`.
+    pub fn encode(&self, rec: &mut Recorder, x: Rows, table: &wgpu::Buffer, head_dim: u32) -> Result<()> {
+        self.encode_pairs(rec, x, table, head_dim, head_dim / 2, RopePairs::Half)
     }
 
-    /// Records the rotation of the first `rot` pairs of every head of `rows`, paired as `pairs` says (a decoder's
-    /// RoPE: CPU twin [`crate::cpu::ops::rope`]); `table` holds `[tokens][rot]` (cos, sin).
-    #[allow(clippy::too_many_arguments)]
+    /// Records the rotation of the first `rot` pairs of every head of `head_dim` in each row of `x`, paired as
+    /// `pairs` says (a decoder's RoPE: CPU twin [`crate::cpu::ops::rope`]); `table` holds `[rows of x][rot]`
+    /// (cos, sin). The rows may be strided (q and k heads side by side in a fused q|k|v row) but must start at
+    /// column 0.
     pub fn encode_pairs(
         &self,
         rec: &mut Recorder,
-        x: &wgpu::Buffer,
+        x: Rows,
         table: &wgpu::Buffer,
-        rows: RopeRows,
+        head_dim: u32,
         rot: u32,
         pairs: RopePairs,
     ) -> Result<()> {
-        let gpu = rec.gpu();
-        let RopeRows {
-            tokens,
-            heads,
-            head_dim,
-            stride,
-            first,
-        } = rows;
-        let pairs_total = u64::from(tokens) * u64::from(heads) * u64::from(rot);
+        x.check("RoPE")?;
+        if head_dim == 0 || !x.cols.is_multiple_of(head_dim) || x.col0 != 0 || 2 * u64::from(rot) > u64::from(head_dim)
+        {
+            return Err(LoomError::InvalidInput(format!(
+                "RoPE of heads of {head_dim} ({rot} pairs) over {x}"
+            )));
+        }
+        let heads = x.cols / head_dim;
+        let pairs_total = u64::from(x.rows) * u64::from(heads) * u64::from(rot);
         if pairs_total == 0 {
             return Ok(());
         }
-        if u64::from(heads) * u64::from(head_dim) > u64::from(stride) || 2 * rot > head_dim {
-            return Err(LoomError::InvalidInput(format!(
-                "RoPE: {heads} heads of {head_dim} ({rot} pairs) do not fit rows of {stride}"
-            )));
-        }
+        check_values("RoPE table", table, 2 * u64::from(x.rows) * u64::from(rot))?;
         u32_dim(pairs_total as usize, "RoPE pairs")?;
-        let g = grid_for(gpu, pairs_total, LANES, "RoPE")?;
+        let g = grid_for(rec.gpu(), pairs_total, LANES, "RoPE")?;
         let adjacent = u32::from(pairs == RopePairs::Adjacent);
-        let words = [tokens, heads, head_dim, stride, first, rot, adjacent];
-        dispatch(rec, &self.pipeline, &words, &[(1, x), (2, table)], g);
+        let words = [x.rows, heads, head_dim, x.stride, x.row0, rot, adjacent];
+        dispatch(rec, &self.pipeline, &words, &[(1, x.buffer), (2, table)], g);
         Ok(())
     }
 
@@ -153,16 +122,8 @@ impl Rope {
         let xb = storage_f32(gpu, "rope x", x, x.len()).await?;
         let mut rec = Recorder::new(gpu);
         let table = self.table(&mut rec, theta, head_dim, pos0, tokens)?;
-        self.encode(
-            &mut rec,
-            &xb,
-            &table.buffer,
-            u32_dim(tokens, "RoPE tokens")?,
-            u32_dim(heads, "RoPE heads")?,
-            u32_dim(head_dim, "head_dim")?,
-            u32_dim(stride, "RoPE row")?,
-            0,
-        )?;
+        let xr = Rows::new(&xb, u32_dim(tokens, "RoPE tokens")?, u32_dim(stride, "RoPE row")?);
+        self.encode(&mut rec, xr, &table.buffer, u32_dim(head_dim, "head_dim")?)?;
         rec.submit();
         let mut out = gpu.read_f32(&xb).await?;
         out.truncate(x.len());

@@ -5,6 +5,8 @@
 use std::sync::Arc;
 
 use super::kernel::{check_binding, dispatch, storage_f32, u32_dim};
+use super::tensor::check_values;
+use super::Rows;
 use crate::error::{LoomError, Result};
 use crate::gpu::Gpu;
 use crate::gpu::Recorder;
@@ -42,16 +44,23 @@ impl Sample {
         })
     }
 
-    /// Records the draw from `logits` (its `n` values, changed in place by the penalty) into `out[0]`. `ids` holds
-    /// `args.penalized` (the caller writes it; at least [`GPU_SAMPLE_MAX`] words).
+    /// Records the draw from `logits` (one packed row, changed in place by the penalty) into `out` (one value).
+    /// `ids` holds `args.penalized` (the caller writes it; at least [`GPU_SAMPLE_MAX`] words).
     pub fn encode(
         &self,
         rec: &mut Recorder,
-        (logits, n): (&wgpu::Buffer, u32),
+        logits: Rows,
         ids: &wgpu::Buffer,
-        out: &wgpu::Buffer,
+        out: Rows,
         args: &SampleArgs,
     ) -> Result<()> {
+        let n = logits.flat("sampled logits")?;
+        if logits.rows != 1 || out.flat("sampled id")? != 1 {
+            return Err(LoomError::InvalidInput(format!(
+                "a draw takes one row of logits and one id, not {logits} into {out}"
+            )));
+        }
+        check_values("penalised ids", ids, GPU_SAMPLE_MAX as u64)?;
         let k = if args.temperature == 0.0 { 1 } else { args.top_k };
         if k == 0 || k > GPU_SAMPLE_MAX || args.penalized.len() > GPU_SAMPLE_MAX {
             return Err(LoomError::InvalidInput(format!(
@@ -69,7 +78,13 @@ impl Sample {
             args.repetition_penalty.to_bits(),
             args.penalized.len() as u32,
         ];
-        dispatch(rec, &self.pipeline, &words, &[(1, logits), (2, ids), (3, out)], (1, 1));
+        dispatch(
+            rec,
+            &self.pipeline,
+            &words,
+            &[(1, logits.buffer), (2, ids), (3, out.buffer)],
+            (1, 1),
+        );
         Ok(())
     }
 
@@ -93,7 +108,7 @@ impl Sample {
         Sample::write_ids(gpu, &ids, args);
         let ob = gpu.output("sample out", 4).await?;
         let mut rec = Recorder::new(gpu);
-        self.encode(&mut rec, (&lb, n), &ids, &ob, args)?;
+        self.encode(&mut rec, Rows::new(&lb, 1, n), &ids, Rows::new(&ob, 1, 1), args)?;
         rec.submit();
         let out = gpu.read(&ob).await?;
         Ok(u32::from_le_bytes(out[..4].try_into().expect("4 bytes read back")))

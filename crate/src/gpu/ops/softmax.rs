@@ -5,7 +5,8 @@
 use std::sync::Arc;
 
 use super::kernel::{check_binding, dispatch, grid, storage_f32, u32_dim};
-use super::REDUCE_WGSL;
+use super::tensor::{check_values, same_shape};
+use super::{Rows, REDUCE_WGSL};
 use crate::error::{LoomError, Result};
 use crate::gpu::Gpu;
 use crate::gpu::Recorder;
@@ -37,34 +38,12 @@ impl Softmax {
         })
     }
 
-    /// Records `y = softmax(x / temperature)` over `rows` rows of `n` values.
-    #[allow(clippy::too_many_arguments)]
-    pub fn encode(
-        &self,
-        rec: &mut Recorder,
-        x: &wgpu::Buffer,
-        y: &wgpu::Buffer,
-        rows: u32,
-        n: u32,
-        temperature: f32,
-    ) -> Result<()> {
-        self.record(rec, x, y, rows, n, n, SoftmaxVariant::Softmax(temperature))
-    }
-
-    /// Records sparsemax (`entmax_weight` None) or Loom's entmax with blend weight `α − 1` over `rows` rows of `n`
-    /// values.
-    #[allow(clippy::too_many_arguments)]
-    pub fn encode_sparse(
-        &self,
-        rec: &mut Recorder,
-        x: &wgpu::Buffer,
-        y: &wgpu::Buffer,
-        rows: u32,
-        n: u32,
-        entmax_weight: Option<f32>,
-    ) -> Result<()> {
-        let variant = entmax_weight.map_or(SoftmaxVariant::Sparsemax, SoftmaxVariant::Entmax);
-        self.record(rec, x, y, rows, n, n, variant)
+    /// Records `y = variant(x)` over each row of `x` (packed) into `y` (the same shape).
+    pub fn encode(&self, rec: &mut Recorder, x: Rows, y: Rows, variant: SoftmaxVariant) -> Result<()> {
+        same_shape("softmax", &x, &y)?;
+        x.flat("softmax input")?;
+        y.flat("softmax output")?;
+        self.record(rec, x.buffer, y.buffer, x.rows, x.cols, x.cols, variant)
     }
 
     /// `rows` rows starting every `n` values, the last holding `last` values.
@@ -83,6 +62,9 @@ impl Softmax {
         if rows == 0 || n == 0 {
             return Ok(());
         }
+        let values = u64::from(rows - 1) * u64::from(n) + u64::from(last);
+        check_values("softmax input", x, values)?;
+        check_values("softmax output", y, values)?;
         let g = grid(gpu, u64::from(rows), "softmax rows")?;
         let (pipeline, temperature, w, entmax) = match variant {
             SoftmaxVariant::Softmax(t) => (&self.pipeline, t, 0.0, 0),
@@ -107,7 +89,9 @@ impl Softmax {
         let xb = storage_f32(gpu, "softmax x", x, x.len()).await?;
         let yb = gpu.output("softmax y", 4 * x.len() as u64).await?;
         let mut rec = Recorder::new(gpu);
-        self.encode(&mut rec, &xb, &yb, rows, u32_dim(n, "softmax row")?, temperature)?;
+        let n = u32_dim(n, "softmax row")?;
+        let variant = SoftmaxVariant::Softmax(temperature);
+        self.encode(&mut rec, Rows::new(&xb, rows, n), Rows::new(&yb, rows, n), variant)?;
         rec.submit();
         let mut out = gpu.read_f32(&yb).await?;
         out.truncate(x.len());
