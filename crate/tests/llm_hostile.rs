@@ -276,6 +276,10 @@ fn a_strip_decoder_with_a_stop_is_refused() {
         strip(5),
         serde_json::json!({"type": "Sequence", "decoders": [{"type": "Fuse"}, strip(5)]}),
         serde_json::json!({"type": "Sequence", "decoders": [{"type": "Sequence", "decoders": [strip(2)]}]}),
+        // tokenizers reads decoders as an untagged enum, so Strip's fields make a Strip whatever the "type" says
+        // (the fuzzer's second Strip crash had its "type" key mangled).
+        serde_json::json!({"tyXpe": "Strip", "content": " ", "start": 1, "stop": 5}),
+        serde_json::json!({"type": "Sequence", "decoders": [{"type": "Fuse", "content": " ", "start": 0, "stop": 3}]}),
     ] {
         let e = Tokenizer::from_json(&with_decoder(&mut doc, decoder.clone()))
             .err()
@@ -322,10 +326,14 @@ fn a_template_post_processor_that_encoding_would_index_past_is_refused() {
         ),
     ];
     for processor in cases {
+        // Post-processors are an untagged enum too: without its "type" the node is still a TemplateProcessing.
+        let mut untyped = processor.clone();
+        untyped.as_object_mut().unwrap().remove("type");
         for wrapped in [
             processor.clone(),
             serde_json::json!({"type": "Sequence", "processors": [{"type": "ByteLevel", "add_prefix_space": true,
                 "trim_offsets": false, "use_regex": true}, processor.clone()]}),
+            untyped,
         ] {
             doc["post_processor"] = wrapped.clone();
             let e = Tokenizer::from_json(&serde_json::to_vec(&doc).unwrap())

@@ -383,18 +383,21 @@ fn common_prefix_len(a: &str, b: &str) -> usize {
         .unwrap_or_else(|| a.len().min(b.len()))
 }
 
-/// The special tokens HF's post-processor puts first and last for a single sequence, read from `tokenizer.json`'s
-/// `post_processor` (a `TemplateProcessing`, possibly inside a `Sequence`).
+// tokenizers reads decoders and post-processors as untagged enums: a node becomes whichever variant its fields fit,
+// whatever its "type" says (the fuzzer's Strip crash had its "type" key mangled). So the checks below go by fields:
+// every node of the chain, inside `Sequence`s too.
+
 /// Refuses the decoders tokenizers 0.23 cannot run on every token: a `Strip` with `stop > 0` indexes before the
 /// token's first character when the token is shorter than `stop` and made of its `content` (an empty decode
 /// included), and panics (found by `fuzz/fuzz_targets/tokenizer_template.rs`). HF's converters write `Strip` with
 /// `stop: 0` only (Llama's leading space).
 fn check_decoder(decoder: &serde_json::Value) -> Result<()> {
-    if let Some(inner) = decoder.get("decoders").and_then(serde_json::Value::as_array) {
-        return inner.iter().try_for_each(check_decoder);
+    use serde_json::Value;
+    for inner in decoder.get("decoders").and_then(Value::as_array).into_iter().flatten() {
+        check_decoder(inner)?;
     }
-    let stop = decoder.get("stop").and_then(serde_json::Value::as_u64).unwrap_or(0);
-    if decoder.get("type").and_then(serde_json::Value::as_str) == Some("Strip") && stop > 0 {
+    let stop = decoder.get("stop").and_then(Value::as_u64).unwrap_or(0);
+    if stop > 0 {
         return Err(tok_err(format!(
             "tokenizer.json: a Strip decoder with stop {stop} is not supported (only stop 0)"
         )));
@@ -408,11 +411,13 @@ fn check_decoder(decoder: &serde_json::Value) -> Result<()> {
 /// and tokens differ in number.
 fn check_post_processor(processor: &serde_json::Value) -> Result<()> {
     use serde_json::Value;
-    if let Some(inner) = processor.get("processors").and_then(Value::as_array) {
-        return inner.iter().try_for_each(check_post_processor);
-    }
-    if processor.get("type").and_then(Value::as_str) != Some("TemplateProcessing") {
-        return Ok(());
+    for inner in processor
+        .get("processors")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        check_post_processor(inner)?;
     }
     let bad = |what: String| {
         Err(tok_err(format!(
@@ -445,6 +450,8 @@ fn check_post_processor(processor: &serde_json::Value) -> Result<()> {
     Ok(())
 }
 
+/// The special tokens HF's post-processor puts first and last for a single sequence, read from `tokenizer.json`'s
+/// `post_processor` (a `TemplateProcessing`, possibly inside a `Sequence`).
 fn post_processor_specials(tokenizer_json: &[u8]) -> Result<(Option<String>, Option<String>)> {
     #[derive(Deserialize)]
     struct Head {
