@@ -112,6 +112,8 @@ enum Data<'a> {
         ty: GgmlType,
         bytes: &'a [u8],
     },
+    /// Values decoded from blocks the codes are not kept for (a transformer `.entity`'s Loom Q4_0 matrices).
+    Values(Vec<f32>),
 }
 
 impl WeightTensor<'_> {
@@ -122,7 +124,7 @@ impl WeightTensor<'_> {
             .filter(|&e| e <= self.count)
             .ok_or_else(|| LoomError::InvalidInput(format!("{}: values {start}..+{len} out of range", self.name)))?;
         match &self.data {
-            Data::Loom { values, .. } => Ok(values[start..end].to_vec()),
+            Data::Loom { values, .. } | Data::Values(values) => Ok(values[start..end].to_vec()),
             Data::Safetensors { dtype, bytes } => {
                 let bits = dtype.bitsize();
                 let slice = &bytes[start * bits / 8..(end * bits).div_ceil(8)];
@@ -208,6 +210,7 @@ impl WeightTensor<'_> {
                 GgmlType::F16 | GgmlType::BF16 => Some(u16s(bytes, n)),
                 ty => quant::codes(*ty, bytes, n).map(|(codes, _)| codes),
             },
+            Data::Values(_) => None,
         }
     }
 
@@ -228,7 +231,7 @@ impl WeightTensor<'_> {
                 part_start: None,
                 ..
             } => native.as_deref(),
-            Data::Loom { .. } => None,
+            Data::Loom { .. } | Data::Values(_) => None,
             Data::Safetensors { bytes, .. } | Data::Gguf { bytes, .. } => Some(bytes),
         }
     }
@@ -242,11 +245,14 @@ impl LoadedModel {
             Contents::Network(net) => {
                 let mut tensors = Vec::new();
                 net.for_each_layer(&mut |path, layer| {
-                    if let Some(ws) = &layer.weights {
+                    if let Some(t) = q4_layer_tensor(path, layer, None) {
+                        tensors.push(t);
+                    } else if let Some(ws) = &layer.weights {
                         tensors.push(loom_tensor(path, layer, ws, None));
                     }
                 });
                 out = tensors.into_iter().collect::<Result<_>>()?;
+                out.extend(transformer_tensors(net));
             }
             Contents::Safetensors(file) => out.extend(file.tensors().map(|t| safetensors_tensor(t.info(), t.bytes()))),
             Contents::Checkpoint(ckpt) => out.extend(
@@ -271,12 +277,17 @@ impl LoadedModel {
         };
         match &self.contents {
             Contents::Network(net) => {
+                if let Some(t) = transformer_tensors(net).find(|t| t.name == name) {
+                    return Ok(t);
+                }
                 let (layer_path, part) = split_part(name);
                 let mut found = None;
                 net.for_each_layer(&mut |path, layer| {
-                    if let (true, Some(ws)) = (path == layer_path, &layer.weights) {
-                        found = Some(loom_tensor(path, layer, ws, part));
+                    if path != layer_path {
+                        return;
                     }
+                    found = q4_layer_tensor(path, layer, part)
+                        .or_else(|| layer.weights.as_ref().map(|ws| loom_tensor(path, layer, ws, part)));
                 });
                 found.ok_or_else(missing)?
             }
@@ -355,6 +366,122 @@ fn loom_tensor(path: &str, layer: &Layer, ws: &WeightStore, part: Option<&str>) 
             native: ws.version(dtype).map(<[u8]>::to_vec),
             part_start,
         },
+    })
+}
+
+/// The blob suffix holding each matrix of a transformer layer as Loom Q4_0 blocks (spec §11): MHA's q/k/v/o, then
+/// SwiGLU's gate/up/down. Their biases sit in one `biases` blob, in store order.
+const Q4_MATRICES: [(&str, &str); 7] = [
+    ("q_weight", "q4_0.200"),
+    ("k_weight", "q4_0.201"),
+    ("v_weight", "q4_0.202"),
+    ("o_weight", "q4_0.203"),
+    ("gate_weight", "q4_0.100"),
+    ("up_weight", "q4_0.101"),
+    ("down_weight", "q4_0.102"),
+];
+
+/// A transformer layer that keeps its matrices as Loom Q4_0 blocks (which Loom runs instead of its own weights):
+/// one part decoded from its blocks or its `biases` blob, or the whole layer (every stored part in store order,
+/// flat). `None` for a layer without Q4_0 blocks.
+fn q4_layer_tensor(path: &str, layer: &Layer, part: Option<&str>) -> Option<Result<WeightTensor<'static>>> {
+    let blob = |suffix: &str| layer.extra_blobs.iter().find(|b| b.suffix == suffix);
+    if !layer.extra_blobs.iter().any(|b| b.suffix.starts_with("q4_0.")) {
+        return None;
+    }
+    let decode = |p: &crate::network::WeightPart| -> Result<Option<Vec<f32>>> {
+        let name = format!("{path}#{}", p.name);
+        if let Some((_, suffix)) = Q4_MATRICES.iter().find(|(n, _)| *n == p.name) {
+            let Some(b) = blob(suffix) else { return Ok(None) };
+            let q4 = dtype::q4_0::Q4Blocks::parse(&b.bytes)?;
+            let (blocks, _) = dtype::q4_0::counts(&b.bytes)?;
+            if blocks != p.len.div_ceil(dtype::q4_0::BLOCK) {
+                return Err(LoomError::InvalidNetwork(format!(
+                    "{name}: {blocks} Q4_0 blocks for {} values",
+                    p.len
+                )));
+            }
+            return Ok(Some(q4.dequantize(p.len)));
+        }
+        let Some(b) = blob("biases") else { return Ok(None) };
+        let parts = layer.weight_parts()?;
+        let first_bias = parts.iter().find(|q| q.name.ends_with("_bias")).map_or(0, |q| q.start);
+        let at = 4 * (p.start - first_bias.min(p.start));
+        let bytes = b.bytes.get(at..at + 4 * p.len).ok_or_else(|| {
+            LoomError::InvalidNetwork(format!(
+                "{name}: the biases blob of {} bytes is too short",
+                b.bytes.len()
+            ))
+        })?;
+        Ok(Some(
+            bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+        ))
+    };
+    let tensor = || -> Result<WeightTensor<'static>> {
+        let parts = layer.weight_parts()?;
+        let (name, shape, values) = match part {
+            Some(part) => {
+                let name = format!("{path}#{part}");
+                let p = parts
+                    .iter()
+                    .find(|p| p.name == part)
+                    .ok_or_else(|| LoomError::UnknownName {
+                        kind: "part of a layer's weights",
+                        name: name.clone(),
+                    })?;
+                let values = decode(p)?.ok_or_else(|| {
+                    LoomError::Unsupported(format!(
+                        "{name}: the file stores no {part} for this Q4_0 layer (Loom runs its Q4_0 blocks without it)"
+                    ))
+                })?;
+                (name, p.shape.clone(), values)
+            }
+            None => {
+                let mut values = Vec::new();
+                for p in &parts {
+                    values.extend(decode(p)?.unwrap_or_default());
+                }
+                (path.to_string(), vec![values.len() as u64], values)
+            }
+        };
+        Ok(WeightTensor {
+            name,
+            dtype: "Q4_0".into(),
+            shape,
+            scale: None,
+            count: values.len(),
+            data: Data::Values(values),
+        })
+    };
+    Some(tensor())
+}
+
+/// A Loom transformer's float32 globals (`transformer.embeddings`, `.lm_head`, `.final_norm`), flat.
+fn transformer_tensors(net: &Network) -> impl Iterator<Item = WeightTensor<'_>> {
+    let t = net.transformer.as_ref();
+    let globals = t.map(|t| {
+        [
+            ("embeddings", &t.embeddings),
+            ("lm_head", &t.lm_head),
+            ("final_norm", &t.final_norm),
+        ]
+    });
+    globals.into_iter().flatten().filter_map(|(name, bytes)| {
+        let bytes = bytes.as_ref()?;
+        Some(WeightTensor {
+            name: format!("transformer.{name}"),
+            dtype: "float32".into(),
+            shape: vec![(bytes.len() / 4) as u64],
+            scale: None,
+            count: bytes.len() / 4,
+            data: Data::Safetensors {
+                dtype: st::Dtype::F32,
+                bytes,
+            },
+        })
     })
 }
 

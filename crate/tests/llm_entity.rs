@@ -125,6 +125,83 @@ fn q4_packer_matches_the_golden_blocks() {
     }
 }
 
+/// The inspector's tensor reads on a Q4 transformer `.entity`: every part the inspection lists for a layer kept as
+/// Loom Q4_0 blocks reads back with its shape (layer 0's q_proj starting with the reference's two blocks, `q·s`
+/// exactly; a bias the file does not store is a typed error), the whole layer reads, and the float32 globals
+/// equal the F32 safetensors' tensors bit for bit. The corpus's emulated Q4 entity too.
+#[test]
+fn every_part_of_a_q4_transformer_entity_reads_back() {
+    use loom_wasm::model::LoadedModel;
+    let (expected, _) = tiny_expected();
+    let want = &expected["weight_sets"]["loom_q4_0"]["check_blocks_layer0_q_proj"];
+    let model =
+        LoadedModel::from_bytes(Bytes::from(entity_of("model.f32.safetensors", true)), "tiny.q4.entity").unwrap();
+    let q = model.tensor("layers.1#q_weight").unwrap();
+    assert_eq!((q.dtype.as_str(), q.shape.as_slice()), ("Q4_0", &[64u64, 64][..]));
+    let values = q.values(0, 64).unwrap();
+    for b in 0..2 {
+        let scale = want["first_2_block_scales"][b].as_f64().unwrap() as f32;
+        for (e, qv) in want["first_2_block_q"][b].as_array().unwrap().iter().enumerate() {
+            let v = qv.as_i64().unwrap() as f32 * scale;
+            assert_eq!(values[32 * b + e].to_bits(), v.to_bits(), "block {b} element {e}");
+        }
+    }
+
+    let st_bytes = std::fs::read(tiny("model.f32.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&st_bytes).unwrap();
+    for (global, hf) in [
+        ("embeddings", "model.embed_tokens.weight"),
+        ("final_norm", "model.norm.weight"),
+    ] {
+        let t = model.tensor(&format!("transformer.{global}")).unwrap();
+        let want: Vec<u32> = st
+            .tensor(hf)
+            .unwrap()
+            .data()
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        let got: Vec<u32> = t.values(0, t.count).unwrap().iter().map(|v| v.to_bits()).collect();
+        assert_eq!(got, want, "transformer.{global}");
+    }
+
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../testdata/conformance/cases/q4_0_transformer_entity/emulated_q4.entity");
+    let corpus = LoadedModel::from_bytes(Bytes::from(std::fs::read(corpus).unwrap()), "emulated_q4.entity").unwrap();
+    for m in [&model, &corpus] {
+        let mut read = 0;
+        for row in m.inspection.layers.iter().filter(|r| r.dtype == "Q4_0") {
+            let mut stored = 0;
+            for part in &row.parts {
+                let name = format!("{}#{}", row.path, part.name);
+                match m.tensor(&name) {
+                    Ok(t) => {
+                        assert_eq!(t.shape, part.shape, "{name}");
+                        assert_eq!(t.count as u64, part.shape.iter().product::<u64>(), "{name}");
+                        assert!(m.tensor_stats(&name, 16).is_ok(), "{name}");
+                        stored += t.count;
+                        read += 1;
+                    }
+                    Err(e) => {
+                        assert!(part.name.ends_with("_bias"), "{name}: {e}");
+                        assert!(e.to_string().contains("stores no"), "{name}: {e}");
+                    }
+                }
+            }
+            assert_eq!(m.tensor(&row.path).unwrap().count, stored, "{}", row.path);
+        }
+        assert!(read > 0, "{}: no Q4_0 parts read", m.name);
+        for t in &m.inspection.tensors {
+            assert_eq!(
+                m.tensor(&t.name).unwrap().count as u64,
+                t.shape.iter().product::<u64>(),
+                "{}",
+                t.name
+            );
+        }
+    }
+}
+
 /// Without `--q4` nothing changes: the F32 safetensors and the Q8_0 GGUF (dequantized exactly, its q/k rows
 /// back in HF order) reproduce their own goldens.
 #[test]
