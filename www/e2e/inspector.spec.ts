@@ -487,6 +487,41 @@ for (const id of ['layer_MultiHeadAttention_float32', 'layer_SwiGLU_float32']) {
   });
 }
 
+/** A Loom Q4_0 blob's values (spec §8): n_scales, n_words, the f32 scales, then words whose nibble m of word w is
+ * element 8w+m (sign-extended), times its block's scale. */
+function loomQ4Values(blob: Buffer, n: number): number[] {
+  const scales = blob.readUInt32LE(0);
+  const words = 8 + 4 * scales;
+  return Array.from({ length: n }, (_, i) => {
+    const nibble = (blob.readUInt32LE(words + 4 * Math.floor(i / 8)) >>> (4 * (i % 8))) & 0xf;
+    return Math.fround(((nibble << 28) >> 28) * blob.readFloatLE(8 + 4 * Math.floor(i / 32)));
+  });
+}
+
+test('a Q4_0 transformer .entity: the tensor panel reads each matrix from its blocks, and says which biases the file lacks', async ({ page }) => {
+  const id = 'q4_0_transformer_entity';
+  const file = caseFile(id, 'emulated_q4.entity');
+  const n = Number(file.readBigUInt64LE(12));
+  const header = JSON.parse(file.subarray(20, 20 + n).toString('utf8'));
+  const blob = (p: string) => {
+    const b = header.blobs.find((x: { path: string }) => x.path === p);
+    return file.subarray(20 + n + b.offset, 20 + n + b.offset + b.length);
+  };
+  await dropCase(page, id, 'emulated_q4.entity');
+  const row = page.locator('[data-testid="layer-row"][data-path="layers.1"]');
+  await expect(row).toHaveAttribute('data-shape', '8 parts');
+  await row.click();
+  const panel = page.getByTestId('tensor-panel');
+  for (const [part, key] of [['q_weight', 200], ['o_weight', 203]] as const) {
+    await panel.locator(`[data-testid="tensor-part"][data-part="${part}"]`).click();
+    await expect(panel).toHaveAttribute('data-part', part);
+    await expect(panel.getByTestId('tensor-stats')).toHaveAttribute('data-count', '64');
+    await expect(panel.getByTestId('tensor-preview')).toHaveAttribute('data-f32-hex', f32Hex(loomQ4Values(blob(`layers.1.q4_0.${key}`), 48)));
+  }
+  await panel.locator('[data-testid="tensor-part"][data-part="q_bias"]').click();
+  await expect(panel).toContainText('stores no q_bias');
+});
+
 /** A safetensors file's tensors: name → [dtype, raw bytes]. */
 function safetensorsTensors(file: Buffer): Map<string, [string, Buffer]> {
   const n = Number(file.readBigUInt64LE(0));
