@@ -12,7 +12,7 @@ use crate::formats::detect::{self, Format};
 use crate::formats::gguf::{self, GgufHeader, GgufTensorInfo};
 use crate::formats::safetensors::{self as st, SafetensorsFile};
 use crate::inspect::{self, Inspection};
-use crate::network::{Layer, Network, WeightStore};
+use crate::network::{Layer, Network, WeightPart, WeightStore};
 use crate::quant::{self, GgmlType};
 use crate::stats;
 
@@ -333,14 +333,7 @@ fn loom_tensor(path: &str, layer: &Layer, ws: &WeightStore, part: Option<&str>) 
         (None, [one]) if one.len == values.len() => (path.to_string(), one.shape.clone(), None),
         (None, _) => (path.to_string(), vec![values.len() as u64], None),
         (Some(part), _) => {
-            let name = format!("{path}#{part}");
-            let p = parts
-                .iter()
-                .find(|p| p.name == part)
-                .ok_or_else(|| LoomError::UnknownName {
-                    kind: "part of a layer's weights",
-                    name: name.clone(),
-                })?;
+            let (name, p) = named_part(&parts, path, part)?;
             let end = p.start + p.len;
             if end > values.len() {
                 return Err(LoomError::InvalidNetwork(format!(
@@ -369,6 +362,18 @@ fn loom_tensor(path: &str, layer: &Layer, ws: &WeightStore, part: Option<&str>) 
     })
 }
 
+/// The part called `part` of a layer's weights, with its tensor name `path#part`.
+fn named_part<'p>(parts: &'p [WeightPart], path: &str, part: &str) -> Result<(String, &'p WeightPart)> {
+    let name = format!("{path}#{part}");
+    match parts.iter().find(|p| p.name == part) {
+        Some(p) => Ok((name, p)),
+        None => Err(LoomError::UnknownName {
+            kind: "part of a layer's weights",
+            name,
+        }),
+    }
+}
+
 /// The blob suffix holding each matrix of a transformer layer as Loom Q4_0 blocks (spec §11): MHA's q/k/v/o, then
 /// SwiGLU's gate/up/down. Their biases sit in one `biases` blob, in store order.
 const Q4_MATRICES: [(&str, &str); 7] = [
@@ -389,7 +394,7 @@ fn q4_layer_tensor(path: &str, layer: &Layer, part: Option<&str>) -> Option<Resu
     if !layer.extra_blobs.iter().any(|b| b.suffix.starts_with("q4_0.")) {
         return None;
     }
-    let decode = |p: &crate::network::WeightPart| -> Result<Option<Vec<f32>>> {
+    let decode = |p: &WeightPart| -> Result<Option<Vec<f32>>> {
         let name = format!("{path}#{}", p.name);
         if let Some((_, suffix)) = Q4_MATRICES.iter().find(|(n, _)| *n == p.name) {
             let Some(b) = blob(suffix) else { return Ok(None) };
@@ -424,14 +429,7 @@ fn q4_layer_tensor(path: &str, layer: &Layer, part: Option<&str>) -> Option<Resu
         let parts = layer.weight_parts()?;
         let (name, shape, values) = match part {
             Some(part) => {
-                let name = format!("{path}#{part}");
-                let p = parts
-                    .iter()
-                    .find(|p| p.name == part)
-                    .ok_or_else(|| LoomError::UnknownName {
-                        kind: "part of a layer's weights",
-                        name: name.clone(),
-                    })?;
+                let (name, p) = named_part(&parts, path, part)?;
                 let values = decode(p)?.ok_or_else(|| {
                     LoomError::Unsupported(format!(
                         "{name}: the file stores no {part} for this Q4_0 layer (Loom runs its Q4_0 blocks without it)"
