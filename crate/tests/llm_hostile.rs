@@ -296,6 +296,70 @@ fn a_strip_decoder_with_a_stop_is_refused() {
     assert_eq!(t.decode(&ids, false).unwrap(), " hi");
 }
 
+/// Found by `fuzz/fuzz_targets/tokenizer_template.rs` (run 8, T5): tokenizers 0.23 builds a BPE model by copying
+/// each merge's two parts into a buffer as long as the longest token, before it checks that the result is a token:
+/// a result longer than every token overran it (a panic), and a right part shorter than the continuing-subword
+/// prefix underflowed. Such merges are refused at load, as strings or as pairs; merges that make tokens still load.
+#[test]
+fn a_bpe_merge_that_makes_no_token_is_refused() {
+    use loom_wasm::llm::tokenizer::Tokenizer;
+    let bpe = |vocab: serde_json::Value, merges: serde_json::Value, prefix: Option<&str>| {
+        serde_json::to_vec(&serde_json::json!({
+            "version": "1.0", "truncation": null, "padding": null, "added_tokens": [], "normalizer": null,
+            "pre_tokenizer": null, "post_processor": null, "decoder": null,
+            "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": prefix,
+                "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
+                "vocab": vocab, "merges": merges}
+        }))
+        .unwrap()
+    };
+    let ab = serde_json::json!({"a": 0, "b": 1, "ab": 2});
+    for (what, file) in [
+        (
+            "a result longer than every token",
+            bpe(serde_json::json!({"a": 0, "b": 1}), serde_json::json!(["a b"]), None),
+        ),
+        (
+            "the same as a pair",
+            bpe(
+                serde_json::json!({"a": 0, "b": 1}),
+                serde_json::json!([["a", "b"]]),
+                None,
+            ),
+        ),
+        (
+            "a result that is not a token",
+            bpe(
+                serde_json::json!({"a": 0, "b": 1, "ba": 2}),
+                serde_json::json!(["a b"]),
+                None,
+            ),
+        ),
+        (
+            "a right part shorter than the prefix",
+            bpe(ab.clone(), serde_json::json!([["a", "b"]]), Some("##")),
+        ),
+        (
+            "a prefix that cuts a character",
+            // "é" is two bytes: without a one-byte prefix its second byte alone is not UTF-8.
+            bpe(
+                serde_json::json!({"a": 0, "é": 1, "a\u{e9}": 2}),
+                serde_json::json!([["a", "é"]]),
+                Some("#"),
+            ),
+        ),
+    ] {
+        let e = Tokenizer::from_json(&file)
+            .err()
+            .unwrap_or_else(|| panic!("{what}: loaded"));
+        assert_eq!(e.code(), "bad_format", "{what}: {e}");
+    }
+    let t = Tokenizer::from_json(&bpe(ab, serde_json::json!(["a b"]), None)).unwrap();
+    assert_eq!(t.encode("ab", false).unwrap(), vec![2]);
+    let prefixed = serde_json::json!({"a": 0, "##b": 1, "ab": 2});
+    assert!(Tokenizer::from_json(&bpe(prefixed, serde_json::json!([["a", "##b"]]), Some("##"))).is_ok());
+}
+
 /// Found by `fuzz/fuzz_targets/tokenizer_template.rs` (run 8, T3): tokenizers 0.23 checks a `TemplateProcessing`
 /// post-processor only when it is built in code, so one read from a file whose single-sequence template names
 /// sequence B made encoding index past the one sequence (a panic). That, a special token missing from its

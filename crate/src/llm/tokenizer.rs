@@ -83,6 +83,9 @@ impl Tokenizer {
         if let Some(processor) = doc.get("post_processor") {
             check_post_processor(processor)?;
         }
+        if let Some(model) = doc.get("model") {
+            check_bpe_merges(model)?;
+        }
         let inner =
             tokenizers::Tokenizer::from_bytes(tokenizer_json).map_err(|e| tok_err(format!("tokenizer.json: {e}")))?;
         let (template_bos, template_eos) = post_processor_specials(tokenizer_json)?;
@@ -445,6 +448,52 @@ fn check_post_processor(processor: &serde_json::Value) -> Result<()> {
                 len("ids"),
                 len("tokens")
             ));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a BPE merge whose result (left, then right without the continuing-subword prefix) is not a token.
+/// tokenizers 0.23 refuses those too, but only after copying the pair into a buffer as long as the longest token:
+/// a result longer than every token overruns it (a panic, found by `fuzz/fuzz_targets/tokenizer_template.rs`), and
+/// a right part shorter than the prefix underflows.
+fn check_bpe_merges(model: &serde_json::Value) -> Result<()> {
+    use serde_json::Value;
+    let vocab = model.get("vocab").and_then(Value::as_object);
+    let (Some(vocab), Some(merges)) = (vocab, model.get("merges").and_then(Value::as_array)) else {
+        return Ok(());
+    };
+    let prefix = model
+        .get("continuing_subword_prefix")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let mut joined = Vec::new();
+    for merge in merges {
+        let (left, right) = match merge {
+            Value::String(line) if !line.starts_with("#version") => match line.split_once(' ') {
+                Some(pair) => pair,
+                None => continue, // tokenizers refuses a line that is not two parts
+            },
+            Value::Array(pair) => match pair.as_slice() {
+                [Value::String(l), Value::String(r)] => (l.as_str(), r.as_str()),
+                _ => continue,
+            },
+            _ => continue,
+        };
+        // Only a merge of two tokens reaches the copy.
+        if !vocab.contains_key(left) || !vocab.contains_key(right) {
+            continue;
+        }
+        joined.clear();
+        joined.extend_from_slice(left.as_bytes());
+        let made = right.as_bytes().get(prefix.len()..).and_then(|r| {
+            joined.extend_from_slice(r);
+            std::str::from_utf8(&joined).ok()
+        });
+        if !made.is_some_and(|token| vocab.contains_key(token)) {
+            return Err(tok_err(format!(
+                "tokenizer.json: BPE merge {left:?} {right:?} makes a token that is not in the vocabulary"
+            )));
         }
     }
     Ok(())
