@@ -296,6 +296,41 @@ fn a_strip_decoder_with_a_stop_is_refused() {
     assert_eq!(t.decode(&ids, false).unwrap(), " hi");
 }
 
+/// Components tokenizers 0.23 reads without the checks its builders make, and then panics on when it encodes: a
+/// `FixedLength` pre-tokenizer of length 0 (`chunks(0)`), and SentencePiece's `Precompiled` normalizer, whose charsmap
+/// trie it walks without bounds checks (an empty one: index 0 of nothing) and whose length field sizes a buffer. Each
+/// is refused at load, with or without its "type", alone or inside a `Sequence`.
+#[test]
+fn components_tokenizers_would_panic_on_are_refused() {
+    use loom_wasm::llm::tokenizer::Tokenizer;
+    let good = tiny("tokenizer.json");
+    let mut doc: serde_json::Value = serde_json::from_slice(&good).unwrap();
+    let fixed = serde_json::json!({"type": "FixedLength", "length": 0});
+    // Base64 of [0, 0, 0, 0]: a trie of no units.
+    let precompiled = serde_json::json!({"type": "Precompiled", "precompiled_charsmap": "AAAAAA=="});
+    for (key, list, node) in [
+        ("pre_tokenizer", "pretokenizers", fixed),
+        ("normalizer", "normalizers", precompiled),
+    ] {
+        let mut untyped = node.clone();
+        untyped.as_object_mut().unwrap().remove("type");
+        for wrapped in [
+            node.clone(),
+            untyped,
+            serde_json::json!({"type": "Sequence", list: [{"type": "Sequence", list: [node.clone()]}]}),
+        ] {
+            let mut d = doc.clone();
+            d[key] = wrapped.clone();
+            let e = Tokenizer::from_json(&serde_json::to_vec(&d).unwrap())
+                .err()
+                .unwrap_or_else(|| panic!("{key} {wrapped}: loaded"));
+            assert!(matches!(e.code(), "bad_format" | "unsupported"), "{wrapped}: {e}");
+        }
+    }
+    doc["pre_tokenizer"] = serde_json::json!({"type": "FixedLength", "length": 3});
+    assert!(Tokenizer::from_json(&serde_json::to_vec(&doc).unwrap()).is_ok());
+}
+
 /// Found by `fuzz/fuzz_targets/tokenizer_template.rs` (run 8, T5): tokenizers 0.23 builds a BPE model by copying
 /// each merge's two parts into a buffer as long as the longest token, before it checks that the result is a token:
 /// a result longer than every token overran it (a panic), and a right part shorter than the continuing-subword

@@ -77,11 +77,16 @@ impl Tokenizer {
         // (`IgnoredAny` would skip them unchecked): on valid JSON its decoder fallback (any value) always matches.
         let doc = serde_json::from_slice::<serde_json::Value>(tokenizer_json)
             .map_err(|e| tok_err(format!("tokenizer.json: {e}")))?;
-        if let Some(decoder) = doc.get("decoder") {
-            check_decoder(decoder)?;
-        }
-        if let Some(processor) = doc.get("post_processor") {
-            check_post_processor(processor)?;
+        let checks: [(&str, &str, ComponentCheck); 4] = [
+            ("normalizer", "normalizers", check_normalizer),
+            ("pre_tokenizer", "pretokenizers", check_pre_tokenizer),
+            ("decoder", "decoders", check_decoder),
+            ("post_processor", "processors", check_post_processor),
+        ];
+        for (key, list, check) in checks {
+            if let Some(node) = doc.get(key) {
+                each_component(node, list, check)?;
+            }
         }
         if let Some(model) = doc.get("model") {
             check_bpe_merges(model)?;
@@ -386,20 +391,52 @@ fn common_prefix_len(a: &str, b: &str) -> usize {
         .unwrap_or_else(|| a.len().min(b.len()))
 }
 
-// tokenizers reads decoders and post-processors as untagged enums: a node becomes whichever variant its fields fit,
-// whatever its "type" says (the fuzzer's Strip crash had its "type" key mangled). So the checks below go by fields:
-// every node of the chain, inside `Sequence`s too.
+// tokenizers reads a component without a "type" as an untagged enum: the node becomes whichever variant its fields
+// fit (the fuzzer's second Strip crash had its "type" key mangled). So the checks below go by fields, on every node
+// of a chain.
+
+type ComponentCheck = fn(&serde_json::Value) -> Result<()>;
+
+/// Calls `check` on `node` and on every component of its `list` (a `Sequence`'s), at any depth.
+fn each_component(node: &serde_json::Value, list: &str, check: ComponentCheck) -> Result<()> {
+    for inner in node
+        .get(list)
+        .and_then(serde_json::Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        each_component(inner, list, check)?;
+    }
+    check(node)
+}
+
+/// Refuses SentencePiece's `Precompiled` normalizer: tokenizers 0.23 walks its charsmap's trie and slices its
+/// strings without bounds checks, and sizes a buffer by the charsmap's own length field, so a bad charsmap panics
+/// or allocates gigabytes. The Llama-family tokenizers this runtime serves do not use it.
+fn check_normalizer(normalizer: &serde_json::Value) -> Result<()> {
+    if normalizer.get("precompiled_charsmap").is_some() {
+        return Err(LoomError::Unsupported(
+            "tokenizer.json: a Precompiled (SentencePiece charsmap) normalizer".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a `FixedLength` pre-tokenizer of length 0 (tokenizers 0.23 splits the text into chunks of that
+/// length, which panics).
+fn check_pre_tokenizer(pre_tokenizer: &serde_json::Value) -> Result<()> {
+    if pre_tokenizer.get("length").and_then(serde_json::Value::as_u64) == Some(0) {
+        return Err(tok_err("tokenizer.json: a FixedLength pre-tokenizer of length 0"));
+    }
+    Ok(())
+}
 
 /// Refuses the decoders tokenizers 0.23 cannot run on every token: a `Strip` with `stop > 0` indexes before the
 /// token's first character when the token is shorter than `stop` and made of its `content` (an empty decode
 /// included), and panics (found by `fuzz/fuzz_targets/tokenizer_template.rs`). HF's converters write `Strip` with
 /// `stop: 0` only (Llama's leading space).
 fn check_decoder(decoder: &serde_json::Value) -> Result<()> {
-    use serde_json::Value;
-    for inner in decoder.get("decoders").and_then(Value::as_array).into_iter().flatten() {
-        check_decoder(inner)?;
-    }
-    let stop = decoder.get("stop").and_then(Value::as_u64).unwrap_or(0);
+    let stop = decoder.get("stop").and_then(serde_json::Value::as_u64).unwrap_or(0);
     if stop > 0 {
         return Err(tok_err(format!(
             "tokenizer.json: a Strip decoder with stop {stop} is not supported (only stop 0)"
@@ -414,14 +451,6 @@ fn check_decoder(decoder: &serde_json::Value) -> Result<()> {
 /// and tokens differ in number.
 fn check_post_processor(processor: &serde_json::Value) -> Result<()> {
     use serde_json::Value;
-    for inner in processor
-        .get("processors")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        check_post_processor(inner)?;
-    }
     let bad = |what: String| {
         Err(tok_err(format!(
             "tokenizer.json: TemplateProcessing post-processor: {what}"
