@@ -394,12 +394,13 @@ fn q4_layer_tensor(path: &str, layer: &Layer, part: Option<&str>) -> Option<Resu
     if !layer.extra_blobs.iter().any(|b| b.suffix.starts_with("q4_0.")) {
         return None;
     }
-    let decode = |p: &WeightPart| -> Result<Option<Vec<f32>>> {
+    // A part's values; `first_bias` is where the store's biases start (the `biases` blob holds them from there).
+    let decode = |p: &WeightPart, first_bias: usize| -> Result<Option<Vec<f32>>> {
         let name = format!("{path}#{}", p.name);
         if let Some((_, suffix)) = Q4_MATRICES.iter().find(|(n, _)| *n == p.name) {
             let Some(b) = blob(suffix) else { return Ok(None) };
             let q4 = dtype::q4_0::Q4Blocks::parse(&b.bytes)?;
-            let (blocks, _) = dtype::q4_0::counts(&b.bytes)?;
+            let blocks = q4.scales.len();
             if blocks != p.len.div_ceil(dtype::q4_0::BLOCK) {
                 return Err(LoomError::InvalidNetwork(format!(
                     "{name}: {blocks} Q4_0 blocks for {} values",
@@ -409,8 +410,6 @@ fn q4_layer_tensor(path: &str, layer: &Layer, part: Option<&str>) -> Option<Resu
             return Ok(Some(q4.dequantize(p.len)));
         }
         let Some(b) = blob("biases") else { return Ok(None) };
-        let parts = layer.weight_parts()?;
-        let first_bias = parts.iter().find(|q| q.name.ends_with("_bias")).map_or(0, |q| q.start);
         let at = 4 * (p.start - first_bias.min(p.start));
         let bytes = b.bytes.get(at..at + 4 * p.len).ok_or_else(|| {
             LoomError::InvalidNetwork(format!(
@@ -418,19 +417,15 @@ fn q4_layer_tensor(path: &str, layer: &Layer, part: Option<&str>) -> Option<Resu
                 b.bytes.len()
             ))
         })?;
-        Ok(Some(
-            bytes
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect(),
-        ))
+        Ok(Some(bytemuck::pod_collect_to_vec(bytes)))
     };
     let tensor = || -> Result<WeightTensor<'static>> {
         let parts = layer.weight_parts()?;
+        let first_bias = parts.iter().find(|q| q.name.ends_with("_bias")).map_or(0, |q| q.start);
         let (name, shape, values) = match part {
             Some(part) => {
                 let (name, p) = named_part(&parts, path, part)?;
-                let values = decode(p)?.ok_or_else(|| {
+                let values = decode(p, first_bias)?.ok_or_else(|| {
                     LoomError::Unsupported(format!(
                         "{name}: the file stores no {part} for this Q4_0 layer (Loom runs its Q4_0 blocks without it)"
                     ))
@@ -440,7 +435,7 @@ fn q4_layer_tensor(path: &str, layer: &Layer, part: Option<&str>) -> Option<Resu
             None => {
                 let mut values = Vec::new();
                 for p in &parts {
-                    values.extend(decode(p)?.unwrap_or_default());
+                    values.extend(decode(p, first_bias)?.unwrap_or_default());
                 }
                 (path.to_string(), vec![values.len() as u64], values)
             }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::kernel::{check_binding, dispatch, grid, storage_f32, u32_dim};
-use super::tensor::{check_values, same_shape, Rows};
+use super::tensor::{check_values, same_packed_shape, same_shape, Rows};
 use super::REDUCE_WGSL;
 use crate::error::{LoomError, Result};
 use crate::gpu::Gpu;
@@ -45,7 +45,7 @@ impl Norm {
         gamma_rows: u32,
         eps: f32,
     ) -> Result<()> {
-        let (rows, n) = check_rows("RMSNorm", &x, &y)?;
+        let (rows, n) = same_packed_shape("RMSNorm", &x, &y)?;
         if rows == 0 || n == 0 {
             return Ok(());
         }
@@ -70,7 +70,7 @@ impl Norm {
         y: Rows,
         eps: f32,
     ) -> Result<()> {
-        let (rows, n) = check_rows("RMSNorm", &x, &y)?;
+        let (rows, n) = same_packed_shape("RMSNorm", &x, &y)?;
         same_shape("residual add", &x, &h)?;
         h.flat("residual add")?;
         if rows == 0 || n == 0 {
@@ -94,7 +94,7 @@ impl Norm {
         beta_offset: u32,
         eps: f32,
     ) -> Result<()> {
-        let (rows, n) = check_rows("LayerNorm", &x, &y)?;
+        let (rows, n) = same_packed_shape("LayerNorm", &x, &y)?;
         if rows == 0 || n == 0 {
             return Ok(());
         }
@@ -156,14 +156,6 @@ impl Norm {
         out.truncate(x.len());
         Ok(out)
     }
-}
-
-/// Refuses `x` and `y` unless packed and of one shape; returns their rows and columns.
-fn check_rows(what: &str, x: &Rows, y: &Rows) -> Result<(u32, u32)> {
-    same_shape(what, x, y)?;
-    x.flat(what)?;
-    y.flat(what)?;
-    Ok((x.rows, x.cols))
 }
 
 fn rows_of(len: usize, n: usize) -> Result<usize> {

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::kernel::{check_binding, dispatch, grid, storage_f32, u32_dim};
-use super::tensor::{check_values, same_shape};
+use super::tensor::{check_values, same_packed_shape};
 use super::{Rows, REDUCE_WGSL};
 use crate::error::{LoomError, Result};
 use crate::gpu::Gpu;
@@ -40,10 +40,8 @@ impl Softmax {
 
     /// Records `y = variant(x)` over each row of `x` (packed) into `y` (the same shape).
     pub fn encode(&self, rec: &mut Recorder, x: Rows, y: Rows, variant: SoftmaxVariant) -> Result<()> {
-        same_shape("softmax", &x, &y)?;
-        x.flat("softmax input")?;
-        y.flat("softmax output")?;
-        self.record(rec, x.buffer, y.buffer, x.rows, x.cols, x.cols, variant)
+        let (rows, n) = same_packed_shape("softmax", &x, &y)?;
+        self.record(rec, x.buffer, y.buffer, rows, n, n, variant)
     }
 
     /// `rows` rows starting every `n` values, the last holding `last` values.

@@ -207,6 +207,14 @@ fn fit_u32(v: usize) -> u32 {
     u32::try_from(v).unwrap_or(u32::MAX)
 }
 
+/// Refuses an input and output view unless both are packed and of one shape; returns their rows and columns.
+pub(crate) fn same_packed_shape(what: &str, x: &Rows, y: &Rows) -> Result<(u32, u32)> {
+    same_shape(what, x, y)?;
+    x.flat(what)?;
+    y.flat(what)?;
+    Ok((x.rows, x.cols))
+}
+
 /// Refuses two views of different shapes where an op reads one and writes the other.
 pub(crate) fn same_shape(what: &str, a: &Rows, b: &Rows) -> Result<()> {
     if (a.rows, a.cols) != (b.rows, b.cols) {
