@@ -2,7 +2,7 @@
 //! `matmul` within float32 accumulation error of a float64 dot, on the SIMD and portable paths with 1 and 2
 //! threads; hostile shapes and types as typed errors.
 
-use loom_wasm::quant::{self, GgmlType, QMatrix};
+use loom_wasm::quant::{self, GgmlType, QMatrix, Simd};
 use loom_wasm::LoomError;
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;
@@ -105,7 +105,7 @@ fn codes_and_their_scales_give_gguf_py_values() {
 }
 
 /// `quant::dequantize` of every type's vectors against gguf-py, bit for bit.
-fn check_dequantize(simd: bool) {
+fn check_dequantize(simd: Simd) {
     for t in TYPES {
         let v = vectors(t);
         assert_eq!(v.values.len(), v.rows * v.cols, "{t}");
@@ -118,7 +118,7 @@ fn check_dequantize(simd: bool) {
             .count();
         assert_eq!(
             mismatches, 0,
-            "{t} (simd {simd}): {mismatches} values differ from gguf-py"
+            "{t} (simd {simd:?}): {mismatches} values differ from gguf-py"
         );
     }
 }
@@ -157,22 +157,20 @@ fn widened(v: &Vectors, times: usize) -> Vectors {
     }
 }
 
-/// Whether `quant::matmul` rounds the activations to 16 bits per block of 32: decode (one token) over these
-/// types, in WebAssembly on simd128 and natively where the CPU has AVX-512 (F and BW).
-fn sixteen_bit_activations(t: GgmlType, simd: bool, n: usize) -> bool {
-    simd && n == 1
-        && matches!(t, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 | GgmlType::LoomQ4_0)
-        && (cfg!(target_arch = "wasm32") || avx512())
-}
-
-#[cfg(target_arch = "x86_64")]
-fn avx512() -> bool {
-    is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("f16c")
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn avx512() -> bool {
-    false
+/// Whether `quant::matmul` rounds the activations to 16 bits per block of 32: decode (one token) over a quantized
+/// type with WebAssembly simd128 or AVX-512 (F and BW); with AVX2 alone, over the types without a float32 kernel.
+fn sixteen_bit_activations(t: GgmlType, n: usize) -> bool {
+    let quantized = !matches!(t, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
+    let no_float_kernel = matches!(
+        t,
+        GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K
+    );
+    n == 1
+        && match quant::simd_in_use() {
+            "avx512" | "simd128" => quantized,
+            "avx2" => no_float_kernel,
+            _ => false,
+        }
 }
 
 /// `y` against numpy's float64 values within float32 accumulation error: 1e-5·Σ|w·x| + 1e-6 per element, plus,
@@ -213,8 +211,16 @@ fn check_matmul(what: &str, values: &[f32], cols: usize, x: &[f32], want: &[f32]
 /// switches are process-wide.
 #[test]
 fn every_path_matches_gguf_py_and_numpy() {
-    for simd in [true, false] {
+    let mut paths = Vec::new();
+    for simd in [Simd::All, Simd::Avx2, Simd::None] {
         quant::set_simd(simd);
+        let path = quant::simd_in_use();
+        match simd {
+            Simd::None => assert_eq!(path, "portable"),
+            Simd::Avx2 => assert_ne!(path, "avx512"),
+            Simd::All => {}
+        }
+        paths.push(path);
         check_dequantize(simd);
         for threads in [1, 2] {
             quant::set_threads(threads).unwrap();
@@ -223,7 +229,7 @@ fn every_path_matches_gguf_py_and_numpy() {
                 let tokens = v.x.len() / v.cols;
                 assert_eq!(v.y.len(), tokens * v.rows);
                 let what = |n: usize, times: usize| {
-                    format!("{t} n = {n}, rows ×{times}, columns ×{wide}, simd {simd}, {threads} threads")
+                    format!("{t} n = {n}, rows ×{times}, columns ×{wide}, simd {simd:?}, {threads} threads")
                 };
                 for times in [1, 37] {
                     let (bytes, values, rows) = repeated(&v, times);
@@ -236,15 +242,17 @@ fn every_path_matches_gguf_py_and_numpy() {
                     for n in [1, tokens] {
                         let mut y = vec![f32::NAN; n * rows];
                         quant::matmul(&w, &v.x[..n * v.cols], n, &mut y).unwrap();
-                        let x16 = sixteen_bit_activations(t, simd, n);
+                        let x16 = sixteen_bit_activations(t, n);
                         check_matmul(&what(n, times), &values, v.cols, &v.x[..n * v.cols], &want, &y, x16);
                     }
                 }
             }
         }
     }
-    quant::set_simd(true);
+    quant::set_simd(Simd::All);
     quant::set_threads(0).unwrap();
+    // Which kernels this machine ran: the summary says so (a CPU without AVX2 runs the portable path thrice).
+    eprintln!("every_path_matches_gguf_py_and_numpy: ran the {paths:?} paths");
 }
 
 #[test]
@@ -350,7 +358,10 @@ fn hostile_shapes_and_types_are_typed_errors() {
 /// number): the 16-bit rounding, which could not hold them, is not used for such a token.
 #[test]
 fn decode_with_a_non_finite_activation_is_not_finite() {
-    for t in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::LoomQ4_0] {
+    for t in TYPES
+        .into_iter()
+        .filter(|t| !matches!(t, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16))
+    {
         let v = vectors(t);
         let w = QMatrix::new(t, v.rows, v.cols, &v.bytes).unwrap();
         for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
@@ -368,10 +379,22 @@ fn decode_with_a_non_finite_activation_is_not_finite() {
 
 /// A block whose scale (a half) is ±∞ or NaN makes its row's dot non-finite on every path, and leaves the other
 /// rows as they were: gguf-py dequantizes such a block to non-finite values, and a dot with them is not finite.
-/// Rows 5 blocks wide, so that the bad block is in a group of four or in the remainder.
+/// Rows 5 blocks wide (15 for the 32-element types), so that the bad block is in a group of four or in the
+/// remainder. The scale `d` is a block's first half, except Q6_K's, its last.
 #[test]
 fn a_non_finite_block_scale_gives_a_non_finite_dot() {
-    for t in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::F16] {
+    for t in [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+        GgmlType::F16,
+    ] {
+        let scale_at = if t == GgmlType::Q6_K { 208 } else { 0 };
         let v = widened(&vectors(t), 5);
         let row_bytes = v.bytes.len() / v.rows;
         let block_bytes = t.block_bytes();
@@ -379,7 +402,7 @@ fn a_non_finite_block_scale_gives_a_non_finite_dot() {
             for block in [1, row_bytes / block_bytes - 1] {
                 let mut bytes = v.bytes.clone();
                 // Row 2's block `block`: its scale, or for F16 its first value.
-                let at = 2 * row_bytes + block * block_bytes;
+                let at = 2 * row_bytes + block * block_bytes + scale_at;
                 bytes[at..at + 2].copy_from_slice(&bad.to_le_bytes());
                 let w = QMatrix::new(t, v.rows, v.cols, &bytes).unwrap();
                 let mut clean = vec![0.0; v.rows];
@@ -437,7 +460,7 @@ fn matmul_each_matches_gguf_py_for_each_matrix() {
                 })
                 .collect();
             let what = format!("matmul_each: {t}, n = {n}");
-            check_matmul(&what, &v.values, cols, x, &want, y, sixteen_bit_activations(t, true, n));
+            check_matmul(&what, &v.values, cols, x, &want, y, sixteen_bit_activations(t, n));
         }
     }
     let v = vectors(GgmlType::Q4_1);

@@ -1,10 +1,10 @@
 //! Decode activations as 16-bit integers, per block of 32: `x ≈ a · scale`, with each block's exact float32 sum
-//! kept for the Q4_1 minimum. Rounding to 1/65534 of a block's largest magnitude moves a dot by at most
-//! `Σ|w|·scale/2`, about 256 times less than llama.cpp's 8-bit activations (SmolLM2's logits move by at most
-//! 0.003; see BENCHMARKS.md). In exchange, the products are exact integer dots of 16-bit pairs
-//! (`i32x4.dot_i16x8_s` in wasm, `vpmaddwd` with AVX-512), which make decode 1.6× faster in wasm and about 1.3×
-//! natively. (With AVX2 alone, 8 lanes, the same scheme measured slower than the float32 FMA kernels, so it is
-//! not used there.)
+//! kept for the minima (Q4_1, Q5_1, Q4_K, Q5_K). Rounding to 1/65534 of a block's largest magnitude moves a dot
+//! by at most `Σ|w|·scale/2`, about 256 times less than llama.cpp's 8-bit activations (SmolLM2's logits move by
+//! at most 0.003; see BENCHMARKS.md). In exchange, the products are exact integer dots of 16-bit pairs
+//! (`i32x4.dot_i16x8_s` in wasm, `vpmaddwd` with AVX-512 and AVX2), which make decode 1.6× faster in wasm and
+//! about 1.3× natively. (With AVX2 alone, 8 lanes, the scheme measured slower than the float32 FMA kernels of
+//! Q4_0/Q4_1/Q8_0, so there it serves only the 5-bit and K-quant types, which have none.)
 
 use super::GgmlType;
 
@@ -14,12 +14,13 @@ pub(super) struct Activations16 {
     pub(super) a: Vec<i16>,
     /// Per block, `[scale, Σx]`: side by side, so that a kernel loads both in one read.
     pub(super) scale_sum: Vec<[f32; 2]>,
-    /// `x[2i] + x[2i + 1]` when asked for: a Q4_1 minimum times these, lane by lane beside the lanes of the integer
-    /// dot, adds `m·Σx` without the two large sums `d·Σq·x` and `m·Σx` that cancel (in float32 that cost SmolLM2
-    /// 0.01 of a logit). Only the AVX-512 kernel takes them.
+    /// `x[2i] + x[2i + 1]` when asked for: a minimum (Q4_1, Q5_1, Q4_K, Q5_K) times these, lane by lane beside
+    /// the lanes of the integer dot, adds `m·Σx` without the two large sums `d·Σq·x` and `m·Σx` that cancel (in
+    /// float32 that cost SmolLM2 0.01 of a logit). Only the x86 kernels take them.
     #[cfg(target_arch = "x86_64")]
     pub(super) pair_sum: Vec<f32>,
-    /// Per block, `8·Σa`: the wasm kernel takes Q4 codes as stored, 0..16, and subtracts this for `q − 8`.
+    /// Per block, `8·Σa`: the wasm kernel takes Q4/Q5 codes as stored, from 0, and subtracts this (twice for Q5)
+    /// for `q − 8` (`q − 16`).
     #[cfg(target_arch = "wasm32")]
     pub(super) eight_sum: Vec<i32>,
 }
@@ -28,7 +29,15 @@ pub(super) struct Activations16 {
 pub(super) fn has_16bit_dot(ty: GgmlType) -> bool {
     matches!(
         ty,
-        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 | GgmlType::LoomQ4_0
+        GgmlType::Q4_0
+            | GgmlType::Q4_1
+            | GgmlType::Q5_0
+            | GgmlType::Q5_1
+            | GgmlType::Q8_0
+            | GgmlType::Q4_K
+            | GgmlType::Q5_K
+            | GgmlType::Q6_K
+            | GgmlType::LoomQ4_0
     )
 }
 

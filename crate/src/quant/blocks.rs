@@ -188,6 +188,14 @@ fn q5_codes(qh: u32, qs: &[u8]) -> impl Iterator<Item = u8> + '_ {
         .map(move |(j, q)| q | ((((qh >> j) & 1) as u8) << 4))
 }
 
+/// Q4_K/Q5_K's eight sub-block scales `d·sc` and minima `dmin·m` as float32, rounded as gguf-py rounds them.
+#[cfg(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "simd128")))]
+pub(super) fn k_scales(block: &[u8]) -> ([f32; 8], [f32; 8]) {
+    let (d, dmin) = (half(block), half(&block[2..]));
+    let (sc, mn) = k_scale_min(&block[4..16]);
+    (sc.map(|s| d * f32::from(s)), mn.map(|m| dmin * f32::from(m)))
+}
+
 /// Q4_K/Q5_K's eight 6-bit sub-block scales and mins from their 12 packed bytes (gguf-py's `get_scale_min`).
 fn k_scale_min(s: &[u8]) -> ([u8; 8], [u8; 8]) {
     let mut sc = [0; 8];

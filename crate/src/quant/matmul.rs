@@ -1,15 +1,15 @@
 //! CPU matrix kernels over ggml blocks as stored: `y = X·Wᵀ` with float32 accumulation and float32
-//! activations, except one case: decode of one token over Q4_0/Q4_1/Q8_0/Loom Q4_0 with WebAssembly simd128 or
-//! AVX-512 rounds the token's activations to 16-bit integers per block of 32 and takes integer dots
-//! (`activations::Activations16`).
+//! activations, except one case: decode of one token over a quantized type with WebAssembly simd128 or AVX-512
+//! (with AVX2 alone, over the 5-bit and K-quant types) rounds the token's activations to 16-bit integers per block
+//! of 32 and takes integer dots (`activations::Activations16`).
 //!
 //! Decode (one token) dots each row's blocks, dequantized in registers, with the activations. Prefill (several
 //! tokens) dequantizes a tile of rows once and dots it with every token's activations. Natively, rows are split
 //! across a rayon pool ([`set_threads`]) and x86-64 uses AVX2+FMA+F16C (AVX-512 for 16-bit decode) when the
 //! CPU has them; in WebAssembly the calling thread does the work, with simd128 when the module is built with it.
-//! [`set_simd`]`(false)` forces the portable path (for tests and comparisons).
+//! [`set_simd`] caps the paths (portable, at most AVX2) for tests and comparisons.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use super::activations::Activations16;
 use super::{blocks, GgmlType};
@@ -89,7 +89,7 @@ pub fn matmul_each(x: &[f32], n: usize, products: &mut [(QMatrix, &mut [f32])]) 
         // Rounded once here, not per task or per matrix.
         let x16 = decode_16(level, products.iter().map(|(w, _)| w.ty), x);
         for (w, y) in products.iter_mut() {
-            let x16 = x16.as_ref().filter(|_| super::activations::has_16bit_dot(w.ty));
+            let x16 = x16.as_ref().filter(|_| has_16bit_dot(level, w.ty));
             rows_parallel(w, x, n, level, x16, y);
         }
         return Ok(());
@@ -115,12 +115,36 @@ fn prefill(w: &QMatrix, x: &[f32], n: usize, level: Level, y: &mut [f32]) {
     }
 }
 
-/// Whether the SIMD paths may be used (they are by default).
-static SIMD: AtomicBool = AtomicBool::new(true);
+/// The most the kernels may use: [`Simd`] as a number (`Simd::All` by default).
+static SIMD: AtomicU8 = AtomicU8::new(Simd::All as u8);
 
-/// Enables (the default) or disables the SIMD paths; disabled, every kernel takes the portable path.
-pub fn set_simd(enabled: bool) {
-    SIMD.store(enabled, Ordering::Relaxed);
+/// A cap on the instruction sets the kernels use, for tests and comparisons.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Simd {
+    /// The portable path only.
+    None,
+    /// At most AVX2 + FMA + F16C on x86-64 (as a CPU without AVX-512 runs); elsewhere the same as `All`.
+    Avx2,
+    /// The best the CPU (or the wasm module) has.
+    All,
+}
+
+/// Caps the SIMD paths (the default is [`Simd::All`]); process-wide.
+pub fn set_simd(limit: Simd) {
+    SIMD.store(limit as u8, Ordering::Relaxed);
+}
+
+/// The kernel family decode and prefill use now: "portable", "avx2", "avx512" or "simd128".
+pub fn simd_in_use() -> &'static str {
+    match Level::current() {
+        Level::Portable => "portable",
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx2 => "avx2",
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx512 => "avx512",
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        Level::Simd128 => "simd128",
+    }
 }
 
 /// The instruction set the kernels use.
@@ -140,12 +164,13 @@ pub(super) enum Level {
 
 impl Level {
     pub(super) fn current() -> Level {
-        if !SIMD.load(Ordering::Relaxed) {
+        let limit = SIMD.load(Ordering::Relaxed);
+        if limit == Simd::None as u8 {
             return Level::Portable;
         }
         #[cfg(target_arch = "x86_64")]
         if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c") {
-            return match super::simd_avx512::available() {
+            return match limit == Simd::All as u8 && super::simd_avx512::available() {
                 true => Level::Avx512,
                 false => Level::Avx2,
             };
@@ -260,23 +285,37 @@ type Kernel16 = unsafe fn(GgmlType, &[u8], &Activations16) -> f32;
 /// the matrix types `types`.
 fn decode_16(
     level: Level,
-    mut types: impl Iterator<Item = GgmlType> + Clone,
+    types: impl Iterator<Item = GgmlType> + Clone,
     x: &[f32],
 ) -> Option<(Activations16, Kernel16)> {
-    let (kernel, pair_sums): (Kernel16, bool) = match level {
+    let kernel: Kernel16 = match level {
         #[cfg(target_arch = "x86_64")]
-        Level::Avx512 => (
-            super::simd_avx512::row_dot_16,
-            types.clone().any(|t| t == GgmlType::Q4_1),
-        ),
+        Level::Avx512 => super::simd_avx512::row_dot_16,
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx2 => super::simd_x86_16::row_dot_16,
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-        Level::Simd128 => (super::simd_wasm::row_dot_16, false),
-        _ => return None,
+        Level::Simd128 => super::simd_wasm::row_dot_16,
+        Level::Portable => return None,
     };
-    if !types.any(super::activations::has_16bit_dot) {
-        return None;
-    }
+    let mut types = types.filter(|&t| has_16bit_dot(level, t));
+    // The x86 kernels add a minimum lane by lane over pairs of x (see `Activations16::pair_sum`).
+    let pair_sums = types
+        .clone()
+        .any(|t| matches!(t, GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K));
+    types.next()?;
     Some((Activations16::new(x, pair_sums)?, kernel))
+}
+
+/// Whether decode over `ty` at `level` rounds the token to 16 bits ([`Activations16`]): every quantized type with
+/// AVX-512 and simd128; with AVX2 alone, the types without a float32 kernel.
+fn has_16bit_dot(level: Level, ty: GgmlType) -> bool {
+    match level {
+        Level::Portable => false,
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx2 => super::simd_x86_16::has_dot(ty),
+        #[allow(unreachable_patterns)]
+        _ => super::activations::has_16bit_dot(ty),
+    }
 }
 
 /// Fills `out` (`[rows][n]`) with the matmul, rows split across the pool natively. `x16`: the decode token

@@ -14,9 +14,11 @@ mod simd_avx512;
 mod simd_wasm;
 #[cfg(target_arch = "x86_64")]
 mod simd_x86;
+#[cfg(target_arch = "x86_64")]
+mod simd_x86_16;
 
 pub use blocks::CodeGroup;
-pub use matmul::{in_pool, matmul, matmul_each, par_chunks, set_simd, set_threads, QMatrix};
+pub use matmul::{in_pool, matmul, matmul_each, par_chunks, set_simd, set_threads, simd_in_use, QMatrix, Simd};
 
 use crate::error::{LoomError, Result};
 

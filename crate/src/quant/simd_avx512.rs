@@ -24,6 +24,11 @@ pub(super) unsafe fn row_dot_16(ty: GgmlType, row: &[u8], x: &Activations16) -> 
         GgmlType::Q4_1 => dot::<Q4_1>(row, x),
         GgmlType::Q8_0 => dot::<Q8_0>(row, x),
         GgmlType::LoomQ4_0 => dot::<LoomQ4_0>(row, x),
+        GgmlType::Q5_0 => dot::<Q5_0>(row, x),
+        GgmlType::Q5_1 => dot::<Q5_1>(row, x),
+        GgmlType::Q4_K => dot_k::<Q4K>(row, x),
+        GgmlType::Q5_K => dot_k::<Q5K>(row, x),
+        GgmlType::Q6_K => dot_k::<Q6K>(row, x),
         _ => unreachable!("row_dot_16 on {ty}: check has_16bit_dot first"),
     }
 }
@@ -31,10 +36,10 @@ pub(super) unsafe fn row_dot_16(ty: GgmlType, row: &[u8], x: &Activations16) -> 
 /// One block type's layout: where its scale is, and how its 32 codes become 16-bit integers in element order.
 trait Block {
     const BYTES: usize;
-    /// Q4_1's minimum, added as `m·Σx`.
+    /// Q4_1's and Q5_1's minimum, added as `m·Σx`.
     const HAS_MIN: bool = false;
 
-    /// The block at `b`'s scale in lane 0 and, for Q4_1, its minimum in lane 1 (other lanes: any value).
+    /// The block at `b`'s scale in lane 0 and, with a minimum, the minimum in lane 1 (other lanes: any value).
     ///
     /// # Safety
     /// AVX-512 F and BW, and F16C; `b` points at `BYTES` readable bytes.
@@ -64,8 +69,18 @@ unsafe fn nibbles(p: *const u8) -> __m512i {
 
 struct Q4_0;
 struct Q4_1;
+struct Q5_0;
+struct Q5_1;
 struct Q8_0;
 struct LoomQ4_0;
+
+/// Q5's 32 codes, 0..32: the nibbles at `qs` plus 16 where bit `i` of the 32-bit word at `qh` is set.
+#[target_feature(enable = "avx512f,avx512bw,f16c")]
+unsafe fn q5_codes(qh: *const u8, qs: *const u8) -> __m512i {
+    let nib = nibbles(qs);
+    let high = qh.cast::<u32>().read_unaligned();
+    _mm512_mask_add_epi16(nib, high, nib, _mm512_set1_epi16(16))
+}
 
 impl Block for Q4_0 {
     const BYTES: usize = 18;
@@ -93,6 +108,35 @@ impl Block for Q4_1 {
     #[target_feature(enable = "avx512f,avx512bw,f16c")]
     unsafe fn codes(b: *const u8) -> __m512i {
         nibbles(b.add(4))
+    }
+}
+
+impl Block for Q5_0 {
+    const BYTES: usize = 22;
+
+    #[target_feature(enable = "avx512f,avx512bw,f16c")]
+    unsafe fn scale_min(b: *const u8) -> __m128 {
+        halves(b)
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,f16c")]
+    unsafe fn codes(b: *const u8) -> __m512i {
+        _mm512_sub_epi16(q5_codes(b.add(2), b.add(6)), _mm512_set1_epi16(16))
+    }
+}
+
+impl Block for Q5_1 {
+    const BYTES: usize = 24;
+    const HAS_MIN: bool = true;
+
+    #[target_feature(enable = "avx512f,avx512bw,f16c")]
+    unsafe fn scale_min(b: *const u8) -> __m128 {
+        halves(b)
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,f16c")]
+    unsafe fn codes(b: *const u8) -> __m512i {
+        q5_codes(b.add(4), b.add(8))
     }
 }
 
@@ -162,7 +206,7 @@ unsafe fn zero() -> __m512 {
 }
 
 /// `acc` plus block `k` of `row` (`k` < the row's blocks, `x` holds them): `scale_w·scale_x·Σ q·a`, lane by lane,
-/// and for Q4_1 `m·(x[2i] + x[2i + 1])` in the lane of the pair `i`.
+/// and with a minimum `m·(x[2i] + x[2i + 1])` in the lane of the pair `i`.
 #[target_feature(enable = "avx512f,avx512bw,f16c")]
 unsafe fn block<B: Block>(row: &[u8], x: &Activations16, k: usize, acc: __m512) -> __m512 {
     let b = row.as_ptr().add(k * B::BYTES);
@@ -177,6 +221,124 @@ unsafe fn block<B: Block>(row: &[u8], x: &Activations16, k: usize, acc: __m512) 
     }
     let min = _mm512_permutexvar_ps(_mm512_set1_epi32(1), _mm512_castps128_ps512(scale_min));
     _mm512_fmadd_ps(_mm512_loadu_ps(x.pair_sum.as_ptr().add(16 * k)), min, acc)
+}
+
+/// A K-quant's super-block of 256: eight sub-blocks of 32, each with its own scale (and minimum).
+trait SuperBlock {
+    const BYTES: usize;
+    const HAS_MIN: bool;
+
+    /// Per sub-block of 32, the weight scale and the minimum subtracted (`d·sc`, `dmin·m`; Q6_K: `d`, 0).
+    fn scales(b: &[u8]) -> ([f32; 8], [f32; 8]);
+
+    /// Sub-block `j`'s 32 codes as signed 16-bit integers, element `i` in lane `i` (Q6_K: times their 16-element
+    /// group's scale, at most 32·128 in magnitude).
+    ///
+    /// # Safety
+    /// AVX-512 F and BW, and F16C; `b` points at `BYTES` readable bytes; `j < 8`.
+    unsafe fn codes(b: *const u8, j: usize) -> __m512i;
+}
+
+/// The 32 bytes at `p`, each shifted right by `shift` and masked to `mask`, as 16-bit lanes.
+#[target_feature(enable = "avx512f,avx512bw,f16c")]
+unsafe fn bits(p: *const u8, shift: usize, mask: i16) -> __m512i {
+    let bytes = _mm512_cvtepu8_epi16(_mm256_loadu_si256(p.cast()));
+    let shifted = _mm512_srl_epi16(bytes, _mm_cvtsi32_si128(shift as i32));
+    _mm512_and_si512(shifted, _mm512_set1_epi16(mask))
+}
+
+struct Q4K;
+struct Q5K;
+struct Q6K;
+
+impl SuperBlock for Q4K {
+    const BYTES: usize = 144;
+    const HAS_MIN: bool = true;
+
+    fn scales(b: &[u8]) -> ([f32; 8], [f32; 8]) {
+        super::blocks::k_scales(b)
+    }
+
+    /// Sub-block `j`: nibble `j % 2` of the 32 bytes at `16 + 32·(j / 2)`.
+    #[target_feature(enable = "avx512f,avx512bw,f16c")]
+    unsafe fn codes(b: *const u8, j: usize) -> __m512i {
+        bits(b.add(16 + 32 * (j / 2)), 4 * (j % 2), 0xF)
+    }
+}
+
+impl SuperBlock for Q5K {
+    const BYTES: usize = 176;
+    const HAS_MIN: bool = true;
+
+    fn scales(b: &[u8]) -> ([f32; 8], [f32; 8]) {
+        super::blocks::k_scales(b)
+    }
+
+    /// Q4_K's nibbles (at 48) plus bit `j` of the 32 bytes at 16, as bit 4.
+    #[target_feature(enable = "avx512f,avx512bw,f16c")]
+    unsafe fn codes(b: *const u8, j: usize) -> __m512i {
+        let low = bits(b.add(48 + 32 * (j / 2)), 4 * (j % 2), 0xF);
+        let high = bits(b.add(16), j, 1);
+        _mm512_or_si512(low, _mm512_slli_epi16::<4>(high))
+    }
+}
+
+impl SuperBlock for Q6K {
+    const BYTES: usize = 210;
+    const HAS_MIN: bool = false;
+
+    fn scales(b: &[u8]) -> ([f32; 8], [f32; 8]) {
+        let d = half::f16::from_bits(u16::from_le_bytes([b[208], b[209]])).to_f32();
+        ([d; 8], [0.0; 8])
+    }
+
+    /// Sub-block `j` = 4·h + k: nibble `k / 2` of the 32 bytes at `64h + 32·(k % 2)`, bits `2k..2k + 2` of the 32
+    /// bytes at `128 + 32h` as bits 4 and 5, minus 32; its first 16 elements times the int8 scale at
+    /// `192 + 2j`, the others times the next one.
+    #[target_feature(enable = "avx512f,avx512bw,f16c")]
+    unsafe fn codes(b: *const u8, j: usize) -> __m512i {
+        let (h, k) = (j / 4, j % 4);
+        let low = bits(b.add(64 * h + 32 * (k % 2)), 4 * (k / 2), 0xF);
+        let high = bits(b.add(128 + 32 * h), 2 * k, 3);
+        let q = _mm512_sub_epi16(
+            _mm512_or_si512(low, _mm512_slli_epi16::<4>(high)),
+            _mm512_set1_epi16(32),
+        );
+        let (s0, s1) = (*b.add(192 + 2 * j) as i8, *b.add(193 + 2 * j) as i8);
+        let scale = _mm512_mask_blend_epi16(0xFFFF_0000, _mm512_set1_epi16(s0.into()), _mm512_set1_epi16(s1.into()));
+        _mm512_mullo_epi16(q, scale)
+    }
+}
+
+/// `Σ_sub-blocks scale_w·scale_x·Σ q·a (− min·Σx)` over one row of super-blocks.
+#[target_feature(enable = "avx512f,avx512bw,f16c")]
+unsafe fn dot_k<K: SuperBlock>(row: &[u8], x: &Activations16) -> f32 {
+    let supers = row.len() / K::BYTES;
+    assert!(row.len() == supers * K::BYTES && x.a.len() >= 256 * supers && x.scale_sum.len() >= 8 * supers);
+    if K::HAS_MIN {
+        assert!(x.pair_sum.len() >= 128 * supers);
+    }
+    let (mut a0, mut a1) = (zero(), zero());
+    for (s, b) in row.chunks_exact(K::BYTES).enumerate() {
+        let (scales, mins) = K::scales(b);
+        for j in 0..8 {
+            let i = 8 * s + j;
+            let a = _mm512_loadu_si512(x.a.as_ptr().add(32 * i).cast());
+            // Pairs of exact products summed into 32 bits: |q·a| ≤ 32·128·32767 (Q6_K's scaled codes), two fit.
+            let q = _mm512_cvtepi32_ps(_mm512_madd_epi16(K::codes(b.as_ptr(), j), a));
+            let scale = _mm512_set1_ps(scales[j] * x.scale_sum.get_unchecked(i)[0]);
+            if j % 2 == 0 {
+                a0 = _mm512_fmadd_ps(q, scale, a0);
+            } else {
+                a1 = _mm512_fmadd_ps(q, scale, a1);
+            }
+            if K::HAS_MIN {
+                let pairs = _mm512_loadu_ps(x.pair_sum.as_ptr().add(16 * i));
+                a1 = _mm512_fnmadd_ps(pairs, _mm512_set1_ps(mins[j]), a1);
+            }
+        }
+    }
+    _mm512_reduce_add_ps(_mm512_add_ps(a0, a1))
 }
 
 /// Four float32 rows dotted with two tokens' `x`, 16 lanes at a time (prefill over a dequantized tile).

@@ -125,6 +125,9 @@ struct Consts {
     /// 0xF and 8 in each byte.
     byte_nibble: v128,
     byte_eight: v128,
+    /// Bits 0, 2, … 14 and 1, 3, … 15, one per 16-bit lane.
+    even_bits: v128,
+    odd_bits: v128,
 }
 
 const CONSTS: Consts = Consts {
@@ -139,6 +142,8 @@ const CONSTS: Consts = Consts {
         0xF, 0xF, 0xF, 0xF, 0xF, 0xF, 0xF, 0xF, 0xF, 0xF, 0xF, 0xF, 0xF, 0xF, 0xF, 0xF,
     ),
     byte_eight: u8x16(8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8),
+    even_bits: u16x8(1, 1 << 2, 1 << 4, 1 << 6, 1 << 8, 1 << 10, 1 << 12, 1 << 14),
+    odd_bits: u16x8(1 << 1, 1 << 3, 1 << 5, 1 << 7, 1 << 9, 1 << 11, 1 << 13, 1 << 15),
 };
 
 impl Consts {
@@ -277,16 +282,17 @@ fn dot_q4_1(row: &[u8], x: &[f32]) -> f32 {
 /// order of [`Activations16`]'s `a` in wasm (each half block's even elements, then its odd ones).
 trait Block {
     const BYTES: usize;
-    /// Q4_0 and Q4_1: the codes are `q`, 0..16, and the value is `d·(q − 8)`; the kernel subtracts `8·Σa`.
-    const CENTRE: bool = false;
-    /// Q4_1: the minimum, added as `(m + 8d)·Σx` beside the centred codes, so that neither sum grows large and
-    /// cancels the other (in float32 that cost SmolLM2 0.01 of a logit).
+    /// Q4_0 and Q4_1 (8), Q5_0 and Q5_1 (16): the codes are `q`, from 0, and the value is `d·(q − CENTRE)`; the
+    /// kernel subtracts `CENTRE·Σa`.
+    const CENTRE: i32 = 0;
+    /// Q4_1 and Q5_1: the minimum, added as `(m + CENTRE·d)·Σx` beside the centred codes, so that neither sum
+    /// grows large and cancels the other (in float32 that cost SmolLM2 0.01 of a logit).
     const HAS_MIN: bool = false;
 
-    /// The block's scale bits as a 32-bit word (Q4_1: its minimum's bits in the high half).
+    /// The block's scale bits as a 32-bit word (with a minimum: its bits in the high half).
     fn scale_word(b: &[u8]) -> u32;
 
-    /// Four blocks' scale words as float32: the scales `d` and, for Q4_1, `m + 8d`.
+    /// Four blocks' scale words as float32: the scales `d` and, with a minimum, `m + CENTRE·d`.
     fn scales(words: v128, k: &Consts) -> (v128, v128);
 
     /// The codes: elements 0, 2, … 14, then 1, 3, … 15, then 16, 18, … 30, then 17, 19, … 31.
@@ -313,7 +319,7 @@ fn split_i8(q: v128) -> [v128; 2] {
 struct Q4_0;
 impl Block for Q4_0 {
     const BYTES: usize = 18;
-    const CENTRE: bool = true;
+    const CENTRE: i32 = 8;
     fn scale_word(b: &[u8]) -> u32 {
         u32::from(u16::from_le_bytes([b[0], b[1]]))
     }
@@ -328,7 +334,7 @@ impl Block for Q4_0 {
 struct Q4_1;
 impl Block for Q4_1 {
     const BYTES: usize = 20;
-    const CENTRE: bool = true;
+    const CENTRE: i32 = 8;
     const HAS_MIN: bool = true;
     fn scale_word(b: &[u8]) -> u32 {
         u32::from_le_bytes([b[0], b[1], b[2], b[3]])
@@ -340,6 +346,58 @@ impl Block for Q4_1 {
     }
     fn codes(b: &[u8], k: &Consts) -> [v128; 4] {
         q4_codes(load16(b, 4), k)
+    }
+}
+
+/// Q5's bit 4 of each code (bit `e` of the word `qh` for element `e`) as 16 or 0, in the order of
+/// [`q4_codes`], added to its nibbles.
+fn q5_codes(qh: u32, qs: v128, k: &Consts) -> [v128; 4] {
+    let [q0, q1, q2, q3] = q4_codes(qs, k);
+    let (low, high) = (u16x8_splat(qh as u16), u16x8_splat((qh >> 16) as u16));
+    let sixteen = i16x8_splat(16);
+    let bit = |half: v128, bits: v128| v128_and(i16x8_ne(v128_and(half, bits), i16x8_splat(0)), sixteen);
+    [
+        v128_or(q0, bit(low, k.even_bits)),
+        v128_or(q1, bit(low, k.odd_bits)),
+        v128_or(q2, bit(high, k.even_bits)),
+        v128_or(q3, bit(high, k.odd_bits)),
+    ]
+}
+
+fn word(b: &[u8], i: usize) -> u32 {
+    u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
+}
+
+struct Q5_0;
+impl Block for Q5_0 {
+    const BYTES: usize = 22;
+    const CENTRE: i32 = 16;
+    fn scale_word(b: &[u8]) -> u32 {
+        u32::from(u16::from_le_bytes([b[0], b[1]]))
+    }
+    fn scales(words: v128, k: &Consts) -> (v128, v128) {
+        (halves(words, k), f32x4_splat(0.0))
+    }
+    fn codes(b: &[u8], k: &Consts) -> [v128; 4] {
+        q5_codes(word(b, 2), load16(b, 6), k)
+    }
+}
+
+struct Q5_1;
+impl Block for Q5_1 {
+    const BYTES: usize = 24;
+    const CENTRE: i32 = 16;
+    const HAS_MIN: bool = true;
+    fn scale_word(b: &[u8]) -> u32 {
+        word(b, 0)
+    }
+    fn scales(words: v128, k: &Consts) -> (v128, v128) {
+        let d = halves(words, k);
+        let m = halves(u32x4_shr(words, 16), k);
+        (d, f32x4_add(m, f32x4_mul(f32x4_splat(16.0), d)))
+    }
+    fn codes(b: &[u8], k: &Consts) -> [v128; 4] {
+        q5_codes(word(b, 4), load16(b, 8), k)
     }
 }
 
@@ -412,6 +470,11 @@ pub(super) fn row_dot_16(ty: GgmlType, row: &[u8], x: &Activations16) -> f32 {
         GgmlType::Q4_1 => dot16::<Q4_1>(row, x),
         GgmlType::Q8_0 => dot16::<Q8_0>(row, x),
         GgmlType::LoomQ4_0 => dot16::<LoomQ4_0>(row, x),
+        GgmlType::Q5_0 => dot16::<Q5_0>(row, x),
+        GgmlType::Q5_1 => dot16::<Q5_1>(row, x),
+        GgmlType::Q4_K => dot16_k::<Q4K>(row, x),
+        GgmlType::Q5_K => dot16_k::<Q5K>(row, x),
+        GgmlType::Q6_K => dot16_k::<Q6K>(row, x),
         _ => unreachable!("row_dot_16 on {ty}: check has_16bit_dot first"),
     }
 }
@@ -434,9 +497,8 @@ fn dot16<B: Block>(row: &[u8], x: &Activations16) -> f32 {
         let mut isum = sum4(std::array::from_fn(|j| {
             block_dot(&a4[32 * j..], B::codes(b[j], consts))
         }));
-        if B::CENTRE {
-            // SAFETY: `e4` holds four values; wasm loads need no alignment.
-            isum = i32x4_sub(isum, unsafe { v128_load(e4.as_ptr().cast()) });
+        if B::CENTRE != 0 {
+            isum = centred(isum, e4, B::CENTRE);
         }
         let words = u32x4(
             B::scale_word(b[0]),
@@ -457,8 +519,8 @@ fn dot16<B: Block>(row: &[u8], x: &Activations16) -> f32 {
     for (k, b) in row4.remainder().chunks_exact(B::BYTES).enumerate() {
         let i = first + k;
         let mut isum = block_dot(&x.a[32 * i..], B::codes(b, consts));
-        if B::CENTRE {
-            isum = i32x4_sub(isum, i32x4(x.eight_sum[i], 0, 0, 0));
+        if B::CENTRE != 0 {
+            isum = i32x4_sub(isum, i32x4(x.eight_sum[i] * (B::CENTRE / 8), 0, 0, 0));
         }
         let isum = f32x4_convert_i32x4(isum);
         let (d, min) = B::scales(u32x4_splat(B::scale_word(b)), consts);
@@ -467,6 +529,139 @@ fn dot16<B: Block>(row: &[u8], x: &Activations16) -> f32 {
         if B::HAS_MIN {
             // One lane: `min` is the same in all four.
             acc = f32x4_add(acc, f32x4_mul(min, f32x4(sum, 0.0, 0.0, 0.0)));
+        }
+    }
+    hsum(acc)
+}
+
+/// `isum − centre·Σa` for four blocks, from their `8·Σa` (`e4` holds four).
+fn centred(isum: v128, e4: &[i32], centre: i32) -> v128 {
+    assert!(e4.len() >= 4);
+    // SAFETY: `e4` holds four values (checked above); wasm loads need no alignment.
+    let eight = unsafe { v128_load(e4.as_ptr().cast()) };
+    i32x4_sub(isum, i32x4_mul(eight, i32x4_splat(centre / 8)))
+}
+
+/// A K-quant's super-block of 256 for the 16-bit decode kernel: eight sub-blocks of 32, each with its own scale
+/// and minimum.
+trait SuperBlock {
+    const BYTES: usize;
+    /// Q4_K (8) and Q5_K (16): the codes are `q`, from 0, and the kernel subtracts `CENTRE·Σa`.
+    const CENTRE: i32;
+
+    /// Per sub-block, the weight scale and the minimum added as `min·Σx`: `d·sc` and `CENTRE·d·sc − dmin·m`
+    /// (Q6_K: `d`, 0), so that the centred codes' sum and the minimum's do not cancel.
+    fn scales(b: &[u8]) -> ([f32; 8], [f32; 8]);
+
+    /// Sub-block `j`'s 32 codes as 16-bit integers in the order of [`Activations16`]'s `a` (Q6_K: times their
+    /// 16-element group's scale, at most 32·128 in magnitude).
+    fn codes(b: &[u8], j: usize, k: &Consts) -> [v128; 4];
+}
+
+/// `(byte >> shift) & mask` of the 32 bytes at `b[at..]`, as 16-bit lanes in the order of [`Activations16`]'s `a`:
+/// the even bytes of the first 16, their odd bytes, then the same of the next 16 (`shift` < 8).
+fn byte_fields(b: &[u8], at: usize, shift: u32, mask: v128) -> [v128; 4] {
+    let (l0, l1) = (load16(b, at), load16(b, at + 16));
+    [
+        v128_and(u16x8_shr(l0, shift), mask),
+        v128_and(u16x8_shr(l0, shift + 8), mask),
+        v128_and(u16x8_shr(l1, shift), mask),
+        v128_and(u16x8_shr(l1, shift + 8), mask),
+    ]
+}
+
+fn k_scales_centred(b: &[u8], centre: f32) -> ([f32; 8], [f32; 8]) {
+    let (sc, mn) = super::blocks::k_scales(b);
+    (sc, std::array::from_fn(|j| centre * sc[j] - mn[j]))
+}
+
+struct Q4K;
+impl SuperBlock for Q4K {
+    const BYTES: usize = 144;
+    const CENTRE: i32 = 8;
+    fn scales(b: &[u8]) -> ([f32; 8], [f32; 8]) {
+        k_scales_centred(b, 8.0)
+    }
+    /// Nibble `j % 2` of the 32 bytes at `16 + 32·(j / 2)`.
+    fn codes(b: &[u8], j: usize, k: &Consts) -> [v128; 4] {
+        byte_fields(b, 16 + 32 * (j / 2), 4 * (j as u32 % 2), k.nibble)
+    }
+}
+
+struct Q5K;
+impl SuperBlock for Q5K {
+    const BYTES: usize = 176;
+    const CENTRE: i32 = 16;
+    fn scales(b: &[u8]) -> ([f32; 8], [f32; 8]) {
+        k_scales_centred(b, 16.0)
+    }
+    /// Q4_K's nibbles (at 48) plus bit `j` of the 32 bytes at 16, as bit 4.
+    fn codes(b: &[u8], j: usize, k: &Consts) -> [v128; 4] {
+        let low = byte_fields(b, 48 + 32 * (j / 2), 4 * (j as u32 % 2), k.nibble);
+        let high = byte_fields(b, 16, j as u32, u16x8_splat(1));
+        std::array::from_fn(|i| v128_or(low[i], i16x8_shl(high[i], 4)))
+    }
+}
+
+struct Q6K;
+impl SuperBlock for Q6K {
+    const BYTES: usize = 210;
+    const CENTRE: i32 = 0;
+    fn scales(b: &[u8]) -> ([f32; 8], [f32; 8]) {
+        ([half(&b[208..]); 8], [0.0; 8])
+    }
+    /// Sub-block `j` = 4h + i: nibble `i / 2` of the 32 bytes at `64h + 32·(i % 2)`, bits `2i..2i + 2` of the 32
+    /// bytes at `128 + 32h` as bits 4 and 5, minus 32; its first 16 elements (the first two vectors) times the
+    /// int8 scale at `192 + 2j`, the others times the next one.
+    fn codes(b: &[u8], j: usize, k: &Consts) -> [v128; 4] {
+        let (h, i) = (j / 4, j as u32 % 4);
+        let low = byte_fields(b, 64 * h + 32 * (i as usize % 2), 4 * (i / 2), k.nibble);
+        let high = byte_fields(b, 128 + 32 * h, 2 * i, u16x8_splat(3));
+        let scales = [b[192 + 2 * j] as i8, b[193 + 2 * j] as i8].map(|s| i16x8_splat(s.into()));
+        std::array::from_fn(|v| {
+            let q = i16x8_sub(v128_or(low[v], i16x8_shl(high[v], 4)), i16x8_splat(32));
+            i16x8_mul(q, scales[v / 2])
+        })
+    }
+}
+
+/// [`dot16`] for a K-quant: per super-block, its eight sub-blocks' exact integer dots in two groups of four, each
+/// group scaled in one float32 vector.
+fn dot16_k<K: SuperBlock>(row: &[u8], x: &Activations16) -> f32 {
+    let consts = &Consts::opaque();
+    let supers = row.len() / K::BYTES;
+    assert!(x.scale_sum.len() >= 8 * supers && x.eight_sum.len() >= 8 * supers && x.a.len() >= 256 * supers);
+    let mut acc = f32x4_splat(0.0);
+    let sums =
+        x.a.chunks_exact(128)
+            .zip(x.scale_sum.chunks_exact(4))
+            .zip(x.eight_sum.chunks_exact(4));
+    let mut sums = sums.take(2 * supers);
+    for b in row.chunks_exact(K::BYTES) {
+        let (scales, mins) = K::scales(b);
+        for g in 0..2 {
+            let ((a4, ss), e4) = sums.next().expect("x holds the row's sub-blocks (checked above)");
+            let mut isum = sum4(std::array::from_fn(|j| {
+                block_dot(&a4[32 * j..], K::codes(b, 4 * g + j, consts))
+            }));
+            if K::CENTRE != 0 {
+                isum = centred(isum, e4, K::CENTRE);
+            }
+            // SAFETY: `ss` holds four pairs, 32 bytes, and `scales`/`mins` four values from 4·g; wasm loads need
+            // no alignment.
+            let (p0, p1, w, m) = unsafe {
+                (
+                    v128_load(ss.as_ptr().cast()),
+                    v128_load(ss.as_ptr().add(2).cast()),
+                    v128_load(scales.as_ptr().add(4 * g).cast()),
+                    v128_load(mins.as_ptr().add(4 * g).cast()),
+                )
+            };
+            let (xscales, xsums) = (i32x4_shuffle::<0, 2, 4, 6>(p0, p1), i32x4_shuffle::<1, 3, 5, 7>(p0, p1));
+            acc = f32x4_add(acc, f32x4_mul(f32x4_convert_i32x4(isum), f32x4_mul(w, xscales)));
+            if K::CENTRE != 0 {
+                acc = f32x4_add(acc, f32x4_mul(m, xsums));
+            }
         }
     }
     hsum(acc)
