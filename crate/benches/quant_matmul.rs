@@ -41,11 +41,15 @@ fn weights(t: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8> {
             GgmlType::LoomQ4_0 => out.extend((rng.f32() * 0.02).to_le_bytes()),
             _ => out.extend(half_bytes(rng.f32() * 0.02)),
         }
-        if t == GgmlType::Q4_1 {
+        if matches!(t, GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K) {
             out.extend(half_bytes(rng.f32() * 0.1));
         }
         while out.len() < start + t.block_bytes() {
             out.push(rng.next() as u8);
+        }
+        if t == GgmlType::Q6_K {
+            // Its scale is last.
+            out[start + 208..start + 210].copy_from_slice(&half_bytes(rng.f32() * 0.02));
         }
     }
     out
@@ -68,24 +72,43 @@ fn main() {
     let small = [
         GgmlType::Q4_0,
         GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
         GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
         GgmlType::F16,
+        GgmlType::BF16,
         GgmlType::LoomQ4_0,
     ];
+    // `BENCH_TYPES=Q4_K,Q6_K` measures only those.
+    let only = std::env::var("BENCH_TYPES").ok();
     let cases: Vec<(GgmlType, usize, usize)> = [(1536, 576), (576, 1536)]
         .into_iter()
         .flat_map(|(rows, cols)| small.map(|t| (t, rows, cols)))
         .chain([(GgmlType::Q8_0, 49152, 576)])
+        // K-quant rows are whole super-blocks of 256.
+        .filter(|&(t, _, cols)| cols % t.block_len() == 0)
+        .filter(|(t, _, _)| only.as_ref().is_none_or(|o| o.split(',').any(|n| n == t.name())))
         .collect();
     println!("| type | rows × cols | tokens | threads | µs / call | GFLOP/s | weight GB/s |");
     println!("|---|---|---|---|---|---|---|");
     for (t, rows, cols) in cases {
         let data = weights(t, rows, cols, &mut rng);
         let w = QMatrix::new(t, rows, cols, &data).expect("whole rows");
-        for n in [1, 64] {
+        let tokens: &[usize] = match std::env::var("BENCH_TOKENS") {
+            Ok(v) if v == "1" => &[1],
+            _ => &[1, 64],
+        };
+        for &n in tokens {
             let x: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
             let mut y = vec![0.0; n * rows];
-            for threads in [1, 2] {
+            for threads in [1, 2].into_iter().take(if std::env::var("BENCH_ONE_THREAD").is_ok() {
+                1
+            } else {
+                2
+            }) {
                 quant::set_threads(threads).expect("thread pool");
                 let dt = time(|| quant::matmul(&w, &x, n, &mut y).expect("matmul")).as_secs_f64();
                 let gflops = 2.0 * (rows * cols * n) as f64 / dt / 1e9;

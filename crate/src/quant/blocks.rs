@@ -197,7 +197,7 @@ pub(super) fn k_scales(block: &[u8]) -> ([f32; 8], [f32; 8]) {
 }
 
 /// Q4_K/Q5_K's eight 6-bit sub-block scales and mins from their 12 packed bytes (gguf-py's `get_scale_min`).
-fn k_scale_min(s: &[u8]) -> ([u8; 8], [u8; 8]) {
+pub(super) fn k_scale_min(s: &[u8]) -> ([u8; 8], [u8; 8]) {
     let mut sc = [0; 8];
     let mut mn = [0; 8];
     for j in 0..4 {

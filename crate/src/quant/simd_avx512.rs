@@ -226,25 +226,39 @@ unsafe fn block<B: Block>(row: &[u8], x: &Activations16, k: usize, acc: __m512) 
 /// A K-quant's super-block of 256: eight sub-blocks of 32, each with its own scale (and minimum).
 trait SuperBlock {
     const BYTES: usize;
-    const HAS_MIN: bool;
 
-    /// Per sub-block of 32, the weight scale and the minimum subtracted (`d·sc`, `dmin·m`; Q6_K: `d`, 0).
-    fn scales(b: &[u8]) -> ([f32; 8], [f32; 8]);
-
-    /// Sub-block `j`'s 32 codes as signed 16-bit integers, element `i` in lane `i` (Q6_K: times their 16-element
-    /// group's scale, at most 32·128 in magnitude).
+    /// Per sub-block of 32, the weight scale and the minimum added as `min·Σx`: `d·sc` and `CENTRE·d·sc − dmin·m`
+    /// for the codes [`SuperBlock::codes`] centres on `CENTRE` (Q6_K: `d`, none).
     ///
     /// # Safety
-    /// AVX-512 F and BW, and F16C; `b` points at `BYTES` readable bytes; `j < 8`.
-    unsafe fn codes(b: *const u8, j: usize) -> __m512i;
+    /// AVX-512 F and BW, and F16C; `b` points at `BYTES` readable bytes.
+    unsafe fn scales(b: *const u8) -> (__m256, Option<__m256>);
+
+    /// The eight sub-blocks' 32 codes each as signed 16-bit integers, element `i` in lane `i` (Q6_K: times their
+    /// 16-element group's scale, at most 32·128 in magnitude).
+    ///
+    /// # Safety
+    /// AVX-512 F and BW, and F16C; `b` points at `BYTES` readable bytes.
+    unsafe fn codes(b: *const u8) -> [__m512i; 8];
 }
 
-/// The 32 bytes at `p`, each shifted right by `shift` and masked to `mask`, as 16-bit lanes.
+/// The 32 bytes at `p` as 16-bit lanes.
 #[target_feature(enable = "avx512f,avx512bw,f16c")]
-unsafe fn bits(p: *const u8, shift: usize, mask: i16) -> __m512i {
-    let bytes = _mm512_cvtepu8_epi16(_mm256_loadu_si256(p.cast()));
-    let shifted = _mm512_srl_epi16(bytes, _mm_cvtsi32_si128(shift as i32));
-    _mm512_and_si512(shifted, _mm512_set1_epi16(mask))
+unsafe fn bytes32(p: *const u8) -> __m512i {
+    _mm512_cvtepu8_epi16(_mm256_loadu_si256(p.cast()))
+}
+
+/// Q4_K/Q5_K's eight `d·sc` and `centre·d·sc − dmin·m`.
+#[target_feature(enable = "avx512f,avx512bw,f16c")]
+unsafe fn k_scales(b: *const u8, centre: f32) -> (__m256, Option<__m256>) {
+    let (sc, mn) = super::blocks::k_scale_min(std::slice::from_raw_parts(b.add(4), 12));
+    let d_dmin = halves(b);
+    let d = _mm256_broadcastss_ps(d_dmin);
+    let dmin = _mm256_broadcastss_ps(_mm_movehdup_ps(d_dmin));
+    let widen = |v: [u8; 8]| _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(i64::from_le_bytes(v))));
+    let scale = _mm256_mul_ps(d, widen(sc));
+    let min = _mm256_mul_ps(dmin, widen(mn));
+    (scale, Some(_mm256_fmsub_ps(_mm256_set1_ps(centre), scale, min)))
 }
 
 struct Q4K;
@@ -253,92 +267,142 @@ struct Q6K;
 
 impl SuperBlock for Q4K {
     const BYTES: usize = 144;
-    const HAS_MIN: bool = true;
 
-    fn scales(b: &[u8]) -> ([f32; 8], [f32; 8]) {
-        super::blocks::k_scales(b)
+    #[target_feature(enable = "avx512f,avx512bw,f16c")]
+    unsafe fn scales(b: *const u8) -> (__m256, Option<__m256>) {
+        k_scales(b, 8.0)
     }
 
-    /// Sub-block `j`: nibble `j % 2` of the 32 bytes at `16 + 32·(j / 2)`.
+    /// Sub-blocks 2p and 2p + 1: the low and high nibbles of the 32 bytes at `16 + 32p`, centred on 8.
     #[target_feature(enable = "avx512f,avx512bw,f16c")]
-    unsafe fn codes(b: *const u8, j: usize) -> __m512i {
-        bits(b.add(16 + 32 * (j / 2)), 4 * (j % 2), 0xF)
+    unsafe fn codes(b: *const u8) -> [__m512i; 8] {
+        let (nibble, eight) = (_mm512_set1_epi16(0xF), _mm512_set1_epi16(8));
+        let mut out = [_mm512_setzero_si512(); 8];
+        for p in 0..4 {
+            let q = bytes32(b.add(16 + 32 * p));
+            out[2 * p] = _mm512_sub_epi16(_mm512_and_si512(q, nibble), eight);
+            out[2 * p + 1] = _mm512_sub_epi16(_mm512_srli_epi16::<4>(q), eight);
+        }
+        out
     }
 }
 
 impl SuperBlock for Q5K {
     const BYTES: usize = 176;
-    const HAS_MIN: bool = true;
 
-    fn scales(b: &[u8]) -> ([f32; 8], [f32; 8]) {
-        super::blocks::k_scales(b)
+    #[target_feature(enable = "avx512f,avx512bw,f16c")]
+    unsafe fn scales(b: *const u8) -> (__m256, Option<__m256>) {
+        k_scales(b, 16.0)
     }
 
-    /// Q4_K's nibbles (at 48) plus bit `j` of the 32 bytes at 16, as bit 4.
+    /// Q4_K's nibbles (at 48) plus 16 where bit `j` of the 32 bytes at 16 is set, centred on 16.
     #[target_feature(enable = "avx512f,avx512bw,f16c")]
-    unsafe fn codes(b: *const u8, j: usize) -> __m512i {
-        let low = bits(b.add(48 + 32 * (j / 2)), 4 * (j % 2), 0xF);
-        let high = bits(b.add(16), j, 1);
-        _mm512_or_si512(low, _mm512_slli_epi16::<4>(high))
+    unsafe fn codes(b: *const u8) -> [__m512i; 8] {
+        let (nibble, sixteen) = (_mm512_set1_epi16(0xF), _mm512_set1_epi16(16));
+        let high = bytes32(b.add(16));
+        let mut out = [_mm512_setzero_si512(); 8];
+        for p in 0..4 {
+            let q = bytes32(b.add(48 + 32 * p));
+            for (j, q) in [
+                (2 * p, _mm512_and_si512(q, nibble)),
+                (2 * p + 1, _mm512_srli_epi16::<4>(q)),
+            ] {
+                let set = _mm512_test_epi16_mask(high, _mm512_set1_epi16(1 << j));
+                // q + 16·bit − 16: the bit's 16 taken away where it is clear.
+                out[j] = _mm512_mask_sub_epi16(q, !set, q, sixteen);
+            }
+        }
+        out
     }
 }
 
 impl SuperBlock for Q6K {
     const BYTES: usize = 210;
-    const HAS_MIN: bool = false;
 
-    fn scales(b: &[u8]) -> ([f32; 8], [f32; 8]) {
-        let d = half::f16::from_bits(u16::from_le_bytes([b[208], b[209]])).to_f32();
-        ([d; 8], [0.0; 8])
+    #[target_feature(enable = "avx512f,avx512bw,f16c")]
+    unsafe fn scales(b: *const u8) -> (__m256, Option<__m256>) {
+        (_mm256_broadcastss_ps(halves(b.add(208))), None)
     }
 
-    /// Sub-block `j` = 4·h + k: nibble `k / 2` of the 32 bytes at `64h + 32·(k % 2)`, bits `2k..2k + 2` of the 32
-    /// bytes at `128 + 32h` as bits 4 and 5, minus 32; its first 16 elements times the int8 scale at
-    /// `192 + 2j`, the others times the next one.
+    /// Sub-block `j` = 4h + k: nibble `k / 2` of the 32 bytes at `64h + 32·(k % 2)`, bits `2k..2k + 2` of the 32
+    /// bytes at `128 + 32h` as bits 4 and 5, minus 32; its first 16 elements times the int8 scale at `192 + 2j`,
+    /// the others times the next one.
     #[target_feature(enable = "avx512f,avx512bw,f16c")]
-    unsafe fn codes(b: *const u8, j: usize) -> __m512i {
-        let (h, k) = (j / 4, j % 4);
-        let low = bits(b.add(64 * h + 32 * (k % 2)), 4 * (k / 2), 0xF);
-        let high = bits(b.add(128 + 32 * h), 2 * k, 3);
-        let q = _mm512_sub_epi16(
-            _mm512_or_si512(low, _mm512_slli_epi16::<4>(high)),
-            _mm512_set1_epi16(32),
-        );
-        let (s0, s1) = (*b.add(192 + 2 * j) as i8, *b.add(193 + 2 * j) as i8);
-        let scale = _mm512_mask_blend_epi16(0xFFFF_0000, _mm512_set1_epi16(s0.into()), _mm512_set1_epi16(s1.into()));
-        _mm512_mullo_epi16(q, scale)
+    unsafe fn codes(b: *const u8) -> [__m512i; 8] {
+        let (nibble, two_bits, thirty_two) = (_mm512_set1_epi16(0xF), _mm512_set1_epi16(0x30), _mm512_set1_epi16(32));
+        // The 16 scales as 16-bit lanes, twice: lanes 0..16 of sub-block j take scale 2j, lanes 16..32 scale 2j + 1.
+        let scales = _mm512_cvtepi8_epi16(_mm256_broadcastsi128_si256(_mm_loadu_si128(b.add(192).cast())));
+        let mut out = [_mm512_setzero_si512(); 8];
+        for h in 0..2 {
+            let (l0, l1) = (bytes32(b.add(64 * h)), bytes32(b.add(64 * h + 32)));
+            let qh = bytes32(b.add(128 + 32 * h));
+            let low = [
+                _mm512_and_si512(l0, nibble),
+                _mm512_and_si512(l1, nibble),
+                _mm512_srli_epi16::<4>(l0),
+                _mm512_srli_epi16::<4>(l1),
+            ];
+            let high = [
+                _mm512_slli_epi16::<4>(qh),
+                _mm512_slli_epi16::<2>(qh),
+                qh,
+                _mm512_srli_epi16::<2>(qh),
+            ];
+            for k in 0..4 {
+                let j = 4 * h + k;
+                let q = _mm512_or_si512(low[k], _mm512_and_si512(high[k], two_bits));
+                // Lanes 0..16: scale 2j; lanes 16..32: scale 2j + 1.
+                let pick = _mm512_mask_blend_epi16(
+                    0xFFFF_0000,
+                    _mm512_set1_epi16(2 * j as i16),
+                    _mm512_set1_epi16(2 * j as i16 + 1),
+                );
+                let scale = _mm512_permutexvar_epi16(pick, scales);
+                out[j] = _mm512_mullo_epi16(_mm512_sub_epi16(q, thirty_two), scale);
+            }
+        }
+        out
     }
 }
 
-/// `Σ_sub-blocks scale_w·scale_x·Σ q·a (− min·Σx)` over one row of super-blocks.
+/// `Σ_sub-blocks scale_w·scale_x·Σ q·a + min·Σx` over one row of super-blocks.
 #[target_feature(enable = "avx512f,avx512bw,f16c")]
 unsafe fn dot_k<K: SuperBlock>(row: &[u8], x: &Activations16) -> f32 {
     let supers = row.len() / K::BYTES;
     assert!(row.len() == supers * K::BYTES && x.a.len() >= 256 * supers && x.scale_sum.len() >= 8 * supers);
-    if K::HAS_MIN {
-        assert!(x.pair_sum.len() >= 128 * supers);
-    }
-    let (mut a0, mut a1) = (zero(), zero());
+    // The activations' eight scales in the low half, their eight sums in the high half.
+    let split = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    let (mut a0, mut a1, mut mins) = (zero(), zero(), _mm256_setzero_ps());
     for (s, b) in row.chunks_exact(K::BYTES).enumerate() {
-        let (scales, mins) = K::scales(b);
-        for j in 0..8 {
-            let i = 8 * s + j;
-            let a = _mm512_loadu_si512(x.a.as_ptr().add(32 * i).cast());
+        let b = b.as_ptr();
+        let xs = _mm512_permutexvar_ps(split, _mm512_loadu_ps(x.scale_sum.as_ptr().add(8 * s).cast()));
+        let (scale, min) = K::scales(b);
+        if let Some(min) = min {
+            mins = _mm256_fmadd_ps(
+                min,
+                _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(xs))),
+                mins,
+            );
+        }
+        let mut scales = [0f32; 8];
+        _mm256_storeu_ps(scales.as_mut_ptr(), _mm256_mul_ps(scale, _mm512_castps512_ps256(xs)));
+        let a = x.a.as_ptr().add(256 * s);
+        for (j, q) in K::codes(b).into_iter().enumerate() {
             // Pairs of exact products summed into 32 bits: |q·a| ≤ 32·128·32767 (Q6_K's scaled codes), two fit.
-            let q = _mm512_cvtepi32_ps(_mm512_madd_epi16(K::codes(b.as_ptr(), j), a));
-            let scale = _mm512_set1_ps(scales[j] * x.scale_sum.get_unchecked(i)[0]);
+            let q = _mm512_madd_epi16(q, _mm512_loadu_si512(a.add(32 * j).cast()));
+            let q = _mm512_cvtepi32_ps(q);
             if j % 2 == 0 {
-                a0 = _mm512_fmadd_ps(q, scale, a0);
+                a0 = _mm512_fmadd_ps(q, _mm512_set1_ps(scales[j]), a0);
             } else {
-                a1 = _mm512_fmadd_ps(q, scale, a1);
-            }
-            if K::HAS_MIN {
-                let pairs = _mm512_loadu_ps(x.pair_sum.as_ptr().add(16 * i));
-                a1 = _mm512_fnmadd_ps(pairs, _mm512_set1_ps(mins[j]), a1);
+                a1 = _mm512_fmadd_ps(q, _mm512_set1_ps(scales[j]), a1);
             }
         }
     }
-    _mm512_reduce_add_ps(_mm512_add_ps(a0, a1))
+    _mm512_reduce_add_ps(_mm512_add_ps(a0, a1)) + {
+        let m = _mm_add_ps(_mm256_castps256_ps128(mins), _mm256_extractf128_ps::<1>(mins));
+        let m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+        _mm_cvtss_f32(_mm_add_ss(m, _mm_movehdup_ps(m)))
+    }
 }
 
 /// Four float32 rows dotted with two tokens' `x`, 16 lanes at a time (prefill over a dequantized tile).
