@@ -331,9 +331,101 @@ pub(super) unsafe fn dequantize(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> 
                 }
             }
         }
+        GgmlType::Q5_0 => {
+            for (b, out) in blocks {
+                let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+                let [lo, hi] = q5_codes(qh, load16(b, 6));
+                let sixteen = _mm_set1_epi8(16);
+                store_block(out, half8(b), _mm_sub_epi8(lo, sixteen), _mm_sub_epi8(hi, sixteen));
+            }
+        }
+        GgmlType::Q5_1 => {
+            for (b, out) in blocks {
+                let (d, m) = (half8(b), half8(&b[2..]));
+                let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+                let [lo, hi] = q5_codes(qh, load16(b, 8));
+                for (k, q) in [lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)]
+                    .into_iter()
+                    .enumerate()
+                {
+                    let q = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q));
+                    store(out, 8 * k, _mm256_add_ps(_mm256_mul_ps(d, q), m));
+                }
+            }
+        }
+        GgmlType::Q4_K | GgmlType::Q5_K => {
+            let qs_at = if ty == GgmlType::Q5_K { 48 } else { 16 };
+            for (b, out) in blocks {
+                let (scales, mins) = super::blocks::k_scales(b);
+                for (j, out) in out.chunks_exact_mut(32).enumerate() {
+                    let at = qs_at + 32 * (j / 2);
+                    let shift = _mm_cvtsi32_si128(4 * (j as i32 % 2));
+                    let mut q =
+                        [load16(b, at), load16(b, at + 16)].map(|q| _mm_and_si128(_mm_srl_epi16(q, shift), low));
+                    if ty == GgmlType::Q5_K {
+                        // Bit j of the 32 bytes at 16, as bit 4.
+                        let bit = _mm_set1_epi8(1 << j);
+                        for (h, q) in q.iter_mut().enumerate() {
+                            let set = _mm_cmpeq_epi8(_mm_and_si128(load16(b, 16 + 16 * h), bit), bit);
+                            *q = _mm_or_si128(*q, _mm_and_si128(set, _mm_set1_epi8(16)));
+                        }
+                    }
+                    let (scale, min) = (_mm256_set1_ps(scales[j]), _mm256_set1_ps(mins[j]));
+                    for (k, q8) in [q[0], _mm_srli_si128(q[0], 8), q[1], _mm_srli_si128(q[1], 8)]
+                        .into_iter()
+                        .enumerate()
+                    {
+                        let q8 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q8));
+                        store(out, 8 * k, _mm256_sub_ps(_mm256_mul_ps(scale, q8), min));
+                    }
+                }
+            }
+        }
+        GgmlType::Q6_K => {
+            for (b, out) in blocks {
+                let d = half::f16::from_bits(u16::from_le_bytes([b[208], b[209]])).to_f32();
+                for (j, out) in out.chunks_exact_mut(32).enumerate() {
+                    // Sub-block j = 4h + k: nibble k / 2 of the 32 bytes at 64h + 32·(k % 2), bits 2k..2k + 2 of the
+                    // 32 bytes at 128 + 32h as bits 4 and 5, minus 32.
+                    let (h, k) = (j / 4, j % 4);
+                    let (at, high_at) = (64 * h + 32 * (k % 2), 128 + 32 * h);
+                    let (shift, high_shift) = (_mm_cvtsi32_si128(4 * (k as i32 / 2)), _mm_cvtsi32_si128(2 * k as i32));
+                    for half in 0..2 {
+                        let lo = _mm_and_si128(_mm_srl_epi16(load16(b, at + 16 * half), shift), low);
+                        let hi = _mm_and_si128(
+                            _mm_srl_epi16(load16(b, high_at + 16 * half), high_shift),
+                            _mm_set1_epi8(3),
+                        );
+                        let q = _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
+                        // Each 16 elements share one int8 scale, rounded into d first as gguf-py does.
+                        let scale = _mm256_set1_ps(d * f32::from(b[192 + 2 * j + half] as i8));
+                        store(out, 16 * half, _mm256_mul_ps(scale, i8x8_ps(q)));
+                        store(out, 16 * half + 8, _mm256_mul_ps(scale, i8x8_ps(_mm_srli_si128(q, 8))));
+                    }
+                }
+            }
+        }
         _ => return false,
     }
     true
+}
+
+/// Q5_0/Q5_1's 32 codes, 0..32, as bytes (elements 0..16, 16..32): the low and high nibbles of `qs`, with bit `j`
+/// of `qh` as element `j`'s bit 4.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q5_codes(qh: u32, qs: __m128i) -> [__m128i; 2] {
+    let low = _mm_set1_epi8(0xF);
+    // Byte j of the result holds byte j / 8 of the 16 bits; the mask picks its bit j % 8.
+    let spread = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    let bits = _mm_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+    let high = |word: u32| {
+        let set = _mm_and_si128(_mm_shuffle_epi8(_mm_cvtsi32_si128(word as i32), spread), bits);
+        _mm_and_si128(_mm_cmpeq_epi8(set, bits), _mm_set1_epi8(16))
+    };
+    [
+        _mm_or_si128(_mm_and_si128(qs, low), high(qh & 0xFFFF)),
+        _mm_or_si128(_mm_and_si128(_mm_srli_epi16(qs, 4), low), high(qh >> 16)),
+    ]
 }
 
 /// Stores 8 floats at `out[i..i + 8]`.
