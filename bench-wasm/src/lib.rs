@@ -127,3 +127,41 @@ impl LlmBench {
         Ok(logits)
     }
 }
+
+/// Mean milliseconds of one decode matmul (`rows × cols`, one token) over pseudo-random blocks of the type named
+/// `ty` (gguf-py's names), over `calls` calls after one warm-up: the kernels alone, per block type.
+#[wasm_bindgen(js_name = matvecMs)]
+pub fn matvec_ms(ty: &str, rows: usize, cols: usize, calls: u32) -> Result<f64, JsError> {
+    use loom_wasm::quant::{self, GgmlType, QMatrix};
+    let t = (0..64)
+        .filter_map(|id| GgmlType::from_id(id).ok())
+        .find(|t| t.name() == ty)
+        .ok_or_else(|| err(format!("no type {ty}")))?;
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let bytes = t.row_bytes(cols).map_err(err)? * rows;
+    // Random bytes with every 16-bit scale word a small half (0x2000..0x27FF), so that no scale is ∞ or NaN.
+    let data: Vec<u8> = (0..bytes)
+        .map(|i| {
+            if i % 2 == 1 {
+                0x20 | (next() as u8 & 7)
+            } else {
+                next() as u8
+            }
+        })
+        .collect();
+    let w = QMatrix::new(t, rows, cols, &data).map_err(err)?;
+    let x: Vec<f32> = (0..cols).map(|_| (next() % 2000) as f32 / 1000.0 - 1.0).collect();
+    let mut y = vec![0.0; rows];
+    quant::matmul(&w, &x, 1, &mut y).map_err(err)?;
+    let start = now();
+    for _ in 0..calls {
+        quant::matmul(&w, &x, 1, &mut y).map_err(err)?;
+    }
+    Ok((now() - start) / f64::from(calls))
+}

@@ -189,7 +189,7 @@ fn q5_codes(qh: u32, qs: &[u8]) -> impl Iterator<Item = u8> + '_ {
 }
 
 /// Q4_K/Q5_K's eight sub-block scales `d·sc` and minima `dmin·m` as float32, rounded as gguf-py rounds them.
-#[cfg(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "simd128")))]
+#[cfg(target_arch = "x86_64")]
 pub(super) fn k_scales(block: &[u8]) -> ([f32; 8], [f32; 8]) {
     let (d, dmin) = (half(block), half(&block[2..]));
     let (sc, mn) = k_scale_min(&block[4..16]);

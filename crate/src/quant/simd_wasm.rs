@@ -128,6 +128,12 @@ struct Consts {
     /// Bits 0, 2, … 14 and 1, 3, … 15, one per 16-bit lane.
     even_bits: v128,
     odd_bits: v128,
+    /// 1, 3, 16 and 32 in each 16-bit lane; 16.0 in each float lane.
+    one16: v128,
+    three16: v128,
+    sixteen16: v128,
+    thirty_two16: v128,
+    sixteen: v128,
 }
 
 const CONSTS: Consts = Consts {
@@ -144,6 +150,11 @@ const CONSTS: Consts = Consts {
     byte_eight: u8x16(8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8),
     even_bits: u16x8(1, 1 << 2, 1 << 4, 1 << 6, 1 << 8, 1 << 10, 1 << 12, 1 << 14),
     odd_bits: u16x8(1 << 1, 1 << 3, 1 << 5, 1 << 7, 1 << 9, 1 << 11, 1 << 13, 1 << 15),
+    one16: u16x8(1, 1, 1, 1, 1, 1, 1, 1),
+    three16: u16x8(3, 3, 3, 3, 3, 3, 3, 3),
+    sixteen16: u16x8(16, 16, 16, 16, 16, 16, 16, 16),
+    thirty_two16: u16x8(32, 32, 32, 32, 32, 32, 32, 32),
+    sixteen: f32x4(16.0, 16.0, 16.0, 16.0),
 };
 
 impl Consts {
@@ -354,8 +365,8 @@ impl Block for Q4_1 {
 fn q5_codes(qh: u32, qs: v128, k: &Consts) -> [v128; 4] {
     let [q0, q1, q2, q3] = q4_codes(qs, k);
     let (low, high) = (u16x8_splat(qh as u16), u16x8_splat((qh >> 16) as u16));
-    let sixteen = i16x8_splat(16);
-    let bit = |half: v128, bits: v128| v128_and(i16x8_ne(v128_and(half, bits), i16x8_splat(0)), sixteen);
+    // `(h & bit) == bit`, with every constant from `k`: V8 rebuilds a `v128.const` at each use inside a loop.
+    let bit = |half: v128, bits: v128| v128_and(i16x8_eq(v128_and(half, bits), bits), k.sixteen16);
     [
         v128_or(q0, bit(low, k.even_bits)),
         v128_or(q1, bit(low, k.odd_bits)),
@@ -394,7 +405,7 @@ impl Block for Q5_1 {
     fn scales(words: v128, k: &Consts) -> (v128, v128) {
         let d = halves(words, k);
         let m = halves(u32x4_shr(words, 16), k);
-        (d, f32x4_add(m, f32x4_mul(f32x4_splat(16.0), d)))
+        (d, f32x4_add(m, f32x4_mul(k.sixteen, d)))
     }
     fn codes(b: &[u8], k: &Consts) -> [v128; 4] {
         q5_codes(word(b, 4), load16(b, 8), k)
@@ -445,9 +456,8 @@ impl Block for LoomQ4_0 {
 fn block_dot(a: &[i16], q: [v128; 4]) -> v128 {
     assert!(a.len() >= 32);
     // SAFETY: `a` holds 32 values, so each 8-lane load at 8·k is in bounds; wasm loads need no alignment.
-    let s: [v128; 4] =
-        std::array::from_fn(|k| i32x4_dot_i16x8(q[k], unsafe { v128_load(a.as_ptr().add(8 * k).cast()) }));
-    i32x4_add(i32x4_add(s[0], s[1]), i32x4_add(s[2], s[3]))
+    let dot = |k: usize| i32x4_dot_i16x8(q[k], unsafe { v128_load(a.as_ptr().add(8 * k).cast()) });
+    i32x4_add(i32x4_add(dot(0), dot(1)), i32x4_add(dot(2), dot(3)))
 }
 
 /// Lane `k`: the sum of `v[k]`'s four lanes.
@@ -493,18 +503,19 @@ fn dot16<B: Block>(row: &[u8], x: &Activations16) -> f32 {
             .zip(x.scale_sum.chunks_exact(4))
             .zip(x.eight_sum.chunks_exact(4));
     for (b4, ((a4, ss), e4)) in (&mut row4).zip(sums) {
-        let b: [&[u8]; 4] = std::array::from_fn(|k| &b4[k * B::BYTES..(k + 1) * B::BYTES]);
-        let mut isum = sum4(std::array::from_fn(|j| {
-            block_dot(&a4[32 * j..], B::codes(b[j], consts))
-        }));
+        let b = |k: usize| &b4[k * B::BYTES..(k + 1) * B::BYTES];
+        // Explicit arrays, not `array::from_fn`: V8 does not inline the closure that makes, which then returns each
+        // block's codes through memory (a Q5_0 decode took three times as long).
+        let dot = |j: usize| block_dot(&a4[32 * j..], B::codes(b(j), consts));
+        let mut isum = sum4([dot(0), dot(1), dot(2), dot(3)]);
         if B::CENTRE != 0 {
             isum = centred(isum, e4, B::CENTRE);
         }
         let words = u32x4(
-            B::scale_word(b[0]),
-            B::scale_word(b[1]),
-            B::scale_word(b[2]),
-            B::scale_word(b[3]),
+            B::scale_word(b(0)),
+            B::scale_word(b(1)),
+            B::scale_word(b(2)),
+            B::scale_word(b(3)),
         );
         let (d, min) = B::scales(words, consts);
         // SAFETY: `ss` holds four pairs, 32 bytes; wasm loads need no alignment.
@@ -539,7 +550,8 @@ fn centred(isum: v128, e4: &[i32], centre: i32) -> v128 {
     assert!(e4.len() >= 4);
     // SAFETY: `e4` holds four values (checked above); wasm loads need no alignment.
     let eight = unsafe { v128_load(e4.as_ptr().cast()) };
-    i32x4_sub(isum, i32x4_mul(eight, i32x4_splat(centre / 8)))
+    // 8·Σa, doubled for a centre of 16 (a shift by a constant, not a product with a `v128.const`).
+    i32x4_sub(isum, i32x4_shl(eight, (centre / 16) as u32))
 }
 
 /// A K-quant's super-block of 256 for the 16-bit decode kernel: eight sub-blocks of 32, each with its own scale
@@ -551,7 +563,7 @@ trait SuperBlock {
 
     /// Per sub-block, the weight scale and the minimum added as `min·Σx`: `d·sc` and `CENTRE·d·sc − dmin·m`
     /// (Q6_K: `d`, 0), so that the centred codes' sum and the minimum's do not cancel.
-    fn scales(b: &[u8]) -> ([f32; 8], [f32; 8]);
+    fn scales(b: &[u8], k: &Consts) -> ([v128; 2], [v128; 2]);
 
     /// Sub-block `j`'s 32 codes as 16-bit integers in the order of [`Activations16`]'s `a` (Q6_K: times their
     /// 16-element group's scale, at most 32·128 in magnitude).
@@ -570,17 +582,44 @@ fn byte_fields(b: &[u8], at: usize, shift: u32, mask: v128) -> [v128; 4] {
     ]
 }
 
-fn k_scales_centred(b: &[u8], centre: f32) -> ([f32; 8], [f32; 8]) {
-    let (sc, mn) = super::blocks::k_scales(b);
-    (sc, std::array::from_fn(|j| centre * sc[j] - mn[j]))
+/// Q4_K/Q5_K's eight `d·sc` and `centre·d·sc − dmin·m` (`centre`: a vector of it), four to a vector: the 6-bit
+/// fields taken apart in 32-bit words (four at a time), widened and converted in vectors. Byte by byte in scalar
+/// code this was half of a Q4_K decode in V8.
+#[inline(always)]
+fn k_scales_centred(b: &[u8], centre: v128, k: &Consts) -> ([v128; 2], [v128; 2]) {
+    let (w0, w1, w2) = (word(b, 4), word(b, 8), word(b, 12));
+    let (six, four, top) = (0x3F3F_3F3F, 0x0F0F_0F0F, 0x3030_3030);
+    // gguf-py's `get_scale_min`: scales and mins 0..4 are the low 6 bits of bytes 0..4 and 4..8; 4..8 take the
+    // nibbles of bytes 8..12 with the top 2 bits of bytes 0..4 (scales) and 4..8 (mins) above them.
+    let bytes = u32x4(
+        w0 & six,
+        (w2 & four) | ((w0 >> 2) & top),
+        w1 & six,
+        ((w2 >> 4) & four) | ((w1 >> 2) & top),
+    );
+    let (sc, mn) = (u16x8_extend_low_u8x16(bytes), u16x8_extend_high_u8x16(bytes));
+    let f = |v: v128| f32x4_convert_u32x4(v);
+    let dm = u32x4_splat(word(b, 0));
+    let (d, dmin) = (halves(dm, k), halves(u32x4_shr(dm, 16), k));
+    // `d·sc` and `dmin·m` rounded as gguf-py rounds them, then the centre's share.
+    let scale = [
+        f32x4_mul(d, f(u32x4_extend_low_u16x8(sc))),
+        f32x4_mul(d, f(u32x4_extend_high_u16x8(sc))),
+    ];
+    let min = [
+        f32x4_mul(dmin, f(u32x4_extend_low_u16x8(mn))),
+        f32x4_mul(dmin, f(u32x4_extend_high_u16x8(mn))),
+    ];
+    let centred = |i: usize| f32x4_sub(f32x4_mul(centre, scale[i]), min[i]);
+    (scale, [centred(0), centred(1)])
 }
 
 struct Q4K;
 impl SuperBlock for Q4K {
     const BYTES: usize = 144;
     const CENTRE: i32 = 8;
-    fn scales(b: &[u8]) -> ([f32; 8], [f32; 8]) {
-        k_scales_centred(b, 8.0)
+    fn scales(b: &[u8], k: &Consts) -> ([v128; 2], [v128; 2]) {
+        k_scales_centred(b, k.eight, k)
     }
     /// Nibble `j % 2` of the 32 bytes at `16 + 32·(j / 2)`.
     fn codes(b: &[u8], j: usize, k: &Consts) -> [v128; 4] {
@@ -592,14 +631,15 @@ struct Q5K;
 impl SuperBlock for Q5K {
     const BYTES: usize = 176;
     const CENTRE: i32 = 16;
-    fn scales(b: &[u8]) -> ([f32; 8], [f32; 8]) {
-        k_scales_centred(b, 16.0)
+    fn scales(b: &[u8], k: &Consts) -> ([v128; 2], [v128; 2]) {
+        k_scales_centred(b, k.sixteen, k)
     }
     /// Q4_K's nibbles (at 48) plus bit `j` of the 32 bytes at 16, as bit 4.
     fn codes(b: &[u8], j: usize, k: &Consts) -> [v128; 4] {
         let low = byte_fields(b, 48 + 32 * (j / 2), 4 * (j as u32 % 2), k.nibble);
-        let high = byte_fields(b, 16, j as u32, u16x8_splat(1));
-        std::array::from_fn(|i| v128_or(low[i], i16x8_shl(high[i], 4)))
+        let high = byte_fields(b, 16, j as u32, k.one16);
+        let code = |i: usize| v128_or(low[i], i16x8_shl(high[i], 4));
+        [code(0), code(1), code(2), code(3)]
     }
 }
 
@@ -607,8 +647,9 @@ struct Q6K;
 impl SuperBlock for Q6K {
     const BYTES: usize = 210;
     const CENTRE: i32 = 0;
-    fn scales(b: &[u8]) -> ([f32; 8], [f32; 8]) {
-        ([half(&b[208..]); 8], [0.0; 8])
+    fn scales(b: &[u8], _: &Consts) -> ([v128; 2], [v128; 2]) {
+        let d = f32x4_splat(half(&b[208..]));
+        ([d, d], [f32x4_splat(0.0); 2])
     }
     /// Sub-block `j` = 4h + i: nibble `i / 2` of the 32 bytes at `64h + 32·(i % 2)`, bits `2i..2i + 2` of the 32
     /// bytes at `128 + 32h` as bits 4 and 5, minus 32; its first 16 elements (the first two vectors) times the
@@ -616,12 +657,16 @@ impl SuperBlock for Q6K {
     fn codes(b: &[u8], j: usize, k: &Consts) -> [v128; 4] {
         let (h, i) = (j / 4, j as u32 % 4);
         let low = byte_fields(b, 64 * h + 32 * (i as usize % 2), 4 * (i / 2), k.nibble);
-        let high = byte_fields(b, 128 + 32 * h, 2 * i, u16x8_splat(3));
-        let scales = [b[192 + 2 * j] as i8, b[193 + 2 * j] as i8].map(|s| i16x8_splat(s.into()));
-        std::array::from_fn(|v| {
-            let q = i16x8_sub(v128_or(low[v], i16x8_shl(high[v], 4)), i16x8_splat(32));
+        let high = byte_fields(b, 128 + 32 * h, 2 * i, k.three16);
+        let scales = [
+            i16x8_splat((b[192 + 2 * j] as i8).into()),
+            i16x8_splat((b[193 + 2 * j] as i8).into()),
+        ];
+        let code = |v: usize| {
+            let q = i16x8_sub(v128_or(low[v], i16x8_shl(high[v], 4)), k.thirty_two16);
             i16x8_mul(q, scales[v / 2])
-        })
+        };
+        [code(0), code(1), code(2), code(3)]
     }
 }
 
@@ -638,25 +683,17 @@ fn dot16_k<K: SuperBlock>(row: &[u8], x: &Activations16) -> f32 {
             .zip(x.eight_sum.chunks_exact(4));
     let mut sums = sums.take(2 * supers);
     for b in row.chunks_exact(K::BYTES) {
-        let (scales, mins) = K::scales(b);
+        let (scales, mins) = K::scales(b, consts);
         for g in 0..2 {
             let ((a4, ss), e4) = sums.next().expect("x holds the row's sub-blocks (checked above)");
-            let mut isum = sum4(std::array::from_fn(|j| {
-                block_dot(&a4[32 * j..], K::codes(b, 4 * g + j, consts))
-            }));
+            let dot = |j: usize| block_dot(&a4[32 * j..], K::codes(b, 4 * g + j, consts));
+            let mut isum = sum4([dot(0), dot(1), dot(2), dot(3)]);
             if K::CENTRE != 0 {
                 isum = centred(isum, e4, K::CENTRE);
             }
-            // SAFETY: `ss` holds four pairs, 32 bytes, and `scales`/`mins` four values from 4·g; wasm loads need
-            // no alignment.
-            let (p0, p1, w, m) = unsafe {
-                (
-                    v128_load(ss.as_ptr().cast()),
-                    v128_load(ss.as_ptr().add(2).cast()),
-                    v128_load(scales.as_ptr().add(4 * g).cast()),
-                    v128_load(mins.as_ptr().add(4 * g).cast()),
-                )
-            };
+            // SAFETY: `ss` holds four pairs, 32 bytes; wasm loads need no alignment.
+            let (p0, p1) = unsafe { (v128_load(ss.as_ptr().cast()), v128_load(ss.as_ptr().add(2).cast())) };
+            let (w, m) = (scales[g], mins[g]);
             let (xscales, xsums) = (i32x4_shuffle::<0, 2, 4, 6>(p0, p1), i32x4_shuffle::<1, 3, 5, 7>(p0, p1));
             acc = f32x4_add(acc, f32x4_mul(f32x4_convert_i32x4(isum), f32x4_mul(w, xscales)));
             if K::CENTRE != 0 {
