@@ -125,15 +125,13 @@ struct Consts {
     /// 0xF and 8 in each byte.
     byte_nibble: v128,
     byte_eight: v128,
-    /// Bits 0, 2, … 14 and 1, 3, … 15, one per 16-bit lane.
-    even_bits: v128,
-    odd_bits: v128,
-    /// 1, 3, 16 and 32 in each 16-bit lane; 16.0 in each float lane.
+    /// 1, 3 and 32 in each 16-bit lane; 16.0 in each float lane.
     one16: v128,
     three16: v128,
-    sixteen16: v128,
     thirty_two16: v128,
     sixteen: v128,
+    /// 0xFF in each 16-bit lane.
+    low_byte: v128,
 }
 
 const CONSTS: Consts = Consts {
@@ -148,13 +146,11 @@ const CONSTS: Consts = Consts {
         0xF, 0xF, 0xF, 0xF, 0xF, 0xF, 0xF, 0xF, 0xF, 0xF, 0xF, 0xF, 0xF, 0xF, 0xF, 0xF,
     ),
     byte_eight: u8x16(8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8),
-    even_bits: u16x8(1, 1 << 2, 1 << 4, 1 << 6, 1 << 8, 1 << 10, 1 << 12, 1 << 14),
-    odd_bits: u16x8(1 << 1, 1 << 3, 1 << 5, 1 << 7, 1 << 9, 1 << 11, 1 << 13, 1 << 15),
     one16: u16x8(1, 1, 1, 1, 1, 1, 1, 1),
     three16: u16x8(3, 3, 3, 3, 3, 3, 3, 3),
-    sixteen16: u16x8(16, 16, 16, 16, 16, 16, 16, 16),
     thirty_two16: u16x8(32, 32, 32, 32, 32, 32, 32, 32),
     sixteen: f32x4(16.0, 16.0, 16.0, 16.0),
+    low_byte: u16x8(0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF),
 };
 
 impl Consts {
@@ -360,18 +356,35 @@ impl Block for Q4_1 {
     }
 }
 
-/// Q5's bit 4 of each code (bit `e` of the word `qh` for element `e`) as 16 or 0, in the order of
-/// [`q4_codes`], added to its nibbles.
+/// Byte `k` of entry `b`: 16 where bit `k` of `b` is set, else 0 (eight bits of a Q5 `qh` as bytes of bit 4).
+static Q5_HIGH: [u64; 256] = {
+    let mut table = [0u64; 256];
+    let mut b = 0;
+    while b < 256 {
+        let mut k = 0;
+        while k < 8 {
+            if b >> k & 1 == 1 {
+                table[b] |= 0x10 << (8 * k);
+            }
+            k += 1;
+        }
+        b += 1;
+    }
+    table
+};
+
+/// Q5's codes in the order of [`q4_codes`]: bit `e` of the word `qh` is element `e`'s bit 4, spread to bytes by
+/// four reads of [`Q5_HIGH`] and merged with the nibble bytes before they are split into 16-bit lanes.
 fn q5_codes(qh: u32, qs: v128, k: &Consts) -> [v128; 4] {
-    let [q0, q1, q2, q3] = q4_codes(qs, k);
-    let (low, high) = (u16x8_splat(qh as u16), u16x8_splat((qh >> 16) as u16));
-    // `(h & bit) == bit`, with every constant from `k`: V8 rebuilds a `v128.const` at each use inside a loop.
-    let bit = |half: v128, bits: v128| v128_and(i16x8_eq(v128_and(half, bits), bits), k.sixteen16);
+    let spread = |byte: u32| Q5_HIGH[(qh >> (8 * byte) & 0xFF) as usize];
+    // Byte j: element j's code (low nibble, bit j), and element 16 + j's (high nibble, bit 16 + j).
+    let low = v128_or(v128_and(qs, k.byte_nibble), u64x2(spread(0), spread(1)));
+    let high = v128_or(v128_and(u16x8_shr(qs, 4), k.byte_nibble), u64x2(spread(2), spread(3)));
     [
-        v128_or(q0, bit(low, k.even_bits)),
-        v128_or(q1, bit(low, k.odd_bits)),
-        v128_or(q2, bit(high, k.even_bits)),
-        v128_or(q3, bit(high, k.odd_bits)),
+        v128_and(low, k.low_byte),
+        u16x8_shr(low, 8),
+        v128_and(high, k.low_byte),
+        u16x8_shr(high, 8),
     ]
 }
 
