@@ -2,7 +2,9 @@
 //! (`scripts/bench_llm_llamacpp.py`) on the same GGUF file. Not a test: it prints JSON on stdout.
 //!
 //!   cargo bench -p loom-wasm --bench llm -- MODEL [--threads N] [--runs R] [--what LIST]
-//!       [--prefill-tokens 512] [--decode-tokens 128] [--ids IDS_JSON]
+//!       [--prefill-tokens 512] [--decode-tokens 128] [--ids IDS_JSON] [--simd all|avx2|none]
+//!
+//! `--simd avx2` caps the kernels at AVX2 (as a CPU without AVX-512 runs them); the JSON's `simd` says which ran.
 //!
 //! LIST is comma-separated (default `load,prefill,decode,ttft`):
 //! - `ids`: writes nothing else; prints the token ids both sides use: `prefill_ids` (a fixed sequence of ordinary
@@ -34,7 +36,8 @@ use loom_wasm::llm::template::ChatMessage;
 use serde_json::{json, Value};
 
 const USAGE: &str = "usage: cargo bench -p loom-wasm --bench llm -- MODEL [--threads N] [--runs R] \
-[--what ids|mem|load,prefill,decode,ttft] [--prefill-tokens N] [--decode-tokens N] [--ids IDS_JSON]";
+[--what ids|mem|load,prefill,decode,ttft] [--prefill-tokens N] [--decode-tokens N] [--ids IDS_JSON] \
+[--simd all|avx2|none]";
 
 /// The question of the time-to-first-token and decode prompts.
 const QUESTION: &str = "What is the capital of France?";
@@ -44,6 +47,7 @@ type BoxResult<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 struct Args {
     model: String,
     threads: usize,
+    simd: loom_wasm::quant::Simd,
     runs: usize,
     what: Vec<String>,
     prefill_tokens: usize,
@@ -69,12 +73,19 @@ fn parse_args() -> BoxResult<Option<Args>> {
     let prefill_tokens = take("--prefill-tokens")?.map_or(Ok(512), |v| v.parse())?;
     let decode_tokens = take("--decode-tokens")?.map_or(Ok(128), |v| v.parse())?;
     let ids = take("--ids")?;
+    let simd = match take("--simd")?.as_deref() {
+        None | Some("all") => loom_wasm::quant::Simd::All,
+        Some("avx2") => loom_wasm::quant::Simd::Avx2,
+        Some("none") => loom_wasm::quant::Simd::None,
+        Some(_) => return Err(USAGE.into()),
+    };
     let [model] = args.as_slice() else {
         return Ok(None);
     };
     Ok(Some(Args {
         model: model.clone(),
         threads: threads.max(1),
+        simd,
         runs: runs.max(1),
         what: what.split(',').map(str::to_string).collect(),
         prefill_tokens,
@@ -183,6 +194,7 @@ fn main() -> BoxResult<()> {
     let hwm_start = status_bytes("VmHWM");
     let load_start = loadavg();
     loom_wasm::quant::set_threads(a.threads)?;
+    loom_wasm::quant::set_simd(a.simd);
     let path = Path::new(&a.model);
     let file_bytes = std::fs::metadata(path)?.len();
     let mut report = json!({
@@ -190,6 +202,7 @@ fn main() -> BoxResult<()> {
         "model": a.model,
         "file_bytes": file_bytes,
         "threads": a.threads,
+        "simd": loom_wasm::quant::simd_in_use(),
         "runs": a.runs,
         "target": std::env::consts::ARCH,
         "avx2_fma": avx2_fma(),
