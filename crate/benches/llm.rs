@@ -15,6 +15,7 @@
 //! - `prefill`: the `prefill_ids` prompt into an empty KV cache, last-token logits only; tokens/s.
 //! - `decode`: the chat prompt (untimed), then `decode-tokens` greedy steps of one token each (argmax included).
 //! - `ttft`: time to first token: the chat prompt into an empty KV cache, its logits and their argmax.
+//! - `accuracy`: the decode kernels against the exact path (see `accuracy`), up to 64 steps.
 //! - `mem`: run alone in a fresh process: load, prefill, then decode `decode-tokens` steps; reports the peak
 //!   resident set (`VmHWM`) against the file size and the KV cache's bytes.
 //!
@@ -36,7 +37,7 @@ use loom_wasm::llm::template::ChatMessage;
 use serde_json::{json, Value};
 
 const USAGE: &str = "usage: cargo bench -p loom-wasm --bench llm -- MODEL [--threads N] [--runs R] \
-[--what ids|mem|load,prefill,decode,ttft] [--prefill-tokens N] [--decode-tokens N] [--ids IDS_JSON] \
+[--what ids|mem|accuracy|load,prefill,decode,ttft] [--prefill-tokens N] [--decode-tokens N] [--ids IDS_JSON] \
 [--simd all|avx2|none]";
 
 /// The question of the time-to-first-token and decode prompts.
@@ -310,11 +311,48 @@ fn main() -> BoxResult<()> {
                 }
                 report["ttft"] = timings(ms, chat.len());
             }
+            "accuracy" => report["accuracy"] = accuracy(&mut engine, &chat, a.decode_tokens.min(64), a.simd)?,
             "mem" => {}
             other => return Err(format!("unknown measurement {other:?}; {USAGE}").into()),
         }
     }
     finish(report)
+}
+
+/// The decode kernels' rounding on this file: greedy steps after the chat prompt on the exact path (portable:
+/// gguf-py's dequantized values in float32 dots), then the same ids through the kernels `simd` picks; per step the
+/// largest |Δ| over the exact path's top 20 logits, and the steps whose argmax differs.
+fn accuracy(engine: &mut CpuEngine, chat: &[u32], steps: usize, simd: loom_wasm::quant::Simd) -> BoxResult<Value> {
+    let top20 = |logits: &[f32]| {
+        let mut i: Vec<usize> = (0..logits.len()).collect();
+        i.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
+        i.truncate(20);
+        i
+    };
+    loom_wasm::quant::set_simd(loom_wasm::quant::Simd::None);
+    engine.truncate(0);
+    let mut exact = vec![engine.forward(chat, false)?];
+    let mut ids = Vec::new();
+    for _ in 0..steps {
+        let next = argmax(exact.last().expect("one")) as u32;
+        ids.push(next);
+        exact.push(engine.forward(&[next], false)?);
+    }
+    loom_wasm::quant::set_simd(simd);
+    let path = loom_wasm::quant::simd_in_use();
+    engine.truncate(0);
+    engine.forward(chat, false)?;
+    let (mut max_delta, mut argmax_differs) = (0f32, Vec::new());
+    for (step, (&id, exact)) in ids.iter().zip(&exact[1..]).enumerate() {
+        let got = engine.forward(&[id], false)?;
+        for i in top20(exact) {
+            max_delta = max_delta.max((got[i] - exact[i]).abs());
+        }
+        if argmax(&got) != argmax(exact) {
+            argmax_differs.push(step);
+        }
+    }
+    Ok(json!({"path": path, "steps": steps, "max_abs_delta_top20": max_delta, "argmax_differs_at": argmax_differs}))
 }
 
 fn finish(mut report: Value) -> BoxResult<()> {
