@@ -82,6 +82,13 @@ fn main() {
         GgmlType::BF16,
         GgmlType::LoomQ4_0,
     ];
+    // `BENCH_SIMD=avx2` (or `none`) caps the kernels.
+    quant::set_simd(match std::env::var("BENCH_SIMD").as_deref() {
+        Ok("avx2") => quant::Simd::Avx2,
+        Ok("none") => quant::Simd::None,
+        _ => quant::Simd::All,
+    });
+    eprintln!("kernels: {}", quant::simd_in_use());
     // `BENCH_TYPES=Q4_K,Q6_K` measures only those.
     let only = std::env::var("BENCH_TYPES").ok();
     let cases: Vec<(GgmlType, usize, usize)> = [(1536, 576), (576, 1536)]

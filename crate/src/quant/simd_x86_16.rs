@@ -18,9 +18,9 @@ pub(super) unsafe fn row_dot_16(ty: GgmlType, row: &[u8], x: &Activations16) -> 
     match ty {
         GgmlType::Q5_0 => dot::<Q5_0>(row, x),
         GgmlType::Q5_1 => dot::<Q5_1>(row, x),
-        GgmlType::Q4_K => dot::<Q4K>(row, x),
-        GgmlType::Q5_K => dot::<Q5K>(row, x),
-        GgmlType::Q6_K => dot::<Q6K>(row, x),
+        GgmlType::Q4_K => dot_k::<Q4K>(row, x),
+        GgmlType::Q5_K => dot_k::<Q5K>(row, x),
+        GgmlType::Q6_K => dot_k::<Q6K>(row, x),
         _ => unreachable!("simd_x86_16::row_dot_16 on {ty}: check has_dot first"),
     }
 }
@@ -33,193 +33,263 @@ pub(super) fn has_dot(ty: GgmlType) -> bool {
     )
 }
 
-/// A block type as runs of sub-blocks of 32 elements: a block of 32 for Q5_0/Q5_1, a super-block of eight for the
-/// K-quants.
+/// Q5_0/Q5_1: blocks of 32 with one scale (and minimum) each.
 trait Block {
     const BYTES: usize;
-    /// Sub-blocks of 32 in a block.
-    const SUBS: usize;
+    /// Where the 32-bit `qh` word and the 16 nibble bytes start.
+    const QH: usize;
+    /// Q5_1: the minimum `m`, added as `(m + 16·d)·Σx` beside the codes `q − 16`.
     const HAS_MIN: bool;
-
-    /// Per sub-block, the weight scale and the minimum subtracted as `min·Σx` (only the first `SUBS` are read).
-    fn scales(b: &[u8]) -> ([f32; 8], [f32; 8]);
-
-    /// Sub-block `j`'s 32 codes as signed 16-bit integers, elements 0..16 then 16..32 (Q6_K: times their group's
-    /// scale, at most 32·128 in magnitude).
-    ///
-    /// # Safety
-    /// AVX2, FMA and F16C; `b` holds `BYTES` bytes; `j < SUBS`.
-    unsafe fn codes(b: &[u8], j: usize) -> [__m256i; 2];
-}
-
-fn half(b: &[u8]) -> f32 {
-    half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32()
-}
-
-/// The 32 bytes at `b[at..]`, each shifted right by `shift` and masked to `mask`, as two vectors of 16-bit lanes.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn bits(b: &[u8], at: usize, shift: usize, mask: i16) -> [__m256i; 2] {
-    assert!(at + 32 <= b.len());
-    let count = _mm_cvtsi32_si128(shift as i32);
-    let m = _mm256_set1_epi16(mask);
-    let p = b.as_ptr().add(at);
-    [p, p.add(16)].map(|p| {
-        let v = _mm256_cvtepu8_epi16(_mm_loadu_si128(p.cast()));
-        _mm256_and_si256(_mm256_srl_epi16(v, count), m)
-    })
-}
-
-/// Q5's 32 codes, 0..32: nibble `i` of the 16 bytes at `qs` (low nibbles first) plus 16 where bit `i` of `qh` is set.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q5_codes(qh: u32, b: &[u8], qs: usize) -> [__m256i; 2] {
-    assert!(qs + 16 <= b.len());
-    let bytes = _mm_loadu_si128(b.as_ptr().add(qs).cast());
-    let low = _mm_set1_epi8(0xF);
-    let nibbles = [_mm_and_si128(bytes, low), _mm_and_si128(_mm_srli_epi16(bytes, 4), low)];
-    let lane_bits = _mm256_setr_epi16(
-        1,
-        1 << 1,
-        1 << 2,
-        1 << 3,
-        1 << 4,
-        1 << 5,
-        1 << 6,
-        1 << 7,
-        1 << 8,
-        1 << 9,
-        1 << 10,
-        1 << 11,
-        1 << 12,
-        1 << 13,
-        1 << 14,
-        i16::MIN,
-    );
-    let words = [qh as u16, (qh >> 16) as u16];
-    std::array::from_fn(|h| {
-        let set = _mm256_and_si256(_mm256_set1_epi16(words[h] as i16), lane_bits);
-        let high = _mm256_and_si256(_mm256_cmpeq_epi16(set, lane_bits), _mm256_set1_epi16(16));
-        _mm256_or_si256(_mm256_cvtepu8_epi16(nibbles[h]), high)
-    })
 }
 
 struct Q5_0;
 impl Block for Q5_0 {
     const BYTES: usize = 22;
-    const SUBS: usize = 1;
+    const QH: usize = 2;
     const HAS_MIN: bool = false;
-    fn scales(b: &[u8]) -> ([f32; 8], [f32; 8]) {
-        ([half(b); 8], [0.0; 8])
-    }
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn codes(b: &[u8], _: usize) -> [__m256i; 2] {
-        let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
-        q5_codes(qh, b, 6).map(|q| _mm256_sub_epi16(q, _mm256_set1_epi16(16)))
-    }
 }
 
 struct Q5_1;
 impl Block for Q5_1 {
     const BYTES: usize = 24;
-    const SUBS: usize = 1;
+    const QH: usize = 4;
     const HAS_MIN: bool = true;
-    /// The minimum is added: subtracted as its negation.
-    fn scales(b: &[u8]) -> ([f32; 8], [f32; 8]) {
-        ([half(b); 8], [-half(&b[2..]); 8])
+}
+
+/// Q5's 32 codes as bytes, elements 0..16 then 16..32: the low then the high nibbles of the 16 bytes at `qs`, with
+/// bit `e` of the word at `qh` as element `e`'s bit 4 (each byte of the word spread over eight bytes, its bits
+/// picked by a compare).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q5_bytes(qh: *const u8, qs: *const u8) -> __m256i {
+    let bytes = _mm_loadu_si128(qs.cast());
+    let low = _mm_set1_epi8(0xF);
+    let nibbles = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), low), _mm_and_si128(bytes, low));
+    let word = _mm256_set1_epi32(qh.cast::<i32>().read_unaligned());
+    let spread = _mm256_shuffle_epi8(
+        word,
+        _mm256_setr_epi8(
+            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+        ),
+    );
+    let bits = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+    let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bits), bits);
+    _mm256_or_si256(nibbles, _mm256_and_si256(set, _mm256_set1_epi8(16)))
+}
+
+/// `Σ_blocks d·scale_x·Σ q·a (+ m·Σx)` over one row of Q5_0/Q5_1 blocks.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot<B: Block>(row: &[u8], x: &Activations16) -> f32 {
+    let blocks = row.len() / B::BYTES;
+    assert!(row.len() == blocks * B::BYTES && x.a.len() >= 32 * blocks && x.scale_sum.len() >= blocks);
+    let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    let mut mins = _mm_setzero_ps();
+    for (k, b) in row.chunks_exact(B::BYTES).enumerate() {
+        let p = b.as_ptr();
+        // Centred on 16 for both: Q5_1's minimum becomes `m + 16·d`, so that `d·Σ(q − 16)·a` and the minimum's
+        // share stay small instead of two large sums that cancel.
+        let q = _mm256_sub_epi8(q5_bytes(p.add(B::QH), p.add(B::QH + 4)), _mm256_set1_epi8(16));
+        let a = x.a.as_ptr().add(32 * k);
+        // Four exact products per 32-bit lane, |q·a| ≤ 32·32767: they fit.
+        let dots = _mm256_add_epi32(
+            _mm256_madd_epi16(
+                _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q)),
+                _mm256_loadu_si256(a.cast()),
+            ),
+            _mm256_madd_epi16(
+                _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(q)),
+                _mm256_loadu_si256(a.add(16).cast()),
+            ),
+        );
+        // d (and m) as float32, times the activations' [scale, Σx].
+        let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(p.cast::<i32>().read_unaligned()));
+        let [scale, sum] = *x.scale_sum.get_unchecked(k);
+        let scale = _mm256_set1_ps(_mm_cvtss_f32(dm) * scale);
+        let q = _mm256_cvtepi32_ps(dots);
+        if k % 2 == 0 {
+            a0 = _mm256_fmadd_ps(q, scale, a0);
+        } else {
+            a1 = _mm256_fmadd_ps(q, scale, a1);
+        }
+        if B::HAS_MIN {
+            // Lane 1 of `dm` is m.
+            let min = _mm_cvtss_f32(_mm_movehdup_ps(dm)) + 16.0 * _mm_cvtss_f32(dm);
+            mins = _mm_fmadd_ss(_mm_set_ss(min), _mm_set_ss(sum), mins);
+        }
     }
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn codes(b: &[u8], _: usize) -> [__m256i; 2] {
-        q5_codes(u32::from_le_bytes([b[4], b[5], b[6], b[7]]), b, 8)
-    }
+    hsum(_mm256_add_ps(a0, a1)) + _mm_cvtss_f32(mins)
+}
+
+/// A K-quant's super-block of 256: eight sub-blocks of 32, each with its own scale (and minimum).
+trait SuperBlock {
+    const BYTES: usize;
+
+    /// Per sub-block, `d·sc` and the minimum added as `min·Σx`: `CENTRE·d·sc − dmin·m` for the codes
+    /// [`SuperBlock::codes`] centres on `CENTRE` (Q6_K: `d`, none).
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `b` holds `BYTES` bytes.
+    unsafe fn scales(b: &[u8]) -> (__m256, Option<__m256>);
+
+    /// Sub-blocks `2p` and `2p + 1` (Q6_K: `j`'s pair in the same way), each as two vectors of 16-bit codes,
+    /// elements 0..16 then 16..32 (Q6_K: times their 16-element group's scale, at most 32·128 in magnitude).
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `b` holds `BYTES` bytes; `p < 4`.
+    unsafe fn codes(b: &[u8], p: usize) -> [[__m256i; 2]; 2];
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load32(b: &[u8], at: usize) -> __m256i {
+    assert!(at + 32 <= b.len());
+    _mm256_loadu_si256(b.as_ptr().add(at).cast())
+}
+
+/// Q4_K/Q5_K's eight `d·sc` and `centre·d·sc − dmin·m`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn k_scales(b: &[u8], centre: f32) -> (__m256, Option<__m256>) {
+    let (sc, mn) = super::blocks::k_scale_min(&b[4..16]);
+    let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(b.as_ptr().cast::<i32>().read_unaligned()));
+    let d = _mm256_broadcastss_ps(dm);
+    let dmin = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
+    let widen = |v: [u8; 8]| _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(i64::from_le_bytes(v))));
+    let scale = _mm256_mul_ps(d, widen(sc));
+    let min = _mm256_mul_ps(dmin, widen(mn));
+    (scale, Some(_mm256_fmsub_ps(_mm256_set1_ps(centre), scale, min)))
 }
 
 struct Q4K;
-impl Block for Q4K {
+impl SuperBlock for Q4K {
     const BYTES: usize = 144;
-    const SUBS: usize = 8;
-    const HAS_MIN: bool = true;
-    fn scales(b: &[u8]) -> ([f32; 8], [f32; 8]) {
-        super::blocks::k_scales(b)
-    }
-    /// Nibble `j % 2` of the 32 bytes at `16 + 32·(j / 2)`.
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn codes(b: &[u8], j: usize) -> [__m256i; 2] {
-        bits(b, 16 + 32 * (j / 2), 4 * (j % 2), 0xF)
+    unsafe fn scales(b: &[u8]) -> (__m256, Option<__m256>) {
+        k_scales(b, 8.0)
+    }
+    /// The low and high nibbles of the 32 bytes at `16 + 32p`, centred on 8.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn codes(b: &[u8], p: usize) -> [[__m256i; 2]; 2] {
+        let (low, eight) = (_mm256_set1_epi8(0xF), _mm256_set1_epi8(8));
+        let q = load32(b, 16 + 32 * p);
+        [
+            widen_signed(_mm256_sub_epi8(_mm256_and_si256(q, low), eight)),
+            widen_signed(_mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16::<4>(q), low), eight)),
+        ]
     }
 }
 
 struct Q5K;
-impl Block for Q5K {
+impl SuperBlock for Q5K {
     const BYTES: usize = 176;
-    const SUBS: usize = 8;
-    const HAS_MIN: bool = true;
-    fn scales(b: &[u8]) -> ([f32; 8], [f32; 8]) {
-        super::blocks::k_scales(b)
-    }
-    /// Q4_K's nibbles (at 48) plus bit `j` of the 32 bytes at 16, as bit 4.
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn codes(b: &[u8], j: usize) -> [__m256i; 2] {
-        let low = bits(b, 48 + 32 * (j / 2), 4 * (j % 2), 0xF);
-        let high = bits(b, 16, j, 1);
-        [0, 1].map(|h| _mm256_or_si256(low[h], _mm256_slli_epi16::<4>(high[h])))
+    unsafe fn scales(b: &[u8]) -> (__m256, Option<__m256>) {
+        k_scales(b, 16.0)
+    }
+    /// Q4_K's nibbles (at 48) plus bit `2p` and `2p + 1` of the 32 bytes at 16 as bit 4, centred on 16.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn codes(b: &[u8], p: usize) -> [[__m256i; 2]; 2] {
+        let (low, sixteen) = (_mm256_set1_epi8(0xF), _mm256_set1_epi8(16));
+        let q = load32(b, 48 + 32 * p);
+        let high = load32(b, 16);
+        let with_bit = |nibbles: __m256i, j: usize| {
+            let bit = _mm256_set1_epi8(1 << j);
+            let set = _mm256_cmpeq_epi8(_mm256_and_si256(high, bit), bit);
+            // nibble + 16·bit − 16.
+            _mm256_sub_epi8(_mm256_or_si256(nibbles, _mm256_and_si256(set, sixteen)), sixteen)
+        };
+        [
+            widen_signed(with_bit(_mm256_and_si256(q, low), 2 * p)),
+            widen_signed(with_bit(_mm256_and_si256(_mm256_srli_epi16::<4>(q), low), 2 * p + 1)),
+        ]
     }
 }
 
 struct Q6K;
-impl Block for Q6K {
+impl SuperBlock for Q6K {
     const BYTES: usize = 210;
-    const SUBS: usize = 8;
-    const HAS_MIN: bool = false;
-    fn scales(b: &[u8]) -> ([f32; 8], [f32; 8]) {
-        ([half(&b[208..]); 8], [0.0; 8])
-    }
-    /// Sub-block `j` = 4h + k: nibble `k / 2` of the 32 bytes at `64h + 32·(k % 2)`, bits `2k..2k + 2` of the 32
-    /// bytes at `128 + 32h` as bits 4 and 5, minus 32; elements 0..16 times the int8 scale at `192 + 2j`, 16..32
-    /// times the next one.
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn codes(b: &[u8], j: usize) -> [__m256i; 2] {
-        let (h, k) = (j / 4, j % 4);
-        let low = bits(b, 64 * h + 32 * (k % 2), 4 * (k / 2), 0xF);
-        let high = bits(b, 128 + 32 * h, 2 * k, 3);
-        [0, 1].map(|i| {
-            let q = _mm256_or_si256(low[i], _mm256_slli_epi16::<4>(high[i]));
-            let q = _mm256_sub_epi16(q, _mm256_set1_epi16(32));
-            _mm256_mullo_epi16(q, _mm256_set1_epi16((b[192 + 2 * j + i] as i8).into()))
+    unsafe fn scales(b: &[u8]) -> (__m256, Option<__m256>) {
+        let d = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(u16::from_le_bytes([b[208], b[209]]))));
+        (_mm256_broadcastss_ps(d), None)
+    }
+    /// Sub-blocks j = 4h + k for the pair p = 2h + k / 2… taken as (h, k ∈ {2(p % 2), 2(p % 2) + 1}): nibble k / 2 of
+    /// the 32 bytes at `64h + 32·(k % 2)`, bits `2k..2k + 2` of the 32 bytes at `128 + 32h` as bits 4 and 5,
+    /// minus 32; elements 0..16 times the int8 scale at `192 + 2j`, 16..32 times the next one.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn codes(b: &[u8], p: usize) -> [[__m256i; 2]; 2] {
+        let (h, k0) = (p / 2, 2 * (p % 2));
+        let low = _mm256_set1_epi8(0xF);
+        let qh = load32(b, 128 + 32 * h);
+        std::array::from_fn(|i| {
+            let (k, j) = (k0 + i, 4 * h + k0 + i);
+            let ql = load32(b, 64 * h + 32 * (k % 2));
+            let nib = match k / 2 {
+                0 => _mm256_and_si256(ql, low),
+                _ => _mm256_and_si256(_mm256_srli_epi16::<4>(ql), low),
+            };
+            let two = _mm256_and_si256(
+                _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k as i32)),
+                _mm256_set1_epi8(3),
+            );
+            let q = _mm256_sub_epi8(_mm256_or_si256(nib, _mm256_slli_epi16::<4>(two)), _mm256_set1_epi8(32));
+            let [q0, q1] = widen_signed(q);
+            [
+                _mm256_mullo_epi16(q0, _mm256_set1_epi16((b[192 + 2 * j] as i8).into())),
+                _mm256_mullo_epi16(q1, _mm256_set1_epi16((b[193 + 2 * j] as i8).into())),
+            ]
         })
     }
 }
 
-/// `Σ_sub-blocks scale_w·scale_x·Σ q·a (− min·Σx)` over one row.
+/// 32 signed bytes as two vectors of 16-bit lanes.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot<B: Block>(row: &[u8], x: &Activations16) -> f32 {
-    let blocks = row.len() / B::BYTES;
-    let subs = blocks * B::SUBS;
-    assert!(row.len() == blocks * B::BYTES && x.a.len() >= 32 * subs && x.scale_sum.len() >= subs);
-    if B::HAS_MIN {
-        assert!(x.pair_sum.len() >= 16 * subs);
-    }
-    let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-    for (k, b) in row.chunks_exact(B::BYTES).enumerate() {
-        let (scales, mins) = B::scales(b);
-        for j in 0..B::SUBS {
-            let i = k * B::SUBS + j;
-            let a = x.a.as_ptr().add(32 * i);
-            let [q0, q1] = B::codes(b, j);
-            // Four exact products per 32-bit lane: |q·a| ≤ 32·128·32767 (Q6_K's scaled codes), four fit.
-            let q = _mm256_add_epi32(
-                _mm256_madd_epi16(q0, _mm256_loadu_si256(a.cast())),
-                _mm256_madd_epi16(q1, _mm256_loadu_si256(a.add(16).cast())),
-            );
-            let scale = _mm256_set1_ps(scales[j] * x.scale_sum.get_unchecked(i)[0]);
-            a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), scale, a0);
-            if B::HAS_MIN {
-                let p = x.pair_sum.as_ptr().add(16 * i);
-                let pairs = _mm256_add_ps(_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)));
-                a1 = _mm256_fnmadd_ps(pairs, _mm256_set1_ps(mins[j]), a1);
+unsafe fn widen_signed(v: __m256i) -> [__m256i; 2] {
+    [
+        _mm256_cvtepi8_epi16(_mm256_castsi256_si128(v)),
+        _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(v)),
+    ]
+}
+
+/// `Σ_sub-blocks scale_w·scale_x·Σ q·a + min·Σx` over one row of super-blocks.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_k<K: SuperBlock>(row: &[u8], x: &Activations16) -> f32 {
+    let supers = row.len() / K::BYTES;
+    assert!(row.len() == supers * K::BYTES && x.a.len() >= 256 * supers && x.scale_sum.len() >= 8 * supers);
+    let (mut a0, mut a1, mut mins) = (_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps());
+    for (s, b) in row.chunks_exact(K::BYTES).enumerate() {
+        // The activations' eight [scale, Σx] pairs: scales and sums apart, in order.
+        let pairs = x.scale_sum.as_ptr().add(8 * s).cast::<f32>();
+        let (lo, hi) = (_mm256_loadu_ps(pairs), _mm256_loadu_ps(pairs.add(8)));
+        let order = |v: __m256| _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(v)));
+        let xscales = order(_mm256_shuffle_ps::<0b10_00_10_00>(lo, hi));
+        let (scale, min) = K::scales(b);
+        if let Some(min) = min {
+            mins = _mm256_fmadd_ps(min, order(_mm256_shuffle_ps::<0b11_01_11_01>(lo, hi)), mins);
+        }
+        let mut scales = [0f32; 8];
+        _mm256_storeu_ps(scales.as_mut_ptr(), _mm256_mul_ps(scale, xscales));
+        let a = x.a.as_ptr().add(256 * s);
+        for p in 0..4 {
+            for (i, [q0, q1]) in K::codes(b, p).into_iter().enumerate() {
+                let j = 2 * p + i;
+                // Four exact products per 32-bit lane: |q·a| ≤ 32·128·32767 (Q6_K's scaled codes), four fit.
+                let dots = _mm256_add_epi32(
+                    _mm256_madd_epi16(q0, _mm256_loadu_si256(a.add(32 * j).cast())),
+                    _mm256_madd_epi16(q1, _mm256_loadu_si256(a.add(32 * j + 16).cast())),
+                );
+                let q = _mm256_cvtepi32_ps(dots);
+                if i == 0 {
+                    a0 = _mm256_fmadd_ps(q, _mm256_set1_ps(scales[j]), a0);
+                } else {
+                    a1 = _mm256_fmadd_ps(q, _mm256_set1_ps(scales[j]), a1);
+                }
             }
         }
     }
-    let s = _mm256_add_ps(a0, a1);
-    let s = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), mins))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
 }
