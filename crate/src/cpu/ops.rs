@@ -40,7 +40,7 @@ fn sum(values: impl Iterator<Item = f32>) -> f32 {
 }
 
 /// Dot product in 8 lanes.
-#[inline(always)]
+#[inline]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut lanes = [0f32; 8];
     let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
@@ -111,20 +111,37 @@ pub fn attention_head(
     out: &mut [f32],
     scores: &mut [f32],
 ) {
+    let head_dim = q.len();
     #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+    if head_dim.is_multiple_of(8)
+        && out.len() == head_dim
+        && is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+    {
         // SAFETY: the CPU has AVX2 and FMA (checked above).
         return unsafe { attention_head_avx2(q, k, v, len, kv_dim, kv_offset, out, scores) };
     }
-    attention_head_body(q, k, v, len, kv_dim, kv_offset, out, scores)
+    let scale = 1.0 / (head_dim as f32).sqrt();
+    let scores = &mut scores[..len];
+    for (t, s) in scores.iter_mut().enumerate() {
+        *s = dot(q, &k[t * kv_dim + kv_offset..][..head_dim]) * scale;
+    }
+    softmax(scores);
+    out.fill(0.0);
+    for (t, &p) in scores.iter().enumerate() {
+        let vt = &v[t * kv_dim + kv_offset..][..head_dim];
+        for (o, x) in out.iter_mut().zip(vt) {
+            *o += p * x;
+        }
+    }
 }
 
-/// [`attention_head`] with AVX2 and FMA, for heads of whole 8-lane vectors: each score a dot in four FMA chains,
+/// [`attention_head`] with AVX2 and FMA, for heads of whole 8-lane vectors (`out` as long as `q`): each score a dot in four FMA chains,
 /// and the output 32 values at a time, summed over every position in registers. The plain loops were a quarter of
 /// a 512-token prefill (the output went through memory at every position).
 ///
 /// # Safety
-/// The CPU has AVX2 and FMA.
+/// The CPU has AVX2 and FMA; `q.len()` is a multiple of 8 and equals `out.len()`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
@@ -139,9 +156,6 @@ unsafe fn attention_head_avx2(
     scores: &mut [f32],
 ) {
     let head_dim = q.len();
-    if !head_dim.is_multiple_of(8) || out.len() != head_dim {
-        return attention_head_body(q, k, v, len, kv_dim, kv_offset, out, scores);
-    }
     // Every row read below: `len` rows of `kv_dim`, the head's `head_dim` values at `kv_offset` in each.
     assert!(kv_offset + head_dim <= kv_dim && len * kv_dim <= k.len().min(v.len()) && len <= scores.len());
     let scale = 1.0 / (head_dim as f32).sqrt();
@@ -230,34 +244,6 @@ unsafe fn weighted_rows<const N: usize>(p: &[f32], v: *const f32, stride: usize,
     }
     for (i, acc) in acc.into_iter().enumerate() {
         _mm256_storeu_ps(out.add(8 * i), acc);
-    }
-}
-
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn attention_head_body(
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    len: usize,
-    kv_dim: usize,
-    kv_offset: usize,
-    out: &mut [f32],
-    scores: &mut [f32],
-) {
-    let head_dim = q.len();
-    let scale = 1.0 / (head_dim as f32).sqrt();
-    let scores = &mut scores[..len];
-    for (t, s) in scores.iter_mut().enumerate() {
-        *s = dot(q, &k[t * kv_dim + kv_offset..][..head_dim]) * scale;
-    }
-    softmax(scores);
-    out.fill(0.0);
-    for (t, &p) in scores.iter().enumerate() {
-        let vt = &v[t * kv_dim + kv_offset..][..head_dim];
-        for (o, x) in out.iter_mut().zip(vt) {
-            *o += p * x;
-        }
     }
 }
 

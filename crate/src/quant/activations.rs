@@ -14,9 +14,9 @@ pub(super) struct Activations16 {
     pub(super) a: Vec<i16>,
     /// Per block, `[scale, Σx]`: side by side, so that a kernel loads both in one read.
     pub(super) scale_sum: Vec<[f32; 2]>,
-    /// `x[2i] + x[2i + 1]` when asked for: a minimum (Q4_1, Q5_1, Q4_K, Q5_K) times these, lane by lane beside
-    /// the lanes of the integer dot, adds `m·Σx` without the two large sums `d·Σq·x` and `m·Σx` that cancel (in
-    /// float32 that cost SmolLM2 0.01 of a logit). Only the x86 kernels take them.
+    /// `x[2i] + x[2i + 1]` when asked for: a Q4_1 or Q5_1 minimum times these, lane by lane beside the lanes of the
+    /// integer dot, adds `m·Σx` without the two large sums `d·Σq·x` and `m·Σx` that cancel (in float32 that cost
+    /// SmolLM2 0.01 of a logit). Only the AVX-512 kernels take them.
     #[cfg(target_arch = "x86_64")]
     pub(super) pair_sum: Vec<f32>,
     /// Per block, `8·Σa`: the wasm kernel takes Q4/Q5 codes as stored, from 0, and subtracts this (twice for Q5)

@@ -298,10 +298,12 @@ fn decode_16(
         Level::Portable => return None,
     };
     let mut types = types.filter(|&t| has_16bit_dot(level, t));
-    // The x86 kernels add a minimum lane by lane over pairs of x (see `Activations16::pair_sum`).
-    let pair_sums = types
-        .clone()
-        .any(|t| matches!(t, GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K));
+    // The AVX-512 Q4_1/Q5_1 kernels add the minimum lane by lane over pairs of x (`Activations16::pair_sum`); the
+    // other kernels take each block's Σx.
+    #[cfg(target_arch = "x86_64")]
+    let pair_sums = level == Level::Avx512 && types.clone().any(|t| matches!(t, GgmlType::Q4_1 | GgmlType::Q5_1));
+    #[cfg(not(target_arch = "x86_64"))]
+    let pair_sums = false;
     types.next()?;
     Some((Activations16::new(x, pair_sums)?, kernel))
 }

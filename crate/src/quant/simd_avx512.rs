@@ -253,19 +253,6 @@ unsafe fn bytes32(p: *const u8) -> __m512i {
     _mm512_cvtepu8_epi16(_mm256_loadu_si256(p.cast()))
 }
 
-/// Q4_K/Q5_K's eight `d·sc` and `centre·d·sc − dmin·m`.
-#[target_feature(enable = "avx512f,avx512bw,f16c")]
-unsafe fn k_scales(b: *const u8, centre: f32) -> (__m256, Option<__m256>) {
-    let (sc, mn) = super::blocks::k_scale_min(std::slice::from_raw_parts(b.add(4), 12));
-    let d_dmin = halves(b);
-    let d = _mm256_broadcastss_ps(d_dmin);
-    let dmin = _mm256_broadcastss_ps(_mm_movehdup_ps(d_dmin));
-    let widen = |v: [u8; 8]| _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(i64::from_le_bytes(v))));
-    let scale = _mm256_mul_ps(d, widen(sc));
-    let min = _mm256_mul_ps(dmin, widen(mn));
-    (scale, Some(_mm256_fmsub_ps(_mm256_set1_ps(centre), scale, min)))
-}
-
 struct Q4K;
 struct Q5K;
 struct Q6K;
@@ -275,7 +262,8 @@ impl SuperBlock for Q4K {
 
     #[target_feature(enable = "avx512f,avx512bw,f16c")]
     unsafe fn scales(b: *const u8) -> (__m256, Option<__m256>) {
-        k_scales(b, 8.0)
+        // The AVX2 kernels' (Level::Avx512 also has AVX2, FMA and F16C: `Level::current` checks them first).
+        super::simd_x86_16::k_scales(std::slice::from_raw_parts(b, Self::BYTES), 8.0)
     }
 
     /// Sub-blocks 2p and 2p + 1: the low and high nibbles of the 32 bytes at `16 + 32p`, centred on 8.
@@ -297,7 +285,7 @@ impl SuperBlock for Q5K {
 
     #[target_feature(enable = "avx512f,avx512bw,f16c")]
     unsafe fn scales(b: *const u8) -> (__m256, Option<__m256>) {
-        k_scales(b, 16.0)
+        super::simd_x86_16::k_scales(std::slice::from_raw_parts(b, Self::BYTES), 16.0)
     }
 
     /// Q4_K's nibbles (at 48) plus 16 where bit `j` of the 32 bytes at 16 is set, centred on 16.
@@ -403,11 +391,7 @@ unsafe fn dot_k<K: SuperBlock>(row: &[u8], x: &Activations16) -> f32 {
             }
         }
     }
-    _mm512_reduce_add_ps(_mm512_add_ps(a0, a1)) + {
-        let m = _mm_add_ps(_mm256_castps256_ps128(mins), _mm256_extractf128_ps::<1>(mins));
-        let m = _mm_add_ps(m, _mm_movehl_ps(m, m));
-        _mm_cvtss_f32(_mm_add_ss(m, _mm_movehdup_ps(m)))
-    }
+    _mm512_reduce_add_ps(_mm512_add_ps(a0, a1)) + super::simd_x86::hsum(mins)
 }
 
 /// Four float32 rows dotted with two tokens' `x`, 16 lanes at a time (prefill over a dequantized tile).

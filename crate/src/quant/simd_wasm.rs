@@ -344,7 +344,7 @@ impl Block for Q4_1 {
     const CENTRE: i32 = 8;
     const HAS_MIN: bool = true;
     fn scale_word(b: &[u8]) -> u32 {
-        u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+        word(b, 0)
     }
     fn scales(words: v128, k: &Consts) -> (v128, v128) {
         let d = halves(words, k);
@@ -444,7 +444,7 @@ struct LoomQ4_0;
 impl Block for LoomQ4_0 {
     const BYTES: usize = 20;
     fn scale_word(b: &[u8]) -> u32 {
-        u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+        word(b, 0)
     }
     fn scales(words: v128, _: &Consts) -> (v128, v128) {
         (words, f32x4_splat(0.0))

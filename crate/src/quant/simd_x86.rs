@@ -25,7 +25,7 @@ pub(super) unsafe fn row_dot(ty: GgmlType, row: &[u8], x: &[f32]) -> Option<f32>
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn hsum(v: __m256) -> f32 {
+pub(super) unsafe fn hsum(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
@@ -33,7 +33,7 @@ unsafe fn hsum(v: __m256) -> f32 {
 
 /// The half at `b[0..2]`, broadcast.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn half8(b: &[u8]) -> __m256 {
+pub(super) unsafe fn half8(b: &[u8]) -> __m256 {
     let bits = u16::from_le_bytes([b[0], b[1]]);
     _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_set1_epi16(bits as i16)))
 }
@@ -53,7 +53,7 @@ unsafe fn load(x: &[f32], i: usize) -> __m256 {
 
 /// 16 bytes of `b` from byte `i`.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn load16(b: &[u8], i: usize) -> __m128i {
+pub(super) unsafe fn load16(b: &[u8], i: usize) -> __m128i {
     assert!(i + 16 <= b.len());
     _mm_loadu_si128(b.as_ptr().add(i).cast())
 }
@@ -413,7 +413,7 @@ pub(super) unsafe fn dequantize(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> 
 /// Q5_0/Q5_1's 32 codes, 0..32, as bytes (elements 0..16, 16..32): the low and high nibbles of `qs`, with bit `j`
 /// of `qh` as element `j`'s bit 4.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q5_codes(qh: u32, qs: __m128i) -> [__m128i; 2] {
+pub(super) unsafe fn q5_codes(qh: u32, qs: __m128i) -> [__m128i; 2] {
     let low = _mm_set1_epi8(0xF);
     // Byte j of the result holds byte j / 8 of the 16 bits; the mask picks its bit j % 8.
     let spread = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);

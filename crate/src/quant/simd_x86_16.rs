@@ -7,6 +7,7 @@
 use std::arch::x86_64::*;
 
 use super::activations::Activations16;
+use super::simd_x86::{half8, hsum, load16, q5_codes};
 use super::GgmlType;
 
 /// The dot of one stored row with `x`, for [`has_dot`] types.
@@ -56,26 +57,6 @@ impl Block for Q5_1 {
     const HAS_MIN: bool = true;
 }
 
-/// Q5's 32 codes as bytes, elements 0..16 then 16..32: the low then the high nibbles of the 16 bytes at `qs`, with
-/// bit `e` of the word at `qh` as element `e`'s bit 4 (each byte of the word spread over eight bytes, its bits
-/// picked by a compare).
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q5_bytes(qh: *const u8, qs: *const u8) -> __m256i {
-    let bytes = _mm_loadu_si128(qs.cast());
-    let low = _mm_set1_epi8(0xF);
-    let nibbles = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), low), _mm_and_si128(bytes, low));
-    let word = _mm256_set1_epi32(qh.cast::<i32>().read_unaligned());
-    let spread = _mm256_shuffle_epi8(
-        word,
-        _mm256_setr_epi8(
-            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
-        ),
-    );
-    let bits = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
-    let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bits), bits);
-    _mm256_or_si256(nibbles, _mm256_and_si256(set, _mm256_set1_epi8(16)))
-}
-
 /// `Σ_blocks d·scale_x·Σ q·a (+ m·Σx)` over one row of Q5_0/Q5_1 blocks.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot<B: Block>(row: &[u8], x: &Activations16) -> f32 {
@@ -87,18 +68,13 @@ unsafe fn dot<B: Block>(row: &[u8], x: &Activations16) -> f32 {
         let p = b.as_ptr();
         // Centred on 16 for both: Q5_1's minimum becomes `m + 16·d`, so that `d·Σ(q − 16)·a` and the minimum's
         // share stay small instead of two large sums that cancel.
-        let q = _mm256_sub_epi8(q5_bytes(p.add(B::QH), p.add(B::QH + 4)), _mm256_set1_epi8(16));
+        let qh = u32::from_le_bytes([b[B::QH], b[B::QH + 1], b[B::QH + 2], b[B::QH + 3]]);
+        let [q0, q1] = q5_codes(qh, load16(b, B::QH + 4)).map(|q| _mm_sub_epi8(q, _mm_set1_epi8(16)));
         let a = x.a.as_ptr().add(32 * k);
         // Four exact products per 32-bit lane, |q·a| ≤ 32·32767: they fit.
         let dots = _mm256_add_epi32(
-            _mm256_madd_epi16(
-                _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q)),
-                _mm256_loadu_si256(a.cast()),
-            ),
-            _mm256_madd_epi16(
-                _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(q)),
-                _mm256_loadu_si256(a.add(16).cast()),
-            ),
+            _mm256_madd_epi16(_mm256_cvtepi8_epi16(q0), _mm256_loadu_si256(a.cast())),
+            _mm256_madd_epi16(_mm256_cvtepi8_epi16(q1), _mm256_loadu_si256(a.add(16).cast())),
         );
         // d (and m) as float32, times the activations' [scale, Σx].
         let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(p.cast::<i32>().read_unaligned()));
@@ -144,13 +120,14 @@ unsafe fn load32(b: &[u8], at: usize) -> __m256i {
     _mm256_loadu_si256(b.as_ptr().add(at).cast())
 }
 
-/// Q4_K/Q5_K's eight `d·sc` and `centre·d·sc − dmin·m`.
+/// Q4_K/Q5_K's eight `d·sc` and `centre·d·sc − dmin·m` (also the AVX-512 kernels').
+///
+/// # Safety
+/// AVX2, FMA and F16C; `b` holds at least 16 bytes.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn k_scales(b: &[u8], centre: f32) -> (__m256, Option<__m256>) {
+pub(super) unsafe fn k_scales(b: &[u8], centre: f32) -> (__m256, Option<__m256>) {
     let (sc, mn) = super::blocks::k_scale_min(&b[4..16]);
-    let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(b.as_ptr().cast::<i32>().read_unaligned()));
-    let d = _mm256_broadcastss_ps(dm);
-    let dmin = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
+    let (d, dmin) = (half8(b), half8(&b[2..]));
     let widen = |v: [u8; 8]| _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(i64::from_le_bytes(v))));
     let scale = _mm256_mul_ps(d, widen(sc));
     let min = _mm256_mul_ps(dmin, widen(mn));
@@ -207,8 +184,7 @@ impl SuperBlock for Q6K {
     const BYTES: usize = 210;
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn scales(b: &[u8]) -> (__m256, Option<__m256>) {
-        let d = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(u16::from_le_bytes([b[208], b[209]]))));
-        (_mm256_broadcastss_ps(d), None)
+        (half8(&b[208..]), None)
     }
     /// Sub-blocks j = 4h + k for the pair p = 2h + k / 2… taken as (h, k ∈ {2(p % 2), 2(p % 2) + 1}): nibble k / 2 of
     /// the 32 bytes at `64h + 32·(k % 2)`, bits `2k..2k + 2` of the 32 bytes at `128 + 32h` as bits 4 and 5,
@@ -285,11 +261,4 @@ unsafe fn dot_k<K: SuperBlock>(row: &[u8], x: &Activations16) -> f32 {
         }
     }
     hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), mins))
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn hsum(v: __m256) -> f32 {
-    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
 }
