@@ -5,6 +5,8 @@
 
 pub(crate) mod loom;
 pub(crate) mod ops;
+#[cfg(not(target_arch = "wasm32"))]
+mod profile;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,6 +23,8 @@ pub use ops::{
 };
 
 pub use ops::kernel::{Arena, ArenaCounts, Recorder};
+#[cfg(not(target_arch = "wasm32"))]
+pub use profile::KernelTime;
 
 use crate::error::{LoomError, Result};
 
@@ -73,6 +77,9 @@ pub struct Gpu {
     pub has_subgroups: bool,
     lost: Arc<AtomicBool>,
     pipelines: Mutex<HashMap<PipelineKey, Arc<wgpu::ComputePipeline>>>,
+    /// Timestamp queries per pass ([`Gpu::profiled`] only).
+    #[cfg(not(target_arch = "wasm32"))]
+    profiler: Option<Mutex<profile::Profiler>>,
     /// Pipelines whose validation result is not known yet (in the browser the error scope resolves later).
     #[cfg(target_arch = "wasm32")]
     unchecked: Mutex<Vec<(PipelineKey, Verdict)>>,
@@ -91,16 +98,24 @@ impl Gpu {
     /// Requests an adapter (natively honouring `WGPU_BACKEND` / `WGPU_ADAPTER_NAME`) and a device with the
     /// adapter's own limits. No adapter is [`LoomError::NoGpu`], with the reason.
     pub async fn new() -> Result<Gpu> {
-        Gpu::request(None).await
+        Gpu::request(None, false).await
+    }
+
+    /// [`Gpu::new`] with timestamp queries, for benchmarks: while [`Gpu::set_profiling`] is on, every dispatch is
+    /// timed on the GPU and [`Gpu::take_kernel_times`] sums the times by kernel. An adapter without timestamp
+    /// queries is [`LoomError::Unsupported`].
+    #[cfg(not(target_arch = "wasm32"))]
+    pub async fn profiled() -> Result<Gpu> {
+        Gpu::request(None, true).await
     }
 
     /// [`Gpu::new`] with the storage-binding limit (and the largest buffer) capped at `max_binding` bytes, to run
     /// under a smaller device's limits than the adapter's (e.g. a browser's 128 MiB default, or far less in tests).
     pub async fn with_max_binding(max_binding: u64) -> Result<Gpu> {
-        Gpu::request(Some(max_binding)).await
+        Gpu::request(Some(max_binding), false).await
     }
 
-    async fn request(max_binding: Option<u64>) -> Result<Gpu> {
+    async fn request(max_binding: Option<u64>, profile: bool) -> Result<Gpu> {
         let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
         let adapter = instance
             .request_adapter(&wgpu::RequestAdapterOptions {
@@ -122,7 +137,16 @@ impl Gpu {
         } else {
             wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP
         };
-        let features = adapter.features() & wanted;
+        let mut features = adapter.features() & wanted;
+        if profile {
+            if !adapter.features().contains(wgpu::Features::TIMESTAMP_QUERY) {
+                return Err(LoomError::Unsupported(format!(
+                    "{}: the adapter has no timestamp queries",
+                    info.name
+                )));
+            }
+            features |= wgpu::Features::TIMESTAMP_QUERY;
+        }
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("loom"),
@@ -135,6 +159,8 @@ impl Gpu {
         let lost = Arc::new(AtomicBool::new(false));
         let flag = lost.clone();
         device.set_device_lost_callback(move |_, _| flag.store(true, Ordering::SeqCst));
+        #[cfg(not(target_arch = "wasm32"))]
+        let profiler = profile.then(|| Mutex::new(profile::Profiler::new(&device, &queue)));
         Ok(Gpu {
             device,
             queue,
@@ -144,9 +170,74 @@ impl Gpu {
             has_subgroups: features.contains(wgpu::Features::SUBGROUP),
             lost,
             pipelines: Mutex::new(HashMap::new()),
+            #[cfg(not(target_arch = "wasm32"))]
+            profiler,
             #[cfg(target_arch = "wasm32")]
             unchecked: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Times every dispatch from here on (`true`) or stops (`false`); nothing without [`Gpu::profiled`].
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn set_profiling(&self, on: bool) {
+        if let Some(p) = &self.profiler {
+            lock(p).enabled = on;
+        }
+    }
+
+    /// The GPU time of each kernel dispatched while profiling was on, since the last call.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn take_kernel_times(&self) -> Vec<KernelTime> {
+        self.profiler.as_ref().map_or_else(Vec::new, |p| lock(p).take())
+    }
+
+    /// The weight bytes the next dispatch reads, for the profile's bandwidth figures (a no-op unless profiling).
+    pub(crate) fn note_weight_bytes(&self, _bytes: u64) {
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Some(p) = &self.profiler {
+            lock(p).note_weight_bytes(_bytes);
+        }
+    }
+
+    /// Whether the profile has no room for another pass in this submit (the recorder flushes first).
+    pub(crate) fn profile_full(&self) -> bool {
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Some(p) = &self.profiler {
+            return lock(p).is_full();
+        }
+        false
+    }
+
+    /// The timestamp writes of the next pass, which dispatches `pipeline`, while profiling.
+    pub(crate) fn pass_timestamps(&self, _pipeline: &wgpu::ComputePipeline) -> Option<(wgpu::QuerySet, u32)> {
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Some(p) = &self.profiler {
+            let mut p = lock(p);
+            if !p.enabled {
+                return None;
+            }
+            let name = lock(&self.pipelines)
+                .iter()
+                .find(|(_, cached)| ***cached == *_pipeline)
+                .map_or_else(|| "unnamed".to_string(), |(key, _)| key.to_string());
+            return p.begin_pass(name);
+        }
+        None
+    }
+
+    /// Submits `encoder`, with the profile's timestamps resolved at its end and collected after it when profiling.
+    pub(crate) fn submit_encoder(&self, mut encoder: wgpu::CommandEncoder) {
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Some(p) = &self.profiler {
+            let mut p = lock(p);
+            if p.resolve(&mut encoder) {
+                self.queue.submit([encoder.finish()]);
+                // A failed readback (a lost device) loses the profile only; the next call reports the loss.
+                let _ = p.collect(&self.device);
+                return;
+            }
+        }
+        self.queue.submit([encoder.finish()]);
     }
 
     /// A compute pipeline for `entry` in `source`, compiled once and reused. Compilation runs under a validation

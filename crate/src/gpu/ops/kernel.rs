@@ -90,7 +90,20 @@ pub(crate) fn dispatch_3d(
     groups: (u32, u32, u32),
 ) {
     let group = rec.bind_group(pipeline, &params(words), buffers);
-    let mut pass = rec.encoder().begin_compute_pass(&Default::default());
+    if rec.gpu.profile_full() {
+        rec.flush();
+    }
+    let timestamps = rec.gpu.pass_timestamps(pipeline);
+    let mut pass = rec.encoder().begin_compute_pass(&wgpu::ComputePassDescriptor {
+        label: None,
+        timestamp_writes: timestamps
+            .as_ref()
+            .map(|(query_set, i)| wgpu::ComputePassTimestampWrites {
+                query_set,
+                beginning_of_pass_write_index: Some(*i),
+                end_of_pass_write_index: Some(i + 1),
+            }),
+    });
     pass.set_pipeline(pipeline);
     pass.set_bind_group(0, &group, &[]);
     pass.dispatch_workgroups(groups.0, groups.1, groups.2);
@@ -192,7 +205,7 @@ impl<'a> Recorder<'a> {
     /// Submits what is recorded so far; recording may go on (in a new encoder, made when first needed).
     pub fn flush(&mut self) {
         if let Some(recorded) = self.encoder.take() {
-            self.gpu.queue.submit([recorded.finish()]);
+            self.gpu.submit_encoder(recorded);
         }
     }
 

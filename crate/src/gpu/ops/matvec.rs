@@ -406,6 +406,12 @@ impl PackedWeights {
     pub fn byte_len(&self) -> u64 {
         self.bytes
     }
+
+    /// Bytes of the stored weights this view's matrix covers (its share of the tensor).
+    fn view_bytes(&self) -> u64 {
+        let n = (self.n_in * self.n_out) as f64;
+        (self.bytes as f64 * n / self.len.max(1) as f64) as u64
+    }
 }
 
 fn too_many(n_in: usize, n_out: usize) -> LoomError {
@@ -584,6 +590,7 @@ impl MatVec {
         let pipeline = self.pipeline(gpu, w.parts.len(), bt, gamma.is_some())?;
         let words = w.params(act.id(), groups_x, batch, &options);
         let buffers = w.bindings(x.buffer, y.buffer, gamma);
+        gpu.note_weight_bytes(w.view_bytes());
         dispatch_3d(rec, &pipeline, &words, &buffers, (groups_x, groups_y, groups_z));
         Ok(())
     }
