@@ -13,7 +13,8 @@
 # dispatches per token and per-kernel GPU time from timestamp queries with each matvec's bytes/s against the
 # measured copy bandwidth) and the logs beside it. It takes about 3 minutes on an H100.
 # Environment: OUT (default target/device-check), SHAPES (all, or e.g. tiny on a CPU adapter), TYPES,
-# PREFILL_TOKENS (512), DECODE_TOKENS (64), RUNS (2).
+# PREFILL_TOKENS (512), DECODE_TOKENS (64), RUNS (2), FOLD_NORMS (0, 1 or both; default: the engine's choice),
+# CASES (a pattern: only the GPU op cases it matches).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 dc=.devcheck
@@ -66,7 +67,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.memory,clocks
     >"$OUT/nvidia-smi.csv" 2>&1 || true
 echo "=== GPU op cases against their CPU twins, each in its own process (a hang or a crash names its case)"
 : >"$OUT/gpu_ops.log"
-"$dc/bin/gpu_ops" --list --format terse 2>/dev/null | sed -n 's/: test$//p' | while read -r case; do
+"$dc/bin/gpu_ops" --list --format terse 2>/dev/null | sed -n 's/: test$//p' | grep -e "${CASES:-}" | while read -r case; do
     timeout 60 "$dc/bin/gpu_ops" --exact "$case" --test-threads 1 >"$OUT/case.log" 2>&1
     rc=$?
     if [ $rc -eq 0 ]; then echo "test $case ... ok" >>"$OUT/gpu_ops.log"; else
@@ -89,6 +90,7 @@ done
 echo "=== device_check at real shapes"
 timeout 300 "$dc/bin/device_check" --shapes "${SHAPES:-all}" --types "${TYPES:-q4_0,q4_1,q8_0,q4_k_m,f16}" \
     --prefill-tokens "${PREFILL_TOKENS:-512}" --decode-tokens "${DECODE_TOKENS:-64}" --runs "${RUNS:-2}" \
+    ${FOLD_NORMS:+--fold-norms "$FOLD_NORMS"} \
     >"$OUT/shapes.json" 2>"$OUT/device_check.log"
 echo "device_check exit $?"
 tail -n 25 "$OUT/device_check.log"
@@ -140,5 +142,6 @@ for r in report.get("runs", []):
     else:
         print(f"{r['shape']:>14} {r['type']:>7}  decode {r['decode']['tok_s']:8.1f} tok/s  prefill "
               f"{r['prefill']['tok_s']:9.1f} tok/s  {r['per_decoded_token']['dispatches']} dispatches/token  "
+              f"folded {r['fold_norms']['decode']:d}/{r['fold_norms']['prefill']:d}  "
               f"gpu {r['decode']['gpu_ms_per_token']:.3f} ms/token")
 EOF

@@ -11,8 +11,9 @@
 //   pos0 + t attends to the positions 0..=pos0 + t (causal; prefill and one-token decode are the same kernel). GQA:
 //   head h reads KV head h / (heads / kv_heads). Scores q·k · scale; softmax from an initial max of −1e9 as Loom's,
 //   computed online over chunks of 256 positions (rescaling the running sum and output when the max grows);
-//   out = Σ e·v / Σ e. Any head_dim: the scores sum the query in chunks of 256 dims staged in shared memory, and
-//   workgroup z writes output dims 256·z .. 256·z + 255 (wider heads recompute the scores once per chunk). A head
+//   out = Σ e·v / Σ e (the dot products and the weighted sums in four interleaved partial sums, whose loads
+//   overlap: one sum at a time was latency-bound on GPUs). Any head_dim: the scores sum the query in chunks of 256
+//   dims staged in shared memory, and workgroup z writes output dims 256·z .. 256·z + 255 (wider heads recompute the scores once per chunk). A head
 //   past the last KV head (heads not a multiple of kv_heads) reads the cache as Loom's flat
 //   [pos][kv_heads·head_dim] layout would, i.e. into the next position's row.
 
@@ -72,6 +73,11 @@ fn kv_update(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgro
 var<workgroup> qs: array<f32, HEAD_CHUNK>;
 var<workgroup> sc: array<f32, CHUNK>;
 
+// Start of the row of KV head `kvh` (< kv_heads) at timeline position `pos`: its head_dim values follow.
+fn kv_row(pos: u32, kvh: u32) -> u32 {
+    return (kvh * p.max_seq + pos % p.max_seq) * p.head_dim;
+}
+
 // Index of element i of KV head `kvh` at timeline position `pos`.
 fn kv_at(pos: u32, kvh: u32, i: u32) -> u32 {
     let row = pos % p.max_seq;
@@ -112,7 +118,18 @@ fn attend(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index)
             workgroupBarrier();
             for (var j = lane; j < cn; j += 64u) {
                 var dot = 0.0;
-                for (var i = 0u; i < hn; i++) {
+                var i = 0u;
+                if kvh < p.kv_heads {
+                    // Four independent sums over the contiguous row, so that loads overlap.
+                    let b = kv_row(c0 + j, kvh) + h0;
+                    var d = vec4<f32>(0.0);
+                    for (; i + 4u <= hn; i += 4u) {
+                        let qv = vec4<f32>(qs[i], qs[i + 1u], qs[i + 2u], qs[i + 3u]);
+                        d += qv * vec4<f32>(k_cache[b + i], k_cache[b + i + 1u], k_cache[b + i + 2u], k_cache[b + i + 3u]);
+                    }
+                    dot = (d.x + d.y) + (d.z + d.w);
+                }
+                for (; i < hn; i++) {
                     dot += qs[i] * k_cache[kv_at(c0 + j, kvh, h0 + i)];
                 }
                 sc[j] += dot;
@@ -136,11 +153,24 @@ fn attend(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index)
         for (var k = 0u; k < 4u; k++) {
             let d = d0 + lane + 64u * k;
             if d < hd {
-                var a = acc[k] * alpha;
-                for (var j = 0u; j < cn; j++) {
-                    a += sc[j] * v_cache[kv_at(c0 + j, kvh, d)];
+                var a = vec4<f32>(acc[k] * alpha, 0.0, 0.0, 0.0);
+                var j = 0u;
+                if kvh < p.kv_heads {
+                    // Four positions a step, each its own sum, so that loads overlap.
+                    for (; j + 4u <= cn; j += 4u) {
+                        let e = vec4<f32>(sc[j], sc[j + 1u], sc[j + 2u], sc[j + 3u]);
+                        a += e * vec4<f32>(
+                            v_cache[kv_row(c0 + j, kvh) + d],
+                            v_cache[kv_row(c0 + j + 1u, kvh) + d],
+                            v_cache[kv_row(c0 + j + 2u, kvh) + d],
+                            v_cache[kv_row(c0 + j + 3u, kvh) + d],
+                        );
+                    }
                 }
-                acc[k] = a;
+                for (; j < cn; j++) {
+                    a.x += sc[j] * v_cache[kv_at(c0 + j, kvh, d)];
+                }
+                acc[k] = (a.x + a.y) + (a.z + a.w);
             }
         }
         m = m_new;

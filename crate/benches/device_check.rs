@@ -4,7 +4,7 @@
 //! Q5_0 / Q8_0 as llama.cpp's do). Not a test: it prints one JSON document on stdout.
 //!
 //!   cargo bench -p loom-wasm --bench device_check -- [--shapes a,b] [--types a,b] [--prefill-tokens 512]
-//!       [--decode-tokens 64] [--runs 2] [--seed 1]
+//!       [--decode-tokens 64] [--runs 2] [--seed 1] [--fold-norms 0|1|both]
 //!
 //! For each shape × type: upload time, prefill and greedy decode tok/s (wall clock, median of `runs` after a
 //! warm-up), dispatches and submits per decoded token, then one prefill and the decode steps again with timestamp
@@ -29,7 +29,7 @@ use rayon::prelude::*;
 use serde_json::{json, Value};
 
 const USAGE: &str = "usage: cargo bench -p loom-wasm --bench device_check -- --shapes all|NAME,... \
-     [--types q4_0,q4_1,q8_0,q4_k_m,f16] [--prefill-tokens 512] [--decode-tokens 64] [--runs 2] [--seed 1]";
+     [--types q4_0,q4_1,q8_0,q4_k_m,f16] [--prefill-tokens 512] [--decode-tokens 64] [--runs 2] [--seed 1] [--fold-norms 0|1|both]";
 
 type BoxResult<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -332,7 +332,15 @@ struct Run {
     runs: usize,
 }
 
-fn run_one(gpu: &Arc<Gpu>, s: &Shape, file: &str, seed: u64, r: &Run, copy_gb_s: f64) -> BoxResult<Value> {
+fn run_one(
+    gpu: &Arc<Gpu>,
+    s: &Shape,
+    file: &str,
+    fold: Option<bool>,
+    seed: u64,
+    r: &Run,
+    copy_gb_s: f64,
+) -> BoxResult<Value> {
     let t = Instant::now();
     let w = weights(s, file, seed);
     let generate_ms = ms_since(t);
@@ -340,6 +348,9 @@ fn run_one(gpu: &Arc<Gpu>, s: &Shape, file: &str, seed: u64, r: &Run, copy_gb_s:
     let t = Instant::now();
     let context = Some(r.prefill.max(r.decode + 16) + 16);
     let mut engine = pollster::block_on(GpuEngine::new(gpu.clone(), &cfg, &w, context))?;
+    if let Some(fold) = fold {
+        engine.set_fold_norms(fold);
+    }
     let upload_ms = ms_since(t);
     let mix: Vec<Value> = w.type_mix().iter().map(|(t, n)| json!([t.name(), n])).collect();
     let weight_bytes = w.bytes();
@@ -397,6 +408,7 @@ fn run_one(gpu: &Arc<Gpu>, s: &Shape, file: &str, seed: u64, r: &Run, copy_gb_s:
     Ok(json!({
         "shape": s.name,
         "type": file,
+        "fold_norms": {"decode": engine.folds_norms(1), "prefill": engine.folds_norms(r.prefill)},
         "block_types": mix,
         "weight_bytes": weight_bytes,
         "generate_ms": generate_ms,
@@ -410,8 +422,9 @@ fn run_one(gpu: &Arc<Gpu>, s: &Shape, file: &str, seed: u64, r: &Run, copy_gb_s:
         "per_decoded_token": {"dispatches": step.dispatches, "submits": step.submits,
                               "bind_groups_created": step.bind_groups_created,
                               "bytes_read_back": step.bytes_read_back,
-                              // What the host adds over the GPU's own time, per dispatch.
-                              "host_us_per_dispatch": (ms_per_token - decode_gpu_ms) * 1e3
+                              // The wall clock beyond the kernels' own time, per dispatch: the host's recording,
+                              // the submit and readback, and the GPU's time between kernels.
+                              "overhead_us_per_dispatch": (ms_per_token - decode_gpu_ms) * 1e3
                                   / f64::from(step.dispatches.max(1))},
         "kernels_decode": decode_kernels,
         "kernels_prefill": prefill_kernels,
@@ -462,15 +475,22 @@ fn main() -> BoxResult<()> {
     let bandwidth = copy_bandwidth(&gpu)?;
     let copy_gb_s = bandwidth["gb_s"].as_f64().unwrap_or(1.0);
     let mut results = Vec::new();
+    // The engine's choice of folding the norms and residual adds into the matvecs, or both ways.
+    let folds = match value("--fold-norms").map(String::as_str) {
+        None => vec![None],
+        Some("both") => vec![Some(true), Some(false)],
+        Some(v) => vec![Some(v.parse::<u8>()? != 0)],
+    };
     for s in &shapes {
-        for file in &types {
+        for (file, fold) in types.iter().flat_map(|t| folds.iter().map(move |f| (t, *f))) {
             let t = Instant::now();
-            let result = run_one(&gpu, s, file, seed, &r, copy_gb_s)
+            let result = run_one(&gpu, s, file, fold, seed, &r, copy_gb_s)
                 .unwrap_or_else(|e| json!({"shape": s.name, "type": file, "error": e.to_string()}));
             eprintln!(
-                "{} {}: {:.1} s, decode {:.1} tok/s, prefill {:.1} tok/s{}",
+                "{} {} fold {}: {:.1} s, decode {:.1} tok/s, prefill {:.1} tok/s{}",
                 s.name,
                 file,
+                result["fold_norms"],
                 t.elapsed().as_secs_f64(),
                 result["decode"]["tok_s"].as_f64().unwrap_or(f64::NAN),
                 result["prefill"]["tok_s"].as_f64().unwrap_or(f64::NAN),

@@ -5,8 +5,8 @@
 //!   cargo bench -p loom-wasm --bench llm_gpu -- MODEL [--runs R] [--prefill-tokens 512] [--decode-tokens 128]
 //!       [--fold-norms 0|1]
 //!
-//! `--fold-norms` overrides the engine's choice of folding the norms and residual adds into the matvecs (on for
-//! GPUs, off for CPU adapters such as lavapipe).
+//! `--fold-norms` overrides the engine's choice of folding the norms and residual adds into the matvecs
+//! (`GpuEngine::folds_norms`: on GPUs for the decode steps of models up to 1,024 wide, else off).
 //! `prefill`: a fixed sequence of ordinary vocabulary ids into an empty KV cache, last-token logits read back.
 //! `decode`: after a short prompt, `decode-tokens` greedy steps, each picked on the GPU (one id read back); then
 //! `decode_sampled`, the same steps sampled and drawn on the GPU (`sample.wgsl`, one id read back). Each
@@ -116,7 +116,7 @@ fn main() -> BoxResult<()> {
         "device_type": format!("{:?}", gpu.info.device_type),
         "shader_f16": gpu.has_f16,
         "subgroups": gpu.has_subgroups,
-        "fold_norms": engine.folds_norms(),
+        "fold_norms": {"decode": engine.folds_norms(1), "prefill": engine.folds_norms(prefill_n)},
         "loadavg": loadavg(),
         "upload_ms": upload_ms,
         "prefill": {"tokens": prefill_n, "ms": prefill_ms, "tok_s_median": prefill_n as f64 / (p / 1e3),

@@ -226,16 +226,18 @@ impl Gpu {
     }
 
     /// Submits `encoder`, with the profile's timestamps resolved at its end and collected after it when profiling.
-    pub(crate) fn submit_encoder(&self, mut encoder: wgpu::CommandEncoder) {
+    pub(crate) fn submit_encoder(&self, encoder: wgpu::CommandEncoder) {
         #[cfg(not(target_arch = "wasm32"))]
         if let Some(p) = &self.profiler {
-            let mut p = lock(p);
+            let (mut encoder, mut p) = (encoder, lock(p));
             if p.resolve(&mut encoder) {
                 self.queue.submit([encoder.finish()]);
                 // A failed readback (a lost device) loses the profile only; the next call reports the loss.
                 let _ = p.collect(&self.device);
-                return;
+            } else {
+                self.queue.submit([encoder.finish()]);
             }
+            return;
         }
         self.queue.submit([encoder.finish()]);
     }

@@ -4,7 +4,8 @@
 //!
 //! Tolerance: |gpu − cpu| ≤ 1e-5 + 1e-4·|cpu|. CNN sums in f32 where the CPU sums in f64 and the activations are the
 //! GPU's f32 maths; ConvTransposed adds the CPU's f32 products in the CPU's order, so a float32 layer with a Linear
-//! or ReLU activation must match bit for bit (asserted below).
+//! or ReLU activation matches bit for bit on CPU adapters (asserted below). GPU compilers contract `sum += x·w` into
+//! fused multiply-adds (one rounding instead of two: an H200 differed in the last bit), so there the tolerance holds.
 
 use loom_wasm::cpu::Tensor;
 use loom_wasm::gpu::{Conv, Gpu, GpuTensor, Recorder};
@@ -240,7 +241,8 @@ pub async fn every_family_dimensionality_stride_padding_and_dtype_matches_the_cp
                 s.act,
                 dt.name()
             );
-            if s.transposed() && dt == DType::Float32 && matches!(s.act, "Linear" | "ReLU") {
+            let separate_roundings = matches!(gpu.info.device_type, wgpu::DeviceType::Cpu | wgpu::DeviceType::Other);
+            if s.transposed() && dt == DType::Float32 && matches!(s.act, "Linear" | "ReLU") && separate_roundings {
                 exact(&what, &got.data, &want.data);
             } else {
                 close(&what, &got.data, &want.data, ABS, REL);
