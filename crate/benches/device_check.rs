@@ -21,7 +21,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use common::{loadavg, median, ms_since};
 use loom_wasm::gpu::{Gpu, KernelTime};
-use loom_wasm::llm::config::{Arch, ModelConfig, RopeStyle};
+use loom_wasm::llm::config::{Arch, BlockSpec, ModelConfig, RopeStyle};
 use loom_wasm::llm::gpu_engine::GpuEngine;
 use loom_wasm::llm::weights::{BlockWeights, Matrix, ModelWeights};
 use loom_wasm::quant::GgmlType;
@@ -220,6 +220,7 @@ fn config(s: &Shape) -> ModelConfig {
         final_norm_eps: 1e-6,
         context: 4096,
         tied_embeddings: true,
+        block: BlockSpec::llama(s.head_dim),
     }
 }
 
@@ -257,6 +258,8 @@ fn weights(s: &Shape, file: &str, seed: u64) -> ModelWeights {
                 q_norm: head_norm(),
                 k_norm: head_norm(),
                 ffn_norm: ones(h),
+                post_attn_norm: None,
+                post_ffn_norm: None,
                 gate: mat(Tensor::Other, i, f, h),
                 up: mat(Tensor::Other, i, f, h),
                 down: mat(Tensor::Down, i, h, f),

@@ -262,6 +262,24 @@ pub fn softmax(x: &mut [f32]) {
 }
 
 /// SwiGLU's product in place: `gate = silu(gate) · up`.
+/// `gate = gelu_tanh(gate) · up` (GeGLU), with GELU's tanh approximation as PyTorch's `gelu(approximate="tanh")`:
+/// 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))); tanh(z) = 1 − 2/(e^{2z} + 1), which holds at ±∞ too.
+pub fn gelu_tanh_mul(gate: &mut [f32], up: &[f32]) {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    let mut e = [0f32; 64];
+    for (gate, up) in gate.chunks_mut(64).zip(up.chunks(64)) {
+        let e = &mut e[..gate.len().min(up.len())];
+        for (e, &g) in e.iter_mut().zip(gate.iter()) {
+            *e = 2.0 * SQRT_2_OVER_PI * (g + 0.044_715 * g * g * g);
+        }
+        exp_in_place(e);
+        for ((g, u), e) in gate.iter_mut().zip(up).zip(e.iter()) {
+            let tanh = 1.0 - 2.0 / (e + 1.0);
+            *g = 0.5 * *g * (1.0 + tanh) * u;
+        }
+    }
+}
+
 pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
     let mut e = [0f32; 64];
     for (gate, up) in gate.chunks_mut(64).zip(up.chunks(64)) {

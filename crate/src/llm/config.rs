@@ -15,6 +15,9 @@ pub enum Arch {
     Qwen2,
     /// Qwen3: per-head RMSNorm of q and k before RoPE.
     Qwen3,
+    /// Gemma 3 (text): q/k norms, a norm after attention and after the feed-forward, GeGLU (tanh GELU), the
+    /// embedding scaled by √hidden, sliding-window layers with their own RoPE base (see [`BlockSpec`]).
+    Gemma3,
 }
 
 impl Arch {
@@ -23,6 +26,7 @@ impl Arch {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
+            Arch::Gemma3 => "gemma3",
         }
     }
 }
@@ -35,6 +39,58 @@ pub enum RopeStyle {
     /// Dimensions 2i and 2i+1 (ggml NORM): llama GGUFs, whose q/k rows llama.cpp's converter permuted so that
     /// adjacent-pair RoPE on the stored rows equals `rotate_half` on the original ones.
     Adjacent,
+}
+
+/// The feed-forward's gate activation: `act(gate) · up`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FfnAct {
+    /// SwiGLU (Llama, Qwen).
+    Silu,
+    /// GeGLU with the tanh approximation of GELU (Gemma's `gelu_pytorch_tanh`).
+    GeluTanh,
+}
+
+/// Layers that attend to a sliding window of the latest positions, with their own RoPE base (Gemma 2/3).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sliding {
+    /// Positions a query sees, its own included.
+    pub window: usize,
+    /// Which layers slide (one flag a layer); the others attend to the whole context with `rope_theta`.
+    pub layers: Vec<bool>,
+    /// The sliding layers' RoPE base.
+    pub rope_theta: f32,
+}
+
+/// One family's decoder block as both engines run it: what differs from Llama's (pre-norm attention and SwiGLU,
+/// each added to the residual stream). A family is this description, never a code path of its own.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BlockSpec {
+    /// RMSNorm of the attention output and of the feed-forward output before their residual adds (Gemma 2/3).
+    pub post_norms: bool,
+    pub ffn_act: FfnAct,
+    /// The token embedding is multiplied by this (Gemma: √hidden).
+    pub embed_scale: f32,
+    /// Attention scores are q·k times this: 1/√head_dim, or Gemma's `query_pre_attn_scalar`^-½.
+    pub attn_scale: f32,
+    pub sliding: Option<Sliding>,
+}
+
+impl BlockSpec {
+    /// Llama's block (also Mistral's without a window, and Qwen's: their q/k biases and norms are weights).
+    pub fn llama(head_dim: usize) -> BlockSpec {
+        BlockSpec {
+            post_norms: false,
+            ffn_act: FfnAct::Silu,
+            embed_scale: 1.0,
+            attn_scale: 1.0 / (head_dim as f32).sqrt(),
+            sliding: None,
+        }
+    }
+
+    /// Whether this is Llama's block exactly (what the GPU engine runs today).
+    pub fn is_llama(&self, head_dim: usize) -> bool {
+        *self == BlockSpec::llama(head_dim)
+    }
 }
 
 /// Largest accepted dimensions: far above any model a browser runs, low enough that products cannot overflow.
@@ -64,6 +120,7 @@ pub struct ModelConfig {
     /// Longest sequence the model was trained for: the KV cache's limit.
     pub context: usize,
     pub tied_embeddings: bool,
+    pub block: BlockSpec,
 }
 
 impl ModelConfig {
@@ -73,6 +130,20 @@ impl ModelConfig {
 
     pub fn kv_dim(&self) -> usize {
         self.n_kv_heads * self.head_dim
+    }
+
+    /// The sliding window layer `l` attends within, if it slides.
+    pub fn window(&self, l: usize) -> Option<usize> {
+        let s = self.block.sliding.as_ref()?;
+        s.layers.get(l).copied().unwrap_or(false).then_some(s.window)
+    }
+
+    /// Layer `l`'s RoPE base.
+    pub fn layer_rope_theta(&self, l: usize) -> f32 {
+        match &self.block.sliding {
+            Some(s) if s.layers.get(l).copied().unwrap_or(false) => s.rope_theta,
+            _ => self.rope_theta,
+        }
     }
 
     /// Checks the relations the decoder relies on, so a lying header is an error here and never an index out of
@@ -113,6 +184,26 @@ impl ModelConfig {
         if !(self.rope_theta.is_finite() && self.rope_theta > 0.0) {
             return bad(format!("rope_theta {}", self.rope_theta));
         }
+        let b = &self.block;
+        if !(b.embed_scale.is_finite() && b.attn_scale.is_finite() && b.attn_scale > 0.0) {
+            return bad(format!(
+                "embedding scale {} / attention scale {}",
+                b.embed_scale, b.attn_scale
+            ));
+        }
+        if let Some(s) = &b.sliding {
+            if s.window == 0 || s.layers.len() != self.n_layers {
+                return bad(format!(
+                    "a sliding window of {} over {} layer flags for {} layers",
+                    s.window,
+                    s.layers.len(),
+                    self.n_layers
+                ));
+            }
+            if !(s.rope_theta.is_finite() && s.rope_theta > 0.0) {
+                return bad(format!("sliding layers' rope_theta {}", s.rope_theta));
+            }
+        }
         for eps in [self.rms_eps, self.final_norm_eps] {
             if !(eps.is_finite() && eps >= 0.0) {
                 return bad(format!("rms_norm_eps {eps}"));
@@ -132,9 +223,10 @@ impl ModelConfig {
             "llama" => Arch::Llama,
             "qwen2" => Arch::Qwen2,
             "qwen3" => Arch::Qwen3,
+            "gemma3" => Arch::Gemma3,
             other => {
                 return Err(LoomError::Unsupported(format!(
-                    "GGUF architecture {other:?} (llama, qwen2 and qwen3 run)"
+                    "GGUF architecture {other:?} (llama, qwen2, qwen3 and gemma3 run)"
                 )))
             }
         };
@@ -165,18 +257,24 @@ impl ModelConfig {
             Some(d) => d,
             None => hidden / n_heads.max(1),
         };
+        let n_layers = need("block_count")?;
+        let rope_theta = float("rope.freq_base")?.unwrap_or(10000.0);
+        let block = match arch {
+            Arch::Gemma3 => gemma3_gguf_block(h, &key, n_layers, n_heads, head_dim, hidden)?,
+            _ => BlockSpec::llama(head_dim),
+        };
         let cfg = ModelConfig {
             arch,
-            n_layers: need("block_count")?,
+            n_layers,
             hidden,
             n_heads,
             n_kv_heads: int("attention.head_count_kv")?.unwrap_or(n_heads),
             head_dim,
             ffn: need("feed_forward_length")?,
             vocab,
-            rope_theta: float("rope.freq_base")?.unwrap_or(10000.0),
+            rope_theta,
             rope_dims: int("rope.dimension_count")?.unwrap_or(head_dim),
-            // llama.cpp runs llama with NORM RoPE on permuted rows, Qwen with NEOX on rows as trained.
+            // llama.cpp runs llama with NORM RoPE on permuted rows, Qwen and Gemma with NEOX on rows as trained.
             rope_style: if arch == Arch::Llama {
                 RopeStyle::Adjacent
             } else {
@@ -186,6 +284,7 @@ impl ModelConfig {
             final_norm_eps: float("attention.layer_norm_rms_epsilon")?.unwrap_or(1e-5),
             context: int("context_length")?.unwrap_or(DEFAULT_CONTEXT),
             tied_embeddings: h.tensor("output.weight").is_none(),
+            block,
         };
         cfg.validate()?;
         Ok(cfg)
@@ -266,8 +365,100 @@ impl ModelConfig {
             final_norm_eps: float("rms_norm_eps", 1e-6)?,
             context: int("max_position_embeddings")?.unwrap_or(DEFAULT_CONTEXT),
             tied_embeddings: !has_lm_head,
+            block: BlockSpec::llama(head_dim),
         };
         cfg.validate()?;
         Ok(cfg)
     }
+}
+
+/// Gemma 3's block from a GGUF's `gemma3.*` keys, as llama.cpp reads them (`llama_model_gemma3`): a window from
+/// `attention.sliding_window` on the layers `attention.sliding_window_pattern` picks (an array of flags, or every
+/// layer but each n-th, n = 6 by default), whose RoPE base is `rope.freq_base_swa` (10,000 by default); queries
+/// scaled by 1/√head_dim (llama.cpp's rule but for the 27B, whose 62 layers it scales by 1/√(hidden/heads)); the
+/// embedding by √hidden. The norms' weights are stored with their +1 (llama.cpp's converter adds it). A final-logit
+/// soft cap (`final_logit_softcapping`, Gemma 2's) is refused: it does not run yet.
+fn gemma3_gguf_block(
+    h: &GgufHeader,
+    key: &dyn Fn(&str) -> String,
+    n_layers: usize,
+    n_heads: usize,
+    head_dim: usize,
+    hidden: usize,
+) -> Result<BlockSpec> {
+    let get = |k: &str| h.get(&key(k));
+    let as_f32 = |k: &str, v: &GgufValue| match v {
+        GgufValue::F32(x) => Ok(*x),
+        GgufValue::F64(x) => Ok(*x as f32),
+        other => Err(LoomError::Gguf(format!(
+            "{} is not a float: {}",
+            key(k),
+            other.display()
+        ))),
+    };
+    if let Some(v) = get("final_logit_softcapping") {
+        if as_f32("final_logit_softcapping", v)? != 0.0 {
+            return Err(LoomError::Unsupported(format!(
+                "{}: final-logit soft-capping does not run yet",
+                key("final_logit_softcapping")
+            )));
+        }
+    }
+    let window = match get("attention.sliding_window") {
+        None => 0,
+        Some(v) => v.as_u64().and_then(|v| usize::try_from(v).ok()).ok_or_else(|| {
+            LoomError::Gguf(format!(
+                "{} is not an unsigned integer",
+                key("attention.sliding_window")
+            ))
+        })?,
+    };
+    let sliding = if window == 0 {
+        None
+    } else {
+        let layers = match get("attention.sliding_window_pattern") {
+            Some(GgufValue::Array(_, items)) => items
+                .iter()
+                .map(|v| match v {
+                    GgufValue::Bool(b) => Ok(*b),
+                    other => Err(LoomError::Gguf(format!(
+                        "{} holds {}, not flags",
+                        key("attention.sliding_window_pattern"),
+                        other.display()
+                    ))),
+                })
+                .collect::<Result<Vec<bool>>>()?,
+            other => {
+                let n = match other {
+                    None => 6,
+                    Some(v) => v.as_u64().ok_or_else(|| {
+                        LoomError::Gguf(format!("{} is not a count", key("attention.sliding_window_pattern")))
+                    })?,
+                };
+                // llama.cpp's `set_swa_pattern`: every layer slides but each n-th (n = 0: all of them).
+                (0..n_layers as u64).map(|l| n == 0 || l % n < n - 1).collect()
+            }
+        };
+        let rope_theta = match get("rope.freq_base_swa") {
+            None => 10000.0,
+            Some(v) => as_f32("rope.freq_base_swa", v)?,
+        };
+        Some(Sliding {
+            window,
+            layers,
+            rope_theta,
+        })
+    };
+    let scale_dim = if n_layers == 62 {
+        hidden / n_heads.max(1)
+    } else {
+        head_dim
+    };
+    Ok(BlockSpec {
+        post_norms: true,
+        ffn_act: FfnAct::GeluTanh,
+        embed_scale: (hidden as f32).sqrt(),
+        attn_scale: 1.0 / (scale_dim as f32).sqrt(),
+        sliding,
+    })
 }

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::config::{ModelConfig, RopeStyle};
+use super::config::{FfnAct, ModelConfig, RopeStyle};
 use super::generate::Step;
 use super::sampler::SampleArgs;
 use super::weights::{Matrix, ModelWeights};
@@ -83,12 +83,24 @@ pub struct CpuEngine {
     cfg: ModelConfig,
     weights: Arc<ModelWeights>,
     cache: KvCache,
-    inv_freq: Vec<f64>,
+    /// RoPE frequencies of each layer (sliding layers may have their own base).
+    inv_freq: Vec<Arc<Vec<f64>>>,
 }
 
 impl CpuEngine {
     pub fn new(cfg: ModelConfig, weights: Arc<ModelWeights>) -> CpuEngine {
-        let inv_freq = ops::rope_inv_freq(cfg.rope_theta, cfg.rope_dims);
+        let global = Arc::new(ops::rope_inv_freq(cfg.rope_theta, cfg.rope_dims));
+        let local = cfg
+            .block
+            .sliding
+            .as_ref()
+            .map(|s| Arc::new(ops::rope_inv_freq(s.rope_theta, cfg.rope_dims)));
+        let inv_freq = (0..cfg.n_layers)
+            .map(|l| match (&local, cfg.window(l)) {
+                (Some(local), Some(_)) => local.clone(),
+                _ => global.clone(),
+            })
+            .collect();
         CpuEngine {
             cache: KvCache::new(cfg.n_layers),
             cfg,
@@ -121,6 +133,13 @@ impl CpuEngine {
             }
             w.embed.view().dequantize_row(t as usize, row)?;
         }
+        let spec = &c.block;
+        if spec.embed_scale != 1.0 {
+            x.iter_mut().for_each(|v| *v *= spec.embed_scale);
+        }
+        // attention_head scales scores by 1/√head_dim: another scale rides on q.
+        let q_mul = spec.attn_scale * (hd as f32).sqrt();
+        let scale_q = spec.attn_scale != 1.0 / (hd as f32).sqrt();
         let mut xn = vec![0f32; n * h];
         let mut q = vec![0f32; n * qd];
         let mut k = vec![0f32; n * kvd];
@@ -143,31 +162,49 @@ impl CpuEngine {
                 ops::rms_norm(&mut q, qn, c.rms_eps);
                 ops::rms_norm(&mut k, kn, c.rms_eps);
             }
+            let inv_freq = &self.inv_freq[l];
             for t in 0..n {
-                ops::rope(&mut q[t * qd..(t + 1) * qd], hd, start + t, &self.inv_freq, pairs);
-                ops::rope(&mut k[t * kvd..(t + 1) * kvd], hd, start + t, &self.inv_freq, pairs);
+                ops::rope(&mut q[t * qd..(t + 1) * qd], hd, start + t, inv_freq, pairs);
+                ops::rope(&mut k[t * kvd..(t + 1) * kvd], hd, start + t, inv_freq, pairs);
+            }
+            if scale_q {
+                q.iter_mut().for_each(|v| *v *= q_mul);
             }
             let (kc, vc) = (&mut self.cache.k[l], &mut self.cache.v[l]);
             kc.extend_from_slice(&k);
             vc.extend_from_slice(&v);
-            // Every (token, head) on its own: query head h reads kv head h / group.
+            // Every (token, head) on its own: query head h reads kv head h / group, over the positions its window
+            // keeps (the latest `window`, its own included).
             let (heads, group) = (c.n_heads, c.n_heads / c.n_kv_heads);
+            let window = c.window(l);
             let (kc, vc) = (&*kc, &*vc);
             quant::par_chunks(&mut att, hd, start + n, |i, out, scores| {
                 let (t, h) = (i / heads, i % heads);
                 let qh = &q[t * qd + h * hd..][..hd];
-                ops::attention_head(qh, kc, vc, start + t + 1, kvd, h / group * hd, out, scores);
+                let end = start + t + 1;
+                let first = window.map_or(0, |w| end.saturating_sub(w));
+                let (ks, vs) = (&kc[first * kvd..], &vc[first * kvd..]);
+                ops::attention_head(qh, ks, vs, end - first, kvd, h / group * hd, out, scores);
             });
             matmul(&b.wo, &att, n, &mut proj)?;
             add_bias(&mut proj, &b.bo);
+            if let Some(norm) = &b.post_attn_norm {
+                ops::rms_norm(&mut proj, norm, c.rms_eps);
+            }
             ops::add(&mut x, &proj);
             ops::rms_norm_into(&x, &b.ffn_norm, c.rms_eps, &mut xn);
             quant::matmul_each(&xn, n, &mut [(b.gate.view(), &mut gate), (b.up.view(), &mut up)])?;
             add_bias(&mut gate, &b.b_gate);
             add_bias(&mut up, &b.b_up);
-            ops::silu_mul(&mut gate, &up);
+            match spec.ffn_act {
+                FfnAct::Silu => ops::silu_mul(&mut gate, &up),
+                FfnAct::GeluTanh => ops::gelu_tanh_mul(&mut gate, &up),
+            }
             matmul(&b.down, &gate, n, &mut proj)?;
             add_bias(&mut proj, &b.b_down);
+            if let Some(norm) = &b.post_ffn_norm {
+                ops::rms_norm(&mut proj, norm, c.rms_eps);
+            }
             ops::add(&mut x, &proj);
         }
         self.cache.len += n;

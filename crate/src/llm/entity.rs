@@ -7,7 +7,7 @@
 
 use bytes::Bytes;
 
-use super::config::{Arch, ModelConfig, RopeStyle};
+use super::config::{Arch, BlockSpec, ModelConfig, RopeStyle};
 use super::weights::{Global, Matrix, ModelWeights, RawTensor, Role, TensorSource};
 use crate::convert::{LayerLoss, LossReport};
 use crate::dtype::{q4_0, DType};
@@ -59,6 +59,8 @@ fn role_label(role: Role) -> &'static str {
         Role::QNorm => "q_norm",
         Role::KNorm => "k_norm",
         Role::FfnNorm => "ffn norm",
+        Role::PostAttnNorm => "post-attention norm",
+        Role::PostFfnNorm => "post-feed-forward norm",
         Role::Gate => "gate_proj",
         Role::Up => "up_proj",
         Role::Down => "down_proj",
@@ -202,6 +204,7 @@ fn config(t: &Transformer) -> Result<ModelConfig> {
         final_norm_eps: LOOM_FINAL_NORM_EPS,
         context: LOOM_MAX_SEQ,
         tied_embeddings: t.lm_head_tied,
+        block: BlockSpec::llama(head_dim),
     };
     cfg.validate()?;
     let (q, kv) = (
@@ -576,6 +579,13 @@ fn concat_biases(parts: &[(&Option<Vec<f32>>, usize)]) -> Vec<f32> {
 /// q,k,v,o,gate,up,down matrices are baked into Loom Q4_0 as Loom's importer does (`weight_dtype: "int4"`), and
 /// the report lists what that changes. q/k biases and Qwen3 q/k norms are kept (see ARCHITECTURE.md).
 pub fn write(cfg: &ModelConfig, w: &ModelWeights, q4: bool) -> Result<(Vec<u8>, LossReport)> {
+    // Loom's transformer layers are Llama's block: another family's norms, activation or windows have no place.
+    if !cfg.block.is_llama(cfg.head_dim) {
+        return Err(LoomError::Unsupported(format!(
+            "a {} model as a Loom transformer .entity: Loom's layers hold Llama's block only",
+            cfg.arch.name()
+        )));
+    }
     if cfg.rope_dims != cfg.head_dim {
         return Err(LoomError::Unsupported(format!(
             "RoPE over {} of {} head dimensions: Loom rotates whole heads",

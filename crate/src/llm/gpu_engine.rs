@@ -214,6 +214,13 @@ impl GpuEngineBuilder {
 
     /// The embedding, the output head (`None`: tied to the embedding) and the final norm.
     pub async fn globals(&mut self, embed: &Matrix, head: Option<&Matrix>, final_norm: &[f32]) -> Result<()> {
+        if !self.cfg.block.is_llama(self.cfg.head_dim) {
+            return Err(LoomError::Unsupported(format!(
+                "{} on the GPU engine: its block (norms after attention and feed-forward, GeGLU, sliding windows) \
+                 runs on the CPU engine only so far",
+                self.cfg.arch.name()
+            )));
+        }
         let embed_w = self.matrix("token_embd", embed).await?;
         // A tied head reads the embedding's own buffers: the table is on the GPU once.
         let head_w = match head {

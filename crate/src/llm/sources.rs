@@ -58,6 +58,8 @@ pub fn gguf_block_name(block: usize, role: Role) -> String {
         Role::QNorm => ("attn_q_norm", "weight"),
         Role::KNorm => ("attn_k_norm", "weight"),
         Role::FfnNorm => ("ffn_norm", "weight"),
+        Role::PostAttnNorm => ("post_attention_norm", "weight"),
+        Role::PostFfnNorm => ("post_ffw_norm", "weight"),
         Role::Gate => ("ffn_gate", "weight"),
         Role::Up => ("ffn_up", "weight"),
         Role::Down => ("ffn_down", "weight"),
@@ -170,6 +172,9 @@ pub fn hf_block_name(block: usize, role: Role) -> String {
         Role::QNorm => "self_attn.q_norm.weight",
         Role::KNorm => "self_attn.k_norm.weight",
         Role::FfnNorm => "post_attention_layernorm.weight",
+        // Gemma's names (whose feed-forward norm is `pre_feedforward_layernorm`: HF Gemma folders do not load yet).
+        Role::PostAttnNorm => "post_attention_layernorm.weight",
+        Role::PostFfnNorm => "post_feedforward_layernorm.weight",
         Role::Gate => "mlp.gate_proj.weight",
         Role::Up => "mlp.up_proj.weight",
         Role::Down => "mlp.down_proj.weight",

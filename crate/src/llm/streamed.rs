@@ -280,8 +280,11 @@ impl StreamedModel {
                 weights::load_block(&self.config, &gguf_source(header, parts), i)
             }
             Tensors::Safetensors(all) => {
-                let names = Role::ALL.iter().map(|&r| hf_block_name(i, r));
-                let src = read_safetensors(reader, all, names).await?;
+                // Each name once: two roles share one (Llama's feed-forward norm and Gemma's post-attention norm).
+                let mut names: Vec<String> = Role::ALL.iter().map(|&r| hf_block_name(i, r)).collect();
+                names.sort();
+                names.dedup();
+                let src = read_safetensors(reader, all, names.into_iter()).await?;
                 weights::load_block(&self.config, &src, i)
             }
             Tensors::Entity(e) => {

@@ -60,6 +60,9 @@ pub struct BlockWeights {
     pub q_norm: Option<Vec<f32>>,
     pub k_norm: Option<Vec<f32>>,
     pub ffn_norm: Vec<f32>,
+    /// Gemma's RMSNorms of the attention output and of the feed-forward output (`BlockSpec::post_norms`).
+    pub post_attn_norm: Option<Vec<f32>>,
+    pub post_ffn_norm: Option<Vec<f32>>,
     pub gate: Matrix,
     pub up: Matrix,
     pub down: Matrix,
@@ -148,6 +151,8 @@ pub enum Role {
     QNorm,
     KNorm,
     FfnNorm,
+    PostAttnNorm,
+    PostFfnNorm,
     Gate,
     Up,
     Down,
@@ -157,7 +162,7 @@ pub enum Role {
 }
 
 impl Role {
-    pub const ALL: [Role; 18] = [
+    pub const ALL: [Role; 20] = [
         Role::AttnNorm,
         Role::Q,
         Role::K,
@@ -170,6 +175,8 @@ impl Role {
         Role::QNorm,
         Role::KNorm,
         Role::FfnNorm,
+        Role::PostAttnNorm,
+        Role::PostFfnNorm,
         Role::Gate,
         Role::Up,
         Role::Down,
@@ -293,11 +300,17 @@ pub fn load_block(cfg: &ModelConfig, src: &dyn TensorSource, i: usize) -> Result
         opt(Role::DownBias, h)?,
     );
     let (q_norm, k_norm) = (opt(Role::QNorm, cfg.head_dim)?, opt(Role::KNorm, cfg.head_dim)?);
-    if cfg.arch == Arch::Qwen3 && (q_norm.is_none() || k_norm.is_none()) {
+    if matches!(cfg.arch, Arch::Qwen3 | Arch::Gemma3) && (q_norm.is_none() || k_norm.is_none()) {
         return Err(LoomError::InvalidNetwork(format!(
-            "qwen3 block {i} lacks its q/k norms"
+            "{} block {i} lacks its q/k norms",
+            cfg.arch.name()
         )));
     }
+    let (post_attn_norm, post_ffn_norm) = if cfg.block.post_norms {
+        (Some(vec(Role::PostAttnNorm, h)?), Some(vec(Role::PostFfnNorm, h)?))
+    } else {
+        (None, None)
+    };
     Ok(BlockWeights {
         attn_norm: vec(Role::AttnNorm, h)?,
         wq: mat(Role::Q, q, h)?,
@@ -314,6 +327,8 @@ pub fn load_block(cfg: &ModelConfig, src: &dyn TensorSource, i: usize) -> Result
         q_norm,
         k_norm,
         ffn_norm: vec(Role::FfnNorm, h)?,
+        post_attn_norm,
+        post_ffn_norm,
         gate: mat(Role::Gate, f, h)?,
         up: mat(Role::Up, f, h)?,
         down: mat(Role::Down, h, f)?,

@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""A tiny random Gemma 3 (text) and its logits from a float64 numpy forward that follows transformers'
+`modeling_gemma3.py` (Gemma3ForCausalLM) line by line, not from loom-wasm.
+
+    python3 -m venv /tmp/gg && /tmp/gg/bin/pip install gguf==0.19.0 numpy
+    /tmp/gg/bin/python testdata/gemma3/gen.py
+
+The model (seeded, re-running gives identical files): hidden 64, 3 layers, 4 heads over 2 KV heads of head_dim 32
+(so q is 128 wide, not 64), feed-forward 96, a 300-token SentencePiece vocabulary (control, byte, pieces), a sliding
+window of 4 positions on layers 0 and 1 (`sliding_window_pattern` 3: layer 2 is global), RoPE bases 1e6 (global)
+and 1e4 (sliding), rms_norm_eps 1e-6, query_pre_attn_scalar = head_dim, tied embeddings. Weights are normal(0, 0.3)
+in float32, the norms' HF weights normal(0, 0.3) too (Gemma's norms multiply by 1 + w).
+
+Written:
+- `model.f32.gguf`: the weights as llama.cpp's convert_hf_to_gguf.py writes a Gemma 3: its tensor names
+  (`blk.N.post_attention_norm`, `post_ffw_norm`, `attn_q_norm`, ...), `gemma3.*` keys (`attention.sliding_window`,
+  `attention.sliding_window_pattern`, `rope.freq_base_swa`) and every norm weight stored with its +1 added, as that
+  converter does.
+- `expected.json`: per prompt, the logits at every position (float64 reference, 7 significant digits) and 8 greedy
+  ids (argmax, the lowest id on ties), with the smallest top-1 margin seen.
+"""
+import json
+import math
+import pathlib
+
+import numpy as np
+from gguf import GGUFWriter
+
+here = pathlib.Path(__file__).resolve().parent
+
+HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, FFN, VOCAB = 64, 3, 4, 2, 32, 96, 300
+WINDOW, PATTERN, THETA, THETA_LOCAL, EPS = 4, 3, 1e6, 1e4, 1e-6
+PROMPTS = [[72], [72, 101, 108, 108, 111, 44, 32], [84, 104, 101, 32, 113, 117, 105, 99, 107, 32, 98, 114, 111]]
+NEW = 8
+
+rng = np.random.default_rng(20261126)
+
+
+def normal(*shape):
+    return (rng.standard_normal(shape) * 0.3).astype(np.float32)
+
+
+w = {"embed": normal(VOCAB, HIDDEN), "norm": normal(HIDDEN), "layers": []}
+for _ in range(LAYERS):
+    w["layers"].append({
+        "input_layernorm": normal(HIDDEN),
+        "q": normal(HEADS * HEAD_DIM, HIDDEN), "k": normal(KV_HEADS * HEAD_DIM, HIDDEN),
+        "v": normal(KV_HEADS * HEAD_DIM, HIDDEN), "o": normal(HIDDEN, HEADS * HEAD_DIM),
+        "q_norm": normal(HEAD_DIM), "k_norm": normal(HEAD_DIM),
+        "post_attention_layernorm": normal(HIDDEN), "pre_feedforward_layernorm": normal(HIDDEN),
+        "post_feedforward_layernorm": normal(HIDDEN),
+        "gate": normal(FFN, HIDDEN), "up": normal(FFN, HIDDEN), "down": normal(HIDDEN, FFN),
+    })
+# HF's layer_types: "sliding_attention" unless (i + 1) % sliding_window_pattern == 0.
+sliding = [bool((i + 1) % PATTERN) for i in range(LAYERS)]
+
+
+# --- modeling_gemma3.py, in float64 ---------------------------------------------------------------------------
+def rms_norm(x, weight):  # Gemma3RMSNorm: x * rsqrt(mean(x²) + eps) * (1 + weight)
+    x = x.astype(np.float64)
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + EPS) * (1.0 + weight.astype(np.float64))
+
+
+def rope(x, positions, theta):  # apply_rotary_pos_emb with rotate_half; x [heads][n][head_dim]
+    inv_freq = 1.0 / theta ** (np.arange(0, HEAD_DIM, 2, dtype=np.float64) / HEAD_DIM)
+    freqs = np.outer(positions, inv_freq)
+    emb = np.concatenate([freqs, freqs], axis=-1)
+    cos, sin = np.cos(emb), np.sin(emb)
+    half = HEAD_DIM // 2
+    rotated = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return x * cos + rotated * sin
+
+
+def gelu_tanh(x):  # ACT2FN["gelu_pytorch_tanh"]
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def forward(ids):
+    n = len(ids)
+    positions = np.arange(n)
+    # Gemma3TextScaledWordEmbedding: embed * hidden**0.5 (the scale cast to the weights' dtype, float32).
+    h = w["embed"][ids].astype(np.float64) * float(np.float32(HIDDEN ** 0.5))
+    scaling = HEAD_DIM ** -0.5  # query_pre_attn_scalar ** -0.5
+    for i, L in enumerate(w["layers"]):
+        residual = h
+        x = rms_norm(h, L["input_layernorm"])
+        q = (x @ L["q"].T.astype(np.float64)).reshape(n, HEADS, HEAD_DIM).transpose(1, 0, 2)
+        k = (x @ L["k"].T.astype(np.float64)).reshape(n, KV_HEADS, HEAD_DIM).transpose(1, 0, 2)
+        v = (x @ L["v"].T.astype(np.float64)).reshape(n, KV_HEADS, HEAD_DIM).transpose(1, 0, 2)
+        q, k = rms_norm(q, L["q_norm"]), rms_norm(k, L["k_norm"])
+        theta = THETA_LOCAL if sliding[i] else THETA
+        q, k = rope(q, positions, theta), rope(k, positions, theta)
+        k = np.repeat(k, HEADS // KV_HEADS, axis=0)
+        v = np.repeat(v, HEADS // KV_HEADS, axis=0)
+        scores = q @ k.transpose(0, 2, 1) * scaling
+        qi, ki = np.meshgrid(positions, positions, indexing="ij")
+        allowed = ki <= qi
+        if sliding[i]:
+            allowed &= qi - ki < WINDOW
+        scores = np.where(allowed, scores, -np.inf)
+        scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        probs = scores / scores.sum(axis=-1, keepdims=True)
+        attn = (probs @ v).transpose(1, 0, 2).reshape(n, HEADS * HEAD_DIM)
+        o = attn @ L["o"].T.astype(np.float64)
+        o = rms_norm(o, L["post_attention_layernorm"])
+        h = residual + o
+        residual = h
+        x = rms_norm(h, L["pre_feedforward_layernorm"])
+        f = (gelu_tanh(x @ L["gate"].T.astype(np.float64)) * (x @ L["up"].T.astype(np.float64))) @ L["down"].T.astype(
+            np.float64)
+        f = rms_norm(f, L["post_feedforward_layernorm"])
+        h = residual + f
+    h = rms_norm(h, w["norm"])
+    return h @ w["embed"].T.astype(np.float64)  # tied lm_head, no final soft-capping in Gemma 3
+
+
+# --- the GGUF, as convert_hf_to_gguf.py writes Gemma3ForCausalLM ---------------------------------------------
+def write_gguf(path):
+    g = GGUFWriter(str(path), "gemma3")
+    g.add_name("tiny-gemma3")
+    g.add_block_count(LAYERS)
+    g.add_context_length(512)
+    g.add_embedding_length(HIDDEN)
+    g.add_feed_forward_length(FFN)
+    g.add_head_count(HEADS)
+    g.add_head_count_kv(KV_HEADS)
+    g.add_key_length(HEAD_DIM)
+    g.add_value_length(HEAD_DIM)
+    g.add_layer_norm_rms_eps(EPS)
+    g.add_rope_freq_base(THETA)
+    g.add_uint32("gemma3.attention.sliding_window", WINDOW)
+    g.add_uint32("gemma3.attention.sliding_window_pattern", PATTERN)
+    g.add_float32("gemma3.rope.freq_base_swa", THETA_LOCAL)
+    g.add_file_type(0)
+    # A SentencePiece vocabulary as Gemma's ("llama" in GGUF): control tokens, the 256 byte tokens, then pieces.
+    pieces = ["▁", "▁t", "▁a", "he", "in", "er", "an", "▁the", "on", "re"] + [chr(ord("a") + i) for i in range(26)]
+    pieces += ["▁" + chr(ord("a") + i) for i in range(VOCAB - 4 - 256 - len(pieces))]
+    tokens = ["<pad>", "<eos>", "<bos>", "<unk>"] + [f"<0x{b:02X}>" for b in range(256)] + pieces
+    assert len(tokens) == VOCAB
+    g.add_tokenizer_model("llama")
+    g.add_token_list(tokens)
+    g.add_token_scores([0.0] * 260 + [-float(i) for i in range(len(pieces))])
+    g.add_token_types([3, 3, 3, 2] + [6] * 256 + [1] * len(pieces))
+    g.add_bos_token_id(2)
+    g.add_eos_token_id(1)
+    g.add_unk_token_id(3)
+    g.add_pad_token_id(0)
+    g.add_add_bos_token(True)
+
+    def norm(x):  # the converter stores Gemma's norm weights with their +1
+        return (x + 1.0).astype(np.float32)
+
+    g.add_tensor("token_embd.weight", w["embed"])
+    for i, L in enumerate(w["layers"]):
+        b = f"blk.{i}."
+        g.add_tensor(b + "attn_norm.weight", norm(L["input_layernorm"]))
+        g.add_tensor(b + "attn_q.weight", L["q"])
+        g.add_tensor(b + "attn_k.weight", L["k"])
+        g.add_tensor(b + "attn_v.weight", L["v"])
+        g.add_tensor(b + "attn_output.weight", L["o"])
+        g.add_tensor(b + "attn_q_norm.weight", norm(L["q_norm"]))
+        g.add_tensor(b + "attn_k_norm.weight", norm(L["k_norm"]))
+        g.add_tensor(b + "post_attention_norm.weight", norm(L["post_attention_layernorm"]))
+        g.add_tensor(b + "ffn_norm.weight", norm(L["pre_feedforward_layernorm"]))
+        g.add_tensor(b + "post_ffw_norm.weight", norm(L["post_feedforward_layernorm"]))
+        g.add_tensor(b + "ffn_gate.weight", L["gate"])
+        g.add_tensor(b + "ffn_up.weight", L["up"])
+        g.add_tensor(b + "ffn_down.weight", L["down"])
+    g.add_tensor("output_norm.weight", norm(w["norm"]))
+    g.write_header_to_file()
+    g.write_kv_data_to_file()
+    g.write_tensors_to_file()
+    g.close()
+
+
+def main():
+    write_gguf(here / "model.f32.gguf")
+    cases, margin = [], math.inf
+    for ids in PROMPTS:
+        logits = forward(ids)
+        seq, greedy = list(ids), []
+        for _ in range(NEW):
+            last = forward(seq)[-1]
+            top = np.sort(last)[::-1]
+            margin = min(margin, float(top[0] - top[1]))
+            nxt = int(np.argmax(last))
+            greedy.append(nxt)
+            seq.append(nxt)
+        cases.append({"ids": ids, "logits": [[float(f"{v:.7g}") for v in row] for row in logits], "greedy": greedy})
+    out = {
+        "model": "model.f32.gguf",
+        "reference": "float64 numpy forward following transformers' modeling_gemma3.py (gen.py)",
+        "sliding_layers": sliding,
+        "smallest_greedy_margin": margin,
+        "cases": cases,
+    }
+    (here / "expected.json").write_text(json.dumps(out) + "\n")
+
+
+if __name__ == "__main__":
+    main()
