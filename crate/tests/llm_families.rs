@@ -104,7 +104,8 @@ fn what_does_not_run_is_refused_by_name() {
         Err(LoomError::Unsupported(m)) => assert!(m.contains("gemma3"), "{m}"),
         other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
     }
-    // The GPU engine runs Llama's block only so far: a typed refusal naming the family, never a wrong answer.
+    // The GPU engine runs Llama's block only so far: a GPU error naming the family (a chat on any device goes on
+    // on the CPU engine), never a wrong answer.
     let gpu = Arc::new(pollster::block_on(loom_wasm::gpu::Gpu::new()).expect("a wgpu adapter (lavapipe)"));
     let engine = pollster::block_on(loom_wasm::llm::gpu_engine::GpuEngine::new(
         gpu,
@@ -113,7 +114,7 @@ fn what_does_not_run_is_refused_by_name() {
         None,
     ));
     match engine {
-        Err(LoomError::Unsupported(m)) => assert!(m.contains("gemma3") && m.contains("GPU"), "{m}"),
+        Err(LoomError::Gpu(m)) => assert!(m.contains("gemma3") && m.contains("GPU"), "{m}"),
         other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
     }
 }

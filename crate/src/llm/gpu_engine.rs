@@ -214,8 +214,9 @@ impl GpuEngineBuilder {
 
     /// The embedding, the output head (`None`: tied to the embedding) and the final norm.
     pub async fn globals(&mut self, embed: &Matrix, head: Option<&Matrix>, final_norm: &[f32]) -> Result<()> {
+        // A GPU error, so that a chat opened on any device goes on on the CPU engine, saying why.
         if !self.cfg.block.is_llama(self.cfg.head_dim) {
-            return Err(LoomError::Unsupported(format!(
+            return Err(LoomError::Gpu(format!(
                 "{} on the GPU engine: its block (norms after attention and feed-forward, GeGLU, sliding windows) \
                  runs on the CPU engine only so far",
                 self.cfg.arch.name()
