@@ -221,6 +221,7 @@ fn config(s: &Shape) -> ModelConfig {
         context: 4096,
         tied_embeddings: true,
         block: BlockSpec::llama(s.head_dim),
+        rope_factors: None,
     }
 }
 

@@ -121,6 +121,8 @@ pub struct ModelConfig {
     pub context: usize,
     pub tied_embeddings: bool,
     pub block: BlockSpec,
+    /// RoPE frequency divisors, one per rotated pair (llama.cpp's `rope_freqs`): Llama 3.x and linear scaling.
+    pub rope_factors: Option<Vec<f32>>,
 }
 
 impl ModelConfig {
@@ -130,6 +132,34 @@ impl ModelConfig {
 
     pub fn kv_dim(&self) -> usize {
         self.n_kv_heads * self.head_dim
+    }
+
+    /// RoPE's inverse frequencies for base `theta`: θ^(−2i/d), divided by the scaling factors when there are any.
+    pub fn inv_freq(&self, theta: f32) -> Vec<f64> {
+        let mut inv = crate::cpu::ops::rope_inv_freq(theta, self.rope_dims);
+        if let Some(f) = &self.rope_factors {
+            for (v, f) in inv.iter_mut().zip(f) {
+                *v /= f64::from(*f);
+            }
+        }
+        inv
+    }
+
+    /// Applies a GGUF's `rope_freqs.weight` (the converter's Llama 3 factors), checked: one finite positive factor
+    /// per rotated pair. With a linear factor already set, both apply.
+    pub fn set_rope_freqs(&mut self, factors: &[f32]) -> Result<()> {
+        if factors.len() != self.rope_dims / 2 || !factors.iter().all(|f| f.is_finite() && *f > 0.0) {
+            return Err(LoomError::InvalidNetwork(format!(
+                "rope_freqs.weight: {} factors for {} rotated pairs (each finite and positive)",
+                factors.len(),
+                self.rope_dims / 2
+            )));
+        }
+        self.rope_factors = Some(match &self.rope_factors {
+            Some(old) => old.iter().zip(factors).map(|(a, b)| a * b).collect(),
+            None => factors.to_vec(),
+        });
+        Ok(())
     }
 
     /// The sliding window layer `l` attends within, if it slides.
@@ -183,6 +213,15 @@ impl ModelConfig {
         }
         if !(self.rope_theta.is_finite() && self.rope_theta > 0.0) {
             return bad(format!("rope_theta {}", self.rope_theta));
+        }
+        if let Some(f) = &self.rope_factors {
+            if f.len() != self.rope_dims / 2 || !f.iter().all(|f| f.is_finite() && *f > 0.0) {
+                return bad(format!(
+                    "{} RoPE factors for {} rotated pairs",
+                    f.len(),
+                    self.rope_dims / 2
+                ));
+            }
         }
         let b = &self.block;
         if !(b.embed_scale.is_finite() && b.attn_scale.is_finite() && b.attn_scale > 0.0) {
@@ -263,6 +302,27 @@ impl ModelConfig {
             Arch::Gemma3 => gemma3_gguf_block(h, &key, n_layers, n_heads, head_dim, hidden)?,
             _ => BlockSpec::llama(head_dim),
         };
+        let rope_dims = int("rope.dimension_count")?.unwrap_or(head_dim);
+        // `rope.scaling.type`: none, or linear (every frequency divided by `rope.scaling.factor`); a Llama 3 file
+        // carries its factors as the tensor rope_freqs.weight instead (`set_rope_freqs`, by the loaders).
+        let rope_factors = match h.get(&key("rope.scaling.type")) {
+            None => None,
+            Some(GgufValue::String(t)) if t == "none" => None,
+            Some(GgufValue::String(t)) if t == "linear" => {
+                let f = float("rope.scaling.factor")?.unwrap_or(1.0);
+                if !(f.is_finite() && f > 0.0) {
+                    return Err(LoomError::Gguf(format!("{} {f}", key("rope.scaling.factor"))));
+                }
+                Some(vec![f; rope_dims / 2])
+            }
+            Some(other) => {
+                return Err(LoomError::Unsupported(format!(
+                    "{} {}: RoPE scaling of that type does not run (none and linear do)",
+                    key("rope.scaling.type"),
+                    other.display()
+                )))
+            }
+        };
         let cfg = ModelConfig {
             arch,
             n_layers,
@@ -273,7 +333,7 @@ impl ModelConfig {
             ffn: need("feed_forward_length")?,
             vocab,
             rope_theta,
-            rope_dims: int("rope.dimension_count")?.unwrap_or(head_dim),
+            rope_dims,
             // llama.cpp runs llama with NORM RoPE on permuted rows, Qwen and Gemma with NEOX on rows as trained.
             rope_style: if arch == Arch::Llama {
                 RopeStyle::Adjacent
@@ -285,6 +345,7 @@ impl ModelConfig {
             context: int("context_length")?.unwrap_or(DEFAULT_CONTEXT),
             tied_embeddings: h.tensor("output.weight").is_none(),
             block,
+            rope_factors,
         };
         cfg.validate()?;
         Ok(cfg)
@@ -345,10 +406,17 @@ impl ModelConfig {
         let hidden = need("hidden_size")?;
         let n_heads = need("num_attention_heads")?;
         let head_dim = int("head_dim")?.unwrap_or(hidden / n_heads.max(1));
-        let rope_scaling = v.get("rope_scaling").filter(|x| !x.is_null());
-        if let Some(s) = rope_scaling {
-            return Err(LoomError::Unsupported(format!("config.json: rope_scaling {s}")));
-        }
+        // transformers ≤ 4.x: `rope_scaling` beside `rope_theta`; 5.x: `rope_parameters` holding both.
+        let params = v.get("rope_parameters").filter(|x| x.is_object());
+        let rope_theta = match params.and_then(|p| p.get("rope_theta")).and_then(Value::as_f64) {
+            Some(t) => t as f32,
+            None => float("rope_theta", 10000.0)?,
+        };
+        let scaling = v.get("rope_scaling").filter(|x| !x.is_null()).or(params);
+        let rope_factors = match scaling {
+            None => None,
+            Some(s) => hf_rope_factors(s, rope_theta, head_dim)?,
+        };
         let cfg = ModelConfig {
             arch,
             n_layers: need("num_hidden_layers")?,
@@ -358,7 +426,7 @@ impl ModelConfig {
             head_dim,
             ffn: need("intermediate_size")?,
             vocab: need("vocab_size")?,
-            rope_theta: float("rope_theta", 10000.0)?,
+            rope_theta,
             rope_dims: head_dim,
             rope_style: RopeStyle::Neox,
             rms_eps: float("rms_norm_eps", 1e-6)?,
@@ -366,6 +434,7 @@ impl ModelConfig {
             context: int("max_position_embeddings")?.unwrap_or(DEFAULT_CONTEXT),
             tied_embeddings: !has_lm_head,
             block: BlockSpec::llama(head_dim),
+            rope_factors,
         };
         cfg.validate()?;
         Ok(cfg)
@@ -461,4 +530,58 @@ fn gemma3_gguf_block(
         attn_scale: 1.0 / (scale_dim as f32).sqrt(),
         sliding,
     })
+}
+
+/// RoPE frequency divisors from an HF `rope_scaling` (or `rope_parameters`), as transformers'
+/// `ROPE_INIT_FUNCTIONS` compute them: `default` none; `linear` every frequency divided by `factor`; `llama3`
+/// (`_compute_llama3_parameters`) long wavelengths divided by `factor`, short ones kept, the band between smoothed.
+/// Any other type (yarn, dynamic, longrope, ...) is refused by name: it must never run unscaled.
+fn hf_rope_factors(s: &Value, theta: f32, head_dim: usize) -> Result<Option<Vec<f32>>> {
+    let kind = s
+        .get("rope_type")
+        .or_else(|| s.get("type"))
+        .and_then(Value::as_str)
+        .unwrap_or("default");
+    let num = |k: &str| -> Result<f64> {
+        s.get(k)
+            .and_then(Value::as_f64)
+            .filter(|v| v.is_finite() && *v > 0.0)
+            .ok_or_else(|| {
+                LoomError::InvalidNetwork(format!("config.json: rope_scaling {k} is missing or not positive"))
+            })
+    };
+    let inv = crate::cpu::ops::rope_inv_freq(theta, head_dim);
+    match kind {
+        "default" => Ok(None),
+        "linear" => Ok(Some(vec![num("factor")? as f32; inv.len()])),
+        "llama3" => {
+            let (factor, low, high) = (num("factor")?, num("low_freq_factor")?, num("high_freq_factor")?);
+            let old_context = num("original_max_position_embeddings")?;
+            if high <= low {
+                return Err(LoomError::InvalidNetwork(format!(
+                    "config.json: rope_scaling high_freq_factor {high} ≤ low_freq_factor {low}"
+                )));
+            }
+            let (low_wavelen, high_wavelen) = (old_context / low, old_context / high);
+            let factors = inv
+                .iter()
+                .map(|&f| {
+                    let wavelen = 2.0 * std::f64::consts::PI / f;
+                    let scaled = if wavelen < high_wavelen {
+                        f
+                    } else if wavelen > low_wavelen {
+                        f / factor
+                    } else {
+                        let smooth = (old_context / wavelen - low) / (high - low);
+                        (1.0 - smooth) * f / factor + smooth * f
+                    };
+                    (f / scaled) as f32
+                })
+                .collect();
+            Ok(Some(factors))
+        }
+        other => Err(LoomError::Unsupported(format!(
+            "config.json: rope_scaling type {other:?} does not run (default, linear and llama3 do)"
+        ))),
+    }
 }

@@ -89,12 +89,8 @@ pub struct CpuEngine {
 
 impl CpuEngine {
     pub fn new(cfg: ModelConfig, weights: Arc<ModelWeights>) -> CpuEngine {
-        let global = Arc::new(ops::rope_inv_freq(cfg.rope_theta, cfg.rope_dims));
-        let local = cfg
-            .block
-            .sliding
-            .as_ref()
-            .map(|s| Arc::new(ops::rope_inv_freq(s.rope_theta, cfg.rope_dims)));
+        let global = Arc::new(cfg.inv_freq(cfg.rope_theta));
+        let local = cfg.block.sliding.as_ref().map(|s| Arc::new(cfg.inv_freq(s.rope_theta)));
         let inv_freq = (0..cfg.n_layers)
             .map(|l| match (&local, cfg.window(l)) {
                 (Some(local), Some(_)) => local.clone(),

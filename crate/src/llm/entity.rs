@@ -205,6 +205,7 @@ fn config(t: &Transformer) -> Result<ModelConfig> {
         context: LOOM_MAX_SEQ,
         tied_embeddings: t.lm_head_tied,
         block: BlockSpec::llama(head_dim),
+        rope_factors: None,
     };
     cfg.validate()?;
     let (q, kv) = (
@@ -585,6 +586,12 @@ pub fn write(cfg: &ModelConfig, w: &ModelWeights, q4: bool) -> Result<(Vec<u8>, 
             "a {} model as a Loom transformer .entity: Loom's layers hold Llama's block only",
             cfg.arch.name()
         )));
+    }
+    if cfg.rope_factors.is_some() {
+        return Err(LoomError::Unsupported(
+            "a model with RoPE scaling as a Loom transformer .entity: Loom's format has no place for its factors"
+                .into(),
+        ));
     }
     if cfg.rope_dims != cfg.head_dim {
         return Err(LoomError::Unsupported(format!(

@@ -329,7 +329,7 @@ impl GpuEngineBuilder {
         for _ in 0..cfg.n_layers {
             caches.push(KvCache::new(g, cfg.n_kv_heads, cfg.head_dim, cfg.context).await?);
         }
-        let inv_freq = ops::rope_inv_freq(cfg.rope_theta, cfg.rope_dims);
+        let inv_freq = cfg.inv_freq(cfg.rope_theta);
         let on_gpu = RowLayout::for_adapter(&gpu) != RowLayout::Lane;
         Ok(GpuEngine {
             gpu,

@@ -124,14 +124,13 @@ impl LlmModel {
     /// A GGUF file held in one buffer.
     pub fn from_gguf(file: Bytes) -> Result<LlmModel> {
         let header = gguf::read_header_bytes(&file)?;
-        let (config, eos_ids) = gguf_config(&header)?;
-        let weights = weights::load(
-            &config,
-            &GgufSource {
-                header: &header,
-                data: GgufData::File(file),
-            },
-        )?;
+        let (mut config, eos_ids) = gguf_config(&header)?;
+        let src = GgufSource {
+            header: &header,
+            data: GgufData::File(file),
+        };
+        src.apply_rope_freqs(&mut config)?;
+        let weights = weights::load(&config, &src)?;
         Ok(LlmModel {
             format: ModelFormat::Gguf,
             config,

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 
 use bytes::Bytes;
 
+use super::config::ModelConfig;
 use super::weights::{Global, RawTensor, Role, TensorSource};
 use crate::error::{LoomError, Result};
 use crate::formats::gguf::GgufHeader;
@@ -114,6 +115,31 @@ impl GgufSource<'_> {
         Ok(Some(RawTensor { ty, shape, data }))
     }
 }
+
+impl GgufSource<'_> {
+    /// Applies llama.cpp's `rope_freqs.weight` (a Llama 3.x file's RoPE factors, one per rotated pair) to `cfg`
+    /// when the file has it: such a file must never run as if it had none.
+    pub fn apply_rope_freqs(&self, cfg: &mut ModelConfig) -> Result<()> {
+        let Some(t) = self.get(ROPE_FREQS)? else {
+            return Ok(());
+        };
+        let n = t.shape.iter().product::<usize>();
+        if t.shape.len() != 1 || t.ty.row_bytes(n).ok() != Some(t.data.len()) {
+            return Err(LoomError::InvalidNetwork(format!(
+                "{ROPE_FREQS}: shape {:?} of {} bytes",
+                t.shape,
+                t.data.len()
+            )));
+        }
+        let mut factors = vec![0f32; n];
+        crate::quant::dequantize(t.ty, &t.data, &mut factors)
+            .map_err(|e| LoomError::InvalidNetwork(format!("{ROPE_FREQS}: {e}")))?;
+        cfg.set_rope_freqs(&factors)
+    }
+}
+
+/// The GGUF tensor of a Llama 3.x file's RoPE factors.
+pub const ROPE_FREQS: &str = "rope_freqs.weight";
 
 impl TensorSource for GgufSource<'_> {
     fn block(&self, block: usize, role: Role) -> Result<Option<RawTensor>> {

@@ -10,7 +10,9 @@ use bytes::Bytes;
 use super::config::ModelConfig;
 use super::entity::{network_config, EntitySource};
 use super::model::{gguf_config, hf_eos_ids, no_tokenizer, ModelFormat, Picked, PickedModel};
-use super::sources::{hf_block_name, hf_global_name, safetensors_type, GgufData, GgufSource, SafetensorsSource};
+use super::sources::{
+    hf_block_name, hf_global_name, safetensors_type, GgufData, GgufSource, SafetensorsSource, ROPE_FREQS,
+};
 use super::tokenizer::Tokenizer;
 use super::weights::{self, BlockWeights, Global, Globals, RawTensor, Role};
 use crate::error::{LoomError, Result};
@@ -122,7 +124,9 @@ impl StreamedModel {
                     Ok(gguf::read_header(&mut PrefixSource::new(prefix, size)?, Vec::new())?.0)
                 })
                 .await?;
-                let (config, eos_ids) = gguf_config(&header)?;
+                let (mut config, eos_ids) = gguf_config(&header)?;
+                let parts = read_gguf(reader, file, &header, vec![ROPE_FREQS.to_string()]).await?;
+                gguf_source(&header, parts).apply_rope_freqs(&mut config)?;
                 let tokenizer = Some(Arc::new(Tokenizer::from_gguf(&header)?));
                 Ok(StreamedModel {
                     format: ModelFormat::Gguf,

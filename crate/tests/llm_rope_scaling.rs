@@ -1,0 +1,154 @@
+//! RoPE scaling against `testdata/rope_scaling` (the goldens' numpy Llama with transformers' scaled frequencies, and
+//! GGUFs written as llama.cpp's converter writes them): Llama 3 scaling from a GGUF's `rope_freqs.weight` and from an
+//! HF `rope_scaling` (or transformers 5's `rope_parameters`), linear scaling from both, on the CPU engine and the GPU
+//! engine (lavapipe); and the scalings that do not run refused by name, never run unscaled.
+
+mod llm_util;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use llm_util::{golden, greedy, ids, json};
+use loom_wasm::llm::engine::Engine;
+use loom_wasm::llm::gpu_engine::GpuEngine;
+use loom_wasm::llm::model::LlmModel;
+use loom_wasm::LoomError;
+use serde_json::Value;
+
+fn dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/rope_scaling")
+}
+
+/// Every prompt's logits at every position within 1e-3 (float32 against the float32 reference), and the greedy ids.
+fn check(model: &LlmModel, expected: &Value, engine: &mut dyn FnMut() -> Box<dyn Engine>) {
+    let vocab = model.config.vocab;
+    for case in expected["cases"].as_array().unwrap() {
+        let prompt = ids(&case["ids"]);
+        let mut e = engine();
+        let logits = e.forward(&prompt, true).unwrap();
+        let want: Vec<f32> = case["logits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|row| row.as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32))
+            .collect();
+        assert_eq!(logits.len(), want.len());
+        let worst = logits
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(worst <= 1e-3, "prompt of {} tokens: max |Δlogit| {worst}", prompt.len());
+        let mut e = engine();
+        e.forward(&prompt, false).unwrap();
+        let last = &logits[logits.len() - vocab..];
+        assert_eq!(
+            greedy(e.as_mut(), last, 8, None),
+            ids(&case["greedy"]),
+            "prompt {prompt:?}"
+        );
+    }
+}
+
+/// An HF folder: the golden tiny Llama's weights and tokenizer with `config` as its config.json.
+fn hf_folder(name: &str, config: Value) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("rope_{name}"));
+    std::fs::create_dir_all(&d).unwrap();
+    let tiny = golden().join("tiny-llama");
+    std::fs::copy(tiny.join("model.f32.safetensors"), d.join("model.safetensors")).unwrap();
+    std::fs::copy(tiny.join("tokenizer.json"), d.join("tokenizer.json")).unwrap();
+    std::fs::write(d.join("config.json"), serde_json::to_vec(&config).unwrap()).unwrap();
+    d
+}
+
+fn tiny_config_with(key: &str, value: Value) -> Value {
+    let mut c = json(&golden().join("tiny-llama/config.json"));
+    c[key] = value;
+    c
+}
+
+#[test]
+fn llama3_and_linear_scaling_from_gguf_files() {
+    let expected = json(&dir().join("expected.json"));
+    for name in ["llama3", "linear"] {
+        let model = LlmModel::open(&dir().join(format!("{name}.gguf"))).unwrap();
+        assert!(model.config.rope_factors.is_some(), "{name}");
+        check(&model, &expected[name], &mut || Box::new(model.cpu_engine()));
+    }
+}
+
+#[test]
+fn llama3_and_linear_scaling_from_hf_folders() {
+    let expected = json(&dir().join("expected.json"));
+    for name in ["llama3", "linear"] {
+        let config = tiny_config_with("rope_scaling", expected[name]["rope_scaling"].clone());
+        let model = LlmModel::open(&hf_folder(name, config)).unwrap();
+        check(&model, &expected[name], &mut || Box::new(model.cpu_engine()));
+    }
+    // transformers 5 names it rope_parameters, with rope_theta inside.
+    let mut params = expected["llama3"]["rope_scaling"].clone();
+    params["rope_theta"] = 10000.0.into();
+    let mut config = tiny_config_with("rope_parameters", params);
+    config.as_object_mut().unwrap().remove("rope_theta");
+    config.as_object_mut().unwrap().remove("rope_scaling");
+    let model = LlmModel::open(&hf_folder("v5", config)).unwrap();
+    check(&model, &expected["llama3"], &mut || Box::new(model.cpu_engine()));
+}
+
+#[test]
+fn the_gpu_engine_runs_the_scaled_frequencies_too() {
+    let expected = json(&dir().join("expected.json"));
+    let gpu = Arc::new(pollster::block_on(loom_wasm::gpu::Gpu::new()).expect("a wgpu adapter (lavapipe)"));
+    let model = LlmModel::open(&dir().join("llama3.gguf")).unwrap();
+    check(&model, &expected["llama3"], &mut || {
+        Box::new(pollster::block_on(GpuEngine::new(gpu.clone(), &model.config, &model.weights, None)).unwrap())
+    });
+}
+
+#[test]
+fn scalings_that_do_not_run_are_refused_by_name() {
+    for kind in ["yarn", "dynamic", "longrope"] {
+        let config = tiny_config_with("rope_scaling", serde_json::json!({"rope_type": kind, "factor": 4.0}));
+        match LlmModel::open(&hf_folder(kind, config)) {
+            Err(LoomError::Unsupported(m)) => assert!(m.contains(kind), "{m}"),
+            other => panic!("{kind}: expected a refusal, got {:?}", other.map(|_| ())),
+        }
+    }
+    match LlmModel::open(&dir().join("hostile_yarn.gguf")) {
+        Err(LoomError::Unsupported(m)) => assert!(m.contains("yarn"), "{m}"),
+        other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
+    }
+    match LlmModel::open(&dir().join("hostile_short_freqs.gguf")) {
+        Err(LoomError::InvalidNetwork(m)) => assert!(m.contains("rope_freqs"), "{m}"),
+        other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
+    }
+    // A Loom .entity has no place for the factors.
+    let model = LlmModel::open(&dir().join("llama3.gguf")).unwrap();
+    assert!(matches!(model.to_entity(false), Err(LoomError::Unsupported(_))));
+}
+
+/// Reads picked files by range, as the browser's streamed load does.
+struct FileReader(Vec<PathBuf>);
+
+impl loom_wasm::llm::streamed::RangeReader for FileReader {
+    async fn read(&self, file: usize, offset: u64, len: u64) -> loom_wasm::Result<bytes::Bytes> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = vec![0; len as usize];
+        std::fs::File::open(&self.0[file])?.read_exact_at(&mut buf, offset)?;
+        Ok(buf.into())
+    }
+}
+
+/// The streamed load (the browser's GPU chat) reads `rope_freqs.weight` with the header: its config is the whole
+/// load's, scaled.
+#[test]
+fn a_streamed_load_keeps_the_rope_factors() {
+    let path = dir().join("llama3.gguf");
+    let whole = LlmModel::open(&path).unwrap();
+    let size = path.metadata().unwrap().len();
+    let reader = FileReader(vec![path]);
+    let names = vec!["llama3.gguf".to_string()];
+    let streamed = pollster::block_on(loom_wasm::llm::streamed::StreamedModel::open(&names, &[size], &reader)).unwrap();
+    assert!(streamed.config.rope_factors.is_some());
+    assert_eq!(streamed.config, whole.config);
+}
