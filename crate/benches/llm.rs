@@ -8,7 +8,8 @@
 //!
 //! LIST is comma-separated (default `load,prefill,decode,ttft`):
 //! - `ids`: writes nothing else; prints the token ids both sides use: `prefill_ids` (a fixed sequence of ordinary
-//!   vocabulary ids) and `chat_ids` (a one-question chat through the model's own template and tokenizer). The
+//!   vocabulary ids) and `chat_ids` (a one-question chat through the model's own template and tokenizer, or the
+//!   question as plain text for a model without a template). The
 //!   script saves them and hands the file to both sides with `--ids`.
 //! - `load`: `LlmModel::open` (memory-maps the file, parses the header and tokenizer) + `cpu_engine()`, `runs`
 //!   times (the file is in the page cache after the first).
@@ -104,6 +105,10 @@ fn prefill_ids(n: usize, vocab: usize) -> Vec<u32> {
 
 fn chat_ids(model: &LlmModel) -> BoxResult<Vec<u32>> {
     let format = ChatFormat::new(model)?;
+    // A base model without a chat template (Gemma 3 270M's GGUF): the question as plain text.
+    if !format.has_template() {
+        return Ok(format.encode_prompt(QUESTION)?);
+    }
     Ok(format.chat_prompt(&[ChatMessage {
         role: "user".into(),
         content: QUESTION.into(),
