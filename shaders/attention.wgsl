@@ -8,7 +8,8 @@
 //   q/k/v row) into the cache at positions pos0.. . When a dispatch wraps the cache, only the last token to reach a row writes it, as the
 //   CPU's sequential writes leave it.
 // attend: one 64-lane workgroup per (head, token, chunk of 256 head dims): the query of token `first + t` at position
-//   pos0 + t attends to the positions 0..=pos0 + t (causal; prefill and one-token decode are the same kernel). GQA:
+//   pos0 + t attends to the positions 0..=pos0 + t (causal; prefill and one-token decode are the same kernel), or
+//   with a sliding `window` to the latest `window` of them. GQA:
 //   head h reads KV head h / (heads / kv_heads). Scores q·k · scale; softmax from an initial max of −1e9 as Loom's,
 //   computed online over chunks of 256 positions (rescaling the running sum and output when the max grows);
 //   out = Σ e·v / Σ e (the dot products and the weighted sums in four interleaved partial sums, whose loads
@@ -28,7 +29,8 @@ struct Params {
     q_stride: u32,
     out_stride: u32,
     scale: f32,
-    _p0: u32,
+    // attend: a sliding window (each query sees its latest `window` positions, its own included); 0 for all.
+    window: u32,
     _p1: u32,
     kv_stride: u32,
     k_offset: u32,
@@ -103,7 +105,8 @@ fn attend(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index)
     var m = -1e9;
     var l = 0.0;
     var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
-    for (var c0 = 0u; c0 < n; c0 += CHUNK) {
+    let first = select(0u, n - p.window, p.window != 0u && n > p.window);
+    for (var c0 = first; c0 < n; c0 += CHUNK) {
         let cn = min(CHUNK, n - c0);
         // Scores of this chunk's positions, the query staged HEAD_CHUNK dims at a time (one stage when hd ≤ 256).
         for (var j = lane; j < cn; j += 64u) {

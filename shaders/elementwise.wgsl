@@ -3,9 +3,10 @@
 //   add:         y[i] = a[i] + b[i % nb]      (residual add with nb = n; a bias row broadcast with nb = row width)
 //   add_inplace: y[i] += b[i % nb]            (bias after a matvec)
 //   act:         y[i] = activate(a[i])
-//   swiglu:      y[i] = silu(a[i]) · b[i]     (SwiGLU's gate·up product: a = gate, b = up)
+//   swiglu:      y[i] = act(a[i]) · b[i]      (a gated unit's gate·up product, a = gate, b = up: SwiGLU with
+//                                            act = silu, GeGLU with act = tanh GELU)
 //   swiglu_rows: the same with gate and up side by side in `a`, rows of 2·nb (one matvec computed both):
-//                y[r·nb + j] = silu(a[r·2nb + j]) · a[r·2nb + nb + j]
+//                y[r·nb + j] = act(a[r·2nb + j]) · a[r·2nb + nb + j]
 //   scale:       y[i] *= factor               (a Parallel layer's avg)
 // f32 throughout: add is exact (the CPU adds in f32 too); act, swiglu and scale round differently from the CPU's f64.
 
@@ -53,8 +54,7 @@ fn act(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) n
 fn swiglu(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = flat(gid, nwg);
     if i < p.n {
-        let g = a[i];
-        y[i] = g / (1.0 + exp(-g)) * b[i];
+        y[i] = activate(a[i], p.act) * b[i];
     }
 }
 
@@ -63,8 +63,7 @@ fn swiglu_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workg
     let i = flat(gid, nwg);
     if i < p.n {
         let at = (i / p.nb) * 2u * p.nb + i % p.nb;
-        let g = a[at];
-        y[i] = g / (1.0 + exp(-g)) * a[at + p.nb];
+        y[i] = activate(a[at], p.act) * a[at + p.nb];
     }
 }
 

@@ -1,8 +1,8 @@
 //! Model families beyond Llama/Qwen against references from outside this code: a tiny random Gemma 3 written as
 //! llama.cpp's converter writes one (`testdata/gemma3/gen.py`, gguf-py), whose logits come from a float64 numpy
 //! forward that follows transformers' `modeling_gemma3.py`. Checked: the logits at every position of each prompt
-//! (within 1e-3 + 1e-4·|logit|: float32 against float64), the greedy continuation, and the refusals of what does not
-//! run (the GPU engine, a Loom `.entity` conversion, a soft-capped file).
+//! (within 1e-3 + 1e-4·|logit|: float32 against float64) on the CPU engine and on the GPU engine (lavapipe), the
+//! greedy continuation, and the refusal of a Loom `.entity` conversion.
 
 mod llm_util;
 
@@ -19,8 +19,24 @@ fn gemma3_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/gemma3")
 }
 
+fn gpu_engine(model: &LlmModel) -> Box<dyn Engine> {
+    static GPU: std::sync::OnceLock<Arc<loom_wasm::gpu::Gpu>> = std::sync::OnceLock::new();
+    let gpu = GPU.get_or_init(|| Arc::new(pollster::block_on(loom_wasm::gpu::Gpu::new()).expect("a wgpu adapter")));
+    let engine = loom_wasm::llm::gpu_engine::GpuEngine::new(gpu.clone(), &model.config, &model.weights, None);
+    Box::new(pollster::block_on(engine).unwrap())
+}
+
 #[test]
 fn tiny_gemma3_gguf_matches_the_transformers_forward() {
+    check_gemma3(&|m| Box::new(m.cpu_engine()));
+}
+
+#[test]
+fn tiny_gemma3_on_the_gpu_engine() {
+    check_gemma3(&|m| gpu_engine(m));
+}
+
+fn check_gemma3(new_engine: &dyn Fn(&LlmModel) -> Box<dyn Engine>) {
     let dir = gemma3_dir();
     let expected = json(&dir.join("expected.json"));
     let model = LlmModel::open(&dir.join("model.f32.gguf")).unwrap();
@@ -41,7 +57,7 @@ fn tiny_gemma3_gguf_matches_the_transformers_forward() {
     let (abs, rel) = (1e-3f32, 1e-4f32);
     for case in expected["cases"].as_array().unwrap() {
         let prompt = ids(&case["ids"]);
-        let mut engine = model.cpu_engine();
+        let mut engine = new_engine(&model);
         let logits = engine.forward(&prompt, true).unwrap();
         let want: Vec<Vec<f32>> = case["logits"]
             .as_array()
@@ -84,10 +100,15 @@ fn tiny_gemma3_gguf_matches_the_transformers_forward() {
 #[test]
 fn sliding_windows_hold_across_decode_steps() {
     let model = LlmModel::open(&gemma3_dir().join("model.f32.gguf")).unwrap();
+    windows_across_steps(&model, &|| Box::new(model.cpu_engine()));
+    windows_across_steps(&model, &|| gpu_engine(&model));
+}
+
+fn windows_across_steps(model: &LlmModel, new_engine: &dyn Fn() -> Box<dyn Engine>) {
     let prompt: Vec<u32> = (0..12).map(|i| 40 + 7 * i).collect();
-    let mut whole = model.cpu_engine();
+    let mut whole = new_engine();
     let all = whole.forward(&prompt, true).unwrap();
-    let mut stepped = model.cpu_engine();
+    let mut stepped = new_engine();
     for (t, &id) in prompt.iter().enumerate() {
         let got = stepped.forward(&[id], false).unwrap();
         let want = &all[t * model.config.vocab..(t + 1) * model.config.vocab];
@@ -102,19 +123,6 @@ fn what_does_not_run_is_refused_by_name() {
     // Loom's transformer layers are Llama's block.
     match model.to_entity(false) {
         Err(LoomError::Unsupported(m)) => assert!(m.contains("gemma3"), "{m}"),
-        other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
-    }
-    // The GPU engine runs Llama's block only so far: a GPU error naming the family (a chat on any device goes on
-    // on the CPU engine), never a wrong answer.
-    let gpu = Arc::new(pollster::block_on(loom_wasm::gpu::Gpu::new()).expect("a wgpu adapter (lavapipe)"));
-    let engine = pollster::block_on(loom_wasm::llm::gpu_engine::GpuEngine::new(
-        gpu,
-        &model.config,
-        &model.weights,
-        None,
-    ));
-    match engine {
-        Err(LoomError::Gpu(m)) => assert!(m.contains("gemma3") && m.contains("GPU"), "{m}"),
         other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
     }
 }

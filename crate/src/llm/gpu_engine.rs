@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::config::{ModelConfig, RopeStyle};
+use super::config::{FfnAct, ModelConfig, RopeStyle};
 use super::sampler::SampleArgs;
 use super::weights::{BlockWeights, Matrix, ModelWeights};
 use crate::cpu::ops::{self, RopePairs};
@@ -51,6 +51,9 @@ struct GpuBlock {
     q_norm: Option<wgpu::Buffer>,
     k_norm: Option<wgpu::Buffer>,
     ffn_norm: wgpu::Buffer,
+    /// Gemma's norms of the attention and feed-forward outputs.
+    post_attn_norm: Option<wgpu::Buffer>,
+    post_ffn_norm: Option<wgpu::Buffer>,
     gate_up: GateUp,
     down: PackedWeights,
 }
@@ -139,6 +142,8 @@ pub struct GpuEngine {
     caches: Vec<KvCache>,
     cached: usize,
     inv_freq: Vec<f64>,
+    /// The sliding layers' frequencies, when they have their own RoPE base.
+    inv_freq_sliding: Option<Vec<f64>>,
     /// Arenas by (tokens in the chunk, output): decode steps reuse theirs.
     arenas: HashMap<(usize, Output), Arena>,
     /// Whether the norms and residual adds ride in the matvecs, when set by [`GpuEngine::set_fold_norms`]; `None`:
@@ -214,14 +219,6 @@ impl GpuEngineBuilder {
 
     /// The embedding, the output head (`None`: tied to the embedding) and the final norm.
     pub async fn globals(&mut self, embed: &Matrix, head: Option<&Matrix>, final_norm: &[f32]) -> Result<()> {
-        // A GPU error, so that a chat opened on any device goes on on the CPU engine, saying why.
-        if !self.cfg.block.is_llama(self.cfg.head_dim) {
-            return Err(LoomError::Gpu(format!(
-                "{} on the GPU engine: its block (norms after attention and feed-forward, GeGLU, sliding windows) \
-                 runs on the CPU engine only so far",
-                self.cfg.arch.name()
-            )));
-        }
         let embed_w = self.matrix("token_embd", embed).await?;
         // A tied head reads the embedding's own buffers: the table is on the GPU once.
         let head_w = match head {
@@ -289,6 +286,8 @@ impl GpuEngineBuilder {
             q_norm: upload_opt(&g, &n("attn_q_norm"), &b.q_norm).await?,
             k_norm: upload_opt(&g, &n("attn_k_norm"), &b.k_norm).await?,
             ffn_norm: upload_f32(&g, &n("ffn_norm"), &b.ffn_norm).await?,
+            post_attn_norm: upload_opt(&g, &n("post_attention_norm"), &b.post_attn_norm).await?,
+            post_ffn_norm: upload_opt(&g, &n("post_ffw_norm"), &b.post_ffn_norm).await?,
             gate_up: self.gate_up(i, b).await?,
             down: self.matrix(&n("ffn_down"), &b.down).await?,
         };
@@ -330,6 +329,7 @@ impl GpuEngineBuilder {
             caches.push(KvCache::new(g, cfg.n_kv_heads, cfg.head_dim, cfg.context).await?);
         }
         let inv_freq = cfg.inv_freq(cfg.rope_theta);
+        let inv_freq_sliding = cfg.block.sliding.as_ref().map(|s| cfg.inv_freq(s.rope_theta));
         let on_gpu = RowLayout::for_adapter(&gpu) != RowLayout::Lane;
         Ok(GpuEngine {
             gpu,
@@ -342,6 +342,7 @@ impl GpuEngineBuilder {
             caches,
             cached: 0,
             inv_freq,
+            inv_freq_sliding,
             arenas: HashMap::new(),
             fold_norms: None,
             on_gpu,
@@ -402,9 +403,13 @@ impl GpuEngine {
     /// such a step costs; 340 against 275 tok/s for SmolLM2-135M), apart for wider models (each row's workgroup
     /// sums x² and multiplies by γ again: Llama-3.2-1B decoded 173 tok/s folded, 208 apart) and for prefill (1.2 to
     /// 1.9× faster apart), and apart on CPU adapters, whose matvecs run a lane per row.
+    /// A block with norms after its attention and feed-forward (Gemma) never folds: those norms sit between the
+    /// projection and the residual add that folding merges.
     pub fn folds_norms(&self, tokens: usize) -> bool {
-        self.fold_norms
-            .unwrap_or(self.on_gpu && tokens == 1 && self.cfg.hidden <= 1024)
+        !self.cfg.block.post_norms
+            && self
+                .fold_norms
+                .unwrap_or(self.on_gpu && tokens == 1 && self.cfg.hidden <= 1024)
     }
 
     pub fn reset(&mut self) {
@@ -590,14 +595,23 @@ impl GpuEngine {
         let ids = GpuTensor::scratch(rec, vec![n])?;
         let id_bits: Vec<f32> = tokens.iter().map(|&t| f32::from_bits(t)).collect();
         ids.write(gpu, &id_bits)?;
-        let table: Vec<f32> = (start..start + n)
-            .flat_map(|pos| ops::rope_cos_sin(pos, &self.inv_freq))
-            .flat_map(|(c, s)| [c, s])
-            .collect();
-        let rope_table = GpuTensor::scratch(rec, vec![n, rot.max(1) * 2])?;
-        if rot > 0 {
-            rope_table.write(gpu, &table)?;
-        }
+        // The chunk's RoPE cos/sin: one table, and one more for sliding layers with their own base.
+        let rope_table = |rec: &mut Recorder, inv_freq: &[f64]| -> Result<GpuTensor> {
+            let table: Vec<f32> = (start..start + n)
+                .flat_map(|pos| ops::rope_cos_sin(pos, inv_freq))
+                .flat_map(|(c, s)| [c, s])
+                .collect();
+            let t = GpuTensor::scratch(rec, vec![n, rot.max(1) * 2])?;
+            if rot > 0 {
+                t.write(gpu, &table)?;
+            }
+            Ok(t)
+        };
+        let global_table = rope_table(rec, &self.inv_freq)?;
+        let sliding_table = match &self.inv_freq_sliding {
+            Some(inv) => Some(rope_table(rec, inv)?),
+            None => None,
+        };
 
         // One set of activations serves every block (dispatches run in order).
         let x = GpuTensor::scratch(rec, vec![n, h])?;
@@ -613,6 +627,11 @@ impl GpuEngine {
         let up = GpuTensor::scratch(rec, vec![n, ffn])?;
         let gate_up = GpuTensor::scratch(rec, vec![n, 2 * ffn])?;
         let act = GpuTensor::scratch(rec, vec![n, ffn])?;
+        // A projection's output after its post-norm (Gemma).
+        let post_normed = match c.block.post_norms {
+            true => Some(GpuTensor::scratch(rec, vec![n, h])?),
+            false => None,
+        };
 
         // Without folding: the normalized x and an output projection, each a dispatch's output.
         let fold = self.folds_norms(n);
@@ -646,10 +665,12 @@ impl GpuEngine {
             }
             Some((xn, _)) => mv(m, xn, y, rec, MatVecOptions::default()),
         };
-        // x += W·a + b, and without folding the norm `next` of the new x (the next projection's input).
+        // x += post(W·a + b), post a norm or nothing, and without folding the norm `next` of the new x (the next
+        // projection's input). Post-norms never fold (`folds_norms`).
         let residual = |m: &PackedWeights,
                         a: &GpuTensor,
                         b: &Option<wgpu::Buffer>,
+                        post: &Option<wgpu::Buffer>,
                         next: Option<&wgpu::Buffer>,
                         rec: &mut Recorder| match &unfolded {
             None => {
@@ -663,6 +684,13 @@ impl GpuEngine {
             Some((xn, proj)) => {
                 mv(m, a, proj, rec, MatVecOptions::default())?;
                 bias(b, proj, h, rec)?;
+                let proj = match (post, &post_normed) {
+                    (Some(gamma), Some(out)) => {
+                        k.norm.encode_rms(rec, proj.rows(), gamma, out.rows(), 1, c.rms_eps)?;
+                        out
+                    }
+                    _ => proj,
+                };
                 match next {
                     Some(gamma) => k
                         .norm
@@ -677,6 +705,13 @@ impl GpuEngine {
         };
 
         k.matvec[&self.embed.packing].encode_gather(rec, ids.rows(), &self.embed, x.rows())?;
+        if c.block.embed_scale != 1.0 {
+            k.elementwise.encode_scale(rec, x.rows(), c.block.embed_scale)?;
+        }
+        let glu = match c.block.ffn_act {
+            FfnAct::Silu => crate::gpu::Pointwise::Silu,
+            FfnAct::GeluTanh => crate::gpu::Pointwise::Gelu,
+        };
         // Per block: q/k/v from the attention norm of x, x += the attention's projection, gate/up from the FFN
         // norm of x, x += down.
         for (l, b) in self.blocks.iter().enumerate() {
@@ -685,10 +720,13 @@ impl GpuEngine {
                 k.norm
                     .encode_rms(rec, x.rows(), &b.attn_norm, xn.rows(), 1, c.rms_eps)?;
             }
-            let rope = |t: Rows, rec: &mut Recorder| {
-                k.rope
-                    .encode_pairs(rec, t, &rope_table.buffer, hd as u32, rot as u32, pairs)
+            let window = c.window(l);
+            let table = match (window, &sliding_table) {
+                (Some(_), Some(t)) => t,
+                _ => &global_table,
             };
+            let rope =
+                |t: Rows, rec: &mut Recorder| k.rope.encode_pairs(rec, t, &table.buffer, hd as u32, rot as u32, pairs);
             // q, k and v: each a view of its own buffer, or columns of the fused q|k|v rows.
             let (qr, kr, vr) = match &b.qkv {
                 Qkv::Fused(w) => {
@@ -733,14 +771,15 @@ impl GpuEngine {
             k.attention.encode_kv_update(rec, cache, kr, vr, start as u32)?;
             let args = AttendArgs {
                 pos0: start as u32,
-                scale: (1.0 / (hd as f64).sqrt()) as f32,
+                scale: c.block.attn_scale,
+                window: window.map_or(0, |w| u32::try_from(w).unwrap_or(u32::MAX)),
             };
             k.attention.encode_attend(rec, cache, qr, att.rows(), args)?;
-            residual(&b.wo, &att, &b.bo, Some(&b.ffn_norm), rec)?;
+            residual(&b.wo, &att, &b.bo, &b.post_attn_norm, Some(&b.ffn_norm), rec)?;
             match &b.gate_up {
                 GateUp::Fused(w) => {
                     project(w, &b.ffn_norm, &gate_up, rec)?;
-                    k.elementwise.encode_swiglu_rows(rec, gate_up.rows(), act.rows())?;
+                    k.elementwise.encode_glu_rows(rec, gate_up.rows(), act.rows(), glu)?;
                 }
                 GateUp::Split {
                     gate: wg,
@@ -752,11 +791,11 @@ impl GpuEngine {
                     project(wu, &b.ffn_norm, &up, rec)?;
                     bias(b_gate, &gate, ffn, rec)?;
                     bias(b_up, &up, ffn, rec)?;
-                    k.elementwise.encode_swiglu(rec, gate.rows(), up.rows(), act.rows())?;
+                    k.elementwise.encode_glu(rec, gate.rows(), up.rows(), act.rows(), glu)?;
                 }
             }
             let next = self.blocks.get(l + 1).map(|next| &next.attn_norm);
-            residual(&b.down, &act, &b.b_down, next, rec)?;
+            residual(&b.down, &act, &b.b_down, &b.post_ffn_norm, next, rec)?;
         }
         if out == Output::Nothing {
             return Ok(None);

@@ -94,7 +94,8 @@ impl RefCache {
     }
 
     /// The CPU's attention for queries at positions `pos0..` (f64 scores, max from −1e9, one division).
-    fn attend(&self, q: &[f32], heads: usize, hd: usize, pos0: usize) -> Vec<f32> {
+    /// Each query over its positions, or the latest `window` of them (0: all).
+    fn attend(&self, q: &[f32], heads: usize, hd: usize, pos0: usize, window: usize) -> Vec<f32> {
         let kv_heads = self.kv / hd;
         let per_kv = heads / kv_heads;
         let scale = 1.0 / (hd as f64).sqrt();
@@ -103,8 +104,14 @@ impl RefCache {
             for h in 0..heads {
                 let qh = &qt[h * hd..(h + 1) * hd];
                 let at = |p: usize| (p % self.max_seq) * self.kv + h / per_kv * hd;
-                let scores: Vec<f64> = (0..=pos0 + t)
-                    .map(|p| {
+                let first = match window {
+                    0 => 0,
+                    w => (pos0 + t + 1).saturating_sub(w),
+                };
+                let positions: Vec<usize> = (first..=pos0 + t).collect();
+                let scores: Vec<f64> = positions
+                    .iter()
+                    .map(|&p| {
                         let k = &self.k[at(p)..at(p) + hd];
                         qh.iter()
                             .zip(k)
@@ -119,8 +126,8 @@ impl RefCache {
                 for i in 0..hd {
                     let acc: f64 = e
                         .iter()
-                        .enumerate()
-                        .map(|(p, e)| e * f64::from(self.v[at(p) + i]))
+                        .zip(&positions)
+                        .map(|(e, &p)| e * f64::from(self.v[at(p) + i]))
                         .sum();
                     out.push((acc / sum) as f32);
                 }
@@ -187,13 +194,16 @@ pub async fn attention_prefill_and_decode_match_the_cpu(gpu: &Gpu) {
     let att = Attention::new(gpu).unwrap();
     // (heads, kv_heads, head_dim, prefill tokens, decode steps, cache rows): GQA, MHA, odd head_dim, the largest
     // head, more positions than one 256-wide chunk, uneven GQA (Loom's flat read into the next row), a wrapped cache.
-    for (heads, kv_heads, hd, prefill, decode, max_seq) in [
-        (4, 2, 16, 16, 3, 512),
-        (2, 2, 5, 7, 2, 512),
-        (1, 1, 256, 4, 1, 512),
-        (2, 1, 8, 300, 2, 512),
-        (3, 2, 2, 4, 2, 512),
-        (2, 2, 4, 20, 3, 16),
+    // The last two: sliding windows (Gemma's), shorter than the prefill and than one 256-wide chunk.
+    for (heads, kv_heads, hd, prefill, decode, max_seq, window) in [
+        (4, 2, 16, 16, 3, 512, 0),
+        (2, 2, 5, 7, 2, 512, 0),
+        (1, 1, 256, 4, 1, 512, 0),
+        (2, 1, 8, 300, 2, 512, 0),
+        (3, 2, 2, 4, 2, 512, 0),
+        (2, 2, 4, 20, 3, 16, 0),
+        (4, 2, 16, 16, 3, 512, 5),
+        (2, 1, 8, 300, 2, 512, 260),
     ] {
         let (qw, kv) = (heads * hd, kv_heads * hd);
         let cache = KvCache::new(gpu, kv_heads, hd, max_seq).await.unwrap();
@@ -214,11 +224,17 @@ pub async fn attention_prefill_and_decode_match_the_cpu(gpu: &Gpu) {
             let k = data(seed + 1, tokens * kv, -2.0, 2.0);
             let v = data(seed + 2, tokens * kv, -1.0, 1.0);
             cpu.write(&k, &v, pos);
-            let want = cpu.attend(&q, heads, hd, pos);
-            let got = att.run(gpu, &cache, &q, &k, &v, heads, pos).await.unwrap();
+            let want = cpu.attend(&q, heads, hd, pos, window);
+            let got = att
+                .run(gpu, &cache, &q, &k, &v, heads, pos, window as u32)
+                .await
+                .unwrap();
             let what = if step == 0 { "prefill" } else { "decode" };
             let e = close(
-                &format!("attention {what} {tokens} at {pos} ({heads} heads / {kv_heads} kv × {hd}, {max_seq} rows)"),
+                &format!(
+                    "attention {what} {tokens} at {pos} ({heads} heads / {kv_heads} kv × {hd}, {max_seq} rows, \
+                     window {window})"
+                ),
                 &got,
                 &want,
                 ABS,

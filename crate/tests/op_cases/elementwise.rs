@@ -8,7 +8,7 @@
 
 use loom_wasm::cpu::activate;
 use loom_wasm::formats::loom_json;
-use loom_wasm::gpu::{Elementwise, Gpu, MatVec, PackedWeights, Packing, Recorder, Rows};
+use loom_wasm::gpu::{Elementwise, Gpu, MatVec, PackedWeights, Packing, Pointwise, Recorder, Rows};
 use loom_wasm::network::{f32_bytes, Activation};
 
 use super::harness::{close, cpu, data, exact, one_layer};
@@ -21,6 +21,7 @@ on_each_device!(
     activations_match_cpu_activate,
     swiglu_product_matches_loom_rounding,
     swiglu_rows_of_a_fused_gate_up_match_the_split_product,
+    geglu_product_matches_the_tanh_gelu,
     a_swiglu_layer_composed_on_the_gpu_matches_the_cpu_layer,
 );
 
@@ -109,6 +110,32 @@ pub async fn swiglu_product_matches_loom_rounding(gpu: &Gpu) {
             .collect();
         let got = ew.swiglu(gpu, &g, &u).await.unwrap();
         close(&format!("SwiGLU product ×{n}"), &got, &want, 1e-6, 1e-5);
+    }
+}
+
+/// GeGLU (Gemma's feed-forward): tanh-approximated GELU of the gate times up, against its float64 formula
+/// (PyTorch's `gelu(approximate="tanh")`) and the CPU twin `cpu::ops::gelu_tanh_mul`; large gates saturate to
+/// gate·up and 0 without NaN.
+pub async fn geglu_product_matches_the_tanh_gelu(gpu: &Gpu) {
+    let ew = Elementwise::new(gpu).unwrap();
+    for n in [1, 63, 300, 5003] {
+        let mut g = data(n as u64, n, -6.0, 6.0);
+        g[0] = if n > 1 { 40.0 } else { -40.0 };
+        let u = data(3 + n as u64, n, -2.0, 2.0);
+        let want: Vec<f32> = g
+            .iter()
+            .zip(&u)
+            .map(|(g, u)| {
+                let g = f64::from(*g);
+                let inner = (2.0 / std::f64::consts::PI).sqrt() * (g + 0.044715 * g * g * g);
+                (0.5 * g * (1.0 + inner.tanh()) * f64::from(*u)) as f32
+            })
+            .collect();
+        let got = ew.glu(gpu, &g, &u, Pointwise::Gelu).await.unwrap();
+        close(&format!("GeGLU product ×{n}"), &got, &want, 1e-6, 1e-5);
+        let mut cpu = g.clone();
+        loom_wasm::cpu::ops::gelu_tanh_mul(&mut cpu, &u);
+        close(&format!("GeGLU CPU twin ×{n}"), &cpu, &want, 1e-6, 1e-5);
     }
 }
 

@@ -36,7 +36,11 @@ pub async fn ops_refuse_views_that_do_not_fit(gpu: &Gpu) {
         .await
         .unwrap();
     let cache = KvCache::new(gpu, 1, 8, 4).await.unwrap();
-    let args = AttendArgs { pos0: 0, scale: 1.0 };
+    let args = AttendArgs {
+        pos0: 0,
+        scale: 1.0,
+        window: 0,
+    };
     let eps = 1e-6;
     let mut rec = Recorder::new(gpu);
 

@@ -69,6 +69,8 @@ pub struct AttendArgs {
     pub pos0: u32,
     /// Score scale, `1/√head_dim` for Loom.
     pub scale: f32,
+    /// A sliding window: each query attends to its latest `window` positions (its own included); 0 for all.
+    pub window: u32,
 }
 
 /// The KV-update and attention kernels.
@@ -177,6 +179,7 @@ impl Attention {
             q.stride,
             out.stride,
             args.scale.to_bits(),
+            args.window,
         ];
         dispatch_3d(
             rec,
@@ -189,8 +192,8 @@ impl Attention {
     }
 
     /// One-shot: writes the `k`, `v` rows of `tokens = q.len() / (heads·head_dim)` tokens into `cache` at positions
-    /// `pos0..`, then attends each query to the positions up to its own. `pos0 = 0` is a prefill; a later call with
-    /// one token is a decode step. Returns `[tokens][heads·head_dim]`.
+    /// `pos0..`, then attends each query to the positions up to its own (the latest `window` of them, 0 for all).
+    /// `pos0 = 0` is a prefill; a later call with one token is a decode step. Returns `[tokens][heads·head_dim]`.
     #[allow(clippy::too_many_arguments)]
     pub async fn run(
         &self,
@@ -201,6 +204,7 @@ impl Attention {
         v: &[f32],
         heads: usize,
         pos0: usize,
+        window: u32,
     ) -> Result<Vec<f32>> {
         let hd = cache.head_dim as usize;
         let (qw, kvw) = (heads * hd, cache.kv_heads as usize * hd);
@@ -231,6 +235,7 @@ impl Attention {
         let args = AttendArgs {
             pos0,
             scale: (1.0 / (hd as f64).sqrt()) as f32,
+            window,
         };
         let q_w = u32_dim(qw, "q row")?;
         self.encode_attend(

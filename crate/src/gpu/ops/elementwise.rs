@@ -85,6 +85,12 @@ impl Elementwise {
 
     /// Records `y[i] = silu(gate[i]) · up[i]`.
     pub fn encode_swiglu(&self, rec: &mut Recorder, gate: Rows, up: Rows, y: Rows) -> Result<()> {
+        self.encode_glu(rec, gate, up, y, Pointwise::Silu)
+    }
+
+    /// Records `y[i] = act(gate[i]) · up[i]`: SwiGLU with silu, GeGLU with (tanh) GELU. CPU twins:
+    /// `cpu::ops::silu_mul`, `cpu::ops::gelu_tanh_mul`.
+    pub fn encode_glu(&self, rec: &mut Recorder, gate: Rows, up: Rows, y: Rows, act: Pointwise) -> Result<()> {
         let n = gate.flat("SwiGLU product")?;
         same_len("SwiGLU product", n, &up)?;
         same_len("SwiGLU product", n, &y)?;
@@ -93,13 +99,19 @@ impl Elementwise {
         }
         let g = grid_for(rec.gpu(), u64::from(n), LANES, "SwiGLU product")?;
         let buffers = [(1, gate.buffer), (2, up.buffer), (3, y.buffer)];
-        dispatch(rec, &self.swiglu, &[n, 1], &buffers, g);
+        dispatch(rec, &self.swiglu, &[n, 1, act.id()], &buffers, g);
         Ok(())
     }
 
     /// Records SwiGLU's product from rows holding gate and up side by side (each row `width` gate values then
     /// `width` up values: a fused gate|up matvec's output) into `y` (rows of `width`).
     pub fn encode_swiglu_rows(&self, rec: &mut Recorder, gate_up: Rows, y: Rows) -> Result<()> {
+        self.encode_glu_rows(rec, gate_up, y, Pointwise::Silu)
+    }
+
+    /// [`Elementwise::encode_glu`] from rows holding gate and up side by side, as
+    /// [`Elementwise::encode_swiglu_rows`].
+    pub fn encode_glu_rows(&self, rec: &mut Recorder, gate_up: Rows, y: Rows, act: Pointwise) -> Result<()> {
         gate_up.flat("SwiGLU product")?;
         let n = y.flat("SwiGLU product")?;
         if gate_up.rows != y.rows || u64::from(gate_up.cols) != 2 * u64::from(y.cols) {
@@ -110,7 +122,7 @@ impl Elementwise {
         }
         let g = grid_for(rec.gpu(), u64::from(n), LANES, "SwiGLU product")?;
         let buffers = [(1, gate_up.buffer), (3, y.buffer)];
-        dispatch(rec, &self.swiglu_rows, &[n, y.cols], &buffers, g);
+        dispatch(rec, &self.swiglu_rows, &[n, y.cols, act.id()], &buffers, g);
         Ok(())
     }
 
@@ -152,6 +164,11 @@ impl Elementwise {
 
     /// One-shot `silu(gate) · up`.
     pub async fn swiglu(&self, gpu: &Gpu, gate: &[f32], up: &[f32]) -> Result<Vec<f32>> {
+        self.glu(gpu, gate, up, Pointwise::Silu).await
+    }
+
+    /// One-shot [`Elementwise::encode_glu`].
+    pub async fn glu(&self, gpu: &Gpu, gate: &[f32], up: &[f32], act: Pointwise) -> Result<Vec<f32>> {
         if gate.len() != up.len() {
             return Err(LoomError::InvalidInput(format!(
                 "SwiGLU product: {} gate values, {} up values",
@@ -162,7 +179,7 @@ impl Elementwise {
         let n = u32_dim(gate.len(), "SwiGLU length")?;
         self.one_shot(gpu, gate, up, |rec, gb, ub, yb| {
             let view = |b| Rows::new(b, 1, n);
-            self.encode_swiglu(rec, view(gb), view(ub), view(yb))
+            self.encode_glu(rec, view(gb), view(ub), view(yb), act)
         })
         .await
     }
