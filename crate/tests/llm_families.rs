@@ -126,3 +126,83 @@ fn what_does_not_run_is_refused_by_name() {
         other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
     }
 }
+
+fn families_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/families")
+}
+
+/// Every prompt's logits at every position within 1e-3 + 1e-4·|logit| of the float64 reference, and the greedy ids.
+fn check_cases(model: &LlmModel, expected: &serde_json::Value, new_engine: &dyn Fn() -> Box<dyn Engine>) {
+    let vocab = model.config.vocab;
+    for case in expected["cases"].as_array().unwrap() {
+        let prompt = ids(&case["ids"]);
+        let logits = new_engine().forward(&prompt, true).unwrap();
+        let want: Vec<f32> = case["logits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|row| row.as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32))
+            .collect();
+        assert_eq!(logits.len(), want.len());
+        for (i, (g, w)) in logits.iter().zip(&want).enumerate() {
+            assert!(
+                (g - w).abs() <= 1e-3 + 1e-4 * w.abs(),
+                "prompt of {} tokens, position {}, token {}: {g} against {w}",
+                prompt.len(),
+                i / vocab,
+                i % vocab
+            );
+        }
+        let mut e = new_engine();
+        e.forward(&prompt, false).unwrap();
+        let last = &logits[logits.len() - vocab..];
+        assert_eq!(greedy(e.as_mut(), last, 8, None), ids(&case["greedy"]));
+    }
+}
+
+/// An HF folder of the families' 4-layer weights with the tiny Llama's tokenizer and `config`.
+fn hf_folder(name: &str, config: &serde_json::Value) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("family_{name}"));
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::copy(families_dir().join("model.safetensors"), d.join("model.safetensors")).unwrap();
+    std::fs::copy(
+        llm_util::golden().join("tiny-llama/tokenizer.json"),
+        d.join("tokenizer.json"),
+    )
+    .unwrap();
+    std::fs::write(d.join("config.json"), serde_json::to_vec(config).unwrap()).unwrap();
+    d
+}
+
+/// SmolLM3: no RoPE on its NoPE layers, from llama.cpp's GGUF (every 4th layer) and from an HF folder
+/// (`no_rope_layers`), on both engines.
+#[test]
+fn smollm3_skips_rope_on_its_nope_layers() {
+    let expected = json(&families_dir().join("expected.json"));
+    let fam = &expected["smollm3"];
+    let gguf = LlmModel::open(&families_dir().join("smollm3.gguf")).unwrap();
+    assert_eq!(gguf.config.arch, Arch::SmolLM3);
+    check_cases(&gguf, fam, &|| Box::new(gguf.cpu_engine()));
+    check_cases(&gguf, fam, &|| gpu_engine(&gguf));
+    let hf = LlmModel::open(&hf_folder("smollm3", &fam["config"])).unwrap();
+    assert_eq!(hf.config.block, gguf.config.block);
+    check_cases(&hf, fam, &|| Box::new(hf.cpu_engine()));
+}
+
+/// Mistral's sliding window (every layer) from an HF config, on both engines; Qwen2's `use_sliding_window: false`
+/// (how its configs ship) keeps every layer global.
+#[test]
+fn mistral_attends_within_its_sliding_window() {
+    let expected = json(&families_dir().join("expected.json"));
+    let fam = &expected["mistral"];
+    let model = LlmModel::open(&hf_folder("mistral", &fam["config"])).unwrap();
+    assert!((0..model.config.n_layers).all(|l| model.config.window(l) == Some(6)));
+    check_cases(&model, fam, &|| Box::new(model.cpu_engine()));
+    check_cases(&model, fam, &|| gpu_engine(&model));
+    let mut qwen = fam["config"].clone();
+    qwen["model_type"] = "qwen2".into();
+    qwen["architectures"] = serde_json::json!(["Qwen2ForCausalLM"]);
+    qwen["use_sliding_window"] = false.into();
+    let model = LlmModel::open(&hf_folder("qwen2_no_window", &qwen)).unwrap();
+    assert!(model.config.block.sliding.is_none());
+}

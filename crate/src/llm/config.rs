@@ -15,6 +15,8 @@ pub enum Arch {
     Qwen2,
     /// Qwen3: per-head RMSNorm of q and k before RoPE.
     Qwen3,
+    /// SmolLM3: Llama's block, without RoPE on every 4th layer (`BlockSpec::no_rope`).
+    SmolLM3,
     /// Gemma 3 (text): q/k norms, a norm after attention and after the feed-forward, GeGLU (tanh GELU), the
     /// embedding scaled by √hidden, sliding-window layers with their own RoPE base (see [`BlockSpec`]).
     Gemma3,
@@ -27,6 +29,7 @@ impl Arch {
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
             Arch::Gemma3 => "gemma3",
+            Arch::SmolLM3 => "smollm3",
         }
     }
 }
@@ -73,6 +76,8 @@ pub struct BlockSpec {
     /// Attention scores are q·k times this: 1/√head_dim, or Gemma's `query_pre_attn_scalar`^-½.
     pub attn_scale: f32,
     pub sliding: Option<Sliding>,
+    /// Layers that skip RoPE (SmolLM3's NoPE layers), one flag a layer; `None`: every layer rotates.
+    pub no_rope: Option<Vec<bool>>,
 }
 
 impl BlockSpec {
@@ -84,6 +89,7 @@ impl BlockSpec {
             embed_scale: 1.0,
             attn_scale: 1.0 / (head_dim as f32).sqrt(),
             sliding: None,
+            no_rope: None,
         }
     }
 
@@ -168,6 +174,15 @@ impl ModelConfig {
         s.layers.get(l).copied().unwrap_or(false).then_some(s.window)
     }
 
+    /// Whether layer `l` applies RoPE (SmolLM3's NoPE layers do not).
+    pub fn rotates(&self, l: usize) -> bool {
+        !self
+            .block
+            .no_rope
+            .as_ref()
+            .is_some_and(|n| n.get(l).copied().unwrap_or(false))
+    }
+
     /// Layer `l`'s RoPE base.
     pub fn layer_rope_theta(&self, l: usize) -> f32 {
         match &self.block.sliding {
@@ -230,6 +245,9 @@ impl ModelConfig {
                 b.embed_scale, b.attn_scale
             ));
         }
+        if b.no_rope.as_ref().is_some_and(|n| n.len() != self.n_layers) {
+            return bad(format!("NoPE flags for other than {} layers", self.n_layers));
+        }
         if let Some(s) = &b.sliding {
             if s.window == 0 || s.layers.len() != self.n_layers {
                 return bad(format!(
@@ -263,9 +281,10 @@ impl ModelConfig {
             "qwen2" => Arch::Qwen2,
             "qwen3" => Arch::Qwen3,
             "gemma3" => Arch::Gemma3,
+            "smollm3" => Arch::SmolLM3,
             other => {
                 return Err(LoomError::Unsupported(format!(
-                    "GGUF architecture {other:?} (llama, qwen2, qwen3 and gemma3 run)"
+                    "GGUF architecture {other:?} (llama, qwen2, qwen3, gemma3 and smollm3 run)"
                 )))
             }
         };
@@ -300,6 +319,11 @@ impl ModelConfig {
         let rope_theta = float("rope.freq_base")?.unwrap_or(10000.0);
         let block = match arch {
             Arch::Gemma3 => gemma3_gguf_block(h, &key, n_layers, n_heads, head_dim, hidden)?,
+            // llama.cpp's `n_no_rope_layer_step`: every 4th layer skips RoPE.
+            Arch::SmolLM3 => BlockSpec {
+                no_rope: Some((0..n_layers).map(|l| (l + 1) % 4 == 0).collect()),
+                ..BlockSpec::llama(head_dim)
+            },
             _ => BlockSpec::llama(head_dim),
         };
         let rope_dims = int("rope.dimension_count")?.unwrap_or(head_dim);
@@ -334,8 +358,9 @@ impl ModelConfig {
             vocab,
             rope_theta,
             rope_dims,
-            // llama.cpp runs llama with NORM RoPE on permuted rows, Qwen and Gemma with NEOX on rows as trained.
-            rope_style: if arch == Arch::Llama {
+            // llama.cpp runs llama and SmolLM3 with NORM RoPE on permuted rows, Qwen and Gemma with NEOX on rows
+            // as trained.
+            rope_style: if matches!(arch, Arch::Llama | Arch::SmolLM3) {
                 RopeStyle::Adjacent
             } else {
                 RopeStyle::Neox
@@ -370,13 +395,16 @@ impl ModelConfig {
         let is = |name: &str| model_type == name || archs.iter().any(|a| a.starts_with(name));
         let arch = if is("qwen3") {
             Arch::Qwen3
+        } else if is("smollm3") {
+            Arch::SmolLM3
         } else if is("qwen2") {
             Arch::Qwen2
         } else if is("llama") || is("mistral") || model_type.is_empty() && archs.is_empty() {
             Arch::Llama
         } else {
             return Err(LoomError::Unsupported(format!(
-                "config.json model_type {model_type:?} / architectures {archs:?} (Llama, Mistral, Qwen2 and Qwen3 run)"
+                "config.json model_type {model_type:?} / architectures {archs:?} (Llama, Mistral, Qwen2, Qwen3 and \
+                 SmolLM3 run)"
             )));
         };
         let int = |k: &str| -> Result<Option<usize>> {
@@ -413,13 +441,15 @@ impl ModelConfig {
             None => float("rope_theta", 10000.0)?,
         };
         let scaling = v.get("rope_scaling").filter(|x| !x.is_null()).or(params);
+        let n_layers = need("num_hidden_layers")?;
+        let block = hf_block(&v, arch, n_layers, head_dim, rope_theta)?;
         let rope_factors = match scaling {
             None => None,
             Some(s) => hf_rope_factors(s, rope_theta, head_dim)?,
         };
         let cfg = ModelConfig {
             arch,
-            n_layers: need("num_hidden_layers")?,
+            n_layers,
             hidden,
             n_heads,
             n_kv_heads: int("num_key_value_heads")?.unwrap_or(n_heads),
@@ -433,7 +463,7 @@ impl ModelConfig {
             final_norm_eps: float("rms_norm_eps", 1e-6)?,
             context: int("max_position_embeddings")?.unwrap_or(DEFAULT_CONTEXT),
             tied_embeddings: !has_lm_head,
-            block: BlockSpec::llama(head_dim),
+            block,
             rope_factors,
         };
         cfg.validate()?;
@@ -529,6 +559,7 @@ fn gemma3_gguf_block(
         embed_scale: (hidden as f32).sqrt(),
         attn_scale: 1.0 / (scale_dim as f32).sqrt(),
         sliding,
+        no_rope: None,
     })
 }
 
@@ -584,4 +615,76 @@ fn hf_rope_factors(s: &Value, theta: f32, head_dim: usize) -> Result<Option<Vec<
             "config.json: rope_scaling type {other:?} does not run (default, linear and llama3 do)"
         ))),
     }
+}
+
+/// The block of an HF config (Llama-shaped families): SmolLM3's `no_rope_layers` (1 = the layer rotates; or every
+/// `no_rope_layer_interval`-th layer skips, 4 by default, as its config builds the list), and a sliding window
+/// where transformers applies one: every layer of a Llama/Mistral config with `sliding_window` set (and
+/// `use_sliding_window` not false); a Qwen2 config's layers from `max_window_layers` on when `use_sliding_window` is
+/// true.
+fn hf_block(v: &Value, arch: Arch, n_layers: usize, head_dim: usize, rope_theta: f32) -> Result<BlockSpec> {
+    let mut block = BlockSpec::llama(head_dim);
+    let count = |k: &str| {
+        v.get(k)
+            .filter(|x| !x.is_null())
+            .map(|x| x.as_u64().and_then(|x| usize::try_from(x).ok()))
+    };
+    if arch == Arch::SmolLM3 {
+        let flags = match v.get("no_rope_layers").filter(|x| !x.is_null()) {
+            Some(list) => list
+                .as_array()
+                .filter(|a| a.len() == n_layers)
+                .and_then(|a| {
+                    a.iter()
+                        .map(|x| x.as_u64().map(|x| x == 0))
+                        .collect::<Option<Vec<bool>>>()
+                })
+                .ok_or_else(|| {
+                    LoomError::InvalidNetwork(format!("config.json: no_rope_layers {list} is not {n_layers} flags"))
+                })?,
+            None => {
+                let every = match count("no_rope_layer_interval") {
+                    None => 4,
+                    Some(Some(n)) if n > 0 => n,
+                    Some(_) => {
+                        return Err(LoomError::InvalidNetwork(
+                            "config.json: no_rope_layer_interval is not a positive integer".into(),
+                        ))
+                    }
+                };
+                (0..n_layers).map(|l| (l + 1) % every == 0).collect()
+            }
+        };
+        block.no_rope = Some(flags);
+    }
+    let use_window = v.get("use_sliding_window").and_then(Value::as_bool);
+    let window = match count("sliding_window") {
+        None => None,
+        Some(Some(w)) if w > 0 => Some(w),
+        Some(_) => {
+            return Err(LoomError::InvalidNetwork(
+                "config.json: sliding_window is not a positive integer".into(),
+            ))
+        }
+    };
+    let sliding_layers = match (arch, window, use_window) {
+        (_, None, _) | (_, _, Some(false)) => None,
+        (Arch::Qwen2 | Arch::Qwen3, Some(_), None) => None,
+        (Arch::Qwen2 | Arch::Qwen3, Some(_), Some(true)) => {
+            let from = match count("max_window_layers") {
+                Some(Some(n)) => n,
+                _ => 0,
+            };
+            Some((0..n_layers).map(|l| l >= from).collect())
+        }
+        (_, Some(_), _) => Some(vec![true; n_layers]),
+    };
+    if let (Some(window), Some(layers)) = (window, sliding_layers) {
+        block.sliding = Some(Sliding {
+            window,
+            layers,
+            rope_theta,
+        });
+    }
+    Ok(block)
 }

@@ -159,7 +159,7 @@ impl CpuEngine {
                 ops::rms_norm(&mut k, kn, c.rms_eps);
             }
             let inv_freq = &self.inv_freq[l];
-            for t in 0..n {
+            for t in (0..n).filter(|_| c.rotates(l)) {
                 ops::rope(&mut q[t * qd..(t + 1) * qd], hd, start + t, inv_freq, pairs);
                 ops::rope(&mut k[t * kvd..(t + 1) * kvd], hd, start + t, inv_freq, pairs);
             }

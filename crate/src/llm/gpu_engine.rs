@@ -725,8 +725,11 @@ impl GpuEngine {
                 (Some(_), Some(t)) => t,
                 _ => &global_table,
             };
-            let rope =
-                |t: Rows, rec: &mut Recorder| k.rope.encode_pairs(rec, t, &table.buffer, hd as u32, rot as u32, pairs);
+            let rotates = c.rotates(l);
+            let rope = |t: Rows, rec: &mut Recorder| match rotates {
+                true => k.rope.encode_pairs(rec, t, &table.buffer, hd as u32, rot as u32, pairs),
+                false => Ok(()),
+            };
             // q, k and v: each a view of its own buffer, or columns of the fused q|k|v rows.
             let (qr, kr, vr) = match &b.qkv {
                 Qkv::Fused(w) => {

@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""Llama-shaped families, from a float64 numpy forward that follows transformers (not from loom-wasm):
+SmolLM3 (`modeling_smollm3.py`: no RoPE on the layers `no_rope_layers` marks 0) and Mistral
+(`modeling_mistral.py`: every layer attends within `sliding_window` positions).
+
+    python3 -m venv /tmp/gg && /tmp/gg/bin/pip install gguf==0.19.0 numpy safetensors
+    /tmp/gg/bin/python testdata/families/gen.py
+
+The model: shared/golden's tiny Llama (hidden 64, 4 heads over 2 KV heads of 16, feed-forward 128, vocabulary 256)
+made 4 layers deep, layers 2 and 3 its layers 0 and 1 with their matrices negated (so that no layer repeats
+another), tied embeddings, rope_theta 10000.
+
+Written:
+- `model.safetensors`: the 4-layer weights in transformers' names (float32); the tests pair it with a config.json
+  of each family and the tiny Llama's tokenizer.json;
+- `smollm3.gguf`: the same as llama.cpp's converter writes a SmolLM3 (architecture `smollm3`, q/k rows permuted);
+  llama.cpp skips RoPE on every 4th layer (`n_no_rope_layer_step` 4), so here layer 3, as `no_rope_layers`
+  [1, 1, 1, 0] says for the HF folder;
+- `expected.json`: per family its config.json fields and, per prompt, the logits at every position (7 significant
+  digits) and 8 greedy ids.
+
+Checked by hand against llama.cpp b11434 (`scripts/llama_logits.c`): it reads smollm3.gguf as the SmolLM3 reference
+here, within 0.0022 over the top 3 at every position of the second prompt (its KV cache is float16), with the same
+greedy ids.
+"""
+import json
+import pathlib
+import sys
+
+import numpy as np
+from gguf import GGUFWriter
+from safetensors.numpy import load_file, save_file
+
+here = pathlib.Path(__file__).resolve().parent
+golden = here.parents[2] / "shared" / "golden"
+sys.path.insert(0, str(golden))
+from llama_ref import permute  # noqa: E402
+
+tiny = golden / "tiny-llama"
+base = json.loads((tiny / "config.json").read_text())
+W = dict(load_file(str(tiny / "model.f32.safetensors")))
+for i in (2, 3):
+    for name in list(W):
+        prefix = f"model.layers.{i - 2}."
+        if name.startswith(prefix):
+            w = W[name]
+            W[f"model.layers.{i}." + name[len(prefix):]] = -w if w.ndim == 2 else w
+LAYERS, H, NH, NKV, HD = 4, base["hidden_size"], base["num_attention_heads"], base["num_key_value_heads"], base[
+    "head_dim"]
+EPS, THETA = base["rms_norm_eps"], base["rope_theta"]
+PROMPTS = [list(range(40, 240, 5)), [72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100]]
+FAMILIES = {
+    "smollm3": {"model_type": "smollm3", "architectures": ["SmolLM3ForCausalLM"], "no_rope_layers": [1, 1, 1, 0]},
+    "mistral": {"model_type": "mistral", "architectures": ["MistralForCausalLM"], "sliding_window": 6},
+}
+
+
+def rms(x, w):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + EPS) * w.astype(np.float64)
+
+
+def rope(x, positions):  # rotate_half; x [heads][n][hd]
+    inv = 1.0 / THETA ** (np.arange(0, HD, 2, dtype=np.float64) / HD)
+    emb = np.concatenate([np.outer(positions, inv)] * 2, axis=-1)
+    half = HD // 2
+    return x * np.cos(emb) + np.concatenate([-x[..., half:], x[..., :half]], axis=-1) * np.sin(emb)
+
+
+def forward(ids, fam):
+    n, positions = len(ids), np.arange(len(ids))
+    m = lambda k: W[k].astype(np.float64)  # noqa: E731
+    h = m("model.embed_tokens.weight")[ids]
+    for i in range(LAYERS):
+        p = f"model.layers.{i}."
+        x = rms(h, W[p + "input_layernorm.weight"])
+        q = (x @ m(p + "self_attn.q_proj.weight").T).reshape(n, NH, HD).transpose(1, 0, 2)
+        k = (x @ m(p + "self_attn.k_proj.weight").T).reshape(n, NKV, HD).transpose(1, 0, 2)
+        v = (x @ m(p + "self_attn.v_proj.weight").T).reshape(n, NKV, HD).transpose(1, 0, 2)
+        if fam.get("no_rope_layers", [1] * LAYERS)[i]:  # SmolLM3Attention.use_rope
+            q, k = rope(q, positions), rope(k, positions)
+        k, v = np.repeat(k, NH // NKV, axis=0), np.repeat(v, NH // NKV, axis=0)
+        scores = q @ k.transpose(0, 2, 1) / np.sqrt(HD)
+        qi, ki = np.meshgrid(positions, positions, indexing="ij")
+        allowed = ki <= qi
+        if "sliding_window" in fam:  # the sliding-window causal mask: q − k < window
+            allowed &= qi - ki < fam["sliding_window"]
+        scores = np.where(allowed, scores, -np.inf)
+        e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        o = ((e / e.sum(axis=-1, keepdims=True)) @ v).transpose(1, 0, 2).reshape(n, NH * HD)
+        h = h + o @ m(p + "self_attn.o_proj.weight").T
+        x = rms(h, W[p + "post_attention_layernorm.weight"])
+        g, u = x @ m(p + "mlp.gate_proj.weight").T, x @ m(p + "mlp.up_proj.weight").T
+        h = h + (g / (1 + np.exp(-g)) * u) @ m(p + "mlp.down_proj.weight").T
+    return rms(h, W["model.norm.weight"]) @ m("model.embed_tokens.weight").T
+
+
+def write_smollm3_gguf(path):
+    g = GGUFWriter(str(path), "smollm3")
+    g.add_block_count(LAYERS)
+    g.add_context_length(base["max_position_embeddings"])
+    g.add_embedding_length(H)
+    g.add_feed_forward_length(base["intermediate_size"])
+    g.add_head_count(NH)
+    g.add_head_count_kv(NKV)
+    g.add_key_length(HD)
+    g.add_value_length(HD)
+    g.add_rope_dimension_count(HD)
+    g.add_rope_freq_base(THETA)
+    g.add_layer_norm_rms_eps(EPS)
+    g.add_file_type(0)
+    g.add_tokenizer_model("llama")
+    g.add_token_list([f"<0x{b:02X}>" for b in range(256)])
+    g.add_token_scores([0.0] * 256)
+    g.add_token_types([6] * 256)
+    g.add_add_bos_token(False)
+    g.add_tensor("token_embd.weight", W["model.embed_tokens.weight"])
+    for i in range(LAYERS):
+        p, b = f"model.layers.{i}.", f"blk.{i}."
+        g.add_tensor(b + "attn_norm.weight", W[p + "input_layernorm.weight"])
+        g.add_tensor(b + "attn_q.weight", permute(W[p + "self_attn.q_proj.weight"], NH))
+        g.add_tensor(b + "attn_k.weight", permute(W[p + "self_attn.k_proj.weight"], NKV))
+        g.add_tensor(b + "attn_v.weight", W[p + "self_attn.v_proj.weight"])
+        g.add_tensor(b + "attn_output.weight", W[p + "self_attn.o_proj.weight"])
+        g.add_tensor(b + "ffn_norm.weight", W[p + "post_attention_layernorm.weight"])
+        g.add_tensor(b + "ffn_gate.weight", W[p + "mlp.gate_proj.weight"])
+        g.add_tensor(b + "ffn_up.weight", W[p + "mlp.up_proj.weight"])
+        g.add_tensor(b + "ffn_down.weight", W[p + "mlp.down_proj.weight"])
+    g.add_tensor("output_norm.weight", W["model.norm.weight"])
+    g.write_header_to_file()
+    g.write_kv_data_to_file()
+    g.write_tensors_to_file()
+    g.close()
+
+
+def main():
+    save_file({k: np.ascontiguousarray(v) for k, v in sorted(W.items())}, str(here / "model.safetensors"))
+    write_smollm3_gguf(here / "smollm3.gguf")
+    out = {"reference": "float64 numpy forward following transformers' modeling_smollm3 / modeling_mistral (gen.py)"}
+    for name, fam in FAMILIES.items():
+        cases = []
+        for ids in PROMPTS:
+            seq, greedy = list(ids), []
+            for _ in range(8):
+                nxt = int(np.argmax(forward(seq, fam)[-1]))
+                greedy.append(nxt)
+                seq.append(nxt)
+            logits = forward(ids, fam)
+            cases.append({"ids": ids, "logits": [[float(f"{v:.7g}") for v in r] for r in logits], "greedy": greedy})
+        plain = forward(PROMPTS[0], {})
+        moved = float(np.abs(forward(PROMPTS[0], fam) - plain).max())
+        assert moved > 0.05, f"{name} hardly differs from Llama ({moved})"
+        out[name] = {"config": {**base, "num_hidden_layers": LAYERS, **fam}, "moved_from_llama": moved,
+                     "cases": cases}
+    (here / "expected.json").write_text(json.dumps(out) + "\n")
+
+
+if __name__ == "__main__":
+    main()
