@@ -206,3 +206,19 @@ fn mistral_attends_within_its_sliding_window() {
     let model = LlmModel::open(&hf_folder("qwen2_no_window", &qwen)).unwrap();
     assert!(model.config.block.sliding.is_none());
 }
+
+/// Granite's multipliers (embedding, attention scores, residual branches, logits), from llama.cpp's GGUF keys and
+/// from an HF config, on both engines.
+#[test]
+fn granite_applies_its_multipliers() {
+    let expected = json(&families_dir().join("expected.json"));
+    let fam = &expected["granite"];
+    let gguf = LlmModel::open(&families_dir().join("granite.gguf")).unwrap();
+    assert_eq!(gguf.config.arch, Arch::Granite);
+    check_cases(&gguf, fam, &|| Box::new(gguf.cpu_engine()));
+    check_cases(&gguf, fam, &|| gpu_engine(&gguf));
+    let hf = LlmModel::open(&hf_folder("granite", &fam["config"])).unwrap();
+    assert_eq!(hf.config.block, gguf.config.block);
+    check_cases(&hf, fam, &|| Box::new(hf.cpu_engine()));
+    check_cases(&hf, fam, &|| gpu_engine(&hf));
+}

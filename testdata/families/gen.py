@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Llama-shaped families, from a float64 numpy forward that follows transformers (not from loom-wasm):
-SmolLM3 (`modeling_smollm3.py`: no RoPE on the layers `no_rope_layers` marks 0) and Mistral
-(`modeling_mistral.py`: every layer attends within `sliding_window` positions).
+SmolLM3 (`modeling_smollm3.py`: no RoPE on the layers `no_rope_layers` marks 0), Mistral (`modeling_mistral.py`:
+every layer attends within `sliding_window` positions) and Granite (`modeling_granite.py`: the embedding times
+`embedding_multiplier`, scores times `attention_multiplier`, each residual branch times `residual_multiplier`, the
+logits divided by `logits_scaling`).
 
     python3 -m venv /tmp/gg && /tmp/gg/bin/pip install gguf==0.19.0 numpy safetensors
     /tmp/gg/bin/python testdata/families/gen.py
@@ -16,12 +18,14 @@ Written:
 - `smollm3.gguf`: the same as llama.cpp's converter writes a SmolLM3 (architecture `smollm3`, q/k rows permuted);
   llama.cpp skips RoPE on every 4th layer (`n_no_rope_layer_step` 4), so here layer 3, as `no_rope_layers`
   [1, 1, 1, 0] says for the HF folder;
+- `granite.gguf`: the same as a Granite (architecture `granite`, its multipliers as `granite.embedding_scale`,
+  `attention.scale`, `residual_scale`, `logit_scale`);
 - `expected.json`: per family its config.json fields and, per prompt, the logits at every position (7 significant
   digits) and 8 greedy ids.
 
-Checked by hand against llama.cpp b11434 (`scripts/llama_logits.c`): it reads smollm3.gguf as the SmolLM3 reference
-here, within 0.0022 over the top 3 at every position of the second prompt (its KV cache is float16), with the same
-greedy ids.
+Checked by hand against llama.cpp b11434 (`scripts/llama_logits.c`): it reads smollm3.gguf and granite.gguf as the
+references here, within 0.0022 and 0.0004 over the top 3 at every position of the second prompt (its KV cache is
+float16), with the same greedy ids.
 """
 import json
 import pathlib
@@ -52,6 +56,8 @@ PROMPTS = [list(range(40, 240, 5)), [72, 101, 108, 108, 111, 44, 32, 119, 111, 1
 FAMILIES = {
     "smollm3": {"model_type": "smollm3", "architectures": ["SmolLM3ForCausalLM"], "no_rope_layers": [1, 1, 1, 0]},
     "mistral": {"model_type": "mistral", "architectures": ["MistralForCausalLM"], "sliding_window": 6},
+    "granite": {"model_type": "granite", "architectures": ["GraniteForCausalLM"], "embedding_multiplier": 2.0,
+                "attention_multiplier": 0.15, "residual_multiplier": 0.5, "logits_scaling": 3.0},
 }
 
 
@@ -69,7 +75,8 @@ def rope(x, positions):  # rotate_half; x [heads][n][hd]
 def forward(ids, fam):
     n, positions = len(ids), np.arange(len(ids))
     m = lambda k: W[k].astype(np.float64)  # noqa: E731
-    h = m("model.embed_tokens.weight")[ids]
+    h = m("model.embed_tokens.weight")[ids] * fam.get("embedding_multiplier", 1.0)  # GraniteModel
+    residual = fam.get("residual_multiplier", 1.0)
     for i in range(LAYERS):
         p = f"model.layers.{i}."
         x = rms(h, W[p + "input_layernorm.weight"])
@@ -79,7 +86,7 @@ def forward(ids, fam):
         if fam.get("no_rope_layers", [1] * LAYERS)[i]:  # SmolLM3Attention.use_rope
             q, k = rope(q, positions), rope(k, positions)
         k, v = np.repeat(k, NH // NKV, axis=0), np.repeat(v, NH // NKV, axis=0)
-        scores = q @ k.transpose(0, 2, 1) / np.sqrt(HD)
+        scores = q @ k.transpose(0, 2, 1) * fam.get("attention_multiplier", 1.0 / np.sqrt(HD))
         qi, ki = np.meshgrid(positions, positions, indexing="ij")
         allowed = ki <= qi
         if "sliding_window" in fam:  # the sliding-window causal mask: q − k < window
@@ -87,15 +94,22 @@ def forward(ids, fam):
         scores = np.where(allowed, scores, -np.inf)
         e = np.exp(scores - scores.max(axis=-1, keepdims=True))
         o = ((e / e.sum(axis=-1, keepdims=True)) @ v).transpose(1, 0, 2).reshape(n, NH * HD)
-        h = h + o @ m(p + "self_attn.o_proj.weight").T
+        h = h + (o @ m(p + "self_attn.o_proj.weight").T) * residual
         x = rms(h, W[p + "post_attention_layernorm.weight"])
         g, u = x @ m(p + "mlp.gate_proj.weight").T, x @ m(p + "mlp.up_proj.weight").T
-        h = h + (g / (1 + np.exp(-g)) * u) @ m(p + "mlp.down_proj.weight").T
-    return rms(h, W["model.norm.weight"]) @ m("model.embed_tokens.weight").T
+        h = h + ((g / (1 + np.exp(-g)) * u) @ m(p + "mlp.down_proj.weight").T) * residual
+    logits = rms(h, W["model.norm.weight"]) @ m("model.embed_tokens.weight").T
+    return logits / fam.get("logits_scaling", 1.0)
 
 
-def write_smollm3_gguf(path):
-    g = GGUFWriter(str(path), "smollm3")
+def write_gguf(path, arch):
+    g = GGUFWriter(str(path), arch)
+    if arch == "granite":  # llama.cpp's granite keys
+        f = FAMILIES["granite"]
+        g.add_float32("granite.embedding_scale", f["embedding_multiplier"])
+        g.add_float32("granite.attention.scale", f["attention_multiplier"])
+        g.add_float32("granite.residual_scale", f["residual_multiplier"])
+        g.add_float32("granite.logit_scale", f["logits_scaling"])
     g.add_block_count(LAYERS)
     g.add_context_length(base["max_position_embeddings"])
     g.add_embedding_length(H)
@@ -134,7 +148,8 @@ def write_smollm3_gguf(path):
 
 def main():
     save_file({k: np.ascontiguousarray(v) for k, v in sorted(W.items())}, str(here / "model.safetensors"))
-    write_smollm3_gguf(here / "smollm3.gguf")
+    write_gguf(here / "smollm3.gguf", "smollm3")
+    write_gguf(here / "granite.gguf", "granite")
     out = {"reference": "float64 numpy forward following transformers' modeling_smollm3 / modeling_mistral (gen.py)"}
     for name, fam in FAMILIES.items():
         cases = []

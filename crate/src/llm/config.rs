@@ -17,6 +17,9 @@ pub enum Arch {
     Qwen3,
     /// SmolLM3: Llama's block, without RoPE on every 4th layer (`BlockSpec::no_rope`).
     SmolLM3,
+    /// Granite 3.x: Llama's block with multipliers on the embedding, the attention scores, each residual branch
+    /// and the logits.
+    Granite,
     /// Gemma 3 (text): q/k norms, a norm after attention and after the feed-forward, GeGLU (tanh GELU), the
     /// embedding scaled by √hidden, sliding-window layers with their own RoPE base (see [`BlockSpec`]).
     Gemma3,
@@ -30,6 +33,7 @@ impl Arch {
             Arch::Qwen3 => "qwen3",
             Arch::Gemma3 => "gemma3",
             Arch::SmolLM3 => "smollm3",
+            Arch::Granite => "granite",
         }
     }
 }
@@ -78,6 +82,10 @@ pub struct BlockSpec {
     pub sliding: Option<Sliding>,
     /// Layers that skip RoPE (SmolLM3's NoPE layers), one flag a layer; `None`: every layer rotates.
     pub no_rope: Option<Vec<bool>>,
+    /// Each residual branch (attention, feed-forward) is multiplied by this before its add (Granite).
+    pub residual_scale: f32,
+    /// The logits are divided by this (Granite's `logits_scaling`).
+    pub logit_scale: f32,
 }
 
 impl BlockSpec {
@@ -90,6 +98,8 @@ impl BlockSpec {
             attn_scale: 1.0 / (head_dim as f32).sqrt(),
             sliding: None,
             no_rope: None,
+            residual_scale: 1.0,
+            logit_scale: 1.0,
         }
     }
 
@@ -239,6 +249,12 @@ impl ModelConfig {
             }
         }
         let b = &self.block;
+        if !(b.residual_scale.is_finite() && b.logit_scale.is_finite() && b.logit_scale != 0.0) {
+            return bad(format!(
+                "residual scale {} / logit scale {}",
+                b.residual_scale, b.logit_scale
+            ));
+        }
         if !(b.embed_scale.is_finite() && b.attn_scale.is_finite() && b.attn_scale > 0.0) {
             return bad(format!(
                 "embedding scale {} / attention scale {}",
@@ -282,9 +298,10 @@ impl ModelConfig {
             "qwen3" => Arch::Qwen3,
             "gemma3" => Arch::Gemma3,
             "smollm3" => Arch::SmolLM3,
+            "granite" => Arch::Granite,
             other => {
                 return Err(LoomError::Unsupported(format!(
-                    "GGUF architecture {other:?} (llama, qwen2, qwen3, gemma3 and smollm3 run)"
+                    "GGUF architecture {other:?} (llama, qwen2, qwen3, gemma3, smollm3 and granite run)"
                 )))
             }
         };
@@ -324,6 +341,20 @@ impl ModelConfig {
                 no_rope: Some((0..n_layers).map(|l| (l + 1) % 4 == 0).collect()),
                 ..BlockSpec::llama(head_dim)
             },
+            // llama.cpp's granite: each multiplier optional (0 or absent: none), the logit scale required.
+            Arch::Granite => {
+                let llama = BlockSpec::llama(head_dim);
+                let or =
+                    |k: &str, default: f32| -> Result<f32> { Ok(float(k)?.filter(|v| *v != 0.0).unwrap_or(default)) };
+                BlockSpec {
+                    embed_scale: or("embedding_scale", 1.0)?,
+                    attn_scale: or("attention.scale", llama.attn_scale)?,
+                    residual_scale: or("residual_scale", 1.0)?,
+                    logit_scale: float("logit_scale")?
+                        .ok_or_else(|| LoomError::Gguf(format!("{} is missing", key("logit_scale"))))?,
+                    ..llama
+                }
+            }
             _ => BlockSpec::llama(head_dim),
         };
         let rope_dims = int("rope.dimension_count")?.unwrap_or(head_dim);
@@ -360,7 +391,7 @@ impl ModelConfig {
             rope_dims,
             // llama.cpp runs llama and SmolLM3 with NORM RoPE on permuted rows, Qwen and Gemma with NEOX on rows
             // as trained.
-            rope_style: if matches!(arch, Arch::Llama | Arch::SmolLM3) {
+            rope_style: if matches!(arch, Arch::Llama | Arch::SmolLM3 | Arch::Granite) {
                 RopeStyle::Adjacent
             } else {
                 RopeStyle::Neox
@@ -397,14 +428,16 @@ impl ModelConfig {
             Arch::Qwen3
         } else if is("smollm3") {
             Arch::SmolLM3
+        } else if is("granite") && !is("granitemoe") {
+            Arch::Granite
         } else if is("qwen2") {
             Arch::Qwen2
         } else if is("llama") || is("mistral") || model_type.is_empty() && archs.is_empty() {
             Arch::Llama
         } else {
             return Err(LoomError::Unsupported(format!(
-                "config.json model_type {model_type:?} / architectures {archs:?} (Llama, Mistral, Qwen2, Qwen3 and \
-                 SmolLM3 run)"
+                "config.json model_type {model_type:?} / architectures {archs:?} (Llama, Mistral, Qwen2, Qwen3, \
+                 SmolLM3 and Granite run)"
             )));
         };
         let int = |k: &str| -> Result<Option<usize>> {
@@ -559,7 +592,7 @@ fn gemma3_gguf_block(
         embed_scale: (hidden as f32).sqrt(),
         attn_scale: 1.0 / (scale_dim as f32).sqrt(),
         sliding,
-        no_rope: None,
+        ..BlockSpec::llama(head_dim)
     })
 }
 
@@ -617,13 +650,30 @@ fn hf_rope_factors(s: &Value, theta: f32, head_dim: usize) -> Result<Option<Vec<
     }
 }
 
-/// The block of an HF config (Llama-shaped families): SmolLM3's `no_rope_layers` (1 = the layer rotates; or every
+/// The block of an HF config (Llama-shaped families): Granite's multipliers (`embedding_multiplier`,
+/// `attention_multiplier`, `residual_multiplier`, `logits_scaling`), SmolLM3's `no_rope_layers` (1 = the layer rotates; or every
 /// `no_rope_layer_interval`-th layer skips, 4 by default, as its config builds the list), and a sliding window
 /// where transformers applies one: every layer of a Llama/Mistral config with `sliding_window` set (and
 /// `use_sliding_window` not false); a Qwen2 config's layers from `max_window_layers` on when `use_sliding_window` is
 /// true.
 fn hf_block(v: &Value, arch: Arch, n_layers: usize, head_dim: usize, rope_theta: f32) -> Result<BlockSpec> {
     let mut block = BlockSpec::llama(head_dim);
+    if arch == Arch::Granite {
+        let multiplier = |k: &str, default: f32| -> Result<f32> {
+            match v.get(k).filter(|x| !x.is_null()) {
+                None => Ok(default),
+                Some(x) => x
+                    .as_f64()
+                    .map(|x| x as f32)
+                    .filter(|x| x.is_finite() && *x != 0.0)
+                    .ok_or_else(|| LoomError::InvalidNetwork(format!("config.json: {k} {x}"))),
+            }
+        };
+        block.embed_scale = multiplier("embedding_multiplier", 1.0)?;
+        block.attn_scale = multiplier("attention_multiplier", block.attn_scale)?;
+        block.residual_scale = multiplier("residual_multiplier", 1.0)?;
+        block.logit_scale = multiplier("logits_scaling", 1.0)?;
+    }
     let count = |k: &str| {
         v.get(k)
             .filter(|x| !x.is_null())

@@ -130,9 +130,7 @@ impl CpuEngine {
             w.embed.view().dequantize_row(t as usize, row)?;
         }
         let spec = &c.block;
-        if spec.embed_scale != 1.0 {
-            x.iter_mut().for_each(|v| *v *= spec.embed_scale);
-        }
+        scale(&mut x, spec.embed_scale);
         // attention_head scales scores by 1/√head_dim: another scale rides on q.
         let q_mul = spec.attn_scale * (hd as f32).sqrt();
         let scale_q = spec.attn_scale != 1.0 / (hd as f32).sqrt();
@@ -187,6 +185,7 @@ impl CpuEngine {
             if let Some(norm) = &b.post_attn_norm {
                 ops::rms_norm(&mut proj, norm, c.rms_eps);
             }
+            scale(&mut proj, spec.residual_scale);
             ops::add(&mut x, &proj);
             ops::rms_norm_into(&x, &b.ffn_norm, c.rms_eps, &mut xn);
             quant::matmul_each(&xn, n, &mut [(b.gate.view(), &mut gate), (b.up.view(), &mut up)])?;
@@ -201,11 +200,19 @@ impl CpuEngine {
             if let Some(norm) = &b.post_ffn_norm {
                 ops::rms_norm(&mut proj, norm, c.rms_eps);
             }
+            scale(&mut proj, spec.residual_scale);
             ops::add(&mut x, &proj);
         }
         self.cache.len += n;
         ops::rms_norm(&mut x, &w.final_norm, c.final_norm_eps);
         Ok(x)
+    }
+}
+
+/// `x *= s` (a family's multiplier; 1 leaves x as it is).
+fn scale(x: &mut [f32], s: f32) {
+    if s != 1.0 {
+        x.iter_mut().for_each(|v| *v *= s);
     }
 }
 
@@ -279,6 +286,7 @@ impl CpuEngine {
             let at = logits.len();
             logits.resize(at + n * vocab, 0.0);
             matmul(&head, rows, n, &mut logits[at..])?;
+            scale(&mut logits[at..], 1.0 / self.cfg.block.logit_scale);
         }
         Ok(logits)
     }

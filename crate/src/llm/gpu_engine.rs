@@ -403,10 +403,11 @@ impl GpuEngine {
     /// such a step costs; 340 against 275 tok/s for SmolLM2-135M), apart for wider models (each row's workgroup
     /// sums x² and multiplies by γ again: Llama-3.2-1B decoded 173 tok/s folded, 208 apart) and for prefill (1.2 to
     /// 1.9× faster apart), and apart on CPU adapters, whose matvecs run a lane per row.
-    /// A block with norms after its attention and feed-forward (Gemma) never folds: those norms sit between the
-    /// projection and the residual add that folding merges.
+    /// A block with norms after its attention and feed-forward (Gemma) or a residual multiplier (Granite) never
+    /// folds: those sit between the projection and the residual add that folding merges.
     pub fn folds_norms(&self, tokens: usize) -> bool {
         !self.cfg.block.post_norms
+            && self.cfg.block.residual_scale == 1.0
             && self
                 .fold_norms
                 .unwrap_or(self.on_gpu && tokens == 1 && self.cfg.hidden <= 1024)
@@ -691,6 +692,9 @@ impl GpuEngine {
                     }
                     _ => proj,
                 };
+                if c.block.residual_scale != 1.0 {
+                    k.elementwise.encode_scale(rec, proj.rows(), c.block.residual_scale)?;
+                }
                 match next {
                     Some(gamma) => k
                         .norm
@@ -823,6 +827,10 @@ impl GpuEngine {
             k.norm
                 .encode_rms(rec, last.rows(), &self.final_norm, normed.rows(), 1, eps)?;
             head.encode(rec, normed.rows(), &self.head, logits.rows(), identity)?;
+        }
+        if c.block.logit_scale != 1.0 {
+            k.elementwise
+                .encode_scale(rec, logits.rows(), 1.0 / c.block.logit_scale)?;
         }
         let id = match out {
             Output::Greedy => {
