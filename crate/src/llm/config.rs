@@ -62,10 +62,10 @@ pub enum FfnAct {
 pub struct Sliding {
     /// Positions a query sees, its own included.
     pub window: usize,
-    /// Which layers slide (one flag a layer); the others attend to the whole context with `rope_theta`.
+    /// Which layers slide (one flag a layer); the others attend to the whole context.
     pub layers: Vec<bool>,
-    /// The sliding layers' RoPE base.
-    pub rope_theta: f32,
+    /// The sliding layers' own RoPE base, unscaled (Gemma's local RoPE); `None`: the model's RoPE.
+    pub rope_theta: Option<f32>,
 }
 
 /// One family's decoder block as both engines run it: what differs from Llama's (pre-norm attention and SwiGLU,
@@ -193,12 +193,11 @@ impl ModelConfig {
             .is_some_and(|n| n.get(l).copied().unwrap_or(false))
     }
 
-    /// Layer `l`'s RoPE base.
-    pub fn layer_rope_theta(&self, l: usize) -> f32 {
-        match &self.block.sliding {
-            Some(s) if s.layers.get(l).copied().unwrap_or(false) => s.rope_theta,
-            _ => self.rope_theta,
-        }
+    /// The RoPE frequencies of the sliding layers when they have a base of their own (Gemma's local RoPE, never
+    /// scaled: transformers and llama.cpp scale the global layers only); `None`: they rotate as the others.
+    pub fn sliding_inv_freq(&self) -> Option<Vec<f64>> {
+        let theta = self.block.sliding.as_ref()?.rope_theta?;
+        Some(crate::cpu::ops::rope_inv_freq(theta, self.rope_dims))
     }
 
     /// Checks the relations the decoder relies on, so a lying header is an error here and never an index out of
@@ -273,8 +272,8 @@ impl ModelConfig {
                     self.n_layers
                 ));
             }
-            if !(s.rope_theta.is_finite() && s.rope_theta > 0.0) {
-                return bad(format!("sliding layers' rope_theta {}", s.rope_theta));
+            if s.rope_theta.is_some_and(|t| !(t.is_finite() && t > 0.0)) {
+                return bad(format!("sliding layers' rope_theta {:?}", s.rope_theta));
             }
         }
         for eps in [self.rms_eps, self.final_norm_eps] {
@@ -475,7 +474,7 @@ impl ModelConfig {
         };
         let scaling = v.get("rope_scaling").filter(|x| !x.is_null()).or(params);
         let n_layers = need("num_hidden_layers")?;
-        let block = hf_block(&v, arch, n_layers, head_dim, rope_theta)?;
+        let block = hf_block(&v, arch, n_layers, head_dim)?;
         let rope_factors = match scaling {
             None => None,
             Some(s) => hf_rope_factors(s, rope_theta, head_dim)?,
@@ -571,10 +570,10 @@ fn gemma3_gguf_block(
                 (0..n_layers as u64).map(|l| n == 0 || l % n < n - 1).collect()
             }
         };
-        let rope_theta = match get("rope.freq_base_swa") {
+        let rope_theta = Some(match get("rope.freq_base_swa") {
             None => 10000.0,
             Some(v) => as_f32("rope.freq_base_swa", v)?,
-        };
+        });
         Some(Sliding {
             window,
             layers,
@@ -656,7 +655,7 @@ fn hf_rope_factors(s: &Value, theta: f32, head_dim: usize) -> Result<Option<Vec<
 /// where transformers applies one: every layer of a Llama/Mistral config with `sliding_window` set (and
 /// `use_sliding_window` not false); a Qwen2 config's layers from `max_window_layers` on when `use_sliding_window` is
 /// true.
-fn hf_block(v: &Value, arch: Arch, n_layers: usize, head_dim: usize, rope_theta: f32) -> Result<BlockSpec> {
+fn hf_block(v: &Value, arch: Arch, n_layers: usize, head_dim: usize) -> Result<BlockSpec> {
     let mut block = BlockSpec::llama(head_dim);
     if arch == Arch::Granite {
         let multiplier = |k: &str, default: f32| -> Result<f32> {
@@ -733,7 +732,7 @@ fn hf_block(v: &Value, arch: Arch, n_layers: usize, head_dim: usize, rope_theta:
         block.sliding = Some(Sliding {
             window,
             layers,
-            rope_theta,
+            rope_theta: None,
         });
     }
     Ok(block)

@@ -90,7 +90,7 @@ pub struct CpuEngine {
 impl CpuEngine {
     pub fn new(cfg: ModelConfig, weights: Arc<ModelWeights>) -> CpuEngine {
         let global = Arc::new(cfg.inv_freq(cfg.rope_theta));
-        let local = cfg.block.sliding.as_ref().map(|s| Arc::new(cfg.inv_freq(s.rope_theta)));
+        let local = cfg.sliding_inv_freq().map(Arc::new);
         let inv_freq = (0..cfg.n_layers)
             .map(|l| match (&local, cfg.window(l)) {
                 (Some(local), Some(_)) => local.clone(),

@@ -329,7 +329,7 @@ impl GpuEngineBuilder {
             caches.push(KvCache::new(g, cfg.n_kv_heads, cfg.head_dim, cfg.context).await?);
         }
         let inv_freq = cfg.inv_freq(cfg.rope_theta);
-        let inv_freq_sliding = cfg.block.sliding.as_ref().map(|s| cfg.inv_freq(s.rope_theta));
+        let inv_freq_sliding = cfg.sliding_inv_freq();
         let on_gpu = RowLayout::for_adapter(&gpu) != RowLayout::Lane;
         Ok(GpuEngine {
             gpu,
