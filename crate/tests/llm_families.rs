@@ -222,3 +222,100 @@ fn granite_applies_its_multipliers() {
     check_cases(&hf, fam, &|| Box::new(hf.cpu_engine()));
     check_cases(&hf, fam, &|| gpu_engine(&hf));
 }
+
+/// The tiny Gemma 3 as transformers saves it (HF names, the norms' w for `1 + w`) gives the same logits on both
+/// engines; and as a multimodal Gemma3ForConditionalGeneration (its language model's tensors under
+/// `model.language_model.`, its config in `text_config`) too.
+#[test]
+fn tiny_gemma3_from_hf_folders() {
+    let hf = gemma3_dir().join("hf");
+    let expected = json(&gemma3_dir().join("expected.json"));
+    let model = LlmModel::open(&hf).unwrap();
+    let gguf = LlmModel::open(&gemma3_dir().join("model.f32.gguf")).unwrap();
+    assert_eq!(model.config.block.norm_offset, 1.0);
+    assert_eq!(model.config.block.sliding, gguf.config.block.sliding);
+    check_cases(&model, &expected, &|| Box::new(model.cpu_engine()));
+    check_cases(&model, &expected, &|| gpu_engine(&model));
+
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("gemma3_multimodal");
+    std::fs::create_dir_all(&d).unwrap();
+    let bytes = std::fs::read(hf.join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let renamed: Vec<(String, safetensors::tensor::TensorView)> = st
+        .tensors()
+        .into_iter()
+        .map(|(name, view)| (name.replacen("model.", "model.language_model.", 1), view))
+        .collect();
+    std::fs::write(
+        d.join("model.safetensors"),
+        safetensors::serialize(renamed, None).unwrap(),
+    )
+    .unwrap();
+    let text = json(&hf.join("config.json"));
+    let config = serde_json::json!({
+        "architectures": ["Gemma3ForConditionalGeneration"],
+        "model_type": "gemma3",
+        "text_config": text,
+        "vision_config": {"model_type": "siglip_vision_model"},
+    });
+    std::fs::write(d.join("config.json"), serde_json::to_vec(&config).unwrap()).unwrap();
+    let multimodal = LlmModel::open(&d).unwrap();
+    assert_eq!(multimodal.config, model.config);
+    check_cases(&multimodal, &expected, &|| Box::new(multimodal.cpu_engine()));
+}
+
+/// Reads picked files by range, as the browser's streamed load does.
+struct FileReader(Vec<PathBuf>);
+
+impl loom_wasm::llm::streamed::RangeReader for FileReader {
+    async fn read(&self, file: usize, offset: u64, len: u64) -> loom_wasm::Result<bytes::Bytes> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = vec![0; len as usize];
+        std::fs::File::open(&self.0[file])?.read_exact_at(&mut buf, offset)?;
+        Ok(buf.into())
+    }
+}
+
+/// The streamed load (the browser's GPU chat) of the HF Gemma 3 reads the same norms (with their +1) and matrices
+/// as the whole-file load, under Gemma's names.
+#[test]
+fn a_streamed_hf_gemma3_reads_what_the_whole_load_reads() {
+    let hf = gemma3_dir().join("hf");
+    let whole = LlmModel::open(&hf).unwrap();
+    let names = ["config.json", "model.safetensors"];
+    let paths: Vec<PathBuf> = names.iter().map(|n| hf.join(n)).collect();
+    let sizes: Vec<u64> = paths.iter().map(|p| p.metadata().unwrap().len()).collect();
+    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    let reader = FileReader(paths);
+    pollster::block_on(async {
+        let streamed = loom_wasm::llm::streamed::StreamedModel::open(&names, &sizes, &reader)
+            .await
+            .unwrap();
+        assert_eq!(streamed.config, whole.config);
+        let g = streamed.globals(&reader).await.unwrap();
+        assert_eq!(g.final_norm, whole.weights.final_norm);
+        for i in 0..whole.config.n_layers {
+            let (b, w) = (streamed.block(&reader, i).await.unwrap(), &whole.weights.blocks[i]);
+            assert_eq!(
+                (
+                    &b.attn_norm,
+                    &b.ffn_norm,
+                    &b.post_attn_norm,
+                    &b.post_ffn_norm,
+                    &b.q_norm
+                ),
+                (
+                    &w.attn_norm,
+                    &w.ffn_norm,
+                    &w.post_attn_norm,
+                    &w.post_ffn_norm,
+                    &w.q_norm
+                )
+            );
+            assert_eq!(
+                (b.wq.data.as_ref(), b.down.data.as_ref()),
+                (w.wq.data.as_ref(), w.down.data.as_ref())
+            );
+        }
+    });
+}

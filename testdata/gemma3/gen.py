@@ -16,6 +16,7 @@ Written:
   (`blk.N.post_attention_norm`, `post_ffw_norm`, `attn_q_norm`, ...), `gemma3.*` keys (`attention.sliding_window`,
   `attention.sliding_window_pattern`, `rope.freq_base_swa`) and every norm weight stored with its +1 added, as that
   converter does.
+- `hf/`: `config.json` and `model.safetensors` as transformers saves a Gemma3ForCausalLM (its names, the norms' w);
 - `expected.json`: per prompt, the logits at every position (float64 reference, 7 significant digits) and 8 greedy
   ids (argmax, the lowest id on ties), with the smallest top-1 margin seen.
 
@@ -29,6 +30,7 @@ import pathlib
 
 import numpy as np
 from gguf import GGUFWriter
+from safetensors.numpy import save_file
 
 here = pathlib.Path(__file__).resolve().parent
 
@@ -178,8 +180,33 @@ def write_gguf(path):
     g.close()
 
 
+def write_hf(folder):
+    """The same weights as transformers saves a Gemma3ForCausalLM: its names, the norms' w (not 1 + w)."""
+    folder.mkdir(exist_ok=True)
+    t = {"model.embed_tokens.weight": w["embed"], "model.norm.weight": w["norm"]}
+    names = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj",
+             "q_norm": "self_attn.q_norm", "k_norm": "self_attn.k_norm", "gate": "mlp.gate_proj",
+             "up": "mlp.up_proj", "down": "mlp.down_proj"}
+    for i, L in enumerate(w["layers"]):
+        for k, v in L.items():
+            t[f"model.layers.{i}.{names.get(k, k)}.weight"] = v
+    save_file({k: np.ascontiguousarray(v) for k, v in sorted(t.items())}, str(folder / "model.safetensors"))
+    config = {
+        "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "hidden_size": HIDDEN,
+        "intermediate_size": FFN, "num_hidden_layers": LAYERS, "num_attention_heads": HEADS,
+        "num_key_value_heads": KV_HEADS, "head_dim": HEAD_DIM, "vocab_size": VOCAB, "rms_norm_eps": EPS,
+        "rope_theta": THETA, "rope_local_base_freq": THETA_LOCAL, "sliding_window": WINDOW,
+        "layer_types": ["sliding_attention" if s else "full_attention" for s in sliding],
+        "query_pre_attn_scalar": HEAD_DIM, "hidden_activation": "gelu_pytorch_tanh", "max_position_embeddings": 512,
+        "final_logit_softcapping": None, "attn_logit_softcapping": None, "rope_scaling": None,
+        "tie_word_embeddings": True,
+    }
+    (folder / "config.json").write_text(json.dumps(config, indent=1) + "\n")
+
+
 def main():
     write_gguf(here / "model.f32.gguf")
+    write_hf(here / "hf")
     cases, margin = [], math.inf
     for ids in PROMPTS:
         logits = forward(ids)

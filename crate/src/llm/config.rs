@@ -86,6 +86,9 @@ pub struct BlockSpec {
     pub residual_scale: f32,
     /// The logits are divided by this (Granite's `logits_scaling`).
     pub logit_scale: f32,
+    /// Added to every RMSNorm weight as it loads: HF Gemma checkpoints store w for a norm that multiplies by 1 + w
+    /// (llama.cpp's GGUFs store 1 + w already: 0 there).
+    pub norm_offset: f32,
 }
 
 impl BlockSpec {
@@ -100,6 +103,7 @@ impl BlockSpec {
             no_rope: None,
             residual_scale: 1.0,
             logit_scale: 1.0,
+            norm_offset: 0.0,
         }
     }
 
@@ -409,7 +413,13 @@ impl ModelConfig {
     /// From an HF `config.json` (Llama, Mistral, Qwen2, Qwen3). `has_lm_head` says whether the weights hold
     /// `lm_head.weight`; without it the head is tied whatever the config says.
     pub fn from_hf_json(json: &[u8], has_lm_head: bool) -> Result<ModelConfig> {
-        let v: Value = serde_json::from_slice(json).map_err(|e| crate::error::json_err("config.json", e))?;
+        let top: Value = serde_json::from_slice(json).map_err(|e| crate::error::json_err("config.json", e))?;
+        // A multimodal model (Gemma 3's Gemma3ForConditionalGeneration) keeps its language model's config in
+        // `text_config`: that is the decoder's.
+        let v = match top.get("text_config").filter(|t| t.is_object()) {
+            Some(t) => t.clone(),
+            None => top.clone(),
+        };
         let text = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_ascii_lowercase();
         let archs: Vec<String> = v
             .get("architectures")
@@ -423,7 +433,9 @@ impl ModelConfig {
             .unwrap_or_default();
         let model_type = text("model_type");
         let is = |name: &str| model_type == name || archs.iter().any(|a| a.starts_with(name));
-        let arch = if is("qwen3") {
+        let arch = if is("gemma3") {
+            Arch::Gemma3
+        } else if is("qwen3") {
             Arch::Qwen3
         } else if is("smollm3") {
             Arch::SmolLM3
@@ -436,7 +448,7 @@ impl ModelConfig {
         } else {
             return Err(LoomError::Unsupported(format!(
                 "config.json model_type {model_type:?} / architectures {archs:?} (Llama, Mistral, Qwen2, Qwen3, \
-                 SmolLM3 and Granite run)"
+                 SmolLM3, Granite and Gemma 3 run)"
             )));
         };
         let int = |k: &str| -> Result<Option<usize>> {
@@ -656,6 +668,9 @@ fn hf_rope_factors(s: &Value, theta: f32, head_dim: usize) -> Result<Option<Vec<
 /// `use_sliding_window` not false); a Qwen2 config's layers from `max_window_layers` on when `use_sliding_window` is
 /// true.
 fn hf_block(v: &Value, arch: Arch, n_layers: usize, head_dim: usize) -> Result<BlockSpec> {
+    if arch == Arch::Gemma3 {
+        return hf_gemma3_block(v, n_layers, head_dim);
+    }
     let mut block = BlockSpec::llama(head_dim);
     if arch == Arch::Granite {
         let multiplier = |k: &str, default: f32| -> Result<f32> {
@@ -736,4 +751,70 @@ fn hf_block(v: &Value, arch: Arch, n_layers: usize, head_dim: usize) -> Result<B
         });
     }
     Ok(block)
+}
+
+/// Gemma 3's block from its HF text config (`Gemma3TextConfig`), as `modeling_gemma3.py` runs it: norms after
+/// attention and feed-forward, each `(1 + w)`; GeGLU with `hidden_activation` gelu_pytorch_tanh; the embedding times
+/// √hidden; scores times `query_pre_attn_scalar`^-½; the layers `layer_types` marks "sliding_attention" (or all but
+/// each `sliding_window_pattern`-th, 6 by default) within `sliding_window` with `rope_local_base_freq` (10,000).
+/// Soft-capping (Gemma 2's) is refused: it does not run yet.
+fn hf_gemma3_block(v: &Value, n_layers: usize, head_dim: usize) -> Result<BlockSpec> {
+    let bad = |m: String| LoomError::InvalidNetwork(format!("config.json: {m}"));
+    for k in ["attn_logit_softcapping", "final_logit_softcapping"] {
+        if v.get(k).is_some_and(|x| !x.is_null()) {
+            return Err(LoomError::Unsupported(format!(
+                "config.json: {k}: soft-capping does not run yet"
+            )));
+        }
+    }
+    let act = v
+        .get("hidden_activation")
+        .and_then(Value::as_str)
+        .unwrap_or("gelu_pytorch_tanh");
+    if act != "gelu_pytorch_tanh" {
+        return Err(LoomError::Unsupported(format!(
+            "config.json: hidden_activation {act:?}"
+        )));
+    }
+    let num = |k: &str| v.get(k).filter(|x| !x.is_null()).and_then(Value::as_f64);
+    let hidden = num("hidden_size").ok_or_else(|| bad("hidden_size is missing".into()))?;
+    let scalar = num("query_pre_attn_scalar").unwrap_or(head_dim as f64);
+    if !(scalar.is_finite() && scalar > 0.0) {
+        return Err(bad(format!("query_pre_attn_scalar {scalar}")));
+    }
+    let sliding = match num("sliding_window") {
+        None => None,
+        Some(w) if w >= 1.0 && w.fract() == 0.0 => {
+            let layers = match v.get("layer_types").and_then(Value::as_array) {
+                Some(types) => types
+                    .iter()
+                    .map(|t| match t.as_str() {
+                        Some("sliding_attention") => Ok(true),
+                        Some("full_attention") => Ok(false),
+                        _ => Err(bad(format!("layer_types holds {t}"))),
+                    })
+                    .collect::<Result<Vec<bool>>>()?,
+                None => {
+                    let every = num("sliding_window_pattern").unwrap_or(6.0).max(1.0) as usize;
+                    (0..n_layers).map(|l| (l + 1) % every != 0).collect()
+                }
+            };
+            Some(Sliding {
+                window: w as usize,
+                layers,
+                rope_theta: Some(num("rope_local_base_freq").unwrap_or(10000.0) as f32),
+            })
+        }
+        Some(w) => return Err(bad(format!("sliding_window {w}"))),
+    };
+    Ok(BlockSpec {
+        post_norms: true,
+        ffn_act: FfnAct::GeluTanh,
+        // transformers casts √hidden to the weights' dtype; float32 here.
+        embed_scale: (hidden as f32).sqrt(),
+        attn_scale: scalar.powf(-0.5) as f32,
+        sliding,
+        norm_offset: 1.0,
+        ..BlockSpec::llama(head_dim)
+    })
 }

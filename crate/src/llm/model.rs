@@ -150,6 +150,7 @@ impl LlmModel {
             src.add_file(bytes.clone(), name)?;
         }
         let config = ModelConfig::from_hf_json(&files.config_json, src.has("lm_head.weight"))?;
+        src.set_arch(config.arch);
         let weights = weights::load(&config, &src)?;
         let eos_ids = hf_eos_ids(files.generation_config_json.as_deref(), &files.config_json)?;
         let tokenizer = match &files.tokenizer_json {

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use bytes::Bytes;
 
-use super::config::ModelConfig;
+use super::config::{Arch, ModelConfig};
 use super::weights::{Global, RawTensor, Role, TensorSource};
 use crate::error::{LoomError, Result};
 use crate::formats::gguf::GgufHeader;
@@ -183,6 +183,31 @@ pub fn hf_name_of_gguf(name: &str) -> Option<(String, Option<Role>)> {
         .map(|r| (hf_block_name(block, r), Some(r)))
 }
 
+/// A checkpoint tensor's name as a text-only model names it: a multimodal model's language model
+/// (`model.language_model.*`, `language_model.model.*`, `language_model.lm_head.weight`, as Gemma 3's
+/// `Gemma3ForConditionalGeneration` writes them) reads as `model.*` and `lm_head.weight`.
+pub fn hf_canonical_name(name: &str) -> std::borrow::Cow<'_, str> {
+    for (from, to) in [
+        ("model.language_model.", "model."),
+        ("language_model.model.", "model."),
+        ("language_model.lm_head.", "lm_head."),
+    ] {
+        if let Some(rest) = name.strip_prefix(from) {
+            return format!("{to}{rest}").into();
+        }
+    }
+    name.into()
+}
+
+/// The HF name of a block tensor in `arch`'s checkpoints: Gemma's feed-forward norm is `pre_feedforward_layernorm`
+/// (its `post_attention_layernorm` is the norm after attention); every other family's as [`hf_block_name`].
+pub fn hf_block_name_for(arch: Arch, block: usize, role: Role) -> String {
+    match (arch, role) {
+        (Arch::Gemma3, Role::FfnNorm) => format!("model.layers.{block}.pre_feedforward_layernorm.weight"),
+        _ => hf_block_name(block, role),
+    }
+}
+
 /// The HF (transformers) name of a block tensor.
 pub fn hf_block_name(block: usize, role: Role) -> String {
     let name = match role {
@@ -198,7 +223,7 @@ pub fn hf_block_name(block: usize, role: Role) -> String {
         Role::QNorm => "self_attn.q_norm.weight",
         Role::KNorm => "self_attn.k_norm.weight",
         Role::FfnNorm => "post_attention_layernorm.weight",
-        // Gemma's names (whose feed-forward norm is `pre_feedforward_layernorm`: HF Gemma folders do not load yet).
+        // Gemma's names (its feed-forward norm is `pre_feedforward_layernorm`: `hf_block_name_for`).
         Role::PostAttnNorm => "post_attention_layernorm.weight",
         Role::PostFfnNorm => "post_feedforward_layernorm.weight",
         Role::Gate => "mlp.gate_proj.weight",
@@ -220,9 +245,12 @@ pub fn hf_global_name(g: Global) -> &'static str {
 }
 
 /// HF safetensors: one or more files (shards), each a buffer; tensors are slices of them.
+/// Tensors are kept by their canonical names ([`hf_canonical_name`]) and looked up by the family's
+/// ([`SafetensorsSource::set_arch`]).
 #[derive(Default)]
 pub struct SafetensorsSource {
     tensors: HashMap<String, RawTensor>,
+    arch: Option<Arch>,
 }
 
 impl SafetensorsSource {
@@ -249,7 +277,7 @@ impl SafetensorsSource {
             let shape = info.shape.clone();
             if self
                 .tensors
-                .insert(name.clone(), RawTensor { ty, shape, data })
+                .insert(hf_canonical_name(&name).into_owned(), RawTensor { ty, shape, data })
                 .is_some()
             {
                 return Err(LoomError::Safetensors(format!(
@@ -264,9 +292,17 @@ impl SafetensorsSource {
         self.tensors.contains_key(name)
     }
 
-    /// Tensors read one by one (a streamed load), by HF name.
-    pub fn from_tensors(tensors: HashMap<String, RawTensor>) -> SafetensorsSource {
-        SafetensorsSource { tensors }
+    /// Tensors read one by one (a streamed load), by canonical HF name, of a model of family `arch`.
+    pub fn from_tensors(tensors: HashMap<String, RawTensor>, arch: Arch) -> SafetensorsSource {
+        SafetensorsSource {
+            tensors,
+            arch: Some(arch),
+        }
+    }
+
+    /// The family whose names the block tensors are looked up by (its config's).
+    pub fn set_arch(&mut self, arch: Arch) {
+        self.arch = Some(arch);
     }
 }
 
@@ -286,7 +322,7 @@ pub fn safetensors_type(name: &str, dtype: safetensors::Dtype, file_name: &str) 
 
 impl TensorSource for SafetensorsSource {
     fn block(&self, block: usize, role: Role) -> Result<Option<RawTensor>> {
-        Ok(self.tensors.get(&hf_block_name(block, role)).cloned())
+        Ok(self.tensors.get(&self.block_name(block, role)).cloned())
     }
 
     fn global(&self, g: Global) -> Result<Option<RawTensor>> {
@@ -294,7 +330,7 @@ impl TensorSource for SafetensorsSource {
     }
 
     fn block_name(&self, block: usize, role: Role) -> String {
-        hf_block_name(block, role)
+        hf_block_name_for(self.arch.unwrap_or(Arch::Llama), block, role)
     }
 
     fn global_name(&self, g: Global) -> String {

@@ -11,7 +11,8 @@ use super::config::ModelConfig;
 use super::entity::{network_config, EntitySource};
 use super::model::{gguf_config, hf_eos_ids, no_tokenizer, ModelFormat, Picked, PickedModel};
 use super::sources::{
-    hf_block_name, hf_global_name, safetensors_type, GgufData, GgufSource, SafetensorsSource, ROPE_FREQS,
+    hf_block_name_for, hf_canonical_name, hf_global_name, safetensors_type, GgufData, GgufSource, SafetensorsSource,
+    ROPE_FREQS,
 };
 use super::tokenizer::Tokenizer;
 use super::weights::{self, BlockWeights, Global, Globals, RawTensor, Role};
@@ -218,7 +219,10 @@ impl StreamedModel {
                                 data: Bytes::new(),
                             },
                         };
-                        if tensors.insert(t.name.clone(), located).is_some() {
+                        if tensors
+                            .insert(hf_canonical_name(&t.name).into_owned(), located)
+                            .is_some()
+                        {
                             return Err(LoomError::Safetensors(format!(
                                 "{name}: tensor {} is in two shards",
                                 t.name
@@ -262,7 +266,7 @@ impl StreamedModel {
             }
             Tensors::Safetensors(all) => {
                 let names = [Global::Embed, Global::FinalNorm, Global::Head].map(hf_global_name);
-                let src = read_safetensors(reader, all, names.iter().map(|n| n.to_string())).await?;
+                let src = read_safetensors(reader, all, names.iter().map(|n| n.to_string()), self.config.arch).await?;
                 weights::load_globals(&self.config, &src)
             }
             Tensors::Entity(e) => {
@@ -285,10 +289,11 @@ impl StreamedModel {
             }
             Tensors::Safetensors(all) => {
                 // Each name once: two roles share one (Llama's feed-forward norm and Gemma's post-attention norm).
-                let mut names: Vec<String> = Role::ALL.iter().map(|&r| hf_block_name(i, r)).collect();
+                let arch = self.config.arch;
+                let mut names: Vec<String> = Role::ALL.iter().map(|&r| hf_block_name_for(arch, i, r)).collect();
                 names.sort();
                 names.dedup();
-                let src = read_safetensors(reader, all, names.into_iter()).await?;
+                let src = read_safetensors(reader, all, names.into_iter(), arch).await?;
                 weights::load_block(&self.config, &src, i)
             }
             Tensors::Entity(e) => {
@@ -338,6 +343,7 @@ async fn read_safetensors(
     reader: &impl RangeReader,
     all: &HashMap<String, Located>,
     names: impl Iterator<Item = String>,
+    arch: super::config::Arch,
 ) -> Result<SafetensorsSource> {
     let mut out = HashMap::new();
     for name in names {
@@ -345,7 +351,7 @@ async fn read_safetensors(
         let data = reader.read(t.file, t.offset, t.len).await?;
         out.insert(name, RawTensor { data, ..t.raw.clone() });
     }
-    Ok(SafetensorsSource::from_tensors(out))
+    Ok(SafetensorsSource::from_tensors(out, arch))
 }
 
 /// The header's blobs checked against the file's length, each tagged with its block.

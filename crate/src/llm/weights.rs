@@ -245,6 +245,14 @@ fn vector(t: RawTensor, name: &str, len: usize) -> Result<Vec<f32>> {
     Ok(out)
 }
 
+/// A norm's weights with `off` added (HF Gemma's `1 + w`; `BlockSpec::norm_offset`).
+fn offset(mut v: Vec<f32>, off: f32) -> Vec<f32> {
+    if off != 0.0 {
+        v.iter_mut().for_each(|w| *w += off);
+    }
+    v
+}
+
 /// The tensors outside the blocks.
 pub struct Globals {
     pub embed: Matrix,
@@ -261,7 +269,10 @@ pub fn load_globals(cfg: &ModelConfig, src: &dyn TensorSource) -> Result<Globals
             .ok_or_else(|| LoomError::InvalidNetwork(format!("missing tensor {}", src.global_name(g))))
     };
     let embed = matrix(need_g(Global::Embed)?, &src.global_name(Global::Embed), cfg.vocab, h)?;
-    let final_norm = vector(need_g(Global::FinalNorm)?, &src.global_name(Global::FinalNorm), h)?;
+    let final_norm = offset(
+        vector(need_g(Global::FinalNorm)?, &src.global_name(Global::FinalNorm), h)?,
+        cfg.block.norm_offset,
+    );
     let head = match (cfg.tied_embeddings, src.global(Global::Head)?) {
         (false, Some(t)) => Some(matrix(t, &src.global_name(Global::Head), cfg.vocab, h)?),
         (false, None) => {
@@ -299,7 +310,9 @@ pub fn load_block(cfg: &ModelConfig, src: &dyn TensorSource, i: usize) -> Result
         opt(Role::UpBias, f)?,
         opt(Role::DownBias, h)?,
     );
+    let off = cfg.block.norm_offset;
     let (q_norm, k_norm) = (opt(Role::QNorm, cfg.head_dim)?, opt(Role::KNorm, cfg.head_dim)?);
+    let (q_norm, k_norm) = (q_norm.map(|v| offset(v, off)), k_norm.map(|v| offset(v, off)));
     if matches!(cfg.arch, Arch::Qwen3 | Arch::Gemma3) && (q_norm.is_none() || k_norm.is_none()) {
         return Err(LoomError::InvalidNetwork(format!(
             "{} block {i} lacks its q/k norms",
@@ -307,12 +320,15 @@ pub fn load_block(cfg: &ModelConfig, src: &dyn TensorSource, i: usize) -> Result
         )));
     }
     let (post_attn_norm, post_ffn_norm) = if cfg.block.post_norms {
-        (Some(vec(Role::PostAttnNorm, h)?), Some(vec(Role::PostFfnNorm, h)?))
+        (
+            Some(offset(vec(Role::PostAttnNorm, h)?, off)),
+            Some(offset(vec(Role::PostFfnNorm, h)?, off)),
+        )
     } else {
         (None, None)
     };
     Ok(BlockWeights {
-        attn_norm: vec(Role::AttnNorm, h)?,
+        attn_norm: offset(vec(Role::AttnNorm, h)?, off),
         wq: mat(Role::Q, q, h)?,
         wk: mat(Role::K, kv, h)?,
         wv: mat(Role::V, kv, h)?,
@@ -326,7 +342,7 @@ pub fn load_block(cfg: &ModelConfig, src: &dyn TensorSource, i: usize) -> Result
         b_down,
         q_norm,
         k_norm,
-        ffn_norm: vec(Role::FfnNorm, h)?,
+        ffn_norm: offset(vec(Role::FfnNorm, h)?, off),
         post_attn_norm,
         post_ffn_norm,
         gate: mat(Role::Gate, f, h)?,
