@@ -31,7 +31,8 @@ struct Params {
     scale: f32,
     // attend: a sliding window (each query sees its latest `window` positions, its own included); 0 for all.
     window: u32,
-    _p1: u32,
+    // attend: soft-capped scores (Gemma 2), cap · tanh(score / cap); 0 for none.
+    softcap: f32,
     kv_stride: u32,
     k_offset: u32,
     v_offset: u32,
@@ -140,7 +141,11 @@ fn attend(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index)
         }
         var local_max = -1e9;
         for (var j = lane; j < cn; j += 64u) {
-            let s = sc[j] * p.scale;
+            var s = sc[j] * p.scale;
+            if p.softcap > 0.0 {
+                // tanh saturates to ±1 in f32 well before ±15 (the clamp keeps exp-based tanh finite).
+                s = p.softcap * tanh(clamp(s / p.softcap, -15.0, 15.0));
+            }
             sc[j] = s;
             local_max = max(local_max, s);
         }

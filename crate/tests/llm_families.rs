@@ -319,3 +319,22 @@ fn a_streamed_hf_gemma3_reads_what_the_whole_load_reads() {
         }
     });
 }
+
+/// Gemma 2 (soft-capped scores and logits, every other layer sliding, no q/k norms) from llama.cpp's GGUF and from
+/// an HF folder, on both engines, against its transformers-style reference.
+#[test]
+fn tiny_gemma2_soft_caps_its_scores_and_logits() {
+    let expected = json(&gemma3_dir().join("expected_gemma2.json"));
+    let gguf = LlmModel::open(&gemma3_dir().join("gemma2.f32.gguf")).unwrap();
+    assert_eq!(gguf.config.arch, Arch::Gemma2);
+    assert_eq!(
+        (gguf.config.block.attn_softcap, gguf.config.block.final_softcap),
+        (Some(2.0), Some(5.0))
+    );
+    check_cases(&gguf, &expected, &|| Box::new(gguf.cpu_engine()));
+    check_cases(&gguf, &expected, &|| gpu_engine(&gguf));
+    let hf = LlmModel::open(&gemma3_dir().join("hf-gemma2")).unwrap();
+    assert_eq!(hf.config.block.sliding, gguf.config.block.sliding);
+    check_cases(&hf, &expected, &|| Box::new(hf.cpu_engine()));
+    check_cases(&hf, &expected, &|| gpu_engine(&hf));
+}

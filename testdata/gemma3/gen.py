@@ -17,12 +17,15 @@ Written:
   `attention.sliding_window_pattern`, `rope.freq_base_swa`) and every norm weight stored with its +1 added, as that
   converter does.
 - `hf/`: `config.json` and `model.safetensors` as transformers saves a Gemma3ForCausalLM (its names, the norms' w);
+- the same as a Gemma 2 (the weights without q/k norms, every other layer sliding, one RoPE base, scores and
+  logits soft-capped at 2 and 5, far below Gemma 2's 50 and 30 so that this small model reaches them):
+  `gemma2.f32.gguf` (llama.cpp's `gemma2.*` keys), `hf-gemma2/` (Gemma2ForCausalLM) and `expected_gemma2.json`;
 - `expected.json`: per prompt, the logits at every position (float64 reference, 7 significant digits) and 8 greedy
   ids (argmax, the lowest id on ties), with the smallest top-1 margin seen.
 
 Checked by hand against llama.cpp b11434 (`scripts/crosscheck-llamacpp.sh`, `scripts/llama_logits.c`): llama.cpp
 reads model.f32.gguf as this reference does, within 0.0026 of its logits over the top 3 of the longest prompt (its
-KV cache is float16), with the same greedy ids.
+KV cache is float16), with the same greedy ids; gemma2.f32.gguf within 0.0007, with the same greedy ids.
 """
 import json
 import math
@@ -57,8 +60,11 @@ for _ in range(LAYERS):
         "post_feedforward_layernorm": normal(HIDDEN),
         "gate": normal(FFN, HIDDEN), "up": normal(FFN, HIDDEN), "down": normal(HIDDEN, FFN),
     })
-# HF's layer_types: "sliding_attention" unless (i + 1) % sliding_window_pattern == 0.
+# HF's layer_types: "sliding_attention" unless (i + 1) % sliding_window_pattern == 0 (Gemma 2: every other layer).
 sliding = [bool((i + 1) % PATTERN) for i in range(LAYERS)]
+sliding2 = [bool((i + 1) % 2) for i in range(LAYERS)]
+# Gemma 2's soft caps, far below its real 50 and 30 so that this small model's scores and logits reach them.
+ATTN_CAP, FINAL_CAP = 2.0, 5.0
 
 
 # --- modeling_gemma3.py, in float64 ---------------------------------------------------------------------------
@@ -81,7 +87,9 @@ def gelu_tanh(x):  # ACT2FN["gelu_pytorch_tanh"]
     return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
-def forward(ids):
+def forward(ids, gemma2=False):
+    """Gemma3ForCausalLM, or with gemma2 Gemma2ForCausalLM (modeling_gemma2.py: no q/k norms, one RoPE base,
+    every other layer sliding, soft-capped scores and logits)."""
     n = len(ids)
     positions = np.arange(n)
     # Gemma3TextScaledWordEmbedding: embed * hidden**0.5 (the scale cast to the weights' dtype, float32).
@@ -93,15 +101,19 @@ def forward(ids):
         q = (x @ L["q"].T.astype(np.float64)).reshape(n, HEADS, HEAD_DIM).transpose(1, 0, 2)
         k = (x @ L["k"].T.astype(np.float64)).reshape(n, KV_HEADS, HEAD_DIM).transpose(1, 0, 2)
         v = (x @ L["v"].T.astype(np.float64)).reshape(n, KV_HEADS, HEAD_DIM).transpose(1, 0, 2)
-        q, k = rms_norm(q, L["q_norm"]), rms_norm(k, L["k_norm"])
-        theta = THETA_LOCAL if sliding[i] else THETA
+        slides = sliding2[i] if gemma2 else sliding[i]
+        if not gemma2:
+            q, k = rms_norm(q, L["q_norm"]), rms_norm(k, L["k_norm"])
+        theta = THETA_LOCAL if slides and not gemma2 else THETA
         q, k = rope(q, positions, theta), rope(k, positions, theta)
         k = np.repeat(k, HEADS // KV_HEADS, axis=0)
         v = np.repeat(v, HEADS // KV_HEADS, axis=0)
         scores = q @ k.transpose(0, 2, 1) * scaling
+        if gemma2:  # attn_logit_softcapping
+            scores = np.tanh(scores / ATTN_CAP) * ATTN_CAP
         qi, ki = np.meshgrid(positions, positions, indexing="ij")
         allowed = ki <= qi
-        if sliding[i]:
+        if slides:
             allowed &= qi - ki < WINDOW
         scores = np.where(allowed, scores, -np.inf)
         scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
@@ -117,12 +129,16 @@ def forward(ids):
         f = rms_norm(f, L["post_feedforward_layernorm"])
         h = residual + f
     h = rms_norm(h, w["norm"])
-    return h @ w["embed"].T.astype(np.float64)  # tied lm_head, no final soft-capping in Gemma 3
+    logits = h @ w["embed"].T.astype(np.float64)  # tied lm_head
+    if gemma2:  # final_logit_softcapping (Gemma 3 has none)
+        logits = np.tanh(logits / FINAL_CAP) * FINAL_CAP
+    return logits
 
 
 # --- the GGUF, as convert_hf_to_gguf.py writes Gemma3ForCausalLM ---------------------------------------------
-def write_gguf(path):
-    g = GGUFWriter(str(path), "gemma3")
+def write_gguf(path, gemma2=False):
+    arch = "gemma2" if gemma2 else "gemma3"
+    g = GGUFWriter(str(path), arch)
     g.add_name("tiny-gemma3")
     g.add_block_count(LAYERS)
     g.add_context_length(512)
@@ -134,9 +150,13 @@ def write_gguf(path):
     g.add_value_length(HEAD_DIM)
     g.add_layer_norm_rms_eps(EPS)
     g.add_rope_freq_base(THETA)
-    g.add_uint32("gemma3.attention.sliding_window", WINDOW)
-    g.add_uint32("gemma3.attention.sliding_window_pattern", PATTERN)
-    g.add_float32("gemma3.rope.freq_base_swa", THETA_LOCAL)
+    g.add_uint32(f"{arch}.attention.sliding_window", WINDOW)
+    if gemma2:  # llama.cpp's Gemma 2: every other layer slides, one RoPE base; its converter writes both caps
+        g.add_float32("gemma2.attn_logit_softcapping", ATTN_CAP)
+        g.add_float32("gemma2.final_logit_softcapping", FINAL_CAP)
+    else:
+        g.add_uint32("gemma3.attention.sliding_window_pattern", PATTERN)
+        g.add_float32("gemma3.rope.freq_base_swa", THETA_LOCAL)
     g.add_file_type(0)
     # A SentencePiece vocabulary as Gemma's ("llama" in GGUF): control tokens, the 256 byte tokens, then pieces.
     pieces = ["▁", "▁t", "▁a", "he", "in", "er", "an", "▁the", "on", "re"] + [chr(ord("a") + i) for i in range(26)]
@@ -165,8 +185,9 @@ def write_gguf(path):
         g.add_tensor(b + "attn_k.weight", L["k"])
         g.add_tensor(b + "attn_v.weight", L["v"])
         g.add_tensor(b + "attn_output.weight", L["o"])
-        g.add_tensor(b + "attn_q_norm.weight", norm(L["q_norm"]))
-        g.add_tensor(b + "attn_k_norm.weight", norm(L["k_norm"]))
+        if not gemma2:
+            g.add_tensor(b + "attn_q_norm.weight", norm(L["q_norm"]))
+            g.add_tensor(b + "attn_k_norm.weight", norm(L["k_norm"]))
         g.add_tensor(b + "post_attention_norm.weight", norm(L["post_attention_layernorm"]))
         g.add_tensor(b + "ffn_norm.weight", norm(L["pre_feedforward_layernorm"]))
         g.add_tensor(b + "post_ffw_norm.weight", norm(L["post_feedforward_layernorm"]))
@@ -180,7 +201,7 @@ def write_gguf(path):
     g.close()
 
 
-def write_hf(folder):
+def write_hf(folder, gemma2=False):
     """The same weights as transformers saves a Gemma3ForCausalLM: its names, the norms' w (not 1 + w)."""
     folder.mkdir(exist_ok=True)
     t = {"model.embed_tokens.weight": w["embed"], "model.norm.weight": w["norm"]}
@@ -189,7 +210,8 @@ def write_hf(folder):
              "up": "mlp.up_proj", "down": "mlp.down_proj"}
     for i, L in enumerate(w["layers"]):
         for k, v in L.items():
-            t[f"model.layers.{i}.{names.get(k, k)}.weight"] = v
+            if not (gemma2 and k in ("q_norm", "k_norm")):
+                t[f"model.layers.{i}.{names.get(k, k)}.weight"] = v
     save_file({k: np.ascontiguousarray(v) for k, v in sorted(t.items())}, str(folder / "model.safetensors"))
     config = {
         "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "hidden_size": HIDDEN,
@@ -201,32 +223,47 @@ def write_hf(folder):
         "final_logit_softcapping": None, "attn_logit_softcapping": None, "rope_scaling": None,
         "tie_word_embeddings": True,
     }
+    if gemma2:
+        config.update({"architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2",
+                       "layer_types": ["sliding_attention" if s else "full_attention" for s in sliding2],
+                       "attn_logit_softcapping": ATTN_CAP, "final_logit_softcapping": FINAL_CAP})
+        for k in ("rope_local_base_freq",):
+            config.pop(k)
     (folder / "config.json").write_text(json.dumps(config, indent=1) + "\n")
 
 
-def main():
-    write_gguf(here / "model.f32.gguf")
-    write_hf(here / "hf")
+def expected(gemma2):
     cases, margin = [], math.inf
     for ids in PROMPTS:
-        logits = forward(ids)
+        logits = forward(ids, gemma2)
         seq, greedy = list(ids), []
         for _ in range(NEW):
-            last = forward(seq)[-1]
+            last = forward(seq, gemma2)[-1]
             top = np.sort(last)[::-1]
             margin = min(margin, float(top[0] - top[1]))
             nxt = int(np.argmax(last))
             greedy.append(nxt)
             seq.append(nxt)
         cases.append({"ids": ids, "logits": [[float(f"{v:.7g}") for v in row] for row in logits], "greedy": greedy})
-    out = {
-        "model": "model.f32.gguf",
-        "reference": "float64 numpy forward following transformers' modeling_gemma3.py (gen.py)",
-        "sliding_layers": sliding,
+    name = "modeling_gemma2.py" if gemma2 else "modeling_gemma3.py"
+    return {
+        "model": "gemma2.f32.gguf" if gemma2 else "model.f32.gguf",
+        "reference": f"float64 numpy forward following transformers' {name} (gen.py)",
+        "sliding_layers": sliding2 if gemma2 else sliding,
         "smallest_greedy_margin": margin,
         "cases": cases,
     }
-    (here / "expected.json").write_text(json.dumps(out) + "\n")
+
+
+def main():
+    write_gguf(here / "model.f32.gguf")
+    write_hf(here / "hf")
+    (here / "expected.json").write_text(json.dumps(expected(False)) + "\n")
+    write_gguf(here / "gemma2.f32.gguf", gemma2=True)
+    write_hf(here / "hf-gemma2", gemma2=True)
+    e2 = expected(True)
+    assert max(abs(v) for row in e2["cases"][2]["logits"] for v in row) <= FINAL_CAP
+    (here / "expected_gemma2.json").write_text(json.dumps(e2) + "\n")
 
 
 if __name__ == "__main__":

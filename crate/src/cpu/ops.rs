@@ -101,6 +101,36 @@ pub fn rope(x: &mut [f32], head_dim: usize, pos: usize, inv_freq: &[f64], pairs:
 /// `head_dim` values; `scores` is scratch of at least `len`. (GQA: query head h reads kv head
 /// h / (heads / kv_heads).)
 #[allow(clippy::too_many_arguments)]
+/// [`attention_head`] with soft-capped scores (Gemma 2): each `q·k/√head_dim` becomes `cap · tanh(score / cap)`
+/// before the softmax.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_head_capped(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    len: usize,
+    kv_dim: usize,
+    kv_offset: usize,
+    cap: f32,
+    out: &mut [f32],
+    scores: &mut [f32],
+) {
+    let head_dim = q.len();
+    let scale = 1.0 / (head_dim as f32).sqrt();
+    let scores = &mut scores[..len];
+    for (t, s) in scores.iter_mut().enumerate() {
+        *s = cap * (dot(q, &k[t * kv_dim + kv_offset..][..head_dim]) * scale / cap).tanh();
+    }
+    softmax(scores);
+    out.fill(0.0);
+    for (t, &p) in scores.iter().enumerate() {
+        let vt = &v[t * kv_dim + kv_offset..][..head_dim];
+        for (o, x) in out.iter_mut().zip(vt) {
+            *o += p * x;
+        }
+    }
+}
+
 pub fn attention_head(
     q: &[f32],
     k: &[f32],

@@ -20,6 +20,9 @@ pub enum Arch {
     /// Granite 3.x: Llama's block with multipliers on the embedding, the attention scores, each residual branch
     /// and the logits.
     Granite,
+    /// Gemma 2: Gemma 3's block without q/k norms, with its attention scores and logits soft-capped
+    /// (`cap · tanh(x / cap)`) and every other layer sliding.
+    Gemma2,
     /// Gemma 3 (text): q/k norms, a norm after attention and after the feed-forward, GeGLU (tanh GELU), the
     /// embedding scaled by √hidden, sliding-window layers with their own RoPE base (see [`BlockSpec`]).
     Gemma3,
@@ -32,6 +35,7 @@ impl Arch {
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
             Arch::Gemma3 => "gemma3",
+            Arch::Gemma2 => "gemma2",
             Arch::SmolLM3 => "smollm3",
             Arch::Granite => "granite",
         }
@@ -86,6 +90,10 @@ pub struct BlockSpec {
     pub residual_scale: f32,
     /// The logits are divided by this (Granite's `logits_scaling`).
     pub logit_scale: f32,
+    /// Attention scores become `cap · tanh(score / cap)` after their scale (Gemma 2).
+    pub attn_softcap: Option<f32>,
+    /// The logits become `cap · tanh(logit / cap)` (Gemma 2).
+    pub final_softcap: Option<f32>,
     /// Added to every RMSNorm weight as it loads: HF Gemma checkpoints store w for a norm that multiplies by 1 + w
     /// (llama.cpp's GGUFs store 1 + w already: 0 there).
     pub norm_offset: f32,
@@ -103,6 +111,8 @@ impl BlockSpec {
             no_rope: None,
             residual_scale: 1.0,
             logit_scale: 1.0,
+            attn_softcap: None,
+            final_softcap: None,
             norm_offset: 0.0,
         }
     }
@@ -252,6 +262,13 @@ impl ModelConfig {
             }
         }
         let b = &self.block;
+        if [b.attn_softcap, b.final_softcap]
+            .iter()
+            .flatten()
+            .any(|c| !(c.is_finite() && *c > 0.0))
+        {
+            return bad(format!("soft caps {:?} / {:?}", b.attn_softcap, b.final_softcap));
+        }
         if !(b.residual_scale.is_finite() && b.logit_scale.is_finite() && b.logit_scale != 0.0) {
             return bad(format!(
                 "residual scale {} / logit scale {}",
@@ -300,11 +317,13 @@ impl ModelConfig {
             "qwen2" => Arch::Qwen2,
             "qwen3" => Arch::Qwen3,
             "gemma3" => Arch::Gemma3,
+            "gemma2" => Arch::Gemma2,
             "smollm3" => Arch::SmolLM3,
             "granite" => Arch::Granite,
             other => {
                 return Err(LoomError::Unsupported(format!(
-                    "GGUF architecture {other:?} (llama, qwen2, qwen3, gemma3, smollm3 and granite run)"
+                    "GGUF architecture {other:?} (llama, qwen2, qwen3, gemma2, gemma3, smollm3 and granite \
+                     run)"
                 )))
             }
         };
@@ -338,7 +357,7 @@ impl ModelConfig {
         let n_layers = need("block_count")?;
         let rope_theta = float("rope.freq_base")?.unwrap_or(10000.0);
         let block = match arch {
-            Arch::Gemma3 => gemma3_gguf_block(h, &key, n_layers, n_heads, head_dim, hidden)?,
+            Arch::Gemma3 | Arch::Gemma2 => gemma_gguf_block(arch, h, &key, n_layers, n_heads, head_dim, hidden)?,
             // llama.cpp's `n_no_rope_layer_step`: every 4th layer skips RoPE.
             Arch::SmolLM3 => BlockSpec {
                 no_rope: Some((0..n_layers).map(|l| (l + 1) % 4 == 0).collect()),
@@ -435,6 +454,8 @@ impl ModelConfig {
         let is = |name: &str| model_type == name || archs.iter().any(|a| a.starts_with(name));
         let arch = if is("gemma3") {
             Arch::Gemma3
+        } else if is("gemma2") {
+            Arch::Gemma2
         } else if is("qwen3") {
             Arch::Qwen3
         } else if is("smollm3") {
@@ -448,7 +469,7 @@ impl ModelConfig {
         } else {
             return Err(LoomError::Unsupported(format!(
                 "config.json model_type {model_type:?} / architectures {archs:?} (Llama, Mistral, Qwen2, Qwen3, \
-                 SmolLM3, Granite and Gemma 3 run)"
+                 SmolLM3, Granite, Gemma 2 and Gemma 3 run)"
             )));
         };
         let int = |k: &str| -> Result<Option<usize>> {
@@ -515,13 +536,16 @@ impl ModelConfig {
     }
 }
 
-/// Gemma 3's block from a GGUF's `gemma3.*` keys, as llama.cpp reads them (`llama_model_gemma3`): a window from
-/// `attention.sliding_window` on the layers `attention.sliding_window_pattern` picks (an array of flags, or every
-/// layer but each n-th, n = 6 by default), whose RoPE base is `rope.freq_base_swa` (10,000 by default); queries
-/// scaled by 1/√head_dim (llama.cpp's rule but for the 27B, whose 62 layers it scales by 1/√(hidden/heads)); the
-/// embedding by √hidden. The norms' weights are stored with their +1 (llama.cpp's converter adds it). A final-logit
-/// soft cap (`final_logit_softcapping`, Gemma 2's) is refused: it does not run yet.
-fn gemma3_gguf_block(
+/// Gemma 3's or Gemma 2's block from a GGUF's keys, as llama.cpp reads them (`llama_model_gemma3`,
+/// `llama_model_gemma2`): a window from `attention.sliding_window` (Gemma 2: 4,096 by default) on the layers
+/// `attention.sliding_window_pattern` picks (an array of flags, or every layer but each n-th, n = 6 for Gemma 3 and 2
+/// for Gemma 2); Gemma 3's sliding layers rotate with `rope.freq_base_swa` (10,000 by default), Gemma 2's as the
+/// others; queries scaled by 1/√head_dim (llama.cpp's rule but for the 27B models, 1/√(hidden/heads)); the
+/// embedding by √hidden; Gemma 2's soft caps `attn_logit_softcapping` (50) and `final_logit_softcapping` (30), and
+/// Gemma 3's final cap when a file sets one. The norms' weights are stored with their +1 (llama.cpp's converter adds
+/// it).
+fn gemma_gguf_block(
+    arch: Arch,
     h: &GgufHeader,
     key: &dyn Fn(&str) -> String,
     n_layers: usize,
@@ -529,25 +553,26 @@ fn gemma3_gguf_block(
     head_dim: usize,
     hidden: usize,
 ) -> Result<BlockSpec> {
+    let gemma2 = arch == Arch::Gemma2;
     let get = |k: &str| h.get(&key(k));
-    let as_f32 = |k: &str, v: &GgufValue| match v {
-        GgufValue::F32(x) => Ok(*x),
-        GgufValue::F64(x) => Ok(*x as f32),
-        other => Err(LoomError::Gguf(format!(
-            "{} is not a float: {}",
-            key(k),
-            other.display()
-        ))),
-    };
-    if let Some(v) = get("final_logit_softcapping") {
-        if as_f32("final_logit_softcapping", v)? != 0.0 {
-            return Err(LoomError::Unsupported(format!(
-                "{}: final-logit soft-capping does not run yet",
-                key("final_logit_softcapping")
-            )));
+    let float = |k: &str| -> Result<Option<f32>> {
+        match get(k) {
+            None => Ok(None),
+            Some(GgufValue::F32(x)) => Ok(Some(*x)),
+            Some(GgufValue::F64(x)) => Ok(Some(*x as f32)),
+            Some(other) => Err(LoomError::Gguf(format!(
+                "{} is not a float: {}",
+                key(k),
+                other.display()
+            ))),
         }
-    }
+    };
+    // A cap of 0 (or none where llama.cpp has no default) is no cap.
+    let cap = |k: &str, default: f32| -> Result<Option<f32>> {
+        Ok(float(k)?.or(gemma2.then_some(default)).filter(|c| *c != 0.0))
+    };
     let window = match get("attention.sliding_window") {
+        None if gemma2 => 4096,
         None => 0,
         Some(v) => v.as_u64().and_then(|v| usize::try_from(v).ok()).ok_or_else(|| {
             LoomError::Gguf(format!(
@@ -573,6 +598,7 @@ fn gemma3_gguf_block(
                 .collect::<Result<Vec<bool>>>()?,
             other => {
                 let n = match other {
+                    None if gemma2 => 2,
                     None => 6,
                     Some(v) => v.as_u64().ok_or_else(|| {
                         LoomError::Gguf(format!("{} is not a count", key("attention.sliding_window_pattern")))
@@ -582,27 +608,27 @@ fn gemma3_gguf_block(
                 (0..n_layers as u64).map(|l| n == 0 || l % n < n - 1).collect()
             }
         };
-        let rope_theta = Some(match get("rope.freq_base_swa") {
-            None => 10000.0,
-            Some(v) => as_f32("rope.freq_base_swa", v)?,
-        });
+        let rope_theta = match (float("rope.freq_base_swa")?, gemma2) {
+            (Some(t), _) => Some(t),
+            (None, true) => None,
+            (None, false) => Some(10000.0),
+        };
         Some(Sliding {
             window,
             layers,
             rope_theta,
         })
     };
-    let scale_dim = if n_layers == 62 {
-        hidden / n_heads.max(1)
-    } else {
-        head_dim
-    };
+    let big = n_layers == if gemma2 { 46 } else { 62 };
+    let scale_dim = if big { hidden / n_heads.max(1) } else { head_dim };
     Ok(BlockSpec {
         post_norms: true,
         ffn_act: FfnAct::GeluTanh,
         embed_scale: (hidden as f32).sqrt(),
         attn_scale: 1.0 / (scale_dim as f32).sqrt(),
         sliding,
+        attn_softcap: cap("attn_logit_softcapping", 50.0)?,
+        final_softcap: cap("final_logit_softcapping", 30.0)?,
         ..BlockSpec::llama(head_dim)
     })
 }
@@ -668,8 +694,8 @@ fn hf_rope_factors(s: &Value, theta: f32, head_dim: usize) -> Result<Option<Vec<
 /// `use_sliding_window` not false); a Qwen2 config's layers from `max_window_layers` on when `use_sliding_window` is
 /// true.
 fn hf_block(v: &Value, arch: Arch, n_layers: usize, head_dim: usize) -> Result<BlockSpec> {
-    if arch == Arch::Gemma3 {
-        return hf_gemma3_block(v, n_layers, head_dim);
+    if matches!(arch, Arch::Gemma2 | Arch::Gemma3) {
+        return hf_gemma_block(v, arch, n_layers, head_dim);
     }
     let mut block = BlockSpec::llama(head_dim);
     if arch == Arch::Granite {
@@ -753,20 +779,24 @@ fn hf_block(v: &Value, arch: Arch, n_layers: usize, head_dim: usize) -> Result<B
     Ok(block)
 }
 
-/// Gemma 3's block from its HF text config (`Gemma3TextConfig`), as `modeling_gemma3.py` runs it: norms after
-/// attention and feed-forward, each `(1 + w)`; GeGLU with `hidden_activation` gelu_pytorch_tanh; the embedding times
-/// √hidden; scores times `query_pre_attn_scalar`^-½; the layers `layer_types` marks "sliding_attention" (or all but
-/// each `sliding_window_pattern`-th, 6 by default) within `sliding_window` with `rope_local_base_freq` (10,000).
-/// Soft-capping (Gemma 2's) is refused: it does not run yet.
-fn hf_gemma3_block(v: &Value, n_layers: usize, head_dim: usize) -> Result<BlockSpec> {
+/// Gemma 3's or Gemma 2's block from its HF text config, as `modeling_gemma3.py` / `modeling_gemma2.py` run it: norms
+/// after attention and feed-forward, each `(1 + w)`; GeGLU with `hidden_activation` gelu_pytorch_tanh; the embedding
+/// times √hidden; scores times `query_pre_attn_scalar`^-½, then soft-capped by `attn_logit_softcapping`, and the
+/// logits by `final_logit_softcapping` (null: none); the layers `layer_types` marks "sliding_attention" (or all but
+/// each `sliding_window_pattern`-th: 6 for Gemma 3, every other for Gemma 2) within `sliding_window`, Gemma 3's with
+/// `rope_local_base_freq` (10,000).
+fn hf_gemma_block(v: &Value, arch: Arch, n_layers: usize, head_dim: usize) -> Result<BlockSpec> {
     let bad = |m: String| LoomError::InvalidNetwork(format!("config.json: {m}"));
-    for k in ["attn_logit_softcapping", "final_logit_softcapping"] {
-        if v.get(k).is_some_and(|x| !x.is_null()) {
-            return Err(LoomError::Unsupported(format!(
-                "config.json: {k}: soft-capping does not run yet"
-            )));
+    let gemma2 = arch == Arch::Gemma2;
+    let cap = |k: &str| -> Result<Option<f32>> {
+        match v.get(k).filter(|x| !x.is_null()) {
+            None => Ok(None),
+            Some(x) => match x.as_f64() {
+                Some(c) if c.is_finite() && c > 0.0 => Ok(Some(c as f32)),
+                _ => Err(bad(format!("{k} {x}"))),
+            },
         }
-    }
+    };
     let act = v
         .get("hidden_activation")
         .and_then(Value::as_str)
@@ -795,14 +825,18 @@ fn hf_gemma3_block(v: &Value, n_layers: usize, head_dim: usize) -> Result<BlockS
                     })
                     .collect::<Result<Vec<bool>>>()?,
                 None => {
-                    let every = num("sliding_window_pattern").unwrap_or(6.0).max(1.0) as usize;
+                    let every = num("sliding_window_pattern").unwrap_or(if gemma2 { 2.0 } else { 6.0 });
+                    let every = every.max(1.0) as usize;
                     (0..n_layers).map(|l| (l + 1) % every != 0).collect()
                 }
             };
             Some(Sliding {
                 window: w as usize,
                 layers,
-                rope_theta: Some(num("rope_local_base_freq").unwrap_or(10000.0) as f32),
+                rope_theta: match gemma2 {
+                    true => None,
+                    false => Some(num("rope_local_base_freq").unwrap_or(10000.0) as f32),
+                },
             })
         }
         Some(w) => return Err(bad(format!("sliding_window {w}"))),
@@ -814,6 +848,8 @@ fn hf_gemma3_block(v: &Value, n_layers: usize, head_dim: usize) -> Result<BlockS
         embed_scale: (hidden as f32).sqrt(),
         attn_scale: scalar.powf(-0.5) as f32,
         sliding,
+        attn_softcap: cap("attn_logit_softcapping")?,
+        final_softcap: cap("final_logit_softcapping")?,
         norm_offset: 1.0,
         ..BlockSpec::llama(head_dim)
     })

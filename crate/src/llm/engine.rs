@@ -178,7 +178,12 @@ impl CpuEngine {
                 let end = start + t + 1;
                 let first = window.map_or(0, |w| end.saturating_sub(w));
                 let (ks, vs) = (&kc[first * kvd..], &vc[first * kvd..]);
-                ops::attention_head(qh, ks, vs, end - first, kvd, h / group * hd, out, scores);
+                match spec.attn_softcap {
+                    None => ops::attention_head(qh, ks, vs, end - first, kvd, h / group * hd, out, scores),
+                    Some(cap) => {
+                        ops::attention_head_capped(qh, ks, vs, end - first, kvd, h / group * hd, cap, out, scores)
+                    }
+                }
             });
             matmul(&b.wo, &att, n, &mut proj)?;
             add_bias(&mut proj, &b.bo);
@@ -287,6 +292,9 @@ impl CpuEngine {
             logits.resize(at + n * vocab, 0.0);
             matmul(&head, rows, n, &mut logits[at..])?;
             scale(&mut logits[at..], 1.0 / self.cfg.block.logit_scale);
+            if let Some(cap) = self.cfg.block.final_softcap {
+                logits[at..].iter_mut().for_each(|v| *v = cap * (*v / cap).tanh());
+            }
         }
         Ok(logits)
     }

@@ -780,6 +780,7 @@ impl GpuEngine {
                 pos0: start as u32,
                 scale: c.block.attn_scale,
                 window: window.map_or(0, |w| u32::try_from(w).unwrap_or(u32::MAX)),
+                softcap: c.block.attn_softcap.unwrap_or(0.0),
             };
             k.attention.encode_attend(rec, cache, qr, att.rows(), args)?;
             residual(&b.wo, &att, &b.bo, &b.post_attn_norm, Some(&b.ffn_norm), rec)?;
@@ -832,6 +833,18 @@ impl GpuEngine {
             k.elementwise
                 .encode_scale(rec, logits.rows(), 1.0 / c.block.logit_scale)?;
         }
+        // Gemma 2's final soft cap: cap · tanh(logit / cap).
+        let logits = match c.block.final_softcap {
+            None => logits,
+            Some(cap) => {
+                let capped = GpuTensor::scratch(rec, vec![rows, c.vocab])?;
+                k.elementwise.encode_scale(rec, logits.rows(), 1.0 / cap)?;
+                k.elementwise
+                    .encode_act(rec, logits.rows(), capped.rows(), crate::gpu::Pointwise::Tanh)?;
+                k.elementwise.encode_scale(rec, capped.rows(), cap)?;
+                capped
+            }
+        };
         let id = match out {
             Output::Greedy => {
                 let id = GpuTensor::scratch(rec, vec![1])?;

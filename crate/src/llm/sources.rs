@@ -203,7 +203,9 @@ pub fn hf_canonical_name(name: &str) -> std::borrow::Cow<'_, str> {
 /// (its `post_attention_layernorm` is the norm after attention); every other family's as [`hf_block_name`].
 pub fn hf_block_name_for(arch: Arch, block: usize, role: Role) -> String {
     match (arch, role) {
-        (Arch::Gemma3, Role::FfnNorm) => format!("model.layers.{block}.pre_feedforward_layernorm.weight"),
+        (Arch::Gemma2 | Arch::Gemma3, Role::FfnNorm) => {
+            format!("model.layers.{block}.pre_feedforward_layernorm.weight")
+        }
         _ => hf_block_name(block, role),
     }
 }

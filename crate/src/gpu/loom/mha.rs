@@ -307,7 +307,12 @@ impl Mha {
             let (k, v) = (k_rows.slice_rows(first, per32), v_rows.slice_rows(first, per32));
             let (queries, out) = (q_rows.slice_rows(first, per32), att_rows.slice_rows(first, per32));
             self.attention.encode_kv_update(rec, &self.cache, k, v, pos0)?;
-            let args = AttendArgs { pos0, scale, window: 0 };
+            let args = AttendArgs {
+                pos0,
+                scale,
+                window: 0,
+                softcap: 0.0,
+            };
             self.attention.encode_attend(rec, &self.cache, queries, out, args)?;
         }
 

@@ -71,6 +71,8 @@ pub struct AttendArgs {
     pub scale: f32,
     /// A sliding window: each query attends to its latest `window` positions (its own included); 0 for all.
     pub window: u32,
+    /// Soft-capped scores (Gemma 2): each scaled score becomes `cap · tanh(score / cap)`; 0 for none.
+    pub softcap: f32,
 }
 
 /// The KV-update and attention kernels.
@@ -180,6 +182,7 @@ impl Attention {
             out.stride,
             args.scale.to_bits(),
             args.window,
+            args.softcap.to_bits(),
         ];
         dispatch_3d(
             rec,
@@ -236,6 +239,7 @@ impl Attention {
             pos0,
             scale: (1.0 / (hd as f64).sqrt()) as f32,
             window,
+            softcap: 0.0,
         };
         let q_w = u32_dim(qw, "q row")?;
         self.encode_attend(
