@@ -96,11 +96,6 @@ pub fn rope(x: &mut [f32], head_dim: usize, pos: usize, inv_freq: &[f64], pairs:
     }
 }
 
-/// Causal attention of one query head over `len` cached positions: `q` is the head's `head_dim` values; `k`, `v`
-/// are `[pos][kv_dim]` with at least `len` rows, the head's kv head at `kv_offset` in each; `out` is the head's
-/// `head_dim` values; `scores` is scratch of at least `len`. (GQA: query head h reads kv head
-/// h / (heads / kv_heads).)
-#[allow(clippy::too_many_arguments)]
 /// [`attention_head`] with soft-capped scores (Gemma 2): each `q·k/√head_dim` becomes `cap · tanh(score / cap)`
 /// before the softmax.
 #[allow(clippy::too_many_arguments)]
@@ -131,6 +126,11 @@ pub fn attention_head_capped(
     }
 }
 
+/// Causal attention of one query head over `len` cached positions: `q` is the head's `head_dim` values; `k`, `v`
+/// are `[pos][kv_dim]` with at least `len` rows, the head's kv head at `kv_offset` in each; `out` is the head's
+/// `head_dim` values; `scores` is scratch of at least `len`. (GQA: query head h reads kv head
+/// h / (heads / kv_heads).)
+#[allow(clippy::too_many_arguments)]
 pub fn attention_head(
     q: &[f32],
     k: &[f32],
