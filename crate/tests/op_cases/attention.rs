@@ -94,8 +94,9 @@ impl RefCache {
     }
 
     /// The CPU's attention for queries at positions `pos0..` (f64 scores, max from −1e9, one division).
-    /// Each query over its positions, or the latest `window` of them (0: all).
-    fn attend(&self, q: &[f32], heads: usize, hd: usize, pos0: usize, window: usize) -> Vec<f32> {
+    /// Each query over its positions, or the latest `window` of them (0: all), its scores soft-capped at `cap`
+    /// (`cap · tanh(s / cap)`; 0: none).
+    fn attend(&self, q: &[f32], heads: usize, hd: usize, pos0: usize, window: usize, cap: f64) -> Vec<f32> {
         let kv_heads = self.kv / hd;
         let per_kv = heads / kv_heads;
         let scale = 1.0 / (hd as f64).sqrt();
@@ -119,6 +120,7 @@ impl RefCache {
                             .sum::<f64>()
                             * scale
                     })
+                    .map(|s| if cap > 0.0 { cap * (s / cap).tanh() } else { s })
                     .collect();
                 let max = scores.iter().fold(-1e9f64, |m, s| m.max(*s));
                 let e: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
@@ -194,16 +196,18 @@ pub async fn attention_prefill_and_decode_match_the_cpu(gpu: &Gpu) {
     let att = Attention::new(gpu).unwrap();
     // (heads, kv_heads, head_dim, prefill tokens, decode steps, cache rows): GQA, MHA, odd head_dim, the largest
     // head, more positions than one 256-wide chunk, uneven GQA (Loom's flat read into the next row), a wrapped cache.
-    // The last two: sliding windows (Gemma's), shorter than the prefill and than one 256-wide chunk.
-    for (heads, kv_heads, hd, prefill, decode, max_seq, window) in [
-        (4, 2, 16, 16, 3, 512, 0),
-        (2, 2, 5, 7, 2, 512, 0),
-        (1, 1, 256, 4, 1, 512, 0),
-        (2, 1, 8, 300, 2, 512, 0),
-        (3, 2, 2, 4, 2, 512, 0),
-        (2, 2, 4, 20, 3, 16, 0),
-        (4, 2, 16, 16, 3, 512, 5),
-        (2, 1, 8, 300, 2, 512, 260),
+    // Then sliding windows (Gemma's), shorter than the prefill and than one 256-wide chunk, and soft-capped scores
+    // (Gemma 2's; a cap of 0.5 that the scores pass).
+    for (heads, kv_heads, hd, prefill, decode, max_seq, window, cap) in [
+        (4, 2, 16, 16, 3, 512, 0, 0.0),
+        (2, 2, 5, 7, 2, 512, 0, 0.0),
+        (1, 1, 256, 4, 1, 512, 0, 0.0),
+        (2, 1, 8, 300, 2, 512, 0, 0.0),
+        (3, 2, 2, 4, 2, 512, 0, 0.0),
+        (2, 2, 4, 20, 3, 16, 0, 0.0),
+        (4, 2, 16, 16, 3, 512, 5, 0.0),
+        (2, 1, 8, 300, 2, 512, 260, 0.0),
+        (4, 2, 16, 16, 3, 512, 5, 0.5f32),
     ] {
         let (qw, kv) = (heads * hd, kv_heads * hd);
         let cache = KvCache::new(gpu, kv_heads, hd, max_seq).await.unwrap();
@@ -224,16 +228,16 @@ pub async fn attention_prefill_and_decode_match_the_cpu(gpu: &Gpu) {
             let k = data(seed + 1, tokens * kv, -2.0, 2.0);
             let v = data(seed + 2, tokens * kv, -1.0, 1.0);
             cpu.write(&k, &v, pos);
-            let want = cpu.attend(&q, heads, hd, pos, window);
+            let want = cpu.attend(&q, heads, hd, pos, window, f64::from(cap));
             let got = att
-                .run(gpu, &cache, &q, &k, &v, heads, pos, window as u32)
+                .run(gpu, &cache, &q, &k, &v, heads, pos, window as u32, cap)
                 .await
                 .unwrap();
             let what = if step == 0 { "prefill" } else { "decode" };
             let e = close(
                 &format!(
                     "attention {what} {tokens} at {pos} ({heads} heads / {kv_heads} kv × {hd}, {max_seq} rows, \
-                     window {window})"
+                     window {window}, cap {cap})"
                 ),
                 &got,
                 &want,

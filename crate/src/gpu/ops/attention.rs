@@ -195,7 +195,8 @@ impl Attention {
     }
 
     /// One-shot: writes the `k`, `v` rows of `tokens = q.len() / (heads·head_dim)` tokens into `cache` at positions
-    /// `pos0..`, then attends each query to the positions up to its own (the latest `window` of them, 0 for all).
+    /// `pos0..`, then attends each query to the positions up to its own (the latest `window` of them, 0 for all;
+    /// scores soft-capped at `softcap`, 0 for none).
     /// `pos0 = 0` is a prefill; a later call with one token is a decode step. Returns `[tokens][heads·head_dim]`.
     #[allow(clippy::too_many_arguments)]
     pub async fn run(
@@ -208,6 +209,7 @@ impl Attention {
         heads: usize,
         pos0: usize,
         window: u32,
+        softcap: f32,
     ) -> Result<Vec<f32>> {
         let hd = cache.head_dim as usize;
         let (qw, kvw) = (heads * hd, cache.kv_heads as usize * hd);
@@ -239,7 +241,7 @@ impl Attention {
             pos0,
             scale: (1.0 / (hd as f64).sqrt()) as f32,
             window,
-            softcap: 0.0,
+            softcap,
         };
         let q_w = u32_dim(qw, "q row")?;
         self.encode_attend(
