@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use common::{loadavg, median, ms_since};
+use common::{loadavg, median, ms_since, Rng};
 use loom_wasm::gpu::{Gpu, KernelTime};
 use loom_wasm::llm::config::{Arch, BlockSpec, ModelConfig, RopeStyle};
 use loom_wasm::llm::gpu_engine::GpuEngine;
@@ -144,23 +144,10 @@ fn plan(file: &str, tensor: Tensor, layer: usize, layers: usize, cols: usize) ->
     }
 }
 
-/// splitmix64: a seeded stream of random words.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A half in ±`scale`.
-    fn half(&mut self, scale: f32) -> [u8; 2] {
-        let u = (self.next() >> 40) as f32 / (1u64 << 24) as f32;
-        half::f16::from_f32((2.0 * u - 1.0) * scale).to_le_bytes()
-    }
+/// A half in ±`scale`.
+fn random_half(rng: &mut Rng, scale: f32) -> [u8; 2] {
+    let u = (rng.next() >> 40) as f32 / (1u64 << 24) as f32;
+    half::f16::from_f32((2.0 * u - 1.0) * scale).to_le_bytes()
 }
 
 /// Random blocks of `ty` for a `rows × cols` matrix: random codes, and the block scales (the f16 fields) set to
@@ -180,7 +167,7 @@ fn random_matrix(ty: GgmlType, rows: usize, cols: usize, seed: u64) -> Matrix {
         let mut rng = Rng(seed ^ (r as u64).wrapping_mul(0x2545_F491_4F6C_DD1D));
         if ty == GgmlType::F16 {
             for h in row.chunks_exact_mut(2) {
-                h.copy_from_slice(&rng.half(0.05));
+                h.copy_from_slice(&random_half(&mut rng, 0.05));
             }
             return;
         }

@@ -4,26 +4,16 @@
 //!
 //!     cargo bench --bench quant_matmul
 
+mod common;
+
 use std::time::{Duration, Instant};
 
+use common::Rng;
 use loom_wasm::quant::{self, GgmlType, QMatrix};
 
-/// A deterministic generator (SplitMix64).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [-1, 1).
-    fn f32(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
+/// Uniform in [-1, 1).
+fn uniform(rng: &mut Rng) -> f32 {
+    (rng.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
 }
 
 fn half_bytes(v: f32) -> [u8; 2] {
@@ -37,19 +27,19 @@ fn weights(t: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8> {
     for _ in 0..blocks {
         let start = out.len();
         match t {
-            GgmlType::F16 => out.extend(half_bytes(rng.f32() * 0.1)),
-            GgmlType::LoomQ4_0 => out.extend((rng.f32() * 0.02).to_le_bytes()),
-            _ => out.extend(half_bytes(rng.f32() * 0.02)),
+            GgmlType::F16 => out.extend(half_bytes(uniform(rng) * 0.1)),
+            GgmlType::LoomQ4_0 => out.extend((uniform(rng) * 0.02).to_le_bytes()),
+            _ => out.extend(half_bytes(uniform(rng) * 0.02)),
         }
         if matches!(t, GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K) {
-            out.extend(half_bytes(rng.f32() * 0.1));
+            out.extend(half_bytes(uniform(rng) * 0.1));
         }
         while out.len() < start + t.block_bytes() {
             out.push(rng.next() as u8);
         }
         if t == GgmlType::Q6_K {
             // Its scale is last.
-            out[start + 208..start + 210].copy_from_slice(&half_bytes(rng.f32() * 0.02));
+            out[start + 208..start + 210].copy_from_slice(&half_bytes(uniform(rng) * 0.02));
         }
     }
     out
@@ -109,7 +99,7 @@ fn main() {
             _ => &[1, 64],
         };
         for &n in tokens {
-            let x: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
+            let x: Vec<f32> = (0..n * cols).map(|_| uniform(&mut rng)).collect();
             let mut y = vec![0.0; n * rows];
             for threads in [1, 2].into_iter().take(if std::env::var("BENCH_ONE_THREAD").is_ok() {
                 1

@@ -9,7 +9,7 @@ mod llm_util;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use llm_util::{greedy, ids, json};
+use llm_util::{check_cases, greedy, ids, json, FileReader};
 use loom_wasm::llm::config::{Arch, FfnAct};
 use loom_wasm::llm::engine::Engine;
 use loom_wasm::llm::model::LlmModel;
@@ -131,35 +131,6 @@ fn families_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/families")
 }
 
-/// Every prompt's logits at every position within 1e-3 + 1e-4·|logit| of the float64 reference, and the greedy ids.
-fn check_cases(model: &LlmModel, expected: &serde_json::Value, new_engine: &dyn Fn() -> Box<dyn Engine>) {
-    let vocab = model.config.vocab;
-    for case in expected["cases"].as_array().unwrap() {
-        let prompt = ids(&case["ids"]);
-        let logits = new_engine().forward(&prompt, true).unwrap();
-        let want: Vec<f32> = case["logits"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|row| row.as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32))
-            .collect();
-        assert_eq!(logits.len(), want.len());
-        for (i, (g, w)) in logits.iter().zip(&want).enumerate() {
-            assert!(
-                (g - w).abs() <= 1e-3 + 1e-4 * w.abs(),
-                "prompt of {} tokens, position {}, token {}: {g} against {w}",
-                prompt.len(),
-                i / vocab,
-                i % vocab
-            );
-        }
-        let mut e = new_engine();
-        e.forward(&prompt, false).unwrap();
-        let last = &logits[logits.len() - vocab..];
-        assert_eq!(greedy(e.as_mut(), last, 8, None), ids(&case["greedy"]));
-    }
-}
-
 /// An HF folder of the families' 4-layer weights with the tiny Llama's tokenizer and `config`.
 fn hf_folder(name: &str, config: &serde_json::Value) -> PathBuf {
     let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("family_{name}"));
@@ -174,19 +145,26 @@ fn hf_folder(name: &str, config: &serde_json::Value) -> PathBuf {
     d
 }
 
+/// A family's GGUF (`<family>.gguf`, llama.cpp's keys) and HF folder describe the same block, and both give the
+/// reference on both engines.
+fn gguf_and_hf_folder(family: &str, arch: Arch) {
+    let expected = json(&families_dir().join("expected.json"));
+    let fam = &expected[family];
+    let gguf = LlmModel::open(&families_dir().join(format!("{family}.gguf"))).unwrap();
+    assert_eq!(gguf.config.arch, arch);
+    let hf = LlmModel::open(&hf_folder(family, &fam["config"])).unwrap();
+    assert_eq!(hf.config.block, gguf.config.block);
+    for model in [&gguf, &hf] {
+        check_cases(model, fam, &|| Box::new(model.cpu_engine()));
+        check_cases(model, fam, &|| gpu_engine(model));
+    }
+}
+
 /// SmolLM3: no RoPE on its NoPE layers, from llama.cpp's GGUF (every 4th layer) and from an HF folder
-/// (`no_rope_layers`), on both engines.
+/// (`no_rope_layers`).
 #[test]
 fn smollm3_skips_rope_on_its_nope_layers() {
-    let expected = json(&families_dir().join("expected.json"));
-    let fam = &expected["smollm3"];
-    let gguf = LlmModel::open(&families_dir().join("smollm3.gguf")).unwrap();
-    assert_eq!(gguf.config.arch, Arch::SmolLM3);
-    check_cases(&gguf, fam, &|| Box::new(gguf.cpu_engine()));
-    check_cases(&gguf, fam, &|| gpu_engine(&gguf));
-    let hf = LlmModel::open(&hf_folder("smollm3", &fam["config"])).unwrap();
-    assert_eq!(hf.config.block, gguf.config.block);
-    check_cases(&hf, fam, &|| Box::new(hf.cpu_engine()));
+    gguf_and_hf_folder("smollm3", Arch::SmolLM3);
 }
 
 /// Mistral's sliding window (every layer) from an HF config, on both engines; Qwen2's `use_sliding_window: false`
@@ -208,19 +186,10 @@ fn mistral_attends_within_its_sliding_window() {
 }
 
 /// Granite's multipliers (embedding, attention scores, residual branches, logits), from llama.cpp's GGUF keys and
-/// from an HF config, on both engines.
+/// from an HF config.
 #[test]
 fn granite_applies_its_multipliers() {
-    let expected = json(&families_dir().join("expected.json"));
-    let fam = &expected["granite"];
-    let gguf = LlmModel::open(&families_dir().join("granite.gguf")).unwrap();
-    assert_eq!(gguf.config.arch, Arch::Granite);
-    check_cases(&gguf, fam, &|| Box::new(gguf.cpu_engine()));
-    check_cases(&gguf, fam, &|| gpu_engine(&gguf));
-    let hf = LlmModel::open(&hf_folder("granite", &fam["config"])).unwrap();
-    assert_eq!(hf.config.block, gguf.config.block);
-    check_cases(&hf, fam, &|| Box::new(hf.cpu_engine()));
-    check_cases(&hf, fam, &|| gpu_engine(&hf));
+    gguf_and_hf_folder("granite", Arch::Granite);
 }
 
 /// The tiny Gemma 3 as transformers saves it (HF names, the norms' w for `1 + w`) gives the same logits on both
@@ -262,18 +231,6 @@ fn tiny_gemma3_from_hf_folders() {
     let multimodal = LlmModel::open(&d).unwrap();
     assert_eq!(multimodal.config, model.config);
     check_cases(&multimodal, &expected, &|| Box::new(multimodal.cpu_engine()));
-}
-
-/// Reads picked files by range, as the browser's streamed load does.
-struct FileReader(Vec<PathBuf>);
-
-impl loom_wasm::llm::streamed::RangeReader for FileReader {
-    async fn read(&self, file: usize, offset: u64, len: u64) -> loom_wasm::Result<bytes::Bytes> {
-        use std::os::unix::fs::FileExt;
-        let mut buf = vec![0; len as usize];
-        std::fs::File::open(&self.0[file])?.read_exact_at(&mut buf, offset)?;
-        Ok(buf.into())
-    }
 }
 
 /// The streamed load (the browser's GPU chat) of the HF Gemma 3 reads the same norms (with their +1) and matrices

@@ -8,8 +8,7 @@ mod llm_util;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use llm_util::{golden, greedy, ids, json};
-use loom_wasm::llm::engine::Engine;
+use llm_util::{check_cases, golden, json, FileReader};
 use loom_wasm::llm::gpu_engine::GpuEngine;
 use loom_wasm::llm::model::LlmModel;
 use loom_wasm::LoomError;
@@ -17,37 +16,6 @@ use serde_json::Value;
 
 fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/rope_scaling")
-}
-
-/// Every prompt's logits at every position within 1e-3 (float32 against the float32 reference), and the greedy ids.
-fn check(model: &LlmModel, expected: &Value, engine: &mut dyn FnMut() -> Box<dyn Engine>) {
-    let vocab = model.config.vocab;
-    for case in expected["cases"].as_array().unwrap() {
-        let prompt = ids(&case["ids"]);
-        let mut e = engine();
-        let logits = e.forward(&prompt, true).unwrap();
-        let want: Vec<f32> = case["logits"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|row| row.as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32))
-            .collect();
-        assert_eq!(logits.len(), want.len());
-        let worst = logits
-            .iter()
-            .zip(&want)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
-        assert!(worst <= 1e-3, "prompt of {} tokens: max |Δlogit| {worst}", prompt.len());
-        let mut e = engine();
-        e.forward(&prompt, false).unwrap();
-        let last = &logits[logits.len() - vocab..];
-        assert_eq!(
-            greedy(e.as_mut(), last, 8, None),
-            ids(&case["greedy"]),
-            "prompt {prompt:?}"
-        );
-    }
 }
 
 /// An HF folder: the golden tiny Llama's weights and tokenizer with `config` as its config.json.
@@ -73,7 +41,7 @@ fn llama3_and_linear_scaling_from_gguf_files() {
     for name in ["llama3", "linear"] {
         let model = LlmModel::open(&dir().join(format!("{name}.gguf"))).unwrap();
         assert!(model.config.rope_factors.is_some(), "{name}");
-        check(&model, &expected[name], &mut || Box::new(model.cpu_engine()));
+        check_cases(&model, &expected[name], &|| Box::new(model.cpu_engine()));
     }
 }
 
@@ -83,7 +51,7 @@ fn llama3_and_linear_scaling_from_hf_folders() {
     for name in ["llama3", "linear"] {
         let config = tiny_config_with("rope_scaling", expected[name]["rope_scaling"].clone());
         let model = LlmModel::open(&hf_folder(name, config)).unwrap();
-        check(&model, &expected[name], &mut || Box::new(model.cpu_engine()));
+        check_cases(&model, &expected[name], &|| Box::new(model.cpu_engine()));
     }
     // transformers 5 names it rope_parameters, with rope_theta inside.
     let mut params = expected["llama3"]["rope_scaling"].clone();
@@ -92,7 +60,7 @@ fn llama3_and_linear_scaling_from_hf_folders() {
     config.as_object_mut().unwrap().remove("rope_theta");
     config.as_object_mut().unwrap().remove("rope_scaling");
     let model = LlmModel::open(&hf_folder("v5", config)).unwrap();
-    check(&model, &expected["llama3"], &mut || Box::new(model.cpu_engine()));
+    check_cases(&model, &expected["llama3"], &|| Box::new(model.cpu_engine()));
 }
 
 #[test]
@@ -100,7 +68,7 @@ fn the_gpu_engine_runs_the_scaled_frequencies_too() {
     let expected = json(&dir().join("expected.json"));
     let gpu = Arc::new(pollster::block_on(loom_wasm::gpu::Gpu::new()).expect("a wgpu adapter (lavapipe)"));
     let model = LlmModel::open(&dir().join("llama3.gguf")).unwrap();
-    check(&model, &expected["llama3"], &mut || {
+    check_cases(&model, &expected["llama3"], &|| {
         Box::new(pollster::block_on(GpuEngine::new(gpu.clone(), &model.config, &model.weights, None)).unwrap())
     });
 }
@@ -125,18 +93,6 @@ fn scalings_that_do_not_run_are_refused_by_name() {
     // A Loom .entity has no place for the factors.
     let model = LlmModel::open(&dir().join("llama3.gguf")).unwrap();
     assert!(matches!(model.to_entity(false), Err(LoomError::Unsupported(_))));
-}
-
-/// Reads picked files by range, as the browser's streamed load does.
-struct FileReader(Vec<PathBuf>);
-
-impl loom_wasm::llm::streamed::RangeReader for FileReader {
-    async fn read(&self, file: usize, offset: u64, len: u64) -> loom_wasm::Result<bytes::Bytes> {
-        use std::os::unix::fs::FileExt;
-        let mut buf = vec![0; len as usize];
-        std::fs::File::open(&self.0[file])?.read_exact_at(&mut buf, offset)?;
-        Ok(buf.into())
-    }
 }
 
 /// The streamed load (the browser's GPU chat) reads `rope_freqs.weight` with the header: its config is the whole

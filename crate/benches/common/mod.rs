@@ -1,4 +1,5 @@
-//! Timing helpers shared by the benchmark programs.
+//! Timing helpers and a random generator shared by the benchmark programs (each uses a subset).
+#![allow(dead_code)]
 
 use std::time::Instant;
 
@@ -24,4 +25,17 @@ pub fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.trim().to_string())
         .unwrap_or_default()
+}
+
+/// A deterministic generator (SplitMix64) for benchmark inputs.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
 }

@@ -110,20 +110,7 @@ pub fn attention_head_capped(
     out: &mut [f32],
     scores: &mut [f32],
 ) {
-    let head_dim = q.len();
-    let scale = 1.0 / (head_dim as f32).sqrt();
-    let scores = &mut scores[..len];
-    for (t, s) in scores.iter_mut().enumerate() {
-        *s = cap * (dot(q, &k[t * kv_dim + kv_offset..][..head_dim]) * scale / cap).tanh();
-    }
-    softmax(scores);
-    out.fill(0.0);
-    for (t, &p) in scores.iter().enumerate() {
-        let vt = &v[t * kv_dim + kv_offset..][..head_dim];
-        for (o, x) in out.iter_mut().zip(vt) {
-            *o += p * x;
-        }
-    }
+    attention_head_scalar(q, k, v, len, kv_dim, kv_offset, Some(cap), out, scores);
 }
 
 /// Causal attention of one query head over `len` cached positions: `q` is the head's `head_dim` values; `k`, `v`
@@ -151,10 +138,31 @@ pub fn attention_head(
         // SAFETY: the CPU has AVX2 and FMA (checked above).
         return unsafe { attention_head_avx2(q, k, v, len, kv_dim, kv_offset, out, scores) };
     }
+    attention_head_scalar(q, k, v, len, kv_dim, kv_offset, None, out, scores);
+}
+
+/// The portable attention head, its scores soft-capped when `cap` is given.
+#[allow(clippy::too_many_arguments)]
+fn attention_head_scalar(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    len: usize,
+    kv_dim: usize,
+    kv_offset: usize,
+    cap: Option<f32>,
+    out: &mut [f32],
+    scores: &mut [f32],
+) {
+    let head_dim = q.len();
     let scale = 1.0 / (head_dim as f32).sqrt();
     let scores = &mut scores[..len];
     for (t, s) in scores.iter_mut().enumerate() {
-        *s = dot(q, &k[t * kv_dim + kv_offset..][..head_dim]) * scale;
+        let score = dot(q, &k[t * kv_dim + kv_offset..][..head_dim]) * scale;
+        *s = match cap {
+            Some(cap) => cap * (score / cap).tanh(),
+            None => score,
+        };
     }
     softmax(scores);
     out.fill(0.0);

@@ -93,3 +93,45 @@ pub fn tiny_expected() -> (Value, Vec<Vec<u32>>) {
     let prompts = expected["prompts"].as_array().unwrap().iter().map(ids).collect();
     (expected, prompts)
 }
+
+/// Every case's logits at every position within 1e-3 + 1e-4·|logit| of the reference (`expected["cases"]`: ids,
+/// logits, greedy), and the greedy ids through the KV cache.
+pub fn check_cases(model: &LlmModel, expected: &Value, new_engine: &dyn Fn() -> Box<dyn Engine>) {
+    let vocab = model.config.vocab;
+    for case in expected["cases"].as_array().unwrap() {
+        let prompt = ids(&case["ids"]);
+        let logits = new_engine().forward(&prompt, true).unwrap();
+        let want: Vec<f32> = case["logits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|row| row.as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32))
+            .collect();
+        assert_eq!(logits.len(), want.len());
+        for (i, (g, w)) in logits.iter().zip(&want).enumerate() {
+            assert!(
+                (g - w).abs() <= 1e-3 + 1e-4 * w.abs(),
+                "prompt of {} tokens, position {}, token {}: {g} against {w}",
+                prompt.len(),
+                i / vocab,
+                i % vocab
+            );
+        }
+        let mut e = new_engine();
+        e.forward(&prompt, false).unwrap();
+        let last = &logits[logits.len() - vocab..];
+        assert_eq!(greedy(e.as_mut(), last, 8, None), ids(&case["greedy"]));
+    }
+}
+
+/// Reads picked files by range, as the browser's streamed load does.
+pub struct FileReader(pub Vec<PathBuf>);
+
+impl loom_wasm::llm::streamed::RangeReader for FileReader {
+    async fn read(&self, file: usize, offset: u64, len: u64) -> loom_wasm::Result<bytes::Bytes> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = vec![0; len as usize];
+        std::fs::File::open(&self.0[file])?.read_exact_at(&mut buf, offset)?;
+        Ok(buf.into())
+    }
+}
