@@ -245,6 +245,10 @@ pub struct Inspection {
     /// The decoder a GGUF file or an HF folder holds, when it is one the LLM runtime runs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub llm: Option<LlmSummary>,
+    /// Why a GGUF file's decoder does not run (an architecture or a feature the runtime lacks), for the app's
+    /// "Chat with this model".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub llm_unsupported: Option<String>,
     /// What a Loom network takes as input, when its first layer says (see [`Network::input_spec`]).
     pub input: Option<crate::network::InputSpec>,
 }
@@ -314,6 +318,7 @@ impl Inspection {
             bytes_by_dtype: BTreeMap::new(),
             metadata,
             llm: None,
+            llm_unsupported: None,
             input: None,
         }
     }
@@ -449,6 +454,7 @@ fn network_inspection(
         bytes_by_dtype: BTreeMap::new(),
         metadata: BTreeMap::new(),
         llm: None,
+        llm_unsupported: None,
         input: net.input_spec(),
     };
     fn visit(layer: &Layer, path: String, nesting: usize, out: &mut Inspection, file_info: &dyn Fn(&str) -> FileInfo) {
@@ -544,13 +550,17 @@ pub fn gguf_inspection(header: &gguf::GgufHeader, file_bytes: u64) -> Inspection
         .tensor("token_embd.weight")
         .and_then(|t| t.dims.get(1))
         .map(|&v| v as usize);
-    if let Some(cfg) = vocab.and_then(|v| crate::llm::config::ModelConfig::from_gguf(header, v).ok()) {
-        let types: Vec<&str> = header.tensors.iter().map(|t| t.ggml_type.name()).collect();
-        out.llm = Some(LlmSummary::new(
-            &cfg,
-            &types,
-            header.get("tokenizer.chat_template").is_some(),
-        ));
+    match vocab.map(|v| crate::llm::config::ModelConfig::from_gguf(header, v)) {
+        Some(Ok(cfg)) => {
+            let types: Vec<&str> = header.tensors.iter().map(|t| t.ggml_type.name()).collect();
+            out.llm = Some(LlmSummary::new(
+                &cfg,
+                &types,
+                header.get("tokenizer.chat_template").is_some(),
+            ));
+        }
+        Some(Err(e)) => out.llm_unsupported = Some(e.to_string()),
+        None => out.llm_unsupported = Some("the file has no token_embd.weight matrix".into()),
     }
     for t in &header.tensors {
         out.total_params += t.elements;

@@ -119,6 +119,19 @@ fn windows_across_steps(model: &LlmModel, new_engine: &dyn Fn() -> Box<dyn Engin
 
 #[test]
 fn what_does_not_run_is_refused_by_name() {
+    // An architecture that does not run: refused by name when opened, and the inspection (which the app's "Chat
+    // with this model" reads) says why while the header still inspects.
+    let path = families_dir().join("unsupported.gguf");
+    match LlmModel::open(&path) {
+        Err(LoomError::Unsupported(m)) => assert!(m.contains("phi3"), "{m}"),
+        other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
+    }
+    let ins = loom_wasm::inspect::inspect_bytes(&std::fs::read(&path).unwrap()).unwrap();
+    assert!(ins.llm.is_none());
+    assert!(ins.llm_unsupported.as_deref().is_some_and(|m| m.contains("phi3")));
+    let ins = loom_wasm::inspect::inspect_bytes(&std::fs::read(gemma3_dir().join("model.f32.gguf")).unwrap()).unwrap();
+    assert!(ins.llm.is_some() && ins.llm_unsupported.is_none());
+
     let model = LlmModel::open(&gemma3_dir().join("model.f32.gguf")).unwrap();
     // Loom's transformer layers are Llama's block.
     match model.to_entity(false) {

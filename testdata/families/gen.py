@@ -20,6 +20,7 @@ Written:
   [1, 1, 1, 0] says for the HF folder;
 - `granite.gguf`: the same as a Granite (architecture `granite`, its multipliers as `granite.embedding_scale`,
   `attention.scale`, `residual_scale`, `logit_scale`);
+- `unsupported.gguf`: a header that names `phi3` (which does not run) with a 16-row embedding: refused by name;
 - `expected.json`: per family its config.json fields and, per prompt, the logits at every position (7 significant
   digits) and 8 greedy ids.
 
@@ -146,7 +147,21 @@ def write_gguf(path, arch):
     g.close()
 
 
+def write_unsupported(path):
+    """A GGUF of an architecture the runtime does not run (Phi-3's name), header and embedding only."""
+    g = GGUFWriter(str(path), "phi3")
+    g.add_block_count(1)
+    g.add_embedding_length(H)
+    g.add_head_count(NH)
+    g.add_tensor("token_embd.weight", W["model.embed_tokens.weight"][:16])
+    g.write_header_to_file()
+    g.write_kv_data_to_file()
+    g.write_tensors_to_file()
+    g.close()
+
+
 def main():
+    write_unsupported(here / "unsupported.gguf")
     save_file({k: np.ascontiguousarray(v) for k, v in sorted(W.items())}, str(here / "model.safetensors"))
     write_gguf(here / "smollm3.gguf", "smollm3")
     write_gguf(here / "granite.gguf", "granite")

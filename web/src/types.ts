@@ -82,6 +82,8 @@ export interface Inspection {
   metadata: Record<string, string>;
   /** What a Loom network takes as input, when its first layer says (Dense or Embedding); null otherwise. */
   input: InputSpec | null;
+  /** Why a GGUF file's decoder cannot run (an architecture or feature the runtime lacks); absent when it can. */
+  llm_unsupported?: string;
 }
 
 /** A network's input: float values of a width, or token ids (integers below `vocab`). */

@@ -590,6 +590,19 @@ test('a GGUF file is inspected, and Run and Convert are off with the reason', as
   await expect(page.getByTestId('convert-download')).toBeEnabled();
 });
 
+test('"Chat with this model" is off, with the reason, for a GGUF whose architecture does not run', async ({ page }) => {
+  // A header naming phi3 (testdata/families/gen.py, gguf-py).
+  const phi3 = readFileSync(path.join(ROOT, 'testdata/families/unsupported.gguf'));
+  await dropFiles(page, [{ name: 'unsupported.gguf', bytes: phi3 }]);
+  await expect(page.locator('body')).toHaveAttribute('data-state', 'ready');
+  await expect(page.getByTestId('chat-with-model')).toBeDisabled();
+  await expect(page.getByTestId('chat-with-unavailable')).toContainText('phi3');
+  // A decoder that runs has it back.
+  await dropFiles(page, [{ name: 'model.q4_0.gguf', bytes: readFileSync(path.join(ROOT, 'testdata/gguf/model.q4_0.gguf')) }]);
+  await expect(page.getByTestId('chat-with-model')).toBeEnabled();
+  await expect(page.getByTestId('chat-with-unavailable')).toBeHidden();
+});
+
 test('the Run panel says when WebGPU is a software adapter (headless Chromium: SwiftShader)', async ({ page }) => {
   const architecture = await page.evaluate(async () => (await (navigator as any).gpu.requestAdapter()).info.architecture as string);
   expect(architecture).toBe('swiftshader');

@@ -79,8 +79,13 @@ function paint(name: string, ins: Inspection, loaded: boolean): void {
   table.show(ins);
   landing.hidden = true;
   inspector.hidden = false;
-  // A GGUF is an LLM the Chat page can run.
+  // A GGUF is an LLM the Chat page can run, unless its architecture (or a feature it uses) does not run: then the
+  // button is off and says why.
   byId('chat-with-bar').hidden = ins.format !== 'gguf';
+  const reason = byId('chat-with-reason');
+  byId<HTMLButtonElement>('chat-with').disabled = ins.llm_unsupported !== undefined;
+  reason.hidden = ins.llm_unsupported === undefined;
+  reason.textContent = ins.llm_unsupported ?? '';
   document.title = `${name} · Loom inspector`;
 }
 

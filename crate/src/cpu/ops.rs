@@ -128,10 +128,9 @@ pub fn attention_head(
     out: &mut [f32],
     scores: &mut [f32],
 ) {
-    let head_dim = q.len();
     #[cfg(target_arch = "x86_64")]
-    if head_dim.is_multiple_of(8)
-        && out.len() == head_dim
+    if q.len().is_multiple_of(8)
+        && out.len() == q.len()
         && is_x86_feature_detected!("avx2")
         && is_x86_feature_detected!("fma")
     {
