@@ -120,6 +120,22 @@ fn the_rewritten_file_still_opens() {
     assert_eq!(m.cpu_engine().forward(&[72, 101], false).unwrap().len(), 256);
 }
 
+/// A vocabulary that lists a piece twice (one text, two ids) is refused by name, as llama.cpp refuses it.
+#[test]
+fn a_vocabulary_with_a_duplicate_piece_is_refused() {
+    let file = tiny("model.q4_0.gguf");
+    let h = read_header_bytes(&file).unwrap();
+    let Some(GgufValue::Array(item, tokens)) = h.get("tokenizer.ggml.tokens").cloned() else {
+        panic!("the tiny GGUF has a token list");
+    };
+    let mut tokens = tokens;
+    tokens[200] = tokens[100].clone();
+    match err(with_key("tokenizer.ggml.tokens", Some(GgufValue::Array(item, tokens)))) {
+        LoomError::Tokenizer(m) => assert!(m.contains("twice") && m.contains("id 200"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn every_truncation_is_a_typed_error() {
     let file = tiny("model.q4_0.gguf");

@@ -143,6 +143,13 @@ impl Tokenizer {
         if tokens.is_empty() {
             return Err(tok_err("tokenizer.ggml.tokens is empty"));
         }
+        // A piece listed twice gives one text two ids (llama.cpp refuses such a vocabulary too).
+        let mut seen = std::collections::HashSet::with_capacity(tokens.len());
+        if let Some((id, piece)) = tokens.iter().enumerate().find(|(_, t)| !seen.insert(**t)) {
+            return Err(tok_err(format!(
+                "tokenizer.ggml.tokens lists {piece:?} twice (again at id {id})"
+            )));
+        }
         let n = tokens.len();
         let token_types = int_array(header, "tokenizer.ggml.token_type", n)?;
         let spm = match model {
