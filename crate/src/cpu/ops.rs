@@ -96,21 +96,28 @@ pub fn rope(x: &mut [f32], head_dim: usize, pos: usize, inv_freq: &[f64], pairs:
     }
 }
 
-/// [`attention_head`] with soft-capped scores (Gemma 2): each `q·k/√head_dim` becomes `cap · tanh(score / cap)`
-/// before the softmax.
-#[allow(clippy::too_many_arguments)]
-pub fn attention_head_capped(
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    len: usize,
-    kv_dim: usize,
-    kv_offset: usize,
-    cap: f32,
-    out: &mut [f32],
-    scores: &mut [f32],
-) {
-    attention_head_scalar(q, k, v, len, kv_dim, kv_offset, Some(cap), out, scores);
+/// How a head's scores come from its dot products: `q·k · scale` (1/√head_dim, or a family's own), then
+/// `cap · tanh(score / cap)` when there is a soft cap (Gemma 2).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Scores {
+    pub scale: f32,
+    pub cap: Option<f32>,
+}
+
+impl Scores {
+    /// `q·k / √head_dim`, uncapped.
+    pub fn standard(head_dim: usize) -> Scores {
+        Scores {
+            scale: 1.0 / (head_dim as f32).sqrt(),
+            cap: None,
+        }
+    }
+
+    fn soft_cap(self, scores: &mut [f32]) {
+        if let Some(cap) = self.cap {
+            scores.iter_mut().for_each(|s| *s = cap * (*s / cap).tanh());
+        }
+    }
 }
 
 /// Causal attention of one query head over `len` cached positions: `q` is the head's `head_dim` values; `k`, `v`
@@ -125,6 +132,7 @@ pub fn attention_head(
     len: usize,
     kv_dim: usize,
     kv_offset: usize,
+    rule: Scores,
     out: &mut [f32],
     scores: &mut [f32],
 ) {
@@ -135,34 +143,14 @@ pub fn attention_head(
         && is_x86_feature_detected!("fma")
     {
         // SAFETY: the CPU has AVX2 and FMA (checked above).
-        return unsafe { attention_head_avx2(q, k, v, len, kv_dim, kv_offset, out, scores) };
+        return unsafe { attention_head_avx2(q, k, v, len, kv_dim, kv_offset, rule, out, scores) };
     }
-    attention_head_scalar(q, k, v, len, kv_dim, kv_offset, None, out, scores);
-}
-
-/// The portable attention head, its scores soft-capped when `cap` is given.
-#[allow(clippy::too_many_arguments)]
-fn attention_head_scalar(
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    len: usize,
-    kv_dim: usize,
-    kv_offset: usize,
-    cap: Option<f32>,
-    out: &mut [f32],
-    scores: &mut [f32],
-) {
     let head_dim = q.len();
-    let scale = 1.0 / (head_dim as f32).sqrt();
     let scores = &mut scores[..len];
     for (t, s) in scores.iter_mut().enumerate() {
-        let score = dot(q, &k[t * kv_dim + kv_offset..][..head_dim]) * scale;
-        *s = match cap {
-            Some(cap) => cap * (score / cap).tanh(),
-            None => score,
-        };
+        *s = dot(q, &k[t * kv_dim + kv_offset..][..head_dim]) * rule.scale;
     }
+    rule.soft_cap(scores);
     softmax(scores);
     out.fill(0.0);
     for (t, &p) in scores.iter().enumerate() {
@@ -189,13 +177,14 @@ unsafe fn attention_head_avx2(
     len: usize,
     kv_dim: usize,
     kv_offset: usize,
+    rule: Scores,
     out: &mut [f32],
     scores: &mut [f32],
 ) {
     let head_dim = q.len();
     // Every row read below: `len` rows of `kv_dim`, the head's `head_dim` values at `kv_offset` in each.
     assert!(kv_offset + head_dim <= kv_dim && len * kv_dim <= k.len().min(v.len()) && len <= scores.len());
-    let scale = 1.0 / (head_dim as f32).sqrt();
+    let scale = rule.scale;
     let scores = &mut scores[..len];
     let kp = k.as_ptr().add(kv_offset);
     match head_dim / 8 {
@@ -208,6 +197,7 @@ unsafe fn attention_head_avx2(
             }
         }
     }
+    rule.soft_cap(scores);
     softmax(scores);
     let mut c = 0;
     while c < head_dim {
@@ -445,7 +435,8 @@ mod tests {
                 let v: Vec<f32> = (0..len * kv_dim).map(|_| rand()).collect();
                 let offset = head_dim;
                 let (mut out, mut scores) = (vec![f32::NAN; head_dim], vec![f32::NAN; len + 3]);
-                attention_head(&q, &k, &v, len, kv_dim, offset, &mut out, &mut scores);
+                let rule = Scores::standard(head_dim);
+                attention_head(&q, &k, &v, len, kv_dim, offset, rule, &mut out, &mut scores);
                 let row = |m: &[f32], t: usize| m[t * kv_dim + offset..][..head_dim].to_vec();
                 let logits: Vec<f64> = (0..len)
                     .map(|t| {

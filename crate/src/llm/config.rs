@@ -214,6 +214,15 @@ impl ModelConfig {
         Some(crate::cpu::ops::rope_inv_freq(theta, self.rope_dims))
     }
 
+    /// Layer `l`'s RoPE, of the model's (`global`) and the sliding layers' own (`sliding`, from
+    /// [`ModelConfig::sliding_inv_freq`]): the sliding one where the layer slides and there is one.
+    pub fn layer_rope<'a, T>(&self, l: usize, global: &'a T, sliding: Option<&'a T>) -> &'a T {
+        match (sliding, self.window(l)) {
+            (Some(own), Some(_)) => own,
+            _ => global,
+        }
+    }
+
     /// Checks the relations the decoder relies on, so a lying header is an error here and never an index out of
     /// range later.
     pub fn validate(&self) -> Result<()> {
@@ -327,27 +336,10 @@ impl ModelConfig {
                 )))
             }
         };
-        let key = |k: &str| format!("{arch_name}.{k}");
-        let int = |k: &str| -> Result<Option<usize>> {
-            match h.get(&key(k)) {
-                None => Ok(None),
-                Some(v) => v
-                    .as_u64()
-                    .and_then(|v| usize::try_from(v).ok())
-                    .map(Some)
-                    .ok_or_else(|| LoomError::Gguf(format!("{} is not an unsigned integer: {}", key(k), v.display()))),
-            }
-        };
+        let keys = ArchKeys { h, arch: arch_name };
+        let (key, int, float) = (|k: &str| keys.key(k), |k: &str| keys.int(k), |k: &str| keys.float(k));
         let need =
             |k: &str| -> Result<usize> { int(k)?.ok_or_else(|| LoomError::Gguf(format!("{} is missing", key(k)))) };
-        let float = |k: &str| -> Result<Option<f32>> {
-            match h.get(&key(k)) {
-                None => Ok(None),
-                Some(GgufValue::F32(v)) => Ok(Some(*v)),
-                Some(GgufValue::F64(v)) => Ok(Some(*v as f32)),
-                Some(v) => Err(LoomError::Gguf(format!("{} is not a float: {}", key(k), v.display()))),
-            }
-        };
         let hidden = need("embedding_length")?;
         let n_heads = need("attention.head_count")?;
         let head_dim = match int("attention.key_length")? {
@@ -357,7 +349,7 @@ impl ModelConfig {
         let n_layers = need("block_count")?;
         let rope_theta = float("rope.freq_base")?.unwrap_or(10000.0);
         let block = match arch {
-            Arch::Gemma3 | Arch::Gemma2 => gemma_gguf_block(arch, h, &key, n_layers, n_heads, head_dim, hidden)?,
+            Arch::Gemma3 | Arch::Gemma2 => gemma_gguf_block(arch, &keys, n_layers, n_heads, head_dim, hidden)?,
             // llama.cpp's `n_no_rope_layer_step`: every 4th layer skips RoPE.
             Arch::SmolLM3 => BlockSpec {
                 no_rope: Some((0..n_layers).map(|l| (l + 1) % 4 == 0).collect()),
@@ -536,6 +528,46 @@ impl ModelConfig {
     }
 }
 
+/// A GGUF header's `{arch}.*` keys, read as the types they must have.
+struct ArchKeys<'a> {
+    h: &'a GgufHeader,
+    arch: &'a str,
+}
+
+impl ArchKeys<'_> {
+    fn key(&self, k: &str) -> String {
+        format!("{}.{k}", self.arch)
+    }
+
+    fn get(&self, k: &str) -> Option<&GgufValue> {
+        self.h.get(&self.key(k))
+    }
+
+    fn int(&self, k: &str) -> Result<Option<usize>> {
+        match self.get(k) {
+            None => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .and_then(|v| usize::try_from(v).ok())
+                .map(Some)
+                .ok_or_else(|| LoomError::Gguf(format!("{} is not an unsigned integer: {}", self.key(k), v.display()))),
+        }
+    }
+
+    fn float(&self, k: &str) -> Result<Option<f32>> {
+        match self.get(k) {
+            None => Ok(None),
+            Some(GgufValue::F32(v)) => Ok(Some(*v)),
+            Some(GgufValue::F64(v)) => Ok(Some(*v as f32)),
+            Some(v) => Err(LoomError::Gguf(format!(
+                "{} is not a float: {}",
+                self.key(k),
+                v.display()
+            ))),
+        }
+    }
+}
+
 /// Gemma 3's or Gemma 2's block from a GGUF's keys, as llama.cpp reads them (`llama_model_gemma3`,
 /// `llama_model_gemma2`): a window from `attention.sliding_window` (Gemma 2: 4,096 by default) on the layers
 /// `attention.sliding_window_pattern` picks (an array of flags, or every layer but each n-th, n = 6 for Gemma 3 and 2
@@ -546,40 +578,22 @@ impl ModelConfig {
 /// it).
 fn gemma_gguf_block(
     arch: Arch,
-    h: &GgufHeader,
-    key: &dyn Fn(&str) -> String,
+    keys: &ArchKeys,
     n_layers: usize,
     n_heads: usize,
     head_dim: usize,
     hidden: usize,
 ) -> Result<BlockSpec> {
     let gemma2 = arch == Arch::Gemma2;
-    let get = |k: &str| h.get(&key(k));
-    let float = |k: &str| -> Result<Option<f32>> {
-        match get(k) {
-            None => Ok(None),
-            Some(GgufValue::F32(x)) => Ok(Some(*x)),
-            Some(GgufValue::F64(x)) => Ok(Some(*x as f32)),
-            Some(other) => Err(LoomError::Gguf(format!(
-                "{} is not a float: {}",
-                key(k),
-                other.display()
-            ))),
-        }
-    };
+    let (key, get, float) = (|k: &str| keys.key(k), |k: &str| keys.get(k), |k: &str| keys.float(k));
     // A cap of 0 (or none where llama.cpp has no default) is no cap.
     let cap = |k: &str, default: f32| -> Result<Option<f32>> {
         Ok(float(k)?.or(gemma2.then_some(default)).filter(|c| *c != 0.0))
     };
-    let window = match get("attention.sliding_window") {
+    let window = match keys.int("attention.sliding_window")? {
         None if gemma2 => 4096,
         None => 0,
-        Some(v) => v.as_u64().and_then(|v| usize::try_from(v).ok()).ok_or_else(|| {
-            LoomError::Gguf(format!(
-                "{} is not an unsigned integer",
-                key("attention.sliding_window")
-            ))
-        })?,
+        Some(w) => w,
     };
     let sliding = if window == 0 {
         None

@@ -83,25 +83,21 @@ pub struct CpuEngine {
     cfg: ModelConfig,
     weights: Arc<ModelWeights>,
     cache: KvCache,
-    /// RoPE frequencies of each layer (sliding layers may have their own base).
-    inv_freq: Vec<Arc<Vec<f64>>>,
+    inv_freq: Vec<f64>,
+    /// The sliding layers' frequencies, when they have their own RoPE base.
+    inv_freq_sliding: Option<Vec<f64>>,
 }
 
 impl CpuEngine {
     pub fn new(cfg: ModelConfig, weights: Arc<ModelWeights>) -> CpuEngine {
-        let global = Arc::new(cfg.inv_freq(cfg.rope_theta));
-        let local = cfg.sliding_inv_freq().map(Arc::new);
-        let inv_freq = (0..cfg.n_layers)
-            .map(|l| match (&local, cfg.window(l)) {
-                (Some(local), Some(_)) => local.clone(),
-                _ => global.clone(),
-            })
-            .collect();
+        let inv_freq = cfg.inv_freq(cfg.rope_theta);
+        let inv_freq_sliding = cfg.sliding_inv_freq();
         CpuEngine {
             cache: KvCache::new(cfg.n_layers),
             cfg,
             weights,
             inv_freq,
+            inv_freq_sliding,
         }
     }
 
@@ -131,9 +127,10 @@ impl CpuEngine {
         }
         let spec = &c.block;
         scale(&mut x, spec.embed_scale);
-        // attention_head scales scores by 1/√head_dim: another scale rides on q.
-        let q_mul = spec.attn_scale * (hd as f32).sqrt();
-        let scale_q = spec.attn_scale != 1.0 / (hd as f32).sqrt();
+        let rule = ops::Scores {
+            scale: spec.attn_scale,
+            cap: spec.attn_softcap,
+        };
         let mut xn = vec![0f32; n * h];
         let mut q = vec![0f32; n * qd];
         let mut k = vec![0f32; n * kvd];
@@ -156,13 +153,10 @@ impl CpuEngine {
                 ops::rms_norm(&mut q, qn, c.rms_eps);
                 ops::rms_norm(&mut k, kn, c.rms_eps);
             }
-            let inv_freq = &self.inv_freq[l];
+            let inv_freq = c.layer_rope(l, &self.inv_freq, self.inv_freq_sliding.as_ref());
             for t in (0..n).filter(|_| c.rotates(l)) {
                 ops::rope(&mut q[t * qd..(t + 1) * qd], hd, start + t, inv_freq, pairs);
                 ops::rope(&mut k[t * kvd..(t + 1) * kvd], hd, start + t, inv_freq, pairs);
-            }
-            if scale_q {
-                q.iter_mut().for_each(|v| *v *= q_mul);
             }
             let (kc, vc) = (&mut self.cache.k[l], &mut self.cache.v[l]);
             kc.extend_from_slice(&k);
@@ -178,12 +172,7 @@ impl CpuEngine {
                 let end = start + t + 1;
                 let first = window.map_or(0, |w| end.saturating_sub(w));
                 let (ks, vs) = (&kc[first * kvd..], &vc[first * kvd..]);
-                match spec.attn_softcap {
-                    None => ops::attention_head(qh, ks, vs, end - first, kvd, h / group * hd, out, scores),
-                    Some(cap) => {
-                        ops::attention_head_capped(qh, ks, vs, end - first, kvd, h / group * hd, cap, out, scores)
-                    }
-                }
+                ops::attention_head(qh, ks, vs, end - first, kvd, h / group * hd, rule, out, scores);
             });
             matmul(&b.wo, &att, n, &mut proj)?;
             add_bias(&mut proj, &b.bo);

@@ -725,10 +725,7 @@ impl GpuEngine {
                     .encode_rms(rec, x.rows(), &b.attn_norm, xn.rows(), 1, c.rms_eps)?;
             }
             let window = c.window(l);
-            let table = match (window, &sliding_table) {
-                (Some(_), Some(t)) => t,
-                _ => &global_table,
-            };
+            let table = c.layer_rope(l, &global_table, sliding_table.as_ref());
             let rotates = c.rotates(l);
             let rope = |t: Rows, rec: &mut Recorder| match rotates {
                 true => k.rope.encode_pairs(rec, t, &table.buffer, hd as u32, rot as u32, pairs),
