@@ -209,6 +209,8 @@ fn config(s: &Shape) -> ModelConfig {
         tied_embeddings: true,
         block: BlockSpec::llama(s.head_dim),
         rope_factors: None,
+        rope_long: None,
+        rope_mscale: 1.0,
     }
 }
 

@@ -43,7 +43,7 @@ export interface RawReply {
 
 /// The engine a chat runs on.
 enum ChatEngine {
-    Cpu(CpuEngine),
+    Cpu(Box<CpuEngine>),
     Gpu(Box<GpuEngine>),
 }
 
@@ -267,7 +267,7 @@ impl JsChat {
         let conversation = Conversation::new(&model).map_err(js_error)?;
         let info = ChatInfo::of(&model, &conversation);
         Ok(JsChat::new(ChatState {
-            engine: ChatEngine::Cpu(model.cpu_engine()),
+            engine: ChatEngine::Cpu(Box::new(model.cpu_engine())),
             conversation,
             turn: None,
             info,

@@ -123,12 +123,12 @@ fn what_does_not_run_is_refused_by_name() {
     // with this model" reads) says why while the header still inspects.
     let path = families_dir().join("unsupported.gguf");
     match LlmModel::open(&path) {
-        Err(LoomError::Unsupported(m)) => assert!(m.contains("phi3"), "{m}"),
+        Err(LoomError::Unsupported(m)) => assert!(m.contains("phi2"), "{m}"),
         other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
     }
     let ins = loom_wasm::inspect::inspect_bytes(&std::fs::read(&path).unwrap()).unwrap();
     assert!(ins.llm.is_none());
-    assert!(ins.llm_unsupported.as_deref().is_some_and(|m| m.contains("phi3")));
+    assert!(ins.llm_unsupported.as_deref().is_some_and(|m| m.contains("phi2")));
     let ins = loom_wasm::inspect::inspect_bytes(&std::fs::read(gemma3_dir().join("model.f32.gguf")).unwrap()).unwrap();
     assert!(ins.llm.is_some() && ins.llm_unsupported.is_none());
 
@@ -307,4 +307,104 @@ fn tiny_gemma2_soft_caps_its_scores_and_logits() {
     assert_eq!(hf.config.block.sliding, gguf.config.block.sliding);
     check_cases(&hf, &expected, &|| Box::new(hf.cpu_engine()));
     check_cases(&hf, &expected, &|| gpu_engine(&hf));
+}
+
+fn phi3_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/phi3")
+}
+
+/// An HF folder of the tiny Phi-3 with `config`; without `lm_head.weight` when the config ties the head.
+fn phi3_hf_folder(name: &str, config: &serde_json::Value) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("phi3_{name}"));
+    std::fs::create_dir_all(&d).unwrap();
+    let bytes = std::fs::read(phi3_dir().join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let tied = config["tie_word_embeddings"].as_bool().unwrap();
+    let kept: Vec<(String, safetensors::tensor::TensorView)> = st
+        .tensors()
+        .into_iter()
+        .filter(|(name, _)| !(tied && name == "lm_head.weight"))
+        .collect();
+    std::fs::write(d.join("model.safetensors"), safetensors::serialize(kept, None).unwrap()).unwrap();
+    std::fs::copy(
+        llm_util::golden().join("tiny-llama/tokenizer.json"),
+        d.join("tokenizer.json"),
+    )
+    .unwrap();
+    std::fs::write(d.join("config.json"), serde_json::to_vec(config).unwrap()).unwrap();
+    d
+}
+
+/// Each case's logits at every position (`check_cases`), and the logits of each greedy step through the KV cache:
+/// the 12-token prompt's decode passes LongRoPE's original length mid-way, where transformers switches to the
+/// long factors for new positions while the cached ones keep theirs.
+fn check_phi3(model: &LlmModel, expected: &serde_json::Value, new_engine: &dyn Fn() -> Box<dyn Engine>) {
+    check_cases(model, expected, new_engine);
+    let vocab = model.config.vocab;
+    for case in expected["cases"].as_array().unwrap() {
+        let mut engine = new_engine();
+        engine.forward(&ids(&case["ids"]), false).unwrap();
+        let steps = case["step_logits"].as_array().unwrap();
+        for (step, (id, want)) in ids(&case["greedy"]).into_iter().zip(steps).enumerate() {
+            let got = engine.forward(&[id], false).unwrap();
+            assert_eq!(got.len(), vocab);
+            for (i, (g, w)) in got.iter().zip(want.as_array().unwrap()).enumerate() {
+                let w = w.as_f64().unwrap() as f32;
+                assert!(
+                    (g - w).abs() <= 1e-3 + 1e-4 * w.abs(),
+                    "prompt of {} tokens, step {step}, token {i}: {g} against {w}",
+                    engine.cached() - 1 - step
+                );
+            }
+        }
+    }
+}
+
+/// Phi-3 (Phi-3.5-mini's shape: a window on every layer, its own head) and Phi-4-mini's shape (12 of 16 dimensions
+/// rotated, a tied head), each from llama.cpp's GGUF (fused `attn_qkv` and gate|up `ffn_up`, LongRoPE's factor
+/// tensors) and from an HF folder (`qkv_proj`, `gate_up_proj`, `rope_scaling` longrope), on both engines, against
+/// a transformers-style reference.
+#[test]
+fn tiny_phi3_with_longrope_fused_matrices_and_partial_rotary() {
+    let expected = json(&phi3_dir().join("expected.json"));
+    for name in ["phi3", "phi4mini"] {
+        let exp = &expected[name];
+        let gguf = LlmModel::open(&phi3_dir().join(format!("{name}.gguf"))).unwrap();
+        let c = &gguf.config;
+        assert_eq!(c.arch, Arch::Phi3);
+        let partial = exp["config"]["partial_rotary_factor"].as_f64().unwrap();
+        assert_eq!(c.rope_dims, (c.head_dim as f64 * partial) as usize);
+        assert_eq!(c.rope_long.as_ref().map(|l| l.after), Some(16));
+        let window = exp["config"]["sliding_window"].as_u64().map(|w| w as usize);
+        assert!((0..c.n_layers).all(|l| c.window(l) == window));
+        let hf = LlmModel::open(&phi3_hf_folder(name, &exp["config"])).unwrap();
+        assert_eq!(hf.config, gguf.config, "{name}: the HF config reads as the GGUF's");
+        for model in [&gguf, &hf] {
+            check_phi3(model, exp, &|| Box::new(model.cpu_engine()));
+            check_phi3(model, exp, &|| gpu_engine(model));
+        }
+    }
+}
+
+/// The streamed load (the browser's GPU chat) reads LongRoPE's factor tensors with the header and splits the fused
+/// matrices as the whole-file load does.
+#[test]
+fn a_streamed_phi3_reads_what_the_whole_load_reads() {
+    let path = phi3_dir().join("phi3.gguf");
+    let whole = LlmModel::open(&path).unwrap();
+    let size = path.metadata().unwrap().len();
+    let reader = FileReader(vec![path]);
+    let names = vec!["phi3.gguf".to_string()];
+    pollster::block_on(async {
+        let streamed = loom_wasm::llm::streamed::StreamedModel::open(&names, &[size], &reader)
+            .await
+            .unwrap();
+        assert_eq!(streamed.config, whole.config);
+        for i in 0..whole.config.n_layers {
+            let (b, w) = (streamed.block(&reader, i).await.unwrap(), &whole.weights.blocks[i]);
+            for (got, want) in b.matrices().into_iter().zip(w.matrices()) {
+                assert_eq!((got.rows, got.data.as_ref()), (want.rows, want.data.as_ref()));
+            }
+        }
+    });
 }

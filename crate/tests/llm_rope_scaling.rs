@@ -1,7 +1,8 @@
 //! RoPE scaling against `testdata/rope_scaling` (the goldens' numpy Llama with transformers' scaled frequencies, and
 //! GGUFs written as llama.cpp's converter writes them): Llama 3 scaling from a GGUF's `rope_freqs.weight` and from an
-//! HF `rope_scaling` (or transformers 5's `rope_parameters`), linear scaling from both, on the CPU engine and the GPU
-//! engine (lavapipe); and the scalings that do not run refused by name, never run unscaled.
+//! HF `rope_scaling` (or transformers 5's `rope_parameters`), linear scaling from both, YaRN (with its attention
+//! factor) from HF configs, on the CPU engine and the GPU engine (lavapipe); and the scalings that do not run
+//! refused by name, never run unscaled.
 
 mod llm_util;
 
@@ -46,9 +47,9 @@ fn llama3_and_linear_scaling_from_gguf_files() {
 }
 
 #[test]
-fn llama3_and_linear_scaling_from_hf_folders() {
+fn llama3_linear_and_yarn_scaling_from_hf_folders() {
     let expected = json(&dir().join("expected.json"));
-    for name in ["llama3", "linear"] {
+    for name in ["llama3", "linear", "yarn", "yarn_untruncated"] {
         let config = tiny_config_with("rope_scaling", expected[name]["rope_scaling"].clone());
         let model = LlmModel::open(&hf_folder(name, config)).unwrap();
         check_cases(&model, &expected[name], &|| Box::new(model.cpu_engine()));
@@ -71,16 +72,29 @@ fn the_gpu_engine_runs_the_scaled_frequencies_too() {
     check_cases(&model, &expected["llama3"], &|| {
         Box::new(pollster::block_on(GpuEngine::new(gpu.clone(), &model.config, &model.weights, None)).unwrap())
     });
+    // YaRN's attention factor rides in the GPU's RoPE table.
+    let config = tiny_config_with("rope_scaling", expected["yarn"]["rope_scaling"].clone());
+    let model = LlmModel::open(&hf_folder("yarn_gpu", config)).unwrap();
+    check_cases(&model, &expected["yarn"], &|| {
+        Box::new(pollster::block_on(GpuEngine::new(gpu.clone(), &model.config, &model.weights, None)).unwrap())
+    });
 }
 
 #[test]
 fn scalings_that_do_not_run_are_refused_by_name() {
-    for kind in ["yarn", "dynamic", "longrope"] {
+    for kind in ["dynamic", "ntk-by-parts"] {
         let config = tiny_config_with("rope_scaling", serde_json::json!({"rope_type": kind, "factor": 4.0}));
         match LlmModel::open(&hf_folder(kind, config)) {
             Err(LoomError::Unsupported(m)) => assert!(m.contains(kind), "{m}"),
             other => panic!("{kind}: expected a refusal, got {:?}", other.map(|_| ())),
         }
+    }
+    // LongRoPE needs one short and one long factor per rotated pair (8 here).
+    let longrope =
+        serde_json::json!({"rope_type": "longrope", "short_factor": [1.0, 1.0, 1.0], "long_factor": vec![2.0; 8]});
+    match LlmModel::open(&hf_folder("longrope_short", tiny_config_with("rope_scaling", longrope))) {
+        Err(LoomError::InvalidNetwork(m)) => assert!(m.contains("short_factor"), "{m}"),
+        other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
     }
     match LlmModel::open(&dir().join("hostile_yarn.gguf")) {
         Err(LoomError::Unsupported(m)) => assert!(m.contains("yarn"), "{m}"),

@@ -20,7 +20,7 @@ Written:
   [1, 1, 1, 0] says for the HF folder;
 - `granite.gguf`: the same as a Granite (architecture `granite`, its multipliers as `granite.embedding_scale`,
   `attention.scale`, `residual_scale`, `logit_scale`);
-- `unsupported.gguf`: a header that names `phi3` (which does not run) with a 16-row embedding: refused by name;
+- `unsupported.gguf`: a header that names `phi2` (which does not run) with a 16-row embedding: refused by name;
 - `expected.json`: per family its config.json fields and, per prompt, the logits at every position (7 significant
   digits) and 8 greedy ids.
 
@@ -148,8 +148,8 @@ def write_gguf(path, arch):
 
 
 def write_unsupported(path):
-    """A GGUF of an architecture the runtime does not run (Phi-3's name), header and embedding only."""
-    g = GGUFWriter(str(path), "phi3")
+    """A GGUF of an architecture the runtime does not run (Phi-2's name), header and embedding only."""
+    g = GGUFWriter(str(path), "phi2")
     g.add_block_count(1)
     g.add_embedding_length(H)
     g.add_head_count(NH)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """RoPE scaling references: shared/golden's tiny Llama with Llama 3 and linear RoPE scaling, its logits from the
 goldens' numpy forward (shared/golden/llama_ref.py) with the inverse frequencies transformers computes
-(`_compute_llama3_parameters`, `_compute_linear_scaling_rope_parameters`), not from loom-wasm.
+(`_compute_llama3_parameters`, `_compute_linear_scaling_rope_parameters`, `_compute_yarn_parameters` with its
+attention factor on cos and sin), not from loom-wasm.
 
     python3 -m venv /tmp/gg && /tmp/gg/bin/pip install gguf==0.19.0 numpy safetensors
     /tmp/gg/bin/python testdata/rope_scaling/gen.py
@@ -9,7 +10,10 @@ goldens' numpy forward (shared/golden/llama_ref.py) with the inverse frequencies
 Scalings (head_dim 16, rope_theta 10000):
 - llama3: factor 8, low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 64, so that the tiny
   model's wavelengths fall in all three bands (kept, smoothed, divided by 8);
-- linear: factor 2.
+- linear: factor 2;
+- yarn: factor 4 over original_max_position_embeddings 64 (beta_fast 32, beta_slow 1: the ramp covers pairs 0–3),
+  attention factor 0.1·ln 4 + 1; yarn_untruncated: the same with `truncate` false and an explicit
+  `attention_factor` 1.3 (HF folders only: GGUF yarn does not run).
 
 Written:
 - `llama3.gguf`: the tiny Llama as llama.cpp's converter writes a Llama 3 (q/k rows permuted, `rope_freqs.weight`
@@ -45,11 +49,51 @@ SCALINGS = {
     "llama3": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                "original_max_position_embeddings": 64},
     "linear": {"type": "linear", "factor": 2.0},
+    "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64},
+    "yarn_untruncated": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
+                         "truncate": False, "attention_factor": 1.3},
 }
 
 
 def inv_freq_default():
     return 1.0 / THETA ** (np.arange(0, HD, 2, dtype=np.float64) / HD)
+
+
+def yarn(s):
+    """transformers' _compute_yarn_parameters, in float64: (inverse frequencies, attention factor)."""
+    factor, old, dim = s["factor"], s["original_max_position_embeddings"], HD
+    attention = s.get("attention_factor") or (0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0)
+
+    def correction(rotations):
+        return dim * math.log(old / (rotations * 2 * math.pi)) / (2 * math.log(THETA))
+
+    low, high = correction(32), correction(1)
+    if s.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0, 1)
+    extrapolation = 1 - ramp
+    inv = inv_freq_default()
+    return inv / factor * (1 - extrapolation) + inv * extrapolation, attention
+
+
+class ScaledLlama(Llama):
+    """The goldens' Llama with cos and sin times an attention factor (YaRN's), as transformers' rotary embedding
+    multiplies them."""
+
+    def __init__(self, cfg, W, mscale):
+        super().__init__(cfg, W)
+        self.mscale = mscale
+
+    def rope(self, x, pos):
+        hd = self.hd
+        ang = np.outer(pos, self.inv)
+        c = (np.cos(ang) * self.mscale)[:, None, :].astype(np.float32)
+        s = (np.sin(ang) * self.mscale)[:, None, :].astype(np.float32)
+        x1, x2 = x[..., : hd // 2], x[..., hd // 2:]
+        return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], -1)
 
 
 def inv_freq_scaled(s):
@@ -68,8 +112,8 @@ def inv_freq_scaled(s):
     return np.where(medium, smoothed, inv_llama)
 
 
-def run(inv):
-    model = Llama(cfg, W)
+def run(inv, mscale=1.0):
+    model = ScaledLlama(cfg, W, mscale)
     model.inv = inv
     out = []
     for ids in PROMPTS:
@@ -141,7 +185,7 @@ def main():
     plain = run(inv_freq_default())
     out = {"reference": "shared/golden/llama_ref.py with transformers' scaled inverse frequencies (gen.py)"}
     for name, s in SCALINGS.items():
-        cases = run(inv_freq_scaled(s))
+        cases = run(*yarn(s)) if name.startswith("yarn") else run(inv_freq_scaled(s))
         moved = max(float(np.abs(c[1] - p[1]).max()) for c, p in zip(cases, plain))
         assert moved > 0.05, f"{name} scaling hardly changes the logits ({moved})"
         out[name] = {
@@ -150,7 +194,8 @@ def main():
             "cases": [{"ids": ids, "logits": [[float(f"{v:.7g}") for v in row] for row in logits], "greedy": greedy}
                       for ids, logits, greedy in cases],
         }
-        write_gguf(here / f"{name}.gguf", name)
+        if not name.startswith("yarn"):
+            write_gguf(here / f"{name}.gguf", name)
     write_gguf(here / "hostile_yarn.gguf", "none", "yarn")
     write_gguf(here / "hostile_short_freqs.gguf", "llama3", "short_freqs")
     (here / "expected.json").write_text(json.dumps(out) + "\n")

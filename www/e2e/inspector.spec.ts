@@ -591,12 +591,12 @@ test('a GGUF file is inspected, and Run and Convert are off with the reason', as
 });
 
 test('"Chat with this model" is off, with the reason, for a GGUF whose architecture does not run', async ({ page }) => {
-  // A header naming phi3 (testdata/families/gen.py, gguf-py).
-  const phi3 = readFileSync(path.join(ROOT, 'testdata/families/unsupported.gguf'));
-  await dropFiles(page, [{ name: 'unsupported.gguf', bytes: phi3 }]);
+  // A header naming phi2 (testdata/families/gen.py, gguf-py).
+  const phi2 = readFileSync(path.join(ROOT, 'testdata/families/unsupported.gguf'));
+  await dropFiles(page, [{ name: 'unsupported.gguf', bytes: phi2 }]);
   await expect(page.locator('body')).toHaveAttribute('data-state', 'ready');
   await expect(page.getByTestId('chat-with-model')).toBeDisabled();
-  await expect(page.getByTestId('chat-with-unavailable')).toContainText('phi3');
+  await expect(page.getByTestId('chat-with-unavailable')).toContainText('phi2');
   // A decoder that runs has it back.
   await dropFiles(page, [{ name: 'model.q4_0.gguf', bytes: readFileSync(path.join(ROOT, 'testdata/gguf/model.q4_0.gguf')) }]);
   await expect(page.getByTestId('chat-with-model')).toBeEnabled();

@@ -69,20 +69,43 @@ pub fn rope_inv_freq(theta: f32, dims: usize) -> Vec<f64> {
         .collect()
 }
 
-/// `(cos, sin)` of each pair's angle at position `pos`, computed in f64 and rounded once (the GPU's RoPE table
-/// holds the same values).
-pub fn rope_cos_sin(pos: usize, inv_freq: &[f64]) -> impl Iterator<Item = (f32, f32)> + '_ {
-    inv_freq.iter().map(move |f| {
-        let a = pos as f64 * f;
-        (a.cos() as f32, a.sin() as f32)
-    })
+/// What RoPE rotates by: an inverse frequency per rotated pair, and a factor on cos and sin (the attention factor
+/// of YaRN and LongRoPE; 1 for plain RoPE).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RopeFreqs {
+    pub inv_freq: Vec<f64>,
+    pub mscale: f64,
 }
 
-/// Rotates every head of one token's `x` (heads × head_dim) at position `pos`: the first `2·inv_freq.len()`
-/// dimensions of each head, paired as `pairs` says.
-pub fn rope(x: &mut [f32], head_dim: usize, pos: usize, inv_freq: &[f64], pairs: RopePairs) {
-    let half = inv_freq.len();
-    let cs: Vec<(f32, f32)> = rope_cos_sin(pos, inv_freq).collect();
+impl RopeFreqs {
+    /// Plain RoPE of base `theta` over `dims` dimensions.
+    pub fn plain(theta: f32, dims: usize) -> RopeFreqs {
+        RopeFreqs {
+            inv_freq: rope_inv_freq(theta, dims),
+            mscale: 1.0,
+        }
+    }
+
+    /// Rotated pairs.
+    pub fn pairs(&self) -> usize {
+        self.inv_freq.len()
+    }
+
+    /// `(cos, sin)` of each pair's angle at position `pos`, times the factor, computed in f64 and rounded once (the
+    /// GPU's RoPE table holds the same values).
+    pub fn cos_sin(&self, pos: usize) -> impl Iterator<Item = (f32, f32)> + '_ {
+        self.inv_freq.iter().map(move |f| {
+            let a = pos as f64 * f;
+            ((a.cos() * self.mscale) as f32, (a.sin() * self.mscale) as f32)
+        })
+    }
+}
+
+/// Rotates every head of one token's `x` (heads × head_dim) at position `pos`: the first `2·freqs.pairs()`
+/// dimensions of each head, paired as `pairs` says; the rest pass through (partial rotary).
+pub fn rope(x: &mut [f32], head_dim: usize, pos: usize, freqs: &RopeFreqs, pairs: RopePairs) {
+    let half = freqs.pairs();
+    let cs: Vec<(f32, f32)> = freqs.cos_sin(pos).collect();
     for head in x.chunks_exact_mut(head_dim) {
         for (i, &(c, s)) in cs.iter().enumerate() {
             let (a, b) = match pairs {
@@ -401,10 +424,10 @@ mod tests {
         let hd = 8;
         let x: Vec<f32> = (0..hd).map(|i| i as f32 * 0.37 - 1.0).collect();
         let perm: Vec<f32> = (0..hd / 2).flat_map(|j| [x[j], x[j + hd / 2]]).collect();
-        let inv = rope_inv_freq(10000.0, hd);
+        let freqs = RopeFreqs::plain(10000.0, hd);
         let (mut a, mut b) = (x.clone(), perm.clone());
-        rope(&mut a, hd, 5, &inv, RopePairs::Half);
-        rope(&mut b, hd, 5, &inv, RopePairs::Adjacent);
+        rope(&mut a, hd, 5, &freqs, RopePairs::Half);
+        rope(&mut b, hd, 5, &freqs, RopePairs::Adjacent);
         let back: Vec<f32> = (0..hd)
             .map(|i| if i < hd / 2 { b[2 * i] } else { b[2 * (i - hd / 2) + 1] })
             .collect();

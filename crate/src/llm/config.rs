@@ -3,6 +3,7 @@
 
 use serde_json::Value;
 
+use crate::cpu::ops::RopeFreqs;
 use crate::error::{LoomError, Result};
 use crate::formats::gguf::{GgufHeader, GgufValue};
 
@@ -26,6 +27,9 @@ pub enum Arch {
     /// Gemma 3 (text): q/k norms, a norm after attention and after the feed-forward, GeGLU (tanh GELU), the
     /// embedding scaled by √hidden, sliding-window layers with their own RoPE base (see [`BlockSpec`]).
     Gemma3,
+    /// Phi-3, Phi-3.5 and Phi-4-mini: Llama's block with q|k|v and gate|up stored fused (split as views at load),
+    /// partial rotary dimensions, LongRoPE ([`LongRope`]) and a sliding window on every layer.
+    Phi3,
 }
 
 impl Arch {
@@ -38,6 +42,7 @@ impl Arch {
             Arch::Gemma2 => "gemma2",
             Arch::SmolLM3 => "smollm3",
             Arch::Granite => "granite",
+            Arch::Phi3 => "phi3",
         }
     }
 }
@@ -123,6 +128,44 @@ impl BlockSpec {
     }
 }
 
+/// LongRoPE's factors for long sequences (Phi-3.5, Phi-4-mini): a forward call whose sequence runs past `after`
+/// positions rotates with these instead of [`ModelConfig::rope_factors`] (the short ones), as transformers chooses
+/// per call; positions already cached keep the rotation they had.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LongRope {
+    pub factors: Vec<f32>,
+    pub after: usize,
+}
+
+/// The RoPE frequencies an engine rotates with, computed once at load ([`ModelConfig::ropes`]).
+#[derive(Clone, Debug)]
+pub struct Ropes {
+    global: RopeFreqs,
+    long: Option<(usize, RopeFreqs)>,
+    sliding: Option<RopeFreqs>,
+}
+
+impl Ropes {
+    /// The model's frequencies for a forward call whose sequence ends at `end` positions.
+    pub fn global(&self, end: usize) -> &RopeFreqs {
+        match &self.long {
+            Some((after, long)) if end > *after => long,
+            _ => &self.global,
+        }
+    }
+
+    /// The sliding layers' own frequencies (Gemma's local RoPE, never scaled: transformers and llama.cpp scale the
+    /// global layers only), when they have a base of their own.
+    pub fn sliding(&self) -> Option<&RopeFreqs> {
+        self.sliding.as_ref()
+    }
+
+    /// Rotated pairs per head.
+    pub fn pairs(&self) -> usize {
+        self.global.pairs()
+    }
+}
+
 /// Largest accepted dimensions: far above any model a browser runs, low enough that products cannot overflow.
 const MAX_DIM: usize = 1 << 20;
 const MAX_LAYERS: usize = 1024;
@@ -151,8 +194,14 @@ pub struct ModelConfig {
     pub context: usize,
     pub tied_embeddings: bool,
     pub block: BlockSpec,
-    /// RoPE frequency divisors, one per rotated pair (llama.cpp's `rope_freqs`): Llama 3.x and linear scaling.
+    /// RoPE frequency divisors, one per rotated pair (llama.cpp's `rope_freqs`): Llama 3.x, linear and YaRN
+    /// scaling, and LongRoPE's short factors.
     pub rope_factors: Option<Vec<f32>>,
+    /// LongRoPE's long factors and when they apply.
+    pub rope_long: Option<LongRope>,
+    /// RoPE's cos and sin are multiplied by this: YaRN's and LongRoPE's attention factor (llama.cpp's
+    /// `rope.scaling.attn_factor`); 1 otherwise.
+    pub rope_mscale: f32,
 }
 
 impl ModelConfig {
@@ -164,23 +213,36 @@ impl ModelConfig {
         self.n_kv_heads * self.head_dim
     }
 
-    /// RoPE's inverse frequencies for base `theta`: θ^(−2i/d), divided by the scaling factors when there are any.
-    pub fn inv_freq(&self, theta: f32) -> Vec<f64> {
-        let mut inv = crate::cpu::ops::rope_inv_freq(theta, self.rope_dims);
-        if let Some(f) = &self.rope_factors {
-            for (v, f) in inv.iter_mut().zip(f) {
-                *v /= f64::from(*f);
+    /// The RoPE frequencies of the model: its own (scaled by `rope_factors`, times `rope_mscale`), LongRoPE's long
+    /// ones, and the sliding layers' own base.
+    pub fn ropes(&self) -> Ropes {
+        let scaled = |factors: Option<&[f32]>| {
+            let mut f = RopeFreqs::plain(self.rope_theta, self.rope_dims);
+            f.mscale = f64::from(self.rope_mscale);
+            for (v, d) in f.inv_freq.iter_mut().zip(factors.unwrap_or(&[])) {
+                *v /= f64::from(*d);
             }
+            f
+        };
+        Ropes {
+            global: scaled(self.rope_factors.as_deref()),
+            long: self.rope_long.as_ref().map(|l| (l.after, scaled(Some(&l.factors)))),
+            sliding: self
+                .block
+                .sliding
+                .as_ref()
+                .and_then(|s| s.rope_theta)
+                .map(|t| RopeFreqs::plain(t, self.rope_dims)),
         }
-        inv
     }
 
-    /// Applies a GGUF's `rope_freqs.weight` (the converter's Llama 3 factors), checked: one finite positive factor
-    /// per rotated pair. With a linear factor already set, both apply.
-    pub fn set_rope_freqs(&mut self, factors: &[f32]) -> Result<()> {
+    /// Applies a GGUF's RoPE factors (tensor `name`: the converter's Llama 3 `rope_freqs.weight`, or LongRoPE's
+    /// short ones), checked: one finite positive factor per rotated pair. With a linear factor already set, both
+    /// apply.
+    pub fn set_rope_freqs(&mut self, name: &str, factors: &[f32]) -> Result<()> {
         if factors.len() != self.rope_dims / 2 || !factors.iter().all(|f| f.is_finite() && *f > 0.0) {
             return Err(LoomError::InvalidNetwork(format!(
-                "rope_freqs.weight: {} factors for {} rotated pairs (each finite and positive)",
+                "{name}: {} factors for {} rotated pairs (each finite and positive)",
                 factors.len(),
                 self.rope_dims / 2
             )));
@@ -188,6 +250,22 @@ impl ModelConfig {
         self.rope_factors = Some(match &self.rope_factors {
             Some(old) => old.iter().zip(factors).map(|(a, b)| a * b).collect(),
             None => factors.to_vec(),
+        });
+        Ok(())
+    }
+
+    /// Sets LongRoPE's long factors (a GGUF's `rope_factors_long.weight`), checked as `rope_factors` are.
+    pub fn set_long_rope(&mut self, factors: &[f32], after: usize) -> Result<()> {
+        if factors.len() != self.rope_dims / 2 || !factors.iter().all(|f| f.is_finite() && *f > 0.0) {
+            return Err(LoomError::InvalidNetwork(format!(
+                "rope_factors_long.weight: {} factors for {} rotated pairs (each finite and positive)",
+                factors.len(),
+                self.rope_dims / 2
+            )));
+        }
+        self.rope_long = Some(LongRope {
+            factors: factors.to_vec(),
+            after,
         });
         Ok(())
     }
@@ -207,15 +285,8 @@ impl ModelConfig {
             .is_some_and(|n| n.get(l).copied().unwrap_or(false))
     }
 
-    /// The RoPE frequencies of the sliding layers when they have a base of their own (Gemma's local RoPE, never
-    /// scaled: transformers and llama.cpp scale the global layers only); `None`: they rotate as the others.
-    pub fn sliding_inv_freq(&self) -> Option<Vec<f64>> {
-        let theta = self.block.sliding.as_ref()?.rope_theta?;
-        Some(crate::cpu::ops::rope_inv_freq(theta, self.rope_dims))
-    }
-
     /// Layer `l`'s RoPE, of the model's (`global`) and the sliding layers' own (`sliding`, from
-    /// [`ModelConfig::sliding_inv_freq`]): the sliding one where the layer slides and there is one.
+    /// [`Ropes::sliding`]): the sliding one where the layer slides and there is one.
     pub fn layer_rope<'a, T>(&self, l: usize, global: &'a T, sliding: Option<&'a T>) -> &'a T {
         match (sliding, self.window(l)) {
             (Some(own), Some(_)) => own,
@@ -261,7 +332,11 @@ impl ModelConfig {
         if !(self.rope_theta.is_finite() && self.rope_theta > 0.0) {
             return bad(format!("rope_theta {}", self.rope_theta));
         }
-        if let Some(f) = &self.rope_factors {
+        for f in self
+            .rope_factors
+            .iter()
+            .chain(self.rope_long.as_ref().map(|l| &l.factors))
+        {
             if f.len() != self.rope_dims / 2 || !f.iter().all(|f| f.is_finite() && *f > 0.0) {
                 return bad(format!(
                     "{} RoPE factors for {} rotated pairs",
@@ -269,6 +344,9 @@ impl ModelConfig {
                     self.rope_dims / 2
                 ));
             }
+        }
+        if !(self.rope_mscale.is_finite() && self.rope_mscale > 0.0) {
+            return bad(format!("RoPE attention factor {}", self.rope_mscale));
         }
         let b = &self.block;
         if [b.attn_softcap, b.final_softcap]
@@ -329,9 +407,10 @@ impl ModelConfig {
             "gemma2" => Arch::Gemma2,
             "smollm3" => Arch::SmolLM3,
             "granite" => Arch::Granite,
+            "phi3" => Arch::Phi3,
             other => {
                 return Err(LoomError::Unsupported(format!(
-                    "GGUF architecture {other:?} (llama, qwen2, qwen3, gemma2, gemma3, smollm3 and granite \
+                    "GGUF architecture {other:?} (llama, qwen2, qwen3, gemma2, gemma3, smollm3, granite and phi3 \
                      run)"
                 )))
             }
@@ -369,6 +448,19 @@ impl ModelConfig {
                     ..llama
                 }
             }
+            // Every layer within `attention.sliding_window`, as transformers runs Phi-3 (llama.cpp b11434 reads
+            // the key but runs without the window, warning that results may suffer).
+            Arch::Phi3 => BlockSpec {
+                sliding: match int("attention.sliding_window")? {
+                    Some(w) if w > 0 => Some(Sliding {
+                        window: w,
+                        layers: vec![true; n_layers],
+                        rope_theta: None,
+                    }),
+                    _ => None,
+                },
+                ..BlockSpec::llama(head_dim)
+            },
             _ => BlockSpec::llama(head_dim),
         };
         let rope_dims = int("rope.dimension_count")?.unwrap_or(head_dim);
@@ -416,6 +508,10 @@ impl ModelConfig {
             tied_embeddings: h.tensor("output.weight").is_none(),
             block,
             rope_factors,
+            // Read by the loaders with the factor tensors (`rope_factors_long.weight`).
+            rope_long: None,
+            // llama.cpp multiplies cos and sin by it for every architecture.
+            rope_mscale: float("rope.scaling.attn_factor")?.unwrap_or(1.0),
         };
         cfg.validate()?;
         Ok(cfg)
@@ -444,7 +540,10 @@ impl ModelConfig {
             .unwrap_or_default();
         let model_type = text("model_type");
         let is = |name: &str| model_type == name || archs.iter().any(|a| a.starts_with(name));
-        let arch = if is("gemma3") {
+        // Exactly: Phi-3-small (`phi3small`) is another block.
+        let arch = if model_type == "phi3" || archs.iter().any(|a| a == "phi3forcausallm") {
+            Arch::Phi3
+        } else if is("gemma3") {
             Arch::Gemma3
         } else if is("gemma2") {
             Arch::Gemma2
@@ -461,7 +560,7 @@ impl ModelConfig {
         } else {
             return Err(LoomError::Unsupported(format!(
                 "config.json model_type {model_type:?} / architectures {archs:?} (Llama, Mistral, Qwen2, Qwen3, \
-                 SmolLM3, Granite, Gemma 2 and Gemma 3 run)"
+                 SmolLM3, Granite, Phi-3, Gemma 2 and Gemma 3 run)"
             )));
         };
         let int = |k: &str| -> Result<Option<usize>> {
@@ -500,9 +599,23 @@ impl ModelConfig {
         let scaling = v.get("rope_scaling").filter(|x| !x.is_null()).or(params);
         let n_layers = need("num_hidden_layers")?;
         let block = hf_block(&v, arch, n_layers, head_dim)?;
-        let rope_factors = match scaling {
-            None => None,
-            Some(s) => hf_rope_factors(s, rope_theta, head_dim)?,
+        // transformers' `int(head_dim * partial_rotary_factor)` (Phi-4-mini: 0.75).
+        let partial = match params.and_then(|p| p.get("partial_rotary_factor")) {
+            Some(p) if !p.is_null() => p.as_f64().unwrap_or(f64::NAN),
+            _ => f64::from(float("partial_rotary_factor", 1.0)?),
+        };
+        if !(partial > 0.0 && partial <= 1.0) {
+            return Err(LoomError::InvalidNetwork(format!(
+                "config.json: partial_rotary_factor {partial} (above 0, at most 1)"
+            )));
+        }
+        let rope_dims = (head_dim as f64 * partial) as usize;
+        let context = int("max_position_embeddings")?.unwrap_or(DEFAULT_CONTEXT);
+        // Phi3Config's default when a config leaves it out.
+        let old_context = int("original_max_position_embeddings")?.or((arch == Arch::Phi3).then_some(4096));
+        let scaled = match scaling {
+            None => RopeScaling::default(),
+            Some(s) => hf_rope_scaling(s, rope_theta, rope_dims, context, old_context)?,
         };
         let cfg = ModelConfig {
             arch,
@@ -514,14 +627,16 @@ impl ModelConfig {
             ffn: need("intermediate_size")?,
             vocab: need("vocab_size")?,
             rope_theta,
-            rope_dims: head_dim,
+            rope_dims,
             rope_style: RopeStyle::Neox,
             rms_eps: float("rms_norm_eps", 1e-6)?,
             final_norm_eps: float("rms_norm_eps", 1e-6)?,
-            context: int("max_position_embeddings")?.unwrap_or(DEFAULT_CONTEXT),
+            context,
             tied_embeddings: !has_lm_head,
             block,
-            rope_factors,
+            rope_factors: scaled.factors,
+            rope_long: scaled.long,
+            rope_mscale: scaled.mscale,
         };
         cfg.validate()?;
         Ok(cfg)
@@ -647,56 +762,179 @@ fn gemma_gguf_block(
     })
 }
 
-/// RoPE frequency divisors from an HF `rope_scaling` (or `rope_parameters`), as transformers'
-/// `ROPE_INIT_FUNCTIONS` compute them: `default` none; `linear` every frequency divided by `factor`; `llama3`
-/// (`_compute_llama3_parameters`) long wavelengths divided by `factor`, short ones kept, the band between smoothed.
-/// Any other type (yarn, dynamic, longrope, ...) is refused by name: it must never run unscaled.
-fn hf_rope_factors(s: &Value, theta: f32, head_dim: usize) -> Result<Option<Vec<f32>>> {
+/// What an HF `rope_scaling` asks of RoPE.
+struct RopeScaling {
+    factors: Option<Vec<f32>>,
+    long: Option<LongRope>,
+    mscale: f32,
+}
+
+impl Default for RopeScaling {
+    fn default() -> RopeScaling {
+        RopeScaling {
+            factors: None,
+            long: None,
+            mscale: 1.0,
+        }
+    }
+}
+
+/// RoPE scaling from an HF `rope_scaling` (or `rope_parameters`), as transformers' `ROPE_INIT_FUNCTIONS` compute it
+/// over the `dims` rotated dimensions of a head: `default` none; `linear` every frequency divided by `factor`;
+/// `llama3` (`_compute_llama3_parameters`) long wavelengths divided by `factor`, short ones kept, the band between
+/// smoothed; `yarn` (`_compute_yarn_parameters`) the same blend by rotations (`beta_fast`, `beta_slow`) with its
+/// attention factor; `longrope` (`_compute_longrope_parameters`, Phi-3) short and long factors, the long ones for
+/// sequences past `original_max_position_embeddings`, with its attention factor. `context` is the config's
+/// `max_position_embeddings`, `old_context` its top-level `original_max_position_embeddings`. Any other type
+/// (dynamic, ...) is refused by name: it must never run unscaled.
+fn hf_rope_scaling(
+    s: &Value,
+    theta: f32,
+    dims: usize,
+    context: usize,
+    old_context: Option<usize>,
+) -> Result<RopeScaling> {
     let kind = s
         .get("rope_type")
         .or_else(|| s.get("type"))
         .and_then(Value::as_str)
         .unwrap_or("default");
-    let num = |k: &str| -> Result<f64> {
-        s.get(k)
-            .and_then(Value::as_f64)
-            .filter(|v| v.is_finite() && *v > 0.0)
-            .ok_or_else(|| {
-                LoomError::InvalidNetwork(format!("config.json: rope_scaling {k} is missing or not positive"))
-            })
+    let bad = |k: &str| LoomError::InvalidNetwork(format!("config.json: rope_scaling {k} is missing or not positive"));
+    // An optional positive number (null or absent: `None`).
+    let opt = |k: &str| -> Result<Option<f64>> {
+        match s.get(k).filter(|x| !x.is_null()) {
+            None => Ok(None),
+            Some(x) => x
+                .as_f64()
+                .filter(|v| v.is_finite() && *v > 0.0)
+                .map(Some)
+                .ok_or_else(|| bad(k)),
+        }
     };
-    let inv = crate::cpu::ops::rope_inv_freq(theta, head_dim);
+    let num = |k: &str| -> Result<f64> { opt(k)?.ok_or_else(|| bad(k)) };
+    let inv = crate::cpu::ops::rope_inv_freq(theta, dims);
+    // transformers 5 keeps the pretraining length in the scaling; a top-level one (Phi-3's) comes first.
+    let old_context = match (old_context, opt("original_max_position_embeddings")?) {
+        (Some(n), _) => Some(n as f64),
+        (None, s) => s,
+    };
+    let divisors = |scaled: &[f64]| -> Vec<f32> { inv.iter().zip(scaled).map(|(f, g)| (f / g) as f32).collect() };
     match kind {
-        "default" => Ok(None),
-        "linear" => Ok(Some(vec![num("factor")? as f32; inv.len()])),
+        "default" => Ok(RopeScaling::default()),
+        "linear" => Ok(RopeScaling {
+            factors: Some(vec![num("factor")? as f32; inv.len()]),
+            ..RopeScaling::default()
+        }),
         "llama3" => {
             let (factor, low, high) = (num("factor")?, num("low_freq_factor")?, num("high_freq_factor")?);
-            let old_context = num("original_max_position_embeddings")?;
+            let old_context = old_context.ok_or_else(|| bad("original_max_position_embeddings"))?;
             if high <= low {
                 return Err(LoomError::InvalidNetwork(format!(
                     "config.json: rope_scaling high_freq_factor {high} ≤ low_freq_factor {low}"
                 )));
             }
             let (low_wavelen, high_wavelen) = (old_context / low, old_context / high);
-            let factors = inv
+            let scaled: Vec<f64> = inv
                 .iter()
                 .map(|&f| {
                     let wavelen = 2.0 * std::f64::consts::PI / f;
-                    let scaled = if wavelen < high_wavelen {
+                    if wavelen < high_wavelen {
                         f
                     } else if wavelen > low_wavelen {
                         f / factor
                     } else {
                         let smooth = (old_context / wavelen - low) / (high - low);
                         (1.0 - smooth) * f / factor + smooth * f
-                    };
-                    (f / scaled) as f32
+                    }
                 })
                 .collect();
-            Ok(Some(factors))
+            Ok(RopeScaling {
+                factors: Some(divisors(&scaled)),
+                ..RopeScaling::default()
+            })
+        }
+        "yarn" => {
+            // transformers 5 derives a missing `factor` from the two lengths; with neither there is nothing to scale by.
+            let factor = match (opt("factor")?, old_context) {
+                (Some(f), _) => f,
+                (None, Some(old)) => context as f64 / old,
+                (None, None) => return Err(bad("factor")),
+            };
+            let old_context = old_context.unwrap_or(context as f64);
+            let get_mscale = |scale: f64, m: f64| if scale <= 1.0 { 1.0 } else { 0.1 * m * scale.ln() + 1.0 };
+            let mscale = match (opt("attention_factor")?, opt("mscale")?, opt("mscale_all_dim")?) {
+                (Some(a), _, _) => a,
+                (None, Some(m), Some(all)) => get_mscale(factor, m) / get_mscale(factor, all),
+                _ => get_mscale(factor, 1.0),
+            };
+            let beta_fast = opt("beta_fast")?.unwrap_or(32.0);
+            let beta_slow = opt("beta_slow")?.unwrap_or(1.0);
+            let truncate = s.get("truncate").and_then(Value::as_bool).unwrap_or(true);
+            let d = dims as f64;
+            let base = f64::from(theta);
+            let correction =
+                |rotations: f64| d * (old_context / (rotations * 2.0 * std::f64::consts::PI)).ln() / (2.0 * base.ln());
+            let (mut low, mut high) = (correction(beta_fast), correction(beta_slow));
+            if truncate {
+                (low, high) = (low.floor(), high.ceil());
+            }
+            let (low, mut high) = (low.max(0.0), high.min(d - 1.0));
+            if low == high {
+                high += 0.001;
+            }
+            let scaled: Vec<f64> = inv
+                .iter()
+                .enumerate()
+                .map(|(i, &f)| {
+                    let ramp = ((i as f64 - low) / (high - low)).clamp(0.0, 1.0);
+                    let extrapolation = 1.0 - ramp;
+                    f / factor * (1.0 - extrapolation) + f * extrapolation
+                })
+                .collect();
+            Ok(RopeScaling {
+                factors: Some(divisors(&scaled)),
+                long: None,
+                mscale: mscale as f32,
+            })
+        }
+        "longrope" | "su" => {
+            let list = |k: &str| -> Result<Vec<f32>> {
+                s.get(k)
+                    .and_then(Value::as_array)
+                    .filter(|a| a.len() == inv.len())
+                    .and_then(|a| {
+                        a.iter()
+                            .map(|x| x.as_f64().filter(|v| v.is_finite() && *v > 0.0).map(|v| v as f32))
+                            .collect::<Option<Vec<f32>>>()
+                    })
+                    .ok_or_else(|| {
+                        LoomError::InvalidNetwork(format!(
+                            "config.json: rope_scaling {k} is not {} positive factors (one per rotated pair)",
+                            inv.len()
+                        ))
+                    })
+            };
+            let (short, long) = (list("short_factor")?, list("long_factor")?);
+            // transformers 5's rule (4.x let a top-level original length override `factor`; Phi-3's configs have
+            // no `factor`, so both agree on them).
+            let old_context = old_context.unwrap_or(context as f64);
+            let factor = opt("factor")?.unwrap_or(context as f64 / old_context);
+            let mscale = match opt("attention_factor")? {
+                Some(a) => a,
+                None if factor <= 1.0 => 1.0,
+                None => (1.0 + factor.ln() / old_context.ln()).sqrt(),
+            };
+            Ok(RopeScaling {
+                factors: Some(short),
+                long: Some(LongRope {
+                    factors: long,
+                    after: old_context as usize,
+                }),
+                mscale: mscale as f32,
+            })
         }
         other => Err(LoomError::Unsupported(format!(
-            "config.json: rope_scaling type {other:?} does not run (default, linear and llama3 do)"
+            "config.json: rope_scaling type {other:?} does not run (default, linear, llama3, yarn and longrope do)"
         ))),
     }
 }

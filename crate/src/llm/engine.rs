@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::config::{FfnAct, ModelConfig, RopeStyle};
+use super::config::{FfnAct, ModelConfig, RopeStyle, Ropes};
 use super::generate::Step;
 use super::sampler::SampleArgs;
 use super::weights::{Matrix, ModelWeights};
@@ -83,21 +83,16 @@ pub struct CpuEngine {
     cfg: ModelConfig,
     weights: Arc<ModelWeights>,
     cache: KvCache,
-    inv_freq: Vec<f64>,
-    /// The sliding layers' frequencies, when they have their own RoPE base.
-    inv_freq_sliding: Option<Vec<f64>>,
+    ropes: Ropes,
 }
 
 impl CpuEngine {
     pub fn new(cfg: ModelConfig, weights: Arc<ModelWeights>) -> CpuEngine {
-        let inv_freq = cfg.inv_freq(cfg.rope_theta);
-        let inv_freq_sliding = cfg.sliding_inv_freq();
         CpuEngine {
             cache: KvCache::new(cfg.n_layers),
+            ropes: cfg.ropes(),
             cfg,
             weights,
-            inv_freq,
-            inv_freq_sliding,
         }
     }
 
@@ -105,8 +100,9 @@ impl CpuEngine {
         self.cache.bytes()
     }
 
-    /// One chunk of tokens through every block; returns the final hidden states (n × hidden), normalised.
-    fn run_chunk(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+    /// One chunk of tokens through every block of a call whose sequence ends at `end` positions (which picks
+    /// LongRoPE's factors); returns the final hidden states (n × hidden), normalised.
+    fn run_chunk(&mut self, tokens: &[u32], end: usize) -> Result<Vec<f32>> {
         let c = &self.cfg;
         let w = &*self.weights;
         let (n, h, qd, kvd, hd) = (tokens.len(), c.hidden, c.q_dim(), c.kv_dim(), c.head_dim);
@@ -153,10 +149,10 @@ impl CpuEngine {
                 ops::rms_norm(&mut q, qn, c.rms_eps);
                 ops::rms_norm(&mut k, kn, c.rms_eps);
             }
-            let inv_freq = c.layer_rope(l, &self.inv_freq, self.inv_freq_sliding.as_ref());
+            let freqs = c.layer_rope(l, self.ropes.global(end), self.ropes.sliding());
             for t in (0..n).filter(|_| c.rotates(l)) {
-                ops::rope(&mut q[t * qd..(t + 1) * qd], hd, start + t, inv_freq, pairs);
-                ops::rope(&mut k[t * kvd..(t + 1) * kvd], hd, start + t, inv_freq, pairs);
+                ops::rope(&mut q[t * qd..(t + 1) * qd], hd, start + t, freqs, pairs);
+                ops::rope(&mut k[t * kvd..(t + 1) * kvd], hd, start + t, freqs, pairs);
             }
             let (kc, vc) = (&mut self.cache.k[l], &mut self.cache.v[l]);
             kc.extend_from_slice(&k);
@@ -260,7 +256,7 @@ impl CpuEngine {
         let chunks = tokens.len().div_ceil(PREFILL_CHUNK);
         let before = self.cache.len;
         for (i, chunk) in tokens.chunks(PREFILL_CHUNK).enumerate() {
-            let hidden = match self.run_chunk(chunk) {
+            let hidden = match self.run_chunk(chunk, needed) {
                 Ok(h) => h,
                 Err(e) => {
                     // A failed call leaves the cache as it found it.

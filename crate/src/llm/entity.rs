@@ -40,7 +40,7 @@ fn slot(role: Role) -> usize {
     match role {
         Role::AttnNorm => 0,
         Role::FfnNorm => 2,
-        Role::Gate | Role::Up | Role::Down | Role::GateBias | Role::UpBias | Role::DownBias => 3,
+        Role::Gate | Role::Up | Role::Down | Role::GateBias | Role::UpBias | Role::DownBias | Role::GateUp => 3,
         _ => 1,
     }
 }
@@ -67,6 +67,8 @@ fn role_label(role: Role) -> &'static str {
         Role::GateBias => "gate bias",
         Role::UpBias => "up bias",
         Role::DownBias => "down bias",
+        Role::Qkv => "qkv_proj",
+        Role::GateUp => "gate_up_proj",
     }
 }
 
@@ -206,6 +208,8 @@ fn config(t: &Transformer) -> Result<ModelConfig> {
         tied_embeddings: t.lm_head_tied,
         block: BlockSpec::llama(head_dim),
         rope_factors: None,
+        rope_long: None,
+        rope_mscale: 1.0,
     };
     cfg.validate()?;
     let (q, kv) = (
@@ -587,7 +591,7 @@ pub fn write(cfg: &ModelConfig, w: &ModelWeights, q4: bool) -> Result<(Vec<u8>, 
             cfg.arch.name()
         )));
     }
-    if cfg.rope_factors.is_some() {
+    if cfg.rope_factors.is_some() || cfg.rope_long.is_some() || cfg.rope_mscale != 1.0 {
         return Err(LoomError::Unsupported(
             "a model with RoPE scaling as a Loom transformer .entity: Loom's format has no place for its factors"
                 .into(),

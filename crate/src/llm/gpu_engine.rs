@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::config::{FfnAct, ModelConfig, RopeStyle};
+use super::config::{FfnAct, ModelConfig, RopeStyle, Ropes};
 use super::sampler::SampleArgs;
 use super::weights::{BlockWeights, Matrix, ModelWeights};
 use crate::cpu::ops::{self, RopePairs};
@@ -141,9 +141,7 @@ pub struct GpuEngine {
     blocks: Vec<GpuBlock>,
     caches: Vec<KvCache>,
     cached: usize,
-    inv_freq: Vec<f64>,
-    /// The sliding layers' frequencies, when they have their own RoPE base.
-    inv_freq_sliding: Option<Vec<f64>>,
+    ropes: Ropes,
     /// Arenas by (tokens in the chunk, output): decode steps reuse theirs.
     arenas: HashMap<(usize, Output), Arena>,
     /// Whether the norms and residual adds ride in the matvecs, when set by [`GpuEngine::set_fold_norms`]; `None`:
@@ -328,8 +326,7 @@ impl GpuEngineBuilder {
         for _ in 0..cfg.n_layers {
             caches.push(KvCache::new(g, cfg.n_kv_heads, cfg.head_dim, cfg.context).await?);
         }
-        let inv_freq = cfg.inv_freq(cfg.rope_theta);
-        let inv_freq_sliding = cfg.sliding_inv_freq();
+        let ropes = cfg.ropes();
         let on_gpu = RowLayout::for_adapter(&gpu) != RowLayout::Lane;
         Ok(GpuEngine {
             gpu,
@@ -341,8 +338,7 @@ impl GpuEngineBuilder {
             blocks,
             caches,
             cached: 0,
-            inv_freq,
-            inv_freq_sliding,
+            ropes,
             arenas: HashMap::new(),
             fold_norms: None,
             on_gpu,
@@ -526,7 +522,7 @@ impl GpuEngine {
             } else {
                 Output::Nothing
             };
-            match self.chunk(chunk, out).await {
+            match self.chunk(chunk, out, needed).await {
                 Ok(bytes) => result.extend_from_slice(&bytes),
                 Err(e) => {
                     // A failed call leaves the cache as it found it.
@@ -538,8 +534,9 @@ impl GpuEngine {
         Ok(result)
     }
 
-    /// Records one chunk into one encoder and submits it; reads back what `out` asks for.
-    async fn chunk(&mut self, tokens: &[u32], out: Output) -> Result<Vec<u8>> {
+    /// Records one chunk of a call whose sequence ends at `end` positions into one encoder and submits it; reads
+    /// back what `out` asks for.
+    async fn chunk(&mut self, tokens: &[u32], out: Output, end: usize) -> Result<Vec<u8>> {
         let gpu = self.gpu.clone();
         let key = (tokens.len(), out);
         let arena = self.arenas.remove(&key).unwrap_or_default();
@@ -549,7 +546,7 @@ impl GpuEngine {
         let oom = gpu.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let invalid = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let mut rec = Recorder::with_arena(&gpu, arena);
-        let read = self.encode(&mut rec, tokens, out);
+        let read = self.encode(&mut rec, tokens, out, end);
         let invalid = invalid.pop().await;
         let oom = oom.pop().await;
         if let Some(e) = oom {
@@ -584,22 +581,22 @@ impl GpuEngine {
     }
 
     /// Records the chunk; returns the buffer to read back, if any.
-    fn encode(&self, rec: &mut Recorder, tokens: &[u32], out: Output) -> Result<Option<wgpu::Buffer>> {
+    fn encode(&self, rec: &mut Recorder, tokens: &[u32], out: Output, end: usize) -> Result<Option<wgpu::Buffer>> {
         let gpu = &*self.gpu;
         let c = &self.cfg;
         let k = &self.k;
         let n = tokens.len();
         let start = self.cached;
         let (h, qd, kvd, hd, ffn) = (c.hidden, c.q_dim(), c.kv_dim(), c.head_dim, c.ffn);
-        let rot = self.inv_freq.len();
+        let rot = self.ropes.pairs();
 
         let ids = GpuTensor::scratch(rec, vec![n])?;
         let id_bits: Vec<f32> = tokens.iter().map(|&t| f32::from_bits(t)).collect();
         ids.write(gpu, &id_bits)?;
         // The chunk's RoPE cos/sin: one table, and one more for sliding layers with their own base.
-        let rope_table = |rec: &mut Recorder, inv_freq: &[f64]| -> Result<GpuTensor> {
+        let rope_table = |rec: &mut Recorder, freqs: &ops::RopeFreqs| -> Result<GpuTensor> {
             let table: Vec<f32> = (start..start + n)
-                .flat_map(|pos| ops::rope_cos_sin(pos, inv_freq))
+                .flat_map(|pos| freqs.cos_sin(pos))
                 .flat_map(|(c, s)| [c, s])
                 .collect();
             let t = GpuTensor::scratch(rec, vec![n, rot.max(1) * 2])?;
@@ -608,8 +605,8 @@ impl GpuEngine {
             }
             Ok(t)
         };
-        let global_table = rope_table(rec, &self.inv_freq)?;
-        let sliding_table = match &self.inv_freq_sliding {
+        let global_table = rope_table(rec, self.ropes.global(end))?;
+        let sliding_table = match self.ropes.sliding() {
             Some(inv) => Some(rope_table(rec, inv)?),
             None => None,
         };

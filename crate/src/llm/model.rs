@@ -129,7 +129,7 @@ impl LlmModel {
             header: &header,
             data: GgufData::File(file),
         };
-        src.apply_rope_freqs(&mut config)?;
+        src.apply_rope_tensors(&mut config)?;
         let weights = weights::load(&config, &src)?;
         Ok(LlmModel {
             format: ModelFormat::Gguf,

@@ -67,6 +67,9 @@ pub fn gguf_block_name(block: usize, role: Role) -> String {
         Role::GateBias => ("ffn_gate", "bias"),
         Role::UpBias => ("ffn_up", "bias"),
         Role::DownBias => ("ffn_down", "bias"),
+        Role::Qkv => ("attn_qkv", "weight"),
+        // llama.cpp's phi3 keeps gate|up (2·ffn rows) under the up projection's name.
+        Role::GateUp => ("ffn_up", "weight"),
     };
     format!("blk.{block}.{name}.{kind}")
 }
@@ -117,29 +120,61 @@ impl GgufSource<'_> {
 }
 
 impl GgufSource<'_> {
-    /// Applies llama.cpp's `rope_freqs.weight` (a Llama 3.x file's RoPE factors, one per rotated pair) to `cfg`
-    /// when the file has it: such a file must never run as if it had none.
-    pub fn apply_rope_freqs(&self, cfg: &mut ModelConfig) -> Result<()> {
-        let Some(t) = self.get(ROPE_FREQS)? else {
-            return Ok(());
+    /// A 1-D tensor of f32 factors, if the file has it.
+    fn factors(&self, name: &str) -> Result<Option<Vec<f32>>> {
+        let Some(t) = self.get(name)? else {
+            return Ok(None);
         };
         let n = t.shape.iter().product::<usize>();
         if t.shape.len() != 1 || t.ty.row_bytes(n).ok() != Some(t.data.len()) {
             return Err(LoomError::InvalidNetwork(format!(
-                "{ROPE_FREQS}: shape {:?} of {} bytes",
+                "{name}: shape {:?} of {} bytes",
                 t.shape,
                 t.data.len()
             )));
         }
         let mut factors = vec![0f32; n];
         crate::quant::dequantize(t.ty, &t.data, &mut factors)
-            .map_err(|e| LoomError::InvalidNetwork(format!("{ROPE_FREQS}: {e}")))?;
-        cfg.set_rope_freqs(&factors)
+            .map_err(|e| LoomError::InvalidNetwork(format!("{name}: {e}")))?;
+        Ok(Some(factors))
+    }
+
+    /// Applies the RoPE factors a file holds as tensors to `cfg`: llama.cpp's `rope_freqs.weight` (a Llama 3.x
+    /// file's, one per rotated pair), or LongRoPE's `rope_factors_short.weight` and `rope_factors_long.weight`
+    /// (Phi-3), the long ones for sequences past `{arch}.rope.scaling.original_context_length` (default: the
+    /// context). Such a file must never run as if it had none.
+    pub fn apply_rope_tensors(&self, cfg: &mut ModelConfig) -> Result<()> {
+        let freqs = self.factors(ROPE_FREQS)?;
+        let (short, long) = (self.factors(ROPE_SHORT)?, self.factors(ROPE_LONG)?);
+        match (freqs, short, long) {
+            (None, None, None) => Ok(()),
+            (Some(f), None, None) => cfg.set_rope_freqs(ROPE_FREQS, &f),
+            (None, Some(short), Some(long)) => {
+                let key = format!("{}.rope.scaling.original_context_length", cfg.arch.name());
+                let after = match self.header.get(&key) {
+                    None => cfg.context,
+                    Some(v) => v
+                        .as_u64()
+                        .and_then(|v| usize::try_from(v).ok())
+                        .ok_or_else(|| LoomError::Gguf(format!("{key} is not an unsigned integer: {}", v.display())))?,
+                };
+                cfg.set_rope_freqs(ROPE_SHORT, &short)?;
+                cfg.set_long_rope(&long, after)
+            }
+            _ => Err(LoomError::InvalidNetwork(format!(
+                "RoPE factors: {ROPE_FREQS} alone, or {ROPE_SHORT} with {ROPE_LONG}; this file has another mix"
+            ))),
+        }
     }
 }
 
 /// The GGUF tensor of a Llama 3.x file's RoPE factors.
 pub const ROPE_FREQS: &str = "rope_freqs.weight";
+/// LongRoPE's factors (Phi-3).
+pub const ROPE_SHORT: &str = "rope_factors_short.weight";
+pub const ROPE_LONG: &str = "rope_factors_long.weight";
+/// Every GGUF tensor of RoPE factors (what a streamed load reads with the header).
+pub const ROPE_TENSORS: [&str; 3] = [ROPE_FREQS, ROPE_SHORT, ROPE_LONG];
 
 impl TensorSource for GgufSource<'_> {
     fn block(&self, block: usize, role: Role) -> Result<Option<RawTensor>> {
@@ -234,6 +269,8 @@ pub fn hf_block_name(block: usize, role: Role) -> String {
         Role::GateBias => "mlp.gate_proj.bias",
         Role::UpBias => "mlp.up_proj.bias",
         Role::DownBias => "mlp.down_proj.bias",
+        Role::Qkv => "self_attn.qkv_proj.weight",
+        Role::GateUp => "mlp.gate_up_proj.weight",
     };
     format!("model.layers.{block}.{name}")
 }

@@ -12,7 +12,7 @@ use super::entity::{network_config, EntitySource};
 use super::model::{gguf_config, hf_eos_ids, no_tokenizer, ModelFormat, Picked, PickedModel};
 use super::sources::{
     hf_block_name_for, hf_canonical_name, hf_global_name, safetensors_type, GgufData, GgufSource, SafetensorsSource,
-    ROPE_FREQS,
+    ROPE_TENSORS,
 };
 use super::tokenizer::Tokenizer;
 use super::weights::{self, BlockWeights, Global, Globals, RawTensor, Role};
@@ -126,8 +126,23 @@ impl StreamedModel {
                 })
                 .await?;
                 let (mut config, eos_ids) = gguf_config(&header)?;
-                let parts = read_gguf(reader, file, &header, vec![ROPE_FREQS.to_string()]).await?;
-                gguf_source(&header, parts).apply_rope_freqs(&mut config)?;
+                // Factors are one f32 per rotated pair: a larger tensor is refused before it is read.
+                let most = config.rope_dims as u64 * 2;
+                if let Some(t) = ROPE_TENSORS
+                    .iter()
+                    .filter_map(|n| header.tensor(n))
+                    .find(|t| t.bytes > most)
+                {
+                    return Err(LoomError::InvalidNetwork(format!(
+                        "{}: {} bytes for {} RoPE factors",
+                        t.name,
+                        t.bytes,
+                        config.rope_dims / 2
+                    )));
+                }
+                let names = ROPE_TENSORS.iter().map(|n| n.to_string()).collect();
+                let parts = read_gguf(reader, file, &header, names).await?;
+                gguf_source(&header, parts).apply_rope_tensors(&mut config)?;
                 let tokenizer = Some(Arc::new(Tokenizer::from_gguf(&header)?));
                 Ok(StreamedModel {
                     format: ModelFormat::Gguf,

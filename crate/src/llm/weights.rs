@@ -159,10 +159,14 @@ pub enum Role {
     GateBias,
     UpBias,
     DownBias,
+    /// q, k and v stored as one matrix, their rows stacked (Phi-3): read where the file has no `Q`.
+    Qkv,
+    /// Gate and up stored as one matrix, gate rows first (Phi-3): read where the file has no `Gate`.
+    GateUp,
 }
 
 impl Role {
-    pub const ALL: [Role; 20] = [
+    pub const ALL: [Role; 22] = [
         Role::AttnNorm,
         Role::Q,
         Role::K,
@@ -183,6 +187,8 @@ impl Role {
         Role::GateBias,
         Role::UpBias,
         Role::DownBias,
+        Role::Qkv,
+        Role::GateUp,
     ];
 }
 
@@ -224,6 +230,27 @@ fn matrix(t: RawTensor, name: &str, rows: usize, cols: usize) -> Result<Matrix> 
         cols,
         data: t.data,
     })
+}
+
+/// Splits a matrix whose rows stack several (a fused q|k|v or gate|up) into views of the same bytes, one per
+/// count of `rows`, each checked as [`matrix`] checks it.
+fn split_rows(t: RawTensor, name: &str, rows: &[usize], cols: usize) -> Result<Vec<Matrix>> {
+    let total: usize = rows.iter().sum();
+    let whole = matrix(t, name, total, cols)?;
+    let row_bytes = whole.data.len() / total;
+    let mut at = 0;
+    rows.iter()
+        .map(|&r| {
+            let data = whole.data.slice(at * row_bytes..(at + r) * row_bytes);
+            at += r;
+            Ok(Matrix {
+                ty: whole.ty,
+                rows: r,
+                cols,
+                data,
+            })
+        })
+        .collect()
 }
 
 fn vector(t: RawTensor, name: &str, len: usize) -> Result<Vec<f32>> {
@@ -327,11 +354,30 @@ pub fn load_block(cfg: &ModelConfig, src: &dyn TensorSource, i: usize) -> Result
     } else {
         (None, None)
     };
+    // A fused matrix where the file has no separate one (Phi-3; llama.cpp's `attn_qkv` and its 2·ffn `ffn_up`).
+    let (wq, wk, wv) = match (src.block(i, Role::Q)?, src.block(i, Role::Qkv)?) {
+        (None, Some(t)) => {
+            let [wq, wk, wv]: [Matrix; 3] = split_rows(t, &name(Role::Qkv), &[q, kv, kv], h)?
+                .try_into()
+                .expect("three parts");
+            (wq, wk, wv)
+        }
+        _ => (mat(Role::Q, q, h)?, mat(Role::K, kv, h)?, mat(Role::V, kv, h)?),
+    };
+    let (gate, up) = match (src.block(i, Role::Gate)?, src.block(i, Role::GateUp)?) {
+        (None, Some(t)) if t.shape.first() == Some(&(2 * f)) => {
+            let [gate, up]: [Matrix; 2] = split_rows(t, &name(Role::GateUp), &[f, f], h)?
+                .try_into()
+                .expect("two parts");
+            (gate, up)
+        }
+        _ => (mat(Role::Gate, f, h)?, mat(Role::Up, f, h)?),
+    };
     Ok(BlockWeights {
         attn_norm: offset(vec(Role::AttnNorm, h)?, off),
-        wq: mat(Role::Q, q, h)?,
-        wk: mat(Role::K, kv, h)?,
-        wv: mat(Role::V, kv, h)?,
+        wq,
+        wk,
+        wv,
         wo: mat(Role::O, h, q)?,
         bq,
         bk,
@@ -345,8 +391,8 @@ pub fn load_block(cfg: &ModelConfig, src: &dyn TensorSource, i: usize) -> Result
         ffn_norm: offset(vec(Role::FfnNorm, h)?, off),
         post_attn_norm,
         post_ffn_norm,
-        gate: mat(Role::Gate, f, h)?,
-        up: mat(Role::Up, f, h)?,
+        gate,
+        up,
         down: mat(Role::Down, h, f)?,
     })
 }
