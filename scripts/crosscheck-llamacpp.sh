@@ -10,7 +10,9 @@
 # - the greedy continuation of N_NEW tokens (default 16).
 # On the F32 file both sides compute the same float32 maths on the same values, so they must agree closely; on a
 # quantized file each also shows how far it is from that exact answer (llama.cpp rounds activations to 8 bits for
-# its block dots). Writes under target/llama-logits/ (never committed).
+# its block dots). LLAMA_KV_F32=1 gives llama.cpp a float32 KV cache and no flash attention (its CPU kernel rounds
+# to float16), so that on the F32 file any difference left is a real one. Writes under target/llama-logits/ (never
+# committed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"

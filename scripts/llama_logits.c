@@ -56,6 +56,13 @@ int main(int argc, char **argv) {
     cp.n_ubatch = n + 16;
     cp.n_threads = threads;
     cp.n_threads_batch = threads;
+    // LLAMA_KV_F32=1: a float32 KV cache and no flash attention (whose CPU kernel rounds to float16), to tell
+    // llama.cpp's rounding from a real difference.
+    if (getenv("LLAMA_KV_F32")) {
+        cp.type_k = GGML_TYPE_F32;
+        cp.type_v = GGML_TYPE_F32;
+        cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    }
     struct llama_context *ctx = llama_init_from_model(model, cp);
     if (!ctx) return 1;
     int n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
