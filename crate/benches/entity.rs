@@ -228,7 +228,7 @@ fn inspect_safetensors(path: &Path) -> BoxResult<Inspection> {
 /// The library's format-agnostic inspection, what `loom inspect` runs (bytes counted by the library).
 fn inspect_library(path: &Path) -> BoxResult<Inspection> {
     let t = Instant::now();
-    let i = loom_wasm::inspect::inspect(&mut loom_wasm::inspect::FileSource::open(path)?)?;
+    let i = loom_wasm::inspect::inspect(&mut loom_wasm::formats::source::FileSource::open(path)?)?;
     let ms = ms_since(t);
     Ok(Inspection {
         ms,

@@ -6,10 +6,10 @@ use serde::Serialize;
 
 use crate::dtype::DType;
 use crate::error::{LoomError, Result};
-use crate::formats::detect::{self, Format};
 use crate::formats::gojson::GoJson;
 use crate::formats::loom_json::{self, Dialect, Target};
 use crate::formats::safetensors::{self as st, Dtype, TensorData};
+use crate::formats::{self, Header};
 use crate::formats::{entity, tensors};
 use crate::network::{Layer, Network, WeightStore};
 
@@ -80,24 +80,14 @@ impl LossReport {
 /// its layers come back as float32 masters.
 /// `file` is kept, not copied: `.entity` weights stay slices of it.
 pub fn read_network(file: bytes::Bytes) -> Result<Network> {
-    let bytes = &file[..];
-    match detect::detect(bytes) {
-        Format::Entity => entity::read_bytes(file.clone()),
-        Format::LoomJson => loom_json::read(bytes),
-        Format::Safetensors => network_from_safetensors(bytes),
-        Format::Gguf => Err(LoomError::Unsupported("converting GGUF files".into())),
-        Format::Unknown => Err(LoomError::UnknownFormat(
-            "not a Loom .entity or JSON file, nor safetensors".into(),
+    match formats::open_bytes(&file)?.header {
+        Header::Entity(_) => entity::read_bytes(file.clone()),
+        Header::LoomJson(net) => Ok(net),
+        Header::Safetensors(_) => network_from_safetensors(&file),
+        Header::Gguf(_) => Err(LoomError::Unsupported(
+            "converting a GGUF file as a Loom network (a language model converts with `loom convert`)".into(),
         )),
     }
-}
-
-/// True when a safetensors file carries the Loom topology we write (`__metadata__.loom_network`).
-pub fn has_loom_topology(bytes: &[u8]) -> Result<bool> {
-    Ok(st::SafetensorsFile::from_bytes(bytes)?
-        .header()
-        .metadata()
-        .contains_key(TOPOLOGY_KEY))
 }
 
 fn network_from_safetensors(bytes: &[u8]) -> Result<Network> {

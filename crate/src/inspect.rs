@@ -6,167 +6,9 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::error::{LoomError, Result};
-use crate::formats::detect::{self, Format};
-use crate::formats::{entity, gguf, loom_json, safetensors};
+use crate::formats::source::ByteSource;
+use crate::formats::{self, entity, gguf, safetensors, Header, Opened};
 use crate::network::{Layer, Network, WeightPart};
-
-/// Random-access bytes: a file, a `Blob`, a buffer.
-pub trait ByteSource {
-    /// Total length in bytes.
-    fn len(&self) -> u64;
-    /// True for an empty source.
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-    /// Reads exactly `buf.len()` bytes at `offset`.
-    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<()>;
-    /// Bytes readable now without a [`LoomError::NeedMore`] (all of them, except for a [`PrefixSource`]).
-    fn available(&self) -> u64 {
-        self.len()
-    }
-    /// Checks, before a buffer is allocated for it, that a read ending at `end` can succeed.
-    fn check_end(&self, end: u64) -> Result<()> {
-        if end > self.len() {
-            return Err(LoomError::Truncated {
-                what: "file".into(),
-                needed: end,
-                available: self.len(),
-            });
-        }
-        Ok(())
-    }
-}
-
-/// The first bytes of a larger file (an HTTP Range read, a `Blob.slice`), with the real total length. A read
-/// past the prefix fails with [`LoomError::NeedMore`], whose `needed` at least doubles the prefix (never past
-/// the end), so a caller that reads `needed` bytes and calls again is done in a few rounds.
-pub struct PrefixSource<'a> {
-    prefix: &'a [u8],
-    total: u64,
-}
-
-/// The smallest `needed` a [`PrefixSource`] asks for.
-pub const MIN_PREFIX_STEP: u64 = 64 << 10;
-
-impl<'a> PrefixSource<'a> {
-    pub fn new(prefix: &'a [u8], total: u64) -> Result<PrefixSource<'a>> {
-        if prefix.len() as u64 > total {
-            return Err(LoomError::InvalidInput(format!(
-                "a prefix of {} bytes is longer than the file's {total} bytes",
-                prefix.len()
-            )));
-        }
-        Ok(PrefixSource { prefix, total })
-    }
-}
-
-impl ByteSource for PrefixSource<'_> {
-    fn len(&self) -> u64 {
-        self.total
-    }
-
-    fn available(&self) -> u64 {
-        self.prefix.len() as u64
-    }
-
-    fn check_end(&self, end: u64) -> Result<()> {
-        let have = self.prefix.len() as u64;
-        if end > self.total {
-            return Err(LoomError::Truncated {
-                what: "file".into(),
-                needed: end,
-                available: self.total,
-            });
-        }
-        if end > have {
-            let needed = end.max(have.saturating_mul(2)).max(MIN_PREFIX_STEP).min(self.total);
-            return Err(LoomError::NeedMore {
-                needed,
-                available: have,
-            });
-        }
-        Ok(())
-    }
-
-    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        self.check_end(offset.saturating_add(buf.len() as u64))?;
-        let mut prefix = self.prefix;
-        prefix.read_at(offset, buf)
-    }
-}
-
-impl ByteSource for &[u8] {
-    fn len(&self) -> u64 {
-        <[u8]>::len(self) as u64
-    }
-
-    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        let start = usize::try_from(offset).unwrap_or(usize::MAX);
-        let src = start
-            .checked_add(buf.len())
-            .and_then(|end| self.get(start..end))
-            .ok_or_else(|| LoomError::Truncated {
-                what: "input".into(),
-                needed: offset.saturating_add(buf.len() as u64),
-                available: <[u8]>::len(self) as u64,
-            })?;
-        buf.copy_from_slice(src);
-        Ok(())
-    }
-}
-
-/// A native file read with positioned reads.
-#[cfg(not(target_arch = "wasm32"))]
-pub struct FileSource {
-    file: std::fs::File,
-    len: u64,
-}
-
-#[cfg(not(target_arch = "wasm32"))]
-impl FileSource {
-    pub fn open(path: &std::path::Path) -> Result<FileSource> {
-        let file = std::fs::File::open(path).map_err(|e| LoomError::Io(format!("{}: {e}", path.display())))?;
-        let len = file.metadata()?.len();
-        Ok(FileSource { file, len })
-    }
-}
-
-#[cfg(not(target_arch = "wasm32"))]
-impl ByteSource for FileSource {
-    fn len(&self) -> u64 {
-        self.len
-    }
-
-    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        use std::io::{Read, Seek, SeekFrom};
-        if offset.saturating_add(buf.len() as u64) > self.len {
-            return Err(LoomError::Truncated {
-                what: "file".into(),
-                needed: offset.saturating_add(buf.len() as u64),
-                available: self.len,
-            });
-        }
-        self.file.seek(SeekFrom::Start(offset))?;
-        self.file.read_exact(buf)?;
-        Ok(())
-    }
-}
-
-/// Counts the bytes a source hands out.
-struct Counting<'a> {
-    inner: &'a mut dyn ByteSource,
-    read: u64,
-}
-
-impl Counting<'_> {
-    fn read(&mut self, offset: u64, len: u64) -> Result<Vec<u8>> {
-        self.inner.check_end(offset.saturating_add(len))?;
-        let mut buf = vec![0; len as usize];
-        self.inner.read_at(offset, &mut buf)?;
-        self.read += len;
-        Ok(buf)
-    }
-}
 
 /// The grid of a Loom network.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -339,48 +181,37 @@ impl Inspection {
 
 /// Inspects a source, reading only headers where the format allows it.
 pub fn inspect(source: &mut dyn ByteSource) -> Result<Inspection> {
-    let file_bytes = source.len();
-    let mut src = Counting { inner: source, read: 0 };
-    // One read covers format detection and both formats' fixed preambles.
-    let head = src.read(0, file_bytes.min(entity::PREAMBLE_LEN as u64))?;
-    let mut out = match detect::detect(&head) {
-        Format::Entity => inspect_entity(&mut src, head, file_bytes)?,
-        Format::Safetensors => inspect_safetensors(&mut src, head, file_bytes)?,
-        Format::LoomJson => {
-            let all = src.read(0, file_bytes)?;
-            let net = loom_json::read(&all)?;
-            network_inspection("json", &net, file_bytes, file_bytes, |_| None)
-        }
-        Format::Gguf => {
-            let (header, read) = gguf::read_header(src.inner, head)?;
-            src.read += read;
-            gguf_inspection(&header, file_bytes)
-        }
-        Format::Unknown => {
-            return Err(LoomError::UnknownFormat(
-                "not a Loom .entity or JSON file, nor safetensors or GGUF".into(),
-            ))
-        }
-    };
-    out.bytes_read = src.read;
-    Ok(out)
+    Ok(inspection(&formats::open(source)?))
 }
 
 /// Inspects bytes already in memory.
 pub fn inspect_bytes(bytes: &[u8]) -> Result<Inspection> {
-    let mut src = bytes;
-    inspect(&mut src)
+    Ok(inspection(&formats::open_bytes(bytes)?))
 }
 
-fn inspect_entity(src: &mut Counting, head: Vec<u8>, file_bytes: u64) -> Result<Inspection> {
-    let n = entity::header_len(&head)?;
-    let mut prefix = head;
-    prefix.extend(src.read(entity::PREAMBLE_LEN as u64, n)?);
-    let header = entity::read_header(&prefix)?;
-    let payload = file_bytes.saturating_sub(header.payload_offset());
-    for b in &header.blobs {
-        b.range(payload)?;
-    }
+/// The inspection of an opened file.
+pub fn inspection(opened: &Opened) -> Inspection {
+    let file_bytes = opened.file_bytes;
+    let mut out = match &opened.header {
+        Header::Entity(header) => entity_inspection(header, file_bytes),
+        Header::Safetensors(header) => {
+            let mut out = Inspection::tensors_only(
+                "safetensors",
+                file_bytes,
+                header.data_start(),
+                header.metadata().clone(),
+            );
+            header.tensors().iter().for_each(|t| out.add_tensor(t));
+            out
+        }
+        Header::LoomJson(net) => network_inspection("json", net, file_bytes, file_bytes, |_| None),
+        Header::Gguf(header) => gguf_inspection(header, file_bytes),
+    };
+    out.bytes_read = opened.bytes_read;
+    out
+}
+
+fn entity_inspection(header: &entity::EntityHeader, file_bytes: u64) -> Inspection {
     // Blob bytes, scale and dtype per layer path; extra blobs (Q4_0, biases, norms) count towards their layer,
     // whose dtype shows as Q4_0 when its weights are Q4_0 blocks.
     let mut by_path: BTreeMap<&str, (u64, Option<f32>, Option<&str>)> = BTreeMap::new();
@@ -421,7 +252,7 @@ fn inspect_entity(src: &mut Counting, head: Vec<u8>, file_bytes: u64) -> Result<
             offset: header.payload_offset() + g.offset,
         });
     }
-    Ok(out)
+    out
 }
 
 /// Bytes, scale and dtype a file stores for one layer.
@@ -512,30 +343,6 @@ fn network_inspection(
         visit(layer, format!("layers.{i}"), 0, &mut out, &file_info);
     }
     out
-}
-
-fn inspect_safetensors(src: &mut Counting, mut head: Vec<u8>, file_bytes: u64) -> Result<Inspection> {
-    let needed = safetensors::header_size(&head)?;
-    let have = head.len() as u64;
-    if needed > have {
-        head.extend(src.read(have, needed - have)?);
-    }
-    let header = safetensors::inspect(&head)?;
-    if header.file_len() > file_bytes {
-        return Err(LoomError::Truncated {
-            what: "safetensors data".into(),
-            needed: header.file_len(),
-            available: file_bytes,
-        });
-    }
-    let mut out = Inspection::tensors_only(
-        "safetensors",
-        file_bytes,
-        header.data_start(),
-        header.metadata().clone(),
-    );
-    header.tensors().iter().for_each(|t| out.add_tensor(t));
-    Ok(out)
 }
 
 /// Rows for a GGUF header: tensors with row-major shapes and absolute offsets, metadata as text plus

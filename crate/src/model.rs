@@ -8,9 +8,9 @@ use crate::convert::{self, TOPOLOGY_KEY};
 use crate::dtype::{self, DType};
 use crate::error::{LoomError, Result};
 use crate::formats::checkpoint::Checkpoint;
-use crate::formats::detect::{self, Format};
-use crate::formats::gguf::{self, GgufHeader, GgufTensorInfo};
+use crate::formats::gguf::{GgufHeader, GgufTensorInfo};
 use crate::formats::safetensors::{self as st, SafetensorsFile};
+use crate::formats::{self, Header};
 use crate::inspect::{self, Inspection};
 use crate::network::{Layer, Network, WeightPart, WeightStore};
 use crate::quant::{self, GgmlType};
@@ -38,21 +38,18 @@ pub struct LoadedModel {
 impl LoadedModel {
     /// Loads any supported file from its bytes (kept, not copied: `.entity` weights stay slices of them).
     pub fn from_bytes(bytes: Bytes, name: &str) -> Result<LoadedModel> {
-        if detect::detect(&bytes) == Format::Gguf {
-            let header = gguf::read_header_bytes(&bytes)?;
-            let mut inspection = inspect::gguf_inspection(&header, bytes.len() as u64);
-            inspection.bytes_read = bytes.len() as u64;
-            return Ok(LoadedModel {
-                name: name.to_string(),
-                contents: Contents::Gguf { header, bytes },
-                inspection,
-            });
-        }
-        let inspection = inspect::inspect_bytes(&bytes)?;
-        let contents = match detect::detect(&bytes) {
-            Format::Safetensors if !inspection.metadata.contains_key(TOPOLOGY_KEY) => {
+        let opened = formats::open_bytes(&bytes)?;
+        let mut inspection = inspect::inspection(&opened);
+        let contents = match opened.header {
+            Header::Gguf(header) => {
+                // The whole file is at hand (its tensors' statistics read it).
+                inspection.bytes_read = bytes.len() as u64;
+                Contents::Gguf { header, bytes }
+            }
+            Header::Safetensors(h) if !h.metadata().contains_key(TOPOLOGY_KEY) => {
                 Contents::Safetensors(SafetensorsFile::from_bytes(bytes)?)
             }
+            Header::LoomJson(net) => Contents::Network(net),
             _ => Contents::Network(convert::read_network(bytes)?),
         };
         Ok(LoadedModel {

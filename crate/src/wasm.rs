@@ -20,8 +20,9 @@ use crate::dtype::DType;
 use crate::error::LoomError;
 use crate::formats::detect::{self, Format};
 use crate::formats::safetensors::Dtype;
+use crate::formats::source::PrefixSource;
 use crate::gpu::{Gpu, GpuModel, GpuStream};
-use crate::inspect::{self, Inspection, PrefixSource};
+use crate::inspect::{self, Inspection};
 use crate::model::{Contents, LoadedModel};
 use crate::stats;
 

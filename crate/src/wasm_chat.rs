@@ -12,13 +12,14 @@ use serde::{Deserialize, Serialize};
 use wasm_bindgen::prelude::*;
 
 use crate::error::LoomError;
+use crate::formats::source::RangeReader;
 use crate::llm::config::ModelConfig;
 use crate::llm::engine::{CpuEngine, Engine};
 use crate::llm::generate::{ChatFormat, Conversation, GenerateOptions, Reply, Step};
 use crate::llm::gpu_engine::{GpuEngine, GpuEngineBuilder};
 use crate::llm::model::{LlmModel, ModelFormat};
 use crate::llm::sampler::{SampleArgs, SamplingParams};
-use crate::llm::streamed::{RangeReader, StreamedModel};
+use crate::llm::streamed::StreamedModel;
 use crate::llm::template::ChatMessage;
 use crate::llm::weights::Matrix;
 use crate::wasm::{byte_count, js_error, named_files, shared_gpu, to_js, JsResult};

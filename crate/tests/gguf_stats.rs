@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use loom_wasm::formats::gguf::{self, GgufValue};
-use loom_wasm::inspect::{self, Inspection, PrefixSource};
+use loom_wasm::formats::source::PrefixSource;
+use loom_wasm::inspect::{self, Inspection};
 use loom_wasm::model::LoadedModel;
 use loom_wasm::LoomError;
 use serde_json::Value;

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use llm_util::{check_tiny_on, golden, ids, json, tiny_expected};
+use loom_wasm::formats::source::RangeReader;
 use loom_wasm::gpu::Gpu;
 use loom_wasm::llm::config::ModelConfig;
 use loom_wasm::llm::engine::Engine;
@@ -19,7 +20,7 @@ use loom_wasm::llm::generate::{GenerateOptions, Session};
 use loom_wasm::llm::gpu_engine::{GpuEngine, GpuEngineBuilder};
 use loom_wasm::llm::model::LlmModel;
 use loom_wasm::llm::sampler::{Sampler, SamplingParams};
-use loom_wasm::llm::streamed::{RangeReader, StreamedModel};
+use loom_wasm::llm::streamed::StreamedModel;
 use loom_wasm::llm::weights::Matrix;
 use loom_wasm::quant::GgmlType;
 

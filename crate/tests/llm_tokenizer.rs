@@ -3,7 +3,7 @@
 //! and the SmolLM2 chat prompts rendered with the GGUF's template. Hostile inputs give typed errors.
 
 use loom_wasm::formats::gguf::{read_header, GgufHeader};
-use loom_wasm::inspect::FileSource;
+use loom_wasm::formats::source::FileSource;
 use loom_wasm::llm::template::{ChatMessage, ChatTemplate};
 use loom_wasm::llm::tokenizer::Tokenizer;
 use serde_json::Value;

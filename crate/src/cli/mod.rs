@@ -16,10 +16,10 @@ use crate::cpu::CpuModel;
 use crate::dtype::DType;
 use crate::error::{LoomError, Result};
 use crate::formats::checkpoint::{self, Checkpoint};
-use crate::formats::detect;
 use crate::formats::safetensors::Dtype;
+use crate::formats::source::FileSource;
 use crate::gpu::{Gpu, GpuModel};
-use crate::inspect::{self, FileSource, Inspection};
+use crate::inspect::{self, Inspection};
 
 #[derive(Parser)]
 #[command(name = "loom", about = "Inspect, convert and check Loom checkpoints", version)]
@@ -391,21 +391,17 @@ fn render_table(path: &Path, r: &Inspection) -> String {
 /// without Loom's topology that has a config.json beside it, or (to bake it with `--q4`) a transformer `.entity`;
 /// without `--q4` an `.entity` converts as a network, which keeps its bytes.
 fn is_language_model(input: &Path, q4: bool) -> Result<bool> {
-    use crate::formats::detect::{detect, Format as FileFormat};
+    use crate::formats::Header;
     if input.is_dir() {
         return Ok(true);
     }
-    let file = crate::llm::model::map_file(input)?;
-    Ok(match detect(&file) {
-        FileFormat::Gguf => true,
-        FileFormat::Safetensors => input.with_file_name("config.json").exists() && !convert::has_loom_topology(&file)?,
-        FileFormat::Entity => {
-            q4 && crate::formats::entity::read_header(&file)?
-                .network
-                .transformer
-                .is_some()
+    Ok(match crate::formats::open(&mut FileSource::open(input)?)?.header {
+        Header::Gguf(_) => true,
+        Header::Safetensors(h) => {
+            input.with_file_name("config.json").exists() && !h.metadata().contains_key(convert::TOPOLOGY_KEY)
         }
-        _ => false,
+        Header::Entity(h) => q4 && h.network.transformer.is_some(),
+        Header::LoomJson(_) => false,
     })
 }
 
@@ -418,9 +414,14 @@ fn foreign_safetensors_to(input: &Path, out_format: OutputFormat, q4: bool) -> R
     if q4 || input.is_dir() {
         return Ok(None);
     }
-    let file = crate::llm::model::map_file(input)?;
-    let foreign = detect::detect(&file) == detect::Format::Safetensors && !convert::has_loom_topology(&file)?;
-    Ok(foreign.then_some((dtype, file)))
+    let foreign = match crate::formats::open(&mut FileSource::open(input)?)?.header {
+        crate::formats::Header::Safetensors(h) => !h.metadata().contains_key(convert::TOPOLOGY_KEY),
+        _ => false,
+    };
+    Ok(match foreign {
+        true => Some((dtype, crate::llm::model::map_file(input)?)),
+        false => None,
+    })
 }
 
 fn run_convert(

@@ -12,8 +12,8 @@
 
 use std::collections::BTreeMap;
 
+use super::source::{ByteSource, MIN_PREFIX_STEP};
 use crate::error::{LoomError, Result};
-use crate::inspect::{ByteSource, MIN_PREFIX_STEP};
 use crate::quant::GgmlType;
 
 pub const MAGIC: [u8; 4] = *b"GGUF";

@@ -123,7 +123,11 @@ pub fn gguf_config(header: &gguf::GgufHeader) -> Result<(ModelConfig, Vec<u32>)>
 impl LlmModel {
     /// A GGUF file held in one buffer.
     pub fn from_gguf(file: Bytes) -> Result<LlmModel> {
-        let header = gguf::read_header_bytes(&file)?;
+        LlmModel::from_gguf_header(gguf::read_header_bytes(&file)?, file)
+    }
+
+    /// A GGUF file held in one buffer, its header already read.
+    pub fn from_gguf_header(header: gguf::GgufHeader, file: Bytes) -> Result<LlmModel> {
         let (mut config, eos_ids) = gguf_config(&header)?;
         let src = GgufSource {
             header: &header,
@@ -365,7 +369,8 @@ mod native {
     use std::path::{Path, PathBuf};
 
     use super::*;
-    use crate::formats::detect::{detect, Format};
+    use crate::formats::source::FileSource;
+    use crate::formats::Header;
 
     /// A file memory-mapped as `Bytes` (zero-copy: loading a cached model costs no read).
     pub fn map_file(path: &Path) -> Result<Bytes> {
@@ -422,9 +427,8 @@ mod native {
                 .ok_or_else(|| LoomError::InvalidInput(format!("{} has no tokenizer.json", path.display())))?;
             return Tokenizer::from_json_with_config(&json, read_opt(path.join("tokenizer_config.json"))?.as_deref());
         }
-        let file = map_file(path)?;
-        match detect(&file) {
-            Format::Gguf => Tokenizer::from_gguf(&gguf::read_header_bytes(&file)?),
+        match crate::formats::open(&mut FileSource::open(path)?)?.header {
+            Header::Gguf(header) => Tokenizer::from_gguf(&header),
             _ => open_tokenizer(path.parent().unwrap_or(Path::new("."))),
         }
     }
@@ -436,13 +440,13 @@ mod native {
                 return LlmModel::from_hf(&hf_files(path, None)?);
             }
             let file = map_file(path)?;
-            match detect(&file) {
-                Format::Gguf => LlmModel::from_gguf(file),
-                Format::Safetensors => {
+            match crate::formats::open_bytes(&file)?.header {
+                Header::Gguf(header) => LlmModel::from_gguf_header(header, file),
+                Header::Safetensors(_) => {
                     let dir = path.parent().unwrap_or(Path::new("."));
                     LlmModel::from_hf(&hf_files(dir, Some(path))?)
                 }
-                Format::Entity => {
+                Header::Entity(_) => {
                     let mut model = LlmModel::from_entity(file)?;
                     let dir = path.parent().unwrap_or(Path::new("."));
                     if dir.join("tokenizer.json").exists() {
@@ -450,8 +454,9 @@ mod native {
                     }
                     Ok(model)
                 }
-                other => Err(LoomError::UnknownFormat(format!(
-                    "{}: {other:?} is not a model to chat with (GGUF, .entity, an HF folder, or .safetensors with config.json)",
+                Header::LoomJson(_) => Err(LoomError::UnknownFormat(format!(
+                    "{}: a Loom JSON network is not a model to chat with (GGUF, .entity, an HF folder, or \
+                     .safetensors with config.json)",
                     path.display()
                 ))),
             }

@@ -21,16 +21,8 @@ use crate::formats::detect::DETECT_LEN;
 use crate::formats::entity::{self, BlobEntry, BlobTarget, EntityHeader};
 use crate::formats::gguf::{self, GgufHeader};
 use crate::formats::safetensors as st;
-use crate::inspect::PrefixSource;
+use crate::formats::source::{PrefixSource, RangeReader};
 use crate::network::Network;
-
-/// Byte ranges of the picked files, as the page (or a test) reads them.
-// The futures are not `Send` in the browser, so the trait's async fns stay plain.
-#[allow(async_fn_in_trait)]
-pub trait RangeReader {
-    /// `len` bytes of file `file` from `offset`; the callers keep every range within the file's length.
-    async fn read(&self, file: usize, offset: u64, len: u64) -> Result<Bytes>;
-}
 
 /// A model whose configuration, tokenizer and tensor locations are known, its weights still in its files.
 pub struct StreamedModel {

@@ -127,7 +127,7 @@ pub fn check_cases(model: &LlmModel, expected: &Value, new_engine: &dyn Fn() -> 
 /// Reads picked files by range, as the browser's streamed load does.
 pub struct FileReader(pub Vec<PathBuf>);
 
-impl loom_wasm::llm::streamed::RangeReader for FileReader {
+impl loom_wasm::formats::source::RangeReader for FileReader {
     async fn read(&self, file: usize, offset: u64, len: u64) -> loom_wasm::Result<bytes::Bytes> {
         use std::os::unix::fs::FileExt;
         let mut buf = vec![0; len as usize];
