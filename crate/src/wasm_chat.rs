@@ -353,7 +353,7 @@ impl JsChat {
 
     /// Token ids of `text` (special tokens in it recognised; `addSpecial` adds BOS/EOS as the tokenizer says).
     pub fn tokenize(&self, text: &str, #[wasm_bindgen(js_name = addSpecial)] add_special: bool) -> JsResult<Vec<u32>> {
-        self.with(|s| s.conversation.format().tokenizer().encode(text, add_special))
+        self.with(|s| s.conversation.format().tokenizer()?.encode(text, add_special))
     }
 
     /// The text of `ids`.
@@ -362,7 +362,7 @@ impl JsChat {
         ids: Vec<u32>,
         #[wasm_bindgen(js_name = skipSpecial)] skip_special: bool,
     ) -> JsResult<String> {
-        self.with(|s| s.conversation.format().tokenizer().decode(&ids, skip_special))
+        self.with(|s| s.conversation.format().tokenizer()?.decode(&ids, skip_special))
     }
 
     /// The chat template applied to `messages`, with the assistant's turn opened when `addGenerationPrompt`.

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use loom_wasm::llm::engine::CpuEngine;
+use loom_wasm::llm::engine::{CpuEngine, Engine};
 use loom_wasm::llm::generate::{GenerateOptions, Session, StopReason};
 use loom_wasm::llm::model::LlmModel;
 use loom_wasm::llm::sampler::SamplingParams;
@@ -156,6 +156,71 @@ fn seeded_sampling_stop_strings_limits_and_cancellation() {
     assert_eq!((calls, g.stop_reason), (1, StopReason::Cancelled));
 }
 
+/// The CPU engine, raising a stop flag while its `stop_at`-th forward runs (a Ctrl-C that lands mid-step).
+struct StopsMidStep {
+    inner: CpuEngine,
+    calls: usize,
+    stop_at: usize,
+    flag: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Engine for StopsMidStep {
+    fn config(&self) -> &loom_wasm::llm::config::ModelConfig {
+        self.inner.config()
+    }
+    fn device(&self) -> String {
+        self.inner.device()
+    }
+    fn cached(&self) -> usize {
+        self.inner.cached()
+    }
+    fn truncate(&mut self, len: usize) {
+        self.inner.truncate(len)
+    }
+    fn forward(&mut self, tokens: &[u32], all_logits: bool) -> loom_wasm::Result<Vec<f32>> {
+        self.calls += 1;
+        if self.calls == self.stop_at {
+            self.flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        self.inner.forward(tokens, all_logits)
+    }
+}
+
+/// A stop that comes while a step runs ends the reply without that step's token: nothing shows after the stop,
+/// the reply is what was shown, and the next turn on the same engine still gives the reference's ids.
+#[test]
+fn a_stop_during_a_step_shows_nothing_after_it() {
+    let model = smollm2();
+    let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let engine = StopsMidStep {
+        inner: model.cpu_engine(),
+        calls: 0,
+        stop_at: 4,
+        flag: flag.clone(),
+    };
+    let mut s = Session::new(model, Box::new(engine)).unwrap();
+    let france = s
+        .format()
+        .chat_prompt(&[user("What is the capital of France?")])
+        .unwrap();
+    let mut opts = greedy(32);
+    opts.cancel = Some(flag.clone());
+    let mut streamed = String::new();
+    let g = s
+        .generate(&france, &opts, &mut |t| {
+            streamed.push_str(t);
+            true
+        })
+        .unwrap();
+    // Forward 1 is the prompt (its id is the first token), forwards 2 and 3 give two more; forward 4's is dropped.
+    assert_eq!((g.ids.len(), g.stop_reason), (3, StopReason::Cancelled));
+    assert_eq!(streamed, g.text);
+    flag.store(false, std::sync::atomic::Ordering::SeqCst);
+    let again = s.generate(&france, &greedy(8), &mut |_| true).unwrap();
+    let reference = session(model).generate(&france, &greedy(8), &mut |_| true).unwrap();
+    assert_eq!(again.ids, reference.ids);
+}
+
 #[test]
 fn the_context_limit_is_an_error_or_a_truncation() {
     let mut model = smollm2().clone();
@@ -218,7 +283,7 @@ fn tiny_llama_generate_matches_the_golden_greedy_ids() {
             let valid = |t: &str| t.replace('\u{FFFD}', "");
             assert_eq!(
                 valid(&g.text),
-                valid(&s.format().tokenizer().decode(&g.ids, false).unwrap())
+                valid(&s.format().tokenizer().unwrap().decode(&g.ids, false).unwrap())
             );
         }
     }

@@ -60,6 +60,8 @@ fn chat_json_answers_paris_with_the_templated_prompt() {
     assert!(v["text"].as_str().unwrap().contains("Paris"), "{v}");
     assert!(v["tokens_per_s"].as_f64().unwrap() > 0.0);
     assert_eq!(v["stop_reason"], "eos");
+    // A greedy reply draws nothing: no seed.
+    assert!(v["seed"].is_null(), "{v}");
 }
 
 #[test]
@@ -192,4 +194,133 @@ fn gpu_device_decodes_and_bad_models_are_clear_errors() {
         String::from_utf8_lossy(&out.stderr).contains("temperature -1"),
         "{out:?}"
     );
+}
+
+/// `loom convert` of a GGUF to a `.entity` writes the model's tokenizer beside it (a `.entity` holds none), so the
+/// converted file chats as the GGUF does; a different `tokenizer.json` already there is kept (the conversion is
+/// refused, nothing written) unless `--force`. Without a tokenizer a `.entity` still generates from ids.
+#[test]
+fn convert_keeps_the_tokenizer_and_ids_need_none() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli_convert_tokenizer");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let gguf = tiny("model.f32.gguf");
+    let entity = dir.join("t.entity").display().to_string();
+    let out = loom(&["convert", &gguf, &entity]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("tokenizer.json beside it"),
+        "{out:?}"
+    );
+    for name in ["tokenizer.json", "tokenizer_config.json", "generation_config.json"] {
+        assert!(dir.join(name).exists(), "{name}");
+    }
+    let run = |model: &str| {
+        loom_json(&[
+            "generate",
+            model,
+            "--prompt",
+            "Hello",
+            "--raw",
+            "--greedy",
+            "--max-tokens",
+            "6",
+            "--json",
+        ])
+    };
+    let (a, b) = (run(&gguf), run(&entity));
+    assert_eq!(
+        (&a["prompt_ids"], &a["ids"], &a["text"]),
+        (&b["prompt_ids"], &b["ids"], &b["text"])
+    );
+
+    // Another tokenizer.json beside the output is the user's: kept, and nothing is written.
+    let other = dir.join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("tokenizer.json"), "{}").unwrap();
+    let out = loom(&["convert", &gguf, &other.join("t.entity").display().to_string()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--force"), "{out:?}");
+    assert_eq!(std::fs::read(other.join("tokenizer.json")).unwrap(), b"{}");
+    assert!(!other.join("t.entity").exists());
+
+    // The .entity alone: ids in, ids out; text asks for the tokenizer by name.
+    let alone = dir.join("alone");
+    std::fs::create_dir_all(&alone).unwrap();
+    std::fs::copy(dir.join("t.entity"), alone.join("t.entity")).unwrap();
+    let alone = alone.join("t.entity").display().to_string();
+    let ids_run = |model: &str| {
+        loom_json(&[
+            "generate",
+            model,
+            "--ids",
+            "72,101,108",
+            "--greedy",
+            "--max-tokens",
+            "4",
+            "--json",
+        ])
+    };
+    assert_eq!(ids_run(&alone)["ids"], ids_run(&gguf)["ids"]);
+    let out = loom(&[
+        "generate",
+        &alone,
+        "--ids",
+        "72,101,108",
+        "--greedy",
+        "--max-tokens",
+        "4",
+    ]);
+    let printed = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let want: Vec<String> = ids(&ids_run(&gguf)["ids"]).iter().map(u64::to_string).collect();
+    assert_eq!(printed, want.join(","));
+    let out = loom(&["generate", &alone, "--prompt", "Hello"]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("has no tokenizer"),
+        "{out:?}"
+    );
+}
+
+/// A reply cut by --max-tokens never ends with half a character: the bytes of one the cut left unfinished stay in
+/// the ids, not in the text (the tiny model's first tokens here are single bytes that form no character yet).
+#[test]
+fn a_cut_reply_ends_on_a_whole_character() {
+    for n in 1..=4 {
+        let v = loom_json(&[
+            "generate",
+            &tiny("model.f32.gguf"),
+            "--prompt",
+            "Hello",
+            "--raw",
+            "--greedy",
+            "--max-tokens",
+            &n.to_string(),
+            "--json",
+        ]);
+        assert_eq!(v["stop_reason"], "max_tokens");
+        assert!(!v["text"].as_str().unwrap().ends_with('\u{FFFD}'), "{n} tokens: {v}");
+    }
+}
+
+/// The CLI says what it does: `--help` names chat; `inspect` says whether a GGUF's decoder runs, and why not.
+#[test]
+fn help_and_inspect_say_what_runs() {
+    let out = loom(&["--help"]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .next()
+            .unwrap()
+            .contains("chat"),
+        "{out:?}"
+    );
+    let unsupported = root().join("testdata/families/unsupported.gguf").display().to_string();
+    let out = loom(&["inspect", &unsupported]);
+    assert!(out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("runs: no: unsupported: GGUF architecture \"phi2\""),
+        "{out:?}"
+    );
+    let out = loom(&["inspect", &tiny("model.q4_0.gguf")]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("runs: yes"), "{out:?}");
 }

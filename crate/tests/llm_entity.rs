@@ -212,7 +212,9 @@ fn lossless_entities_reproduce_their_own_goldens() {
         ("safetensors_f32", "model.f32.safetensors"),
         ("gguf_q8_0", "model.q8_0.gguf"),
     ] {
-        let out = dir.join(format!("{set}.entity"));
+        // Each in its own folder: a converted model's tokenizer goes beside it.
+        std::fs::create_dir_all(dir.join(set)).unwrap();
+        let out = dir.join(set).join(format!("{set}.entity"));
         let o = convert(&tiny(file), &out, &[]);
         assert!(text(&o.stdout).contains("lossless"), "{set}: {}", text(&o.stdout));
         let model = LlmModel::open(&out).unwrap();
@@ -266,7 +268,8 @@ fn welvet_loads_and_runs_our_entities() {
         ("safetensors_f32", "model.f32.safetensors", &[][..]),
         ("gguf_q8_0", "model.q8_0.gguf", &[][..]),
     ] {
-        let out = dir.join(format!("{name}.entity"));
+        std::fs::create_dir_all(dir.join(name)).unwrap();
+        let out = dir.join(name).join(format!("{name}.entity"));
         convert(&tiny(model), &out, args);
         paths.push(out);
     }

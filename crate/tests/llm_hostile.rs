@@ -136,6 +136,64 @@ fn a_vocabulary_with_a_duplicate_piece_is_refused() {
     }
 }
 
+/// One rule for model files: a GGUF's token list has exactly the embedding's rows, every id the tokenizer can produce
+/// (BOS, EOS, the vocabulary) has a row, and every merge names two tokens and makes one. Each break is refused at
+/// load by name (llama.cpp refuses the first; HF's BPE the last), never run to print garbage later.
+#[test]
+fn vocabulary_and_embedding_disagreements_are_refused() {
+    let file = tiny("model.q4_0.gguf");
+    let h = read_header_bytes(&file).unwrap();
+    let Some(GgufValue::Array(item, tokens)) = h.get("tokenizer.ggml.tokens").cloned() else {
+        panic!("the tiny GGUF has a token list");
+    };
+    let short = GgufValue::Array(item, tokens[..255].to_vec());
+    match err(with_key("tokenizer.ggml.tokens", Some(short))) {
+        LoomError::InvalidNetwork(m) => assert!(m.contains("255 tokens") && m.contains("256 rows"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    for key in [
+        "tokenizer.ggml.bos_token_id",
+        "tokenizer.ggml.eos_token_id",
+        "tokenizer.ggml.eot_token_id",
+    ] {
+        let e = err(with_key(key, Some(GgufValue::U32(300))));
+        assert_eq!(e.code(), "bad_format", "{key}: {e}");
+        assert!(e.to_string().contains("300"), "{key}: {e}");
+    }
+    let merges = |m: &[&str]| {
+        let items = m.iter().map(|m| GgufValue::String(m.to_string())).collect();
+        with_key("tokenizer.ggml.merges", Some(GgufValue::Array(8, items)))
+    };
+    // "a" and "b" are tokens of the byte-level vocabulary, "ab" and "zz" are not.
+    for bad in ["a b", "a zz"] {
+        match err(merges(&[bad])) {
+            LoomError::Tokenizer(m) => assert!(m.contains("merge") && m.contains("not a token"), "{bad}: {m}"),
+            other => panic!("{bad}: {other:?}"),
+        }
+    }
+    // An HF folder whose tokenizer has an id past the embedding's 256 rows.
+    let st = Bytes::from(tiny("model.f32.safetensors"));
+    let mut tokenizer: serde_json::Value = serde_json::from_slice(&tiny("tokenizer.json")).unwrap();
+    tokenizer["added_tokens"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({
+            "id": 300, "content": "<extra>", "single_word": false, "lstrip": false, "rstrip": false,
+            "normalized": false, "special": true
+        }));
+    let files = HfFiles {
+        config_json: tiny("config.json"),
+        safetensors: vec![("model.safetensors".into(), st)],
+        tokenizer_json: Some(serde_json::to_vec(&tokenizer).unwrap()),
+        ..HfFiles::default()
+    };
+    match LlmModel::from_hf(&files) {
+        // tokenizers gives an added token that is not in the vocabulary the next id (256), whatever its "id" says.
+        Err(LoomError::InvalidNetwork(m)) => assert!(m.contains("highest id 256") && m.contains("256 rows"), "{m}"),
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+}
+
 #[test]
 fn every_truncation_is_a_typed_error() {
     let file = tiny("model.q4_0.gguf");

@@ -161,6 +161,10 @@ fn check_llama_cpp_vocab(dir: &str, name: &str) {
         return;
     }
     let tok = Tokenizer::from_gguf(&gguf_header(&path)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    check_llama_cpp_texts(&tok, &path, name);
+}
+
+fn check_llama_cpp_texts(tok: &Tokenizer, path: &str, name: &str) {
     let inp = std::fs::read_to_string(format!("{path}.inp")).unwrap();
     let out = std::fs::read_to_string(format!("{path}.out")).unwrap();
     // Every text is followed by the separator line, the last one too.
@@ -440,4 +444,60 @@ mod hostile {
         assert_eq!(tok.decode(&[97, 256], false).unwrap_err().code(), "invalid_input");
         assert_eq!(tok.decode(&[u32::MAX], true).unwrap_err().code(), "invalid_input");
     }
+}
+
+/// The tokenizer written as an HF folder's files (what `loom convert` puts beside a `.entity`) and read back.
+fn through_hf_files(tok: &Tokenizer) -> Tokenizer {
+    let (json, config) = tok.hf_files().unwrap();
+    Tokenizer::from_json_with_config(&json, Some(&config)).unwrap()
+}
+
+fn same_settings(name: &str, a: &Tokenizer, b: &Tokenizer) {
+    assert_eq!(
+        (
+            a.vocab_size(),
+            a.bos_id(),
+            a.eos_token(),
+            a.add_bos(),
+            a.chat_template()
+        ),
+        (
+            b.vocab_size(),
+            b.bos_id(),
+            b.eos_token(),
+            b.add_bos(),
+            b.chat_template()
+        ),
+        "{name}"
+    );
+    let special = |t: &Tokenizer| {
+        (0..t.vocab_size() as u32)
+            .filter(|&i| t.is_special(i))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(special(a), special(b), "{name}: special tokens");
+}
+
+/// A `.entity` holds no vocabulary, so `loom convert` writes a GGUF's tokenizer beside it as `tokenizer.json` and
+/// `tokenizer_config.json`. Read back, it still encodes llama.cpp's golden texts to llama.cpp's ids (a
+/// SentencePiece and a byte-level vocabulary), SmolLM2's cases to HF's ids, and keeps BOS, EOS, whether each is
+/// added, the special tokens and the chat template.
+#[test]
+fn a_gguf_tokenizer_written_as_hf_files_reads_back_the_same() {
+    for name in ["llama-spm", "gpt-2"] {
+        let path = format!("{TESTDATA}/vocab/ggml-vocab-{name}.gguf");
+        let tok = Tokenizer::from_gguf(&gguf_header(&path)).unwrap();
+        let back = through_hf_files(&tok);
+        check_llama_cpp_texts(&back, &path, name);
+        same_settings(name, &tok, &back);
+    }
+    let tok = Tokenizer::from_gguf(&gguf_header(SMOL_GGUF)).unwrap();
+    let back = through_hf_files(&tok);
+    let cases = read_json(&format!("{SMOL_GOLDEN}/tokenizer_cases.json"));
+    check_cases(
+        "smollm2 GGUF through HF files",
+        &back,
+        cases["cases"].as_array().unwrap(),
+    );
+    same_settings("smollm2", &tok, &back);
 }

@@ -577,7 +577,10 @@ test('a GGUF file is inspected, and Run and Convert are off with the reason', as
   await expect(page.getByTestId('run-button')).toBeDisabled();
   await expect(page.getByTestId('run-random')).toBeDisabled();
   await expect(page.getByTestId('run-unavailable')).toContainText('GGUF');
-  await expect(page.getByTestId('run-unavailable')).toContainText('not run or converted');
+  await expect(page.getByTestId('run-unavailable')).toContainText('Run and Convert here do not take it');
+  // The page's own chat runs it, and the CLI's conversion keeps its tokenizer: the note says both.
+  await expect(page.getByTestId('run-unavailable')).toContainText('Chat with this model');
+  await expect(page.getByTestId('run-unavailable')).toContainText('writing its tokenizer beside it');
   await expect(page.getByTestId('loss-report')).toHaveAttribute('data-state', 'unavailable');
   await expect(page.getByTestId('convert-unavailable')).toContainText('GGUF');
   await expect(page.getByTestId('convert-format')).toBeDisabled();
@@ -597,6 +600,7 @@ test('"Chat with this model" is off, with the reason, for a GGUF whose architect
   await expect(page.locator('body')).toHaveAttribute('data-state', 'ready');
   await expect(page.getByTestId('chat-with-model')).toBeDisabled();
   await expect(page.getByTestId('chat-with-unavailable')).toContainText('phi2');
+  await expect(page.getByTestId('run-unavailable')).toContainText('does not run');
   // A decoder that runs has it back.
   await dropFiles(page, [{ name: 'model.q4_0.gguf', bytes: readFileSync(path.join(ROOT, 'testdata/gguf/model.q4_0.gguf')) }]);
   await expect(page.getByTestId('chat-with-model')).toBeEnabled();

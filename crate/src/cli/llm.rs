@@ -243,7 +243,9 @@ pub fn run_chat(
         let g = session.chat(text, &opts, false, &mut sink)?;
         if json {
             let mut v = generation_json(&g);
-            v["seed"] = json!(opts.sampling.seed);
+            // A greedy reply draws nothing: no seed made it.
+            let greedy = opts.sampling.temperature == 0.0;
+            v["seed"] = json!((!greedy).then_some(opts.sampling.seed));
             v["device"] = json!(session.engine().device());
             return print_json(&v);
         }
@@ -291,6 +293,11 @@ pub fn run_generate(m: &ModelArgs, p: &PromptArgs, s: &SamplingArgs, json: bool)
     let g = session.generate(&ids, &s.options(), &mut sink)?;
     if json {
         return print_json(&generation_json(&g));
+    }
+    if model.tokenizer.is_none() {
+        // No text without a tokenizer: the new ids.
+        let ids: Vec<String> = g.ids.iter().map(u32::to_string).collect();
+        print!("{}", ids.join(","));
     }
     println!();
     eprintln!("{}", stats_line(&g));

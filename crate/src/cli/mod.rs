@@ -22,7 +22,12 @@ use crate::gpu::{Gpu, GpuModel};
 use crate::inspect::{self, Inspection};
 
 #[derive(Parser)]
-#[command(name = "loom", about = "Inspect, convert and check Loom checkpoints", version)]
+#[command(
+    name = "loom",
+    about = "Inspect, convert and run Loom checkpoints; chat with language models (GGUF, HF folders, Loom transformer \
+             .entity)",
+    version
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -316,6 +321,10 @@ fn render_table(path: &Path, r: &Inspection) -> String {
             mix.join(", "),
             if l.chat_template { "yes" } else { "no" }
         );
+        let _ = writeln!(s, "runs: yes (loom chat / generate / logits)");
+    }
+    if let Some(why) = &r.llm_unsupported {
+        let _ = writeln!(s, "runs: no: {why}");
     }
     let by_dtype: Vec<String> = r
         .bytes_by_dtype
@@ -466,6 +475,8 @@ fn run_convert(
             output.display()
         )));
     }
+    // What a language model's .entity needs beside it (its tokenizer), written with it.
+    let mut beside: Vec<(&str, Vec<u8>)> = Vec::new();
     let (out, report) = if let Some((st_dtype, file)) = foreign_safetensors_to(input, out_format, q4)? {
         if loom_dtype.is_some() {
             return Err(LoomError::InvalidInput(
@@ -480,7 +491,9 @@ fn run_convert(
                 input.display()
             )));
         }
-        crate::llm::model::LlmModel::open(input)?.to_entity(q4)?
+        let model = crate::llm::model::LlmModel::open(input)?;
+        beside = model.tokenizer_files()?;
+        model.to_entity(q4)?
     } else {
         if q4 {
             return Err(LoomError::InvalidInput(format!(
@@ -500,10 +513,33 @@ fn run_convert(
         eprintln!("pass --allow-lossy to write it anyway");
         return Ok(ExitCode::from(1));
     }
-    // Write beside the target, then rename: an interrupted write never leaves a half file under OUT's name.
-    let tmp = output.with_extension("loom-tmp");
-    std::fs::write(&tmp, &out).map_err(|e| LoomError::Io(format!("{}: {e}", tmp.display())))?;
-    std::fs::rename(&tmp, output).map_err(|e| LoomError::Io(format!("{}: {e}", output.display())))?;
+    // A file of the same name already beside OUT is kept unless it holds the same bytes or --force says so.
+    let dir = output
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let mut files = Vec::new();
+    for (name, bytes) in beside {
+        let path = dir.join(name);
+        match std::fs::read(&path) {
+            Ok(old) if old == bytes => continue,
+            Ok(_) if !force => {
+                return Err(LoomError::InvalidInput(format!(
+                    "{} exists with other contents; pass --force to replace it with the model's",
+                    path.display()
+                )))
+            }
+            _ => files.push((path, bytes)),
+        }
+    }
+    files.push((output.to_path_buf(), out));
+    for (path, bytes) in &files {
+        // Write beside the target, then rename: an interrupted write never leaves a half file under its name.
+        let tmp = path.with_extension("loom-tmp");
+        std::fs::write(&tmp, bytes).map_err(|e| LoomError::Io(format!("{}: {e}", tmp.display())))?;
+        std::fs::rename(&tmp, path).map_err(|e| LoomError::Io(format!("{}: {e}", path.display())))?;
+    }
+    let (_, out) = files.pop().expect("the output");
     if report.is_lossless() {
         println!("wrote {} ({} bytes), lossless", output.display(), out.len());
     } else {
@@ -512,6 +548,12 @@ fn run_convert(
             output.display(),
             out.len(),
             report.describe()
+        );
+    }
+    for (path, _) in &files {
+        println!(
+            "wrote {} beside it (the model's tokenizer: a .entity holds none)",
+            path.display()
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::engine::Engine;
-use super::model::LlmModel;
+use super::model::{no_tokenizer, LlmModel, ModelFormat};
 use super::sampler::{SampleArgs, Sampler, SamplingParams};
 use super::template::{ChatMessage, ChatTemplate};
 use super::tokenizer::Tokenizer;
@@ -120,16 +120,23 @@ fn held_back(text: &str, stops: &[String]) -> usize {
     hold
 }
 
-/// A model's tokenizer and chat template: messages to prompt ids.
+/// A model's tokenizer and chat template: messages to prompt ids. A model without a tokenizer (a `.entity` with
+/// no `tokenizer.json` beside it) still generates from ids: only what needs text fails, saying what is missing.
 #[derive(Clone)]
 pub struct ChatFormat {
-    tokenizer: Arc<Tokenizer>,
+    tokenizer: std::result::Result<Arc<Tokenizer>, ModelFormat>,
     template: Option<Arc<ChatTemplate>>,
 }
 
 impl ChatFormat {
     pub fn new(model: &LlmModel) -> Result<ChatFormat> {
-        ChatFormat::of(model.tokenizer()?)
+        match &model.tokenizer {
+            Some(t) => ChatFormat::of(t.clone()),
+            None => Ok(ChatFormat {
+                tokenizer: Err(model.format),
+                template: None,
+            }),
+        }
     }
 
     /// The tokenizer and the chat template it carries.
@@ -138,11 +145,15 @@ impl ChatFormat {
             Some(t) => Some(Arc::new(ChatTemplate::new(t)?)),
             None => None,
         };
-        Ok(ChatFormat { tokenizer, template })
+        Ok(ChatFormat {
+            tokenizer: Ok(tokenizer),
+            template,
+        })
     }
 
-    pub fn tokenizer(&self) -> &Tokenizer {
-        &self.tokenizer
+    /// The tokenizer, or an error that says what is missing.
+    pub fn tokenizer(&self) -> Result<&Arc<Tokenizer>> {
+        self.tokenizer.as_ref().map_err(|&format| no_tokenizer(format))
     }
 
     pub fn has_template(&self) -> bool {
@@ -151,6 +162,7 @@ impl ChatFormat {
 
     /// The chat template applied to `messages` (with the assistant's turn opened when `add_generation_prompt`).
     pub fn apply_template(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
+        let tokenizer = self.tokenizer()?;
         let t = self
             .template
             .as_ref()
@@ -158,16 +170,17 @@ impl ChatFormat {
         t.render(
             messages,
             add_generation_prompt,
-            self.tokenizer.bos_token().as_deref(),
-            self.tokenizer.eos_token().as_deref(),
+            tokenizer.bos_token().as_deref(),
+            tokenizer.eos_token().as_deref(),
         )
     }
 
     /// Token ids of a prompt text: special tokens in it are recognised, and BOS is put first when the
     /// tokenizer asks for it and the text does not start with it already (llama.cpp's rule).
     pub fn encode_prompt(&self, text: &str) -> Result<Vec<u32>> {
-        let mut ids = self.tokenizer.encode(text, false)?;
-        if let (true, Some(bos)) = (self.tokenizer.add_bos(), self.tokenizer.bos_id()) {
+        let tokenizer = self.tokenizer()?;
+        let mut ids = tokenizer.encode(text, false)?;
+        if let (true, Some(bos)) = (tokenizer.add_bos(), tokenizer.bos_id()) {
             if ids.first() != Some(&bos) {
                 ids.insert(0, bos);
             }
@@ -218,7 +231,8 @@ pub struct Reply {
     text: String,
     /// Bytes of `text` already handed out.
     emitted: usize,
-    stream: super::tokenizer::TokenStream,
+    /// The text of the new ids; `None` for a model without a tokenizer (ids only, `text` stays empty).
+    stream: Option<super::tokenizer::TokenStream>,
     stop: Option<StopReason>,
     t0: f64,
     t1: Option<f64>,
@@ -280,7 +294,9 @@ impl Reply {
             return Ok(self.end(StopReason::Eos));
         }
         self.context.push(next);
-        self.text.push_str(&self.stream.push(next)?);
+        if let Some(stream) = &mut self.stream {
+            self.text.push_str(&stream.push(next)?);
+        }
         let fresh = &self.text[self.emitted..];
         if let Some(at) = self.stop_strings.iter().filter_map(|s| fresh.find(s.as_str())).min() {
             self.text.truncate(self.emitted + at);
@@ -314,7 +330,17 @@ impl Reply {
 
     fn end(&mut self, reason: StopReason) -> String {
         self.stop = Some(reason);
-        self.text.push_str(&self.stream.finish());
+        if let Some(stream) = &mut self.stream {
+            let tail = stream.finish();
+            // Bytes held back for a character the cut reply never finished are not text (its ids keep them); a
+            // reply the model ended keeps what its last tokens decode to.
+            let cut = matches!(
+                reason,
+                StopReason::MaxTokens | StopReason::ContextFull | StopReason::Cancelled
+            );
+            self.text
+                .push_str(if cut { tail.trim_end_matches('\u{FFFD}') } else { &tail });
+        }
         let out = self.text[self.emitted..].to_string();
         self.emitted = self.text.len();
         out
@@ -353,7 +379,8 @@ impl Conversation {
     /// A conversation in `format` whose replies also end at `eos_ids` (the model's own, besides the tokenizer's).
     pub fn of(format: ChatFormat, eos_ids: &[u32]) -> Result<Conversation> {
         let mut eos_ids = eos_ids.to_vec();
-        for id in format.tokenizer().eos_ids() {
+        let tokenizer_eos = format.tokenizer().map(|t| t.eos_ids()).unwrap_or_default();
+        for id in tokenizer_eos {
             if !eos_ids.contains(&id) {
                 eos_ids.push(id);
             }
@@ -434,7 +461,7 @@ impl Conversation {
             computed: common,
             text: String::new(),
             emitted: 0,
-            stream: self.format.tokenizer.stream(),
+            stream: self.format.tokenizer().ok().map(|t| t.stream()),
             stop: None,
             t0: now_s(),
             t1: None,
@@ -543,7 +570,12 @@ impl Session {
                 let draw = reply.draw();
                 let Some(input) = reply.input() else { break };
                 let out = step(self.engine.as_mut(), input, draw.as_ref())?;
-                reply.accept(out)?
+                // A stop that came while the step ran drops its token: nothing shows after the stop. (The engine
+                // cached more than the reply says; the next turn's truncation drops it.)
+                match cancelled() {
+                    true => reply.cancel(),
+                    false => reply.accept(out)?,
+                }
             };
             if !text.is_empty() && !on_text(&text) {
                 reply.cancel();

@@ -105,6 +105,15 @@ pub fn gguf_config(header: &gguf::GgufHeader) -> Result<(ModelConfig, Vec<u32>)>
         .and_then(|&v| usize::try_from(v).ok())
         .ok_or_else(|| LoomError::InvalidNetwork("token_embd.weight is not a matrix".into()))?;
     let config = ModelConfig::from_gguf(header, vocab)?;
+    // llama.cpp's rule: the token list has exactly the embedding's rows.
+    if let Some(gguf::GgufValue::Array(_, tokens)) = header.get("tokenizer.ggml.tokens") {
+        if tokens.len() != vocab {
+            return Err(LoomError::InvalidNetwork(format!(
+                "the GGUF lists {} tokens but token_embd.weight has {vocab} rows",
+                tokens.len()
+            )));
+        }
+    }
     let mut eos_ids = Vec::new();
     for key in ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"] {
         if let Some(id) = header
@@ -120,7 +129,40 @@ pub fn gguf_config(header: &gguf::GgufHeader) -> Result<(ModelConfig, Vec<u32>)>
     Ok((config, eos_ids))
 }
 
+/// One rule for a model's files: every id its tokenizer can produce (vocabulary, added and special tokens, BOS,
+/// EOS) and every end-of-reply id has a row in the embedding and in the head (`config.vocab` rows: the loaders
+/// check both tensors against it), so that no id encoded or sampled indexes past them.
+pub fn check_ids(config: &ModelConfig, tokenizer: Option<&Tokenizer>, eos_ids: &[u32]) -> Result<()> {
+    let rows = config.vocab;
+    let past = |what: &str, id: u32| {
+        Err(LoomError::InvalidNetwork(format!(
+            "{what} {id} has no row in the embedding and head, which have {rows} rows"
+        )))
+    };
+    if let Some(t) = tokenizer {
+        if t.vocab_size() > rows {
+            return past("the tokenizer's highest id", (t.vocab_size() - 1) as u32);
+        }
+        if let Some(id) = t.bos_id().filter(|&id| id as usize >= rows) {
+            return past("the BOS id", id);
+        }
+        if let Some(id) = t.eos_ids().into_iter().find(|&id| id as usize >= rows) {
+            return past("the EOS id", id);
+        }
+    }
+    match eos_ids.iter().find(|&&id| id as usize >= rows) {
+        Some(&id) => past("the end-of-reply id", id),
+        None => Ok(()),
+    }
+}
+
 impl LlmModel {
+    /// Checks [`check_ids`] on the model as opened.
+    fn checked(self) -> Result<LlmModel> {
+        check_ids(&self.config, self.tokenizer.as_deref(), &self.eos_ids)?;
+        Ok(self)
+    }
+
     /// A GGUF file held in one buffer.
     pub fn from_gguf(file: Bytes) -> Result<LlmModel> {
         LlmModel::from_gguf_header(gguf::read_header_bytes(&file)?, file)
@@ -135,13 +177,14 @@ impl LlmModel {
         };
         src.apply_rope_tensors(&mut config)?;
         let weights = weights::load(&config, &src)?;
-        Ok(LlmModel {
+        LlmModel {
             format: ModelFormat::Gguf,
             config,
             weights: Arc::new(weights),
             eos_ids,
             tokenizer: Some(Arc::new(Tokenizer::from_gguf(&header)?)),
-        })
+        }
+        .checked()
     }
 
     /// An HF folder's files.
@@ -164,13 +207,14 @@ impl LlmModel {
             )?)),
             None => None,
         };
-        Ok(LlmModel {
+        LlmModel {
             format: ModelFormat::HfFolder,
             config,
             weights: Arc::new(weights),
             eos_ids,
             tokenizer,
-        })
+        }
+        .checked()
     }
 
     /// The tokenizer, or an error that says what is missing.
@@ -189,6 +233,24 @@ impl LlmModel {
             eos_ids: Vec::new(),
             tokenizer: None,
         })
+    }
+
+    /// The files that carry what a `.entity` cannot beside it, so that it chats as this model does:
+    /// `tokenizer.json` and `tokenizer_config.json` ([`Tokenizer::hf_files`]) and `generation_config.json` with every
+    /// end-of-reply id (EOT/EOM as well as EOS); none for a model without a tokenizer.
+    pub fn tokenizer_files(&self) -> Result<Vec<(&'static str, Vec<u8>)>> {
+        let Some(t) = &self.tokenizer else {
+            return Ok(Vec::new());
+        };
+        let (json, config) = t.hf_files()?;
+        let mut eos = self.eos_ids.clone();
+        eos.extend(t.eos_ids().into_iter().filter(|id| !self.eos_ids.contains(id)));
+        let generation = serde_json::json!({ "bos_token_id": t.bos_id(), "eos_token_id": eos });
+        Ok(vec![
+            ("tokenizer.json", json),
+            ("tokenizer_config.json", config),
+            ("generation_config.json", generation.to_string().into_bytes()),
+        ])
     }
 
     /// Writes the model as a Loom transformer `.entity` (see [`super::entity::write`]).
@@ -214,7 +276,8 @@ impl LlmModel {
             PickedModel::Entity(i) => {
                 let mut model = LlmModel::from_entity(bytes(i))?;
                 model.tokenizer = picked.tokenizer(&small)?;
-                Ok(model)
+                model.eos_ids = hf_eos_ids(small(picked.named("generation_config.json")).as_deref(), b"{}")?;
+                model.checked()
             }
             PickedModel::Hf { config, index } => {
                 let shards = picked.shards(small(index).as_deref())?;
@@ -452,7 +515,9 @@ mod native {
                     if dir.join("tokenizer.json").exists() {
                         model.tokenizer = Some(Arc::new(open_tokenizer(dir)?));
                     }
-                    Ok(model)
+                    let generation = read_opt(dir.join("generation_config.json"))?;
+                    model.eos_ids = hf_eos_ids(generation.as_deref(), b"{}")?;
+                    model.checked()
                 }
                 Header::LoomJson(_) => Err(LoomError::UnknownFormat(format!(
                     "{}: a Loom JSON network is not a model to chat with (GGUF, .entity, an HF folder, or \

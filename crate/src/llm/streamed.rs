@@ -9,7 +9,7 @@ use bytes::Bytes;
 
 use super::config::ModelConfig;
 use super::entity::{network_config, EntitySource};
-use super::model::{gguf_config, hf_eos_ids, no_tokenizer, ModelFormat, Picked, PickedModel};
+use super::model::{check_ids, gguf_config, hf_eos_ids, no_tokenizer, ModelFormat, Picked, PickedModel};
 use super::sources::{
     hf_block_name_for, hf_canonical_name, hf_global_name, safetensors_type, GgufData, GgufSource, SafetensorsSource,
     ROPE_TENSORS,
@@ -98,6 +98,12 @@ impl StreamedModel {
     /// Opens the model among files `names` of lengths `sizes`, reading their first bytes, the headers and the
     /// small JSON files (config, tokenizer), not the weights.
     pub async fn open(names: &[String], sizes: &[u64], reader: &impl RangeReader) -> Result<StreamedModel> {
+        let model = StreamedModel::open_unchecked(names, sizes, reader).await?;
+        check_ids(&model.config, model.tokenizer.as_deref(), &model.eos_ids)?;
+        Ok(model)
+    }
+
+    async fn open_unchecked(names: &[String], sizes: &[u64], reader: &impl RangeReader) -> Result<StreamedModel> {
         if names.len() != sizes.len() {
             return Err(LoomError::InvalidInput(format!(
                 "{} names for {} file lengths",
@@ -163,17 +169,23 @@ impl StreamedModel {
                 let blobs = entity_blobs(file, size, header)?;
                 let config = network_config(&blobs.network)?;
                 let mut read = HashMap::new();
-                for i in [picked.named("tokenizer.json"), picked.named("tokenizer_config.json")]
-                    .into_iter()
-                    .flatten()
+                let generation = picked.named("generation_config.json");
+                for i in [
+                    picked.named("tokenizer.json"),
+                    picked.named("tokenizer_config.json"),
+                    generation,
+                ]
+                .into_iter()
+                .flatten()
                 {
                     read.insert(i, read_whole(reader, sizes, i).await?);
                 }
                 let tokenizer = picked.tokenizer(&|i| i.and_then(|i| read.get(&i).cloned()))?;
+                let generation = generation.and_then(|i| read.get(&i).cloned());
                 Ok(StreamedModel {
                     format: ModelFormat::Entity,
                     config,
-                    eos_ids: Vec::new(),
+                    eos_ids: hf_eos_ids(generation.as_deref(), b"{}")?,
                     tokenizer,
                     tensors: Tensors::Entity(Box::new(blobs)),
                 })

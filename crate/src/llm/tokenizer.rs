@@ -313,6 +313,25 @@ impl Tokenizer {
         self.special_ids.contains(&id)
     }
 
+    /// The tokenizer as an HF folder holds it: `tokenizer.json` (tokenizers' own serialisation) and
+    /// `tokenizer_config.json` (BOS, EOS, whether each is added, the chat template), which
+    /// [`Tokenizer::from_json_with_config`] reads back as this tokenizer. A `.entity` carries no vocabulary: these
+    /// go beside it.
+    pub fn hf_files(&self) -> Result<(Vec<u8>, Vec<u8>)> {
+        let json = self
+            .inner
+            .to_string(false)
+            .map_err(|e| tok_err(format!("tokenizer.json: {e}")))?;
+        let config = serde_json::json!({
+            "bos_token": self.bos_token(),
+            "eos_token": self.eos_token(),
+            "add_bos_token": self.add_bos,
+            "add_eos_token": self.add_eos,
+            "chat_template": self.chat_template,
+        });
+        Ok((json.into_bytes(), config.to_string().into_bytes()))
+    }
+
     /// The Jinja chat template shipped with the tokenizer, if any.
     pub fn chat_template(&self) -> Option<&str> {
         self.chat_template.as_deref()
@@ -711,13 +730,20 @@ fn byte_level_tokenizer(
             Some(i) => (&merge[..i], &merge[i + 1..]),
             None => return Err(tok_err(format!("merge {merge:?} is not \"left right\""))),
         };
-        // Merges whose parts or result are not tokens can never apply (HF would refuse the whole vocabulary).
+        // A merge names two tokens and makes a token (HF's BPE refuses the vocabulary otherwise; llama.cpp would
+        // fall back to bytes mid-word): a file that breaks this is refused, not tokenized some other way.
         joined.clear();
         joined.push_str(left);
         joined.push_str(right);
-        if vocab.contains_key(left) && vocab.contains_key(right) && vocab.contains_key(&joined) {
-            pairs.push((left.to_string(), right.to_string()));
+        if let Some(missing) = [left, right, joined.as_str()]
+            .into_iter()
+            .find(|t| !vocab.contains_key(*t))
+        {
+            return Err(tok_err(format!(
+                "merge {merge:?}: {missing:?} is not a token of the vocabulary"
+            )));
         }
+        pairs.push((left.to_string(), right.to_string()));
     }
     let bpe = BPE::builder()
         .vocab_and_merges(vocab, pairs)
