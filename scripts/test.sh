@@ -42,6 +42,9 @@ node --test tests-wasm/node/
 step "npm package: Node, Chromium (Playwright) and fresh-Vite tests (scripts/test-web.sh)"
 LOOM_WEB_SKIP_PKG=1 bash scripts/test-web.sh
 
+step "release readiness: npm and cargo publish --dry-run (scripts/check-release.sh)"
+bash scripts/check-release.sh
+
 step "demo app: Playwright suite in Chromium (scripts/test-www.sh)"
 bash scripts/test-www.sh
 

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# What a release publishes, checked without publishing: `npm publish --dry-run` of the built package (web/dist
+# must exist: scripts/test-web.sh builds it) and `cargo publish --dry-run` of the crate (packaged and built from
+# its tarball). The release itself is .github/workflows/release.yml, run by pushing a tag (see RELEASING.md).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+[ -f web/dist/index.js ] || { echo "check-release: web/dist is missing: build the package first" >&2; exit 1; }
+want=$(node -p "require('./web/package.json').version")
+have=$(awk -F'"' '/^version = / { print $2; exit }' crate/Cargo.toml)
+[ "$want" = "$have" ] || { echo "check-release: web/package.json $want but crate/Cargo.toml $have" >&2; exit 1; }
+grep -q "^## \[$want\]" CHANGELOG.md || { echo "check-release: CHANGELOG.md has no [$want] section" >&2; exit 1; }
+(cd web && npm publish --dry-run 2>&1 | grep -E '^npm (notice (name|version|package size|total files)|error)|^\+ ')
+# --allow-dirty: a checkout being tested may hold uncommitted work; CI's clean clone has none.
+if ! out=$(cargo publish --dry-run -p loom-wasm --allow-dirty 2>&1); then
+  echo "$out" >&2
+  echo "check-release: cargo publish --dry-run failed" >&2
+  exit 1
+fi
+grep -E '^ +(Packaged|Verifying)' <<<"$out" || true
+echo "check-release: npm and cargo packages $want are ready to publish"
