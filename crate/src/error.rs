@@ -78,6 +78,9 @@ pub enum LoomError {
     /// A prefix of a larger file ended too early: call again with at least the first `needed` bytes.
     #[error("need the first {needed} bytes of the file, have {available}")]
     NeedMore { needed: u64, available: u64 },
+    /// An error in a file a person picked or named, with the file's name (its code is the error's own).
+    #[error("{file}: {error}")]
+    InFile { file: String, error: Box<LoomError> },
 }
 
 impl LoomError {
@@ -115,6 +118,18 @@ impl LoomError {
             LoomError::NeedMore { .. } => "need_more",
             LoomError::Template(_) => "template",
             LoomError::ContextFull { .. } => "context_full",
+            LoomError::InFile { error, .. } => error.code(),
+        }
+    }
+
+    /// The error as one in file `file` (named once, however often this is called).
+    pub fn in_file(self, file: &str) -> LoomError {
+        match self {
+            LoomError::InFile { .. } => self,
+            error => LoomError::InFile {
+                file: file.to_string(),
+                error: Box::new(error),
+            },
         }
     }
 }

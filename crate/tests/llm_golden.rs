@@ -183,4 +183,22 @@ fn picked_files_open_as_the_same_models() {
     let mut files = picked(&[("config.json", "config.json")]);
     files.push(("tiny/model.safetensors.index.json".into(), Bytes::from_static(index)));
     assert!(err(files).contains("shard-1.safetensors"));
+    // A file named as a model whose bytes are not that format is named, never passed over ("no model among
+    // these files"); a truncated model file is called truncated, by its name.
+    for (name, what) in [
+        ("model.gguf", "not a GGUF file"),
+        ("model.entity", "not a Loom ENTITY file"),
+    ] {
+        let files = vec![(format!("tiny/{name}"), Bytes::from_static(b"<!doctype html> not found"))];
+        let e = err(files);
+        assert!(e.starts_with(&format!("{name}: {what}")), "{e}");
+    }
+    let whole = read("model.q4_0.gguf");
+    for cut in [100, 3000, whole.len() - 100] {
+        let e = err(vec![("dl/model.gguf".into(), whole.slice(..cut))]);
+        assert!(
+            e.starts_with("model.gguf: ") && e.contains("truncated"),
+            "cut at {cut}: {e}"
+        );
+    }
 }

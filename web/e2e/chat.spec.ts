@@ -38,10 +38,18 @@ test('an HF folder from a directory handle chats in the worker; greedy ids equal
       let pieces = 0;
       const r = await chat.send('Hello, ', { temperature: 0, maxTokens: 16, onToken: () => pieces++ });
       out[device] = { device: chat.device, format: chat.info.format, ids: [...r.ids], pieces, history: chat.history.length };
+      if (device === 'gpu') out.where = { adapter: chat.adapter, warning: chat.warning, gpu: await window.loom.gpuInfo() };
       await chat.dispose();
     }
     return out;
   }, TEMPLATE);
+  // Chosen by name on this machine's software adapter, WebGPU runs; the session names the browser's adapter (not
+  // wgpu's "(BrowserWebGpu)") and warns that it is a software one, as 'auto' says when it picks the CPU instead.
+  const where = got.where as { adapter?: string; warning?: string; gpu: { adapter?: string; software?: boolean } };
+  expect(where.gpu.software).toBe(true);
+  expect(where.adapter).toBe(where.gpu.adapter);
+  expect(where.adapter).not.toContain('BrowserWebGpu');
+  expect(where.warning).toContain('software adapter');
   const want = greedy('safetensors_f32', 1);
   expect(got.cpu).toEqual({ device: 'cpu', format: 'hf', ids: want, pieces: (got.cpu as any).pieces, history: 2 });
   expect((got.cpu as any).pieces).toBeGreaterThan(1);

@@ -175,6 +175,7 @@ class Chat implements ChatSession {
     readonly info: ChatModelInfo,
     readonly adapter?: string,
     readonly fallbackReason?: string,
+    readonly warning?: string,
   ) {}
 
   get history(): ChatMessage[] {
@@ -405,9 +406,10 @@ export function createApi(transport: Transport, resolveUrl: (url: string | URL) 
         name: opts.name,
       };
       const r = await call<{
-        id: number; name: string; device: 'gpu' | 'cpu'; adapter?: string; fallbackReason?: string; info: ChatModelInfo;
+        id: number; name: string; device: 'gpu' | 'cpu'; adapter?: string; fallbackReason?: string; warning?: string;
+        info: ChatModelInfo;
       }>(transport, 'chatOpen', [wire, wireOpts], opts);
-      return new Chat(transport, r.id, r.name, r.device, r.info, r.adapter, r.fallbackReason);
+      return new Chat(transport, r.id, r.name, r.device, r.info, r.adapter, r.fallbackReason, r.warning);
     },
     gpuInfo: () => call(transport, 'gpuInfo', []),
     memoryBytes: () => call(transport, 'memoryBytes', []),

@@ -425,7 +425,8 @@ async function gpuInfo(): Promise<GpuInfo> {
   adapterInfo ??= browserAdapter(gpu as BrowserGpu);
   const browser = await adapterInfo;
   if (!browser) return info;
-  return { ...info, adapter: info.adapter || browser.name, software: browser.software };
+  // wgpu names a browser adapter by its backend only ("… (BrowserWebGpu)"): the browser's name says which it is.
+  return { ...info, adapter: browser.name || info.adapter, software: browser.software };
 }
 
 interface BrowserGpu {
@@ -573,7 +574,7 @@ async function chatOpen(src: WireChatSource, opts: ChatOpenOptions, ctx: CallCon
   // On the GPU the model streams there block by block; on the CPU it is read whole into wasm memory.
   if (where.gpu) {
     try {
-      return registerChat(await chatStreamGpu(src, opts, ctx), 'gpu', name, undefined);
+      return await registerChat(await chatStreamGpu(src, opts, ctx), 'gpu', name, undefined);
     } catch (e) {
       const err = toLoomError(e);
       if (!GPU_ERRORS.has(err.code) || (opts.device === 'gpu' && err.code !== 'no_webgpu')) throw err;
@@ -602,14 +603,21 @@ async function chatOpen(src: WireChatSource, opts: ChatOpenOptions, ctx: CallCon
     chat.free();
     throwIfAborted(ctx.signal);
   }
-  return registerChat(chat, 'cpu', name, fallbackReason);
+  return await registerChat(chat, 'cpu', name, fallbackReason);
 }
 
-function registerChat(chat: RawChat, device: 'gpu' | 'cpu', name: string, fallbackReason: string | undefined) {
+async function registerChat(chat: RawChat, device: 'gpu' | 'cpu', name: string, fallbackReason: string | undefined) {
   const id = nextId++;
   chats.set(id, { chat, device, name });
-  const adapter = device === 'gpu' ? chat.device() : undefined;
-  return { id, name, device, adapter, fallbackReason, info: chat.info() };
+  let adapter: string | undefined;
+  let warning: string | undefined;
+  if (device === 'gpu') {
+    const gpu = await gpuInfo();
+    adapter = gpu.adapter || chat.device();
+    // Asked for by name ('gpu'), a software adapter runs; say what that costs, as 'auto' does when it passes it by.
+    if (gpu.software) warning = `WebGPU runs on a software adapter here (${adapter}), slower than the CPU engine`;
+  }
+  return { id, name, device, adapter, fallbackReason, warning, info: chat.info() };
 }
 
 /** Generates a reply, streaming its text through `ctx.onToken`; an aborted signal ends it (`cancelled`). */

@@ -278,6 +278,9 @@ export interface ChatSession {
   readonly adapter?: string;
   /** Why the CPU runs it when a GPU was asked for (`device: 'auto' | 'gpu'`). */
   readonly fallbackReason?: string;
+  /** What to know about where it runs: `device: 'gpu'` on a software adapter (WebGPU on the CPU, slower than the
+   * CPU engine). */
+  readonly warning?: string;
   readonly info: ChatModelInfo;
   /** The conversation so far (a copy). */
   readonly history: ChatMessage[];

@@ -111,13 +111,21 @@ test('a hostile GGUF dropped on the chat page says why; the bundled model still 
   writeFileSync(path.join(dir, 'lying.gguf'), lying);
   const whole = readFileSync(GGUF);
   writeFileSync(path.join(dir, 'cut.gguf'), whole.subarray(0, whole.length >> 1));
+  // A download that saved an error page under the model's name, and one cut inside its header.
+  writeFileSync(path.join(dir, 'model.gguf'), '<!doctype html><title>404 Not Found</title>');
+  writeFileSync(path.join(dir, 'short.gguf'), whole.subarray(0, 3000));
   await page.goto('/#chat');
   await page.locator('body[data-app="ready"]').waitFor();
-  for (const name of ['lying.gguf', 'cut.gguf']) {
+  for (const [name, says] of [
+    ['lying.gguf', /lying\.gguf: .*(tensor|truncated|bytes)/],
+    ['cut.gguf', /cut\.gguf: .*truncated/],
+    ['model.gguf', /model\.gguf: not a GGUF file/],
+    ['short.gguf', /short\.gguf: .*truncated/],
+  ] as const) {
     await page.locator('#chat-file-input').setInputFiles(path.join(dir, name));
     await expect(page.getByTestId('chat-error')).toBeVisible({ timeout: 60_000 });
     await expect(page.getByTestId('chat-error')).toHaveAttribute('data-code', 'bad_format');
-    await expect(page.getByTestId('chat-error')).toContainText(/tensor|truncated|bytes|file/i);
+    await expect(page.getByTestId('chat-error')).toContainText(says);
   }
   await page.getByTestId('device-choice').selectOption('cpu');
   await page.getByTestId('open-default-model').click();

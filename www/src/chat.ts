@@ -143,7 +143,9 @@ function showModel(session: ChatSession, name: string): void {
   deviceBadge.textContent = session.device === 'gpu' ? 'WebGPU' : 'CPU';
   deviceBadge.dataset.device = session.device;
   deviceBadge.title = session.adapter ?? 'WebAssembly CPU engine';
-  deviceReason.textContent = session.device === 'gpu' ? (session.adapter ?? '') : (session.fallbackReason ?? '');
+  deviceReason.textContent =
+    session.device === 'gpu' ? (session.warning ?? session.adapter ?? '') : (session.fallbackReason ?? '');
+  deviceReason.classList.toggle('note-warn', session.warning !== undefined);
   deviceReason.hidden = !deviceReason.textContent;
   picker.classList.add('compact');
   document.title = `${name} · Loom chat`;

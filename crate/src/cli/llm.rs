@@ -110,7 +110,7 @@ fn load(args: &ModelArgs) -> Result<(LlmModel, Box<dyn Engine>)> {
         crate::quant::set_threads(n)?;
     }
     let t0 = now_s();
-    let model = LlmModel::open(&args.model)?;
+    let model = LlmModel::open(&args.model).map_err(|e| e.in_file(&args.model.display().to_string()))?;
     let c = &model.config;
     eprintln!(
         "loom: {} ({}, {} layers, hidden {}, vocab {}, {:.1} MiB of weights) loaded in {:.0} ms",

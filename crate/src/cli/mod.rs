@@ -246,7 +246,7 @@ fn run_inspect(path: &Path, json: bool) -> Result<ExitCode> {
     } else if path.is_dir() {
         inspect::inspect_checkpoint(&Checkpoint::open(path)?)
     } else {
-        inspect::inspect(&mut FileSource::open(path)?)?
+        inspect::inspect(&mut FileSource::open(path)?).map_err(|e| e.in_file(&path.display().to_string()))?
     };
     if json {
         println!(

@@ -317,7 +317,7 @@ pub fn read_header(src: &mut dyn ByteSource, head: Vec<u8>) -> Result<(GgufHeade
         > c.remaining()
     {
         return Err(bad(format!(
-            "{kv_count} metadata entries and {tensor_count} tensors cannot fit in a {}-byte file",
+            "{kv_count} metadata entries and {tensor_count} tensors cannot fit in a {}-byte file (a truncated file?)",
             c.src.len()
         )));
     }

@@ -271,7 +271,7 @@ impl LlmModel {
         let picked = Picked::new(&names, |i| &files[i].1)?;
         let bytes = |i: usize| files[i].1.clone();
         let small = |i: Option<usize>| i.map(|i| files[i].1.to_vec());
-        match picked.model {
+        let model = match picked.model {
             PickedModel::Gguf(i) => LlmModel::from_gguf(bytes(i)),
             PickedModel::Entity(i) => {
                 let mut model = LlmModel::from_entity(bytes(i))?;
@@ -292,7 +292,8 @@ impl LlmModel {
                     tokenizer_config_json: small(picked.named("tokenizer_config.json")),
                 })
             }
-        }
+        };
+        model.map_err(|e| picked.in_model_file(e))
     }
 }
 
@@ -329,12 +330,36 @@ impl Picked {
     /// `head(i)`: at least the first [`crate::formats::detect::DETECT_LEN`] bytes of file `i` (fewer when it is
     /// shorter).
     pub fn new<'a>(names: &[String], head: impl Fn(usize) -> &'a [u8]) -> Result<Picked> {
-        use crate::formats::detect::{detect, Format};
+        use crate::formats::detect::{detect, Format, DETECT_LEN};
         let names: Vec<String> = names
             .iter()
             .map(|n| n.rsplit(['/', '\\']).next().unwrap_or(n).to_string())
             .collect();
         let formats: Vec<Format> = (0..names.len()).map(|i| detect(head(i))).collect();
+        // A file named as a model whose bytes are not that format (a corrupt or cut download) is named, never
+        // passed over as if it were not there.
+        for (i, name) in names.iter().enumerate() {
+            let lower = name.to_ascii_lowercase();
+            let named = [
+                (".gguf", Format::Gguf, "GGUF"),
+                (".entity", Format::Entity, "Loom ENTITY"),
+                (".safetensors", Format::Safetensors, "safetensors"),
+            ];
+            if let Some((_, _, what)) = named
+                .iter()
+                .find(|(ext, f, _)| lower.ends_with(ext) && formats[i] != *f)
+            {
+                let error = match head(i).len() {
+                    0 => LoomError::Truncated {
+                        what: format!("a {what} file"),
+                        needed: DETECT_LEN as u64,
+                        available: 0,
+                    },
+                    _ => LoomError::BadMagic { format: what },
+                };
+                return Err(error.in_file(name));
+            }
+        }
         let one_of = |f: Format, what: &str| -> Result<Option<usize>> {
             let found: Vec<usize> = (0..names.len()).filter(|&i| formats[i] == f).collect();
             match found.as_slice() {
@@ -365,6 +390,22 @@ impl Picked {
             }
         };
         Ok(Picked { names, formats, model })
+    }
+
+    /// The model's own file, for messages: the GGUF or the `.entity` (an HF folder's files name themselves).
+    pub fn model_file(&self) -> Option<&str> {
+        match self.model {
+            PickedModel::Gguf(i) | PickedModel::Entity(i) => Some(&self.names[i]),
+            PickedModel::Hf { .. } => None,
+        }
+    }
+
+    /// `e` as an error in the model's own file, when there is one.
+    pub fn in_model_file(&self, e: LoomError) -> LoomError {
+        match self.model_file() {
+            Some(name) => e.in_file(name),
+            None => e,
+        }
     }
 
     /// The file called `name` (its last path component).

@@ -116,6 +116,16 @@ impl StreamedModel {
             heads.push(reader.read(i, 0, size.min(DETECT_LEN as u64)).await?);
         }
         let picked = Picked::new(names, |i| &heads[i])?;
+        let file = picked.model_file().map(str::to_string);
+        StreamedModel::open_picked(picked, sizes, reader)
+            .await
+            .map_err(|e| match &file {
+                Some(f) => e.in_file(f),
+                None => e,
+            })
+    }
+
+    async fn open_picked(picked: Picked, sizes: &[u64], reader: &impl RangeReader) -> Result<StreamedModel> {
         match picked.model {
             PickedModel::Gguf(file) => {
                 let size = sizes[file];
