@@ -65,6 +65,7 @@ export default defineConfig({
   optimizeDeps: { exclude: ['loom-wasm'] },
   worker: { format: 'es' },
   plugins: [models],
-  server: { host: '127.0.0.1', port: 5173 },
+  // loom-wasm links to ../web, outside this folder: the dev server may serve its worker and .wasm from there.
+  server: { host: '127.0.0.1', port: 5173, fs: { allow: [fileURLToPath(new URL('..', import.meta.url))] } },
   preview: { host: '127.0.0.1', port: 4173, strictPort: true },
 });
