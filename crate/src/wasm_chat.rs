@@ -296,7 +296,7 @@ impl JsChat {
             let reader = JsReader(read);
             let model = StreamedModel::open(&names, &sizes, &reader).await.map_err(js_error)?;
             let format = ChatFormat::of(model.tokenizer().map_err(js_error)?).map_err(js_error)?;
-            let conversation = Conversation::of(format, &model.eos_ids).map_err(js_error)?;
+            let conversation = Conversation::of(format, &model.eos_ids, model.config.vocab).map_err(js_error)?;
             let mut info = ChatInfo::new(model.format, &model.config, conversation.format().has_template());
             let gpu = shared_gpu().await.map_err(js_error)?;
             let mut builder = GpuEngineBuilder::new(gpu, &model.config, (context > 0).then_some(context));

@@ -12,6 +12,7 @@ use serde_json::json;
 
 use crate::error::{LoomError, Result};
 use crate::gpu::Gpu;
+use crate::llm::constrain::Constraint;
 use crate::llm::engine::Engine;
 use crate::llm::generate::{now_s, ChatFormat, GenerateOptions, Generation, Session};
 use crate::llm::gpu_engine::GpuEngine;
@@ -47,16 +48,48 @@ pub struct SamplingArgs {
     /// Text that ends the reply (repeatable).
     #[arg(long)]
     pub stop: Vec<String>,
+    /// Hold the reply to the JSON Schema in FILE (valid JSON, ending where the value closes).
+    #[arg(long, value_name = "FILE", group = "constraint")]
+    pub json_schema: Option<PathBuf>,
+    /// Hold the reply to any JSON object.
+    #[arg(long, group = "constraint")]
+    pub json_object: bool,
+    /// Hold the reply to a regular expression (matched whole).
+    #[arg(long, value_name = "RE", group = "constraint")]
+    pub regex: Option<String>,
+    /// Hold the reply to the Lark grammar in FILE (llguidance's dialect).
+    #[arg(long, value_name = "FILE", group = "constraint")]
+    pub grammar: Option<PathBuf>,
 }
 
 impl SamplingArgs {
-    fn options(&self) -> GenerateOptions {
+    /// The constraint the flags ask for, its file read and a schema parsed.
+    fn constraint(&self) -> Result<Option<Constraint>> {
+        let read = |p: &PathBuf| std::fs::read(p).map_err(|e| LoomError::Io(format!("{}: {e}", p.display())));
+        Ok(if let Some(path) = &self.json_schema {
+            let schema = serde_json::from_slice(&read(path)?)
+                .map_err(|e| crate::error::json_err(&path.display().to_string(), e))?;
+            Some(Constraint::JsonSchema(schema))
+        } else if self.json_object {
+            Some(Constraint::JsonObject)
+        } else if let Some(rx) = &self.regex {
+            Some(Constraint::Regex(rx.clone()))
+        } else if let Some(path) = &self.grammar {
+            let text = String::from_utf8(read(path)?)
+                .map_err(|_| LoomError::InvalidInput(format!("{}: not UTF-8 text", path.display())))?;
+            Some(Constraint::Lark(text))
+        } else {
+            None
+        })
+    }
+
+    fn options(&self) -> Result<GenerateOptions> {
         let seed = self.seed.unwrap_or_else(|| {
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos() as u64)
         });
-        GenerateOptions {
+        Ok(GenerateOptions {
             sampling: SamplingParams {
                 temperature: if self.greedy { 0.0 } else { self.temperature },
                 top_k: self.top_k,
@@ -68,8 +101,9 @@ impl SamplingArgs {
             },
             max_tokens: self.max_tokens,
             stop_strings: self.stop.clone(),
+            constraint: self.constraint()?,
             ..GenerateOptions::default()
-        }
+        })
     }
 }
 
@@ -231,7 +265,7 @@ pub fn run_chat(
 ) -> Result<ExitCode> {
     let (model, engine) = load(m)?;
     let mut session = Session::new(&model, engine)?;
-    let mut opts = s.options();
+    let mut opts = s.options()?;
     if let Some(sys) = system {
         session.conversation.history.push(ChatMessage {
             role: "system".into(),
@@ -290,7 +324,7 @@ pub fn run_generate(m: &ModelArgs, p: &PromptArgs, s: &SamplingArgs, json: bool)
     let mut session = Session::new(&model, engine)?;
     let ids = prompt_ids(session.format(), p)?;
     let mut sink = |t: &str| json || stdout_sink(t);
-    let g = session.generate(&ids, &s.options(), &mut sink)?;
+    let g = session.generate(&ids, &s.options()?, &mut sink)?;
     if json {
         return print_json(&generation_json(&g));
     }

@@ -5,6 +5,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+#[cfg(not(target_arch = "wasm32"))]
+use super::constrain::{Constraint, Grammar, GrammarVocab};
 use super::engine::Engine;
 use super::model::{no_tokenizer, LlmModel, ModelFormat};
 use super::sampler::{SampleArgs, Sampler, SamplingParams};
@@ -23,6 +25,9 @@ pub struct GenerateOptions {
     pub stop_strings: Vec<String>,
     /// Set from another thread (Ctrl-C, a stop button) to end the reply after the current token.
     pub cancel: Option<Arc<AtomicBool>>,
+    /// What the reply must be (a JSON Schema, a regex, a grammar): natively for now.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub constraint: Option<Constraint>,
 }
 
 impl Default for GenerateOptions {
@@ -33,6 +38,8 @@ impl Default for GenerateOptions {
             stop_ids: Vec::new(),
             stop_strings: Vec::new(),
             cancel: None,
+            #[cfg(not(target_arch = "wasm32"))]
+            constraint: None,
         }
     }
 }
@@ -45,6 +52,8 @@ pub enum StopReason {
     Cancelled,
     /// The KV cache reached the model's context.
     ContextFull,
+    /// The reply's constraint is complete: nothing more can follow (a closed JSON value, a whole match).
+    Complete,
 }
 
 impl StopReason {
@@ -55,6 +64,7 @@ impl StopReason {
             StopReason::MaxTokens => "max_tokens",
             StopReason::Cancelled => "cancelled",
             StopReason::ContextFull => "context_full",
+            StopReason::Complete => "complete",
         }
     }
 }
@@ -233,6 +243,9 @@ pub struct Reply {
     emitted: usize,
     /// The text of the new ids; `None` for a model without a tokenizer (ids only, `text` stays empty).
     stream: Option<super::tokenizer::TokenStream>,
+    /// The constraint's state, when the reply has one.
+    #[cfg(not(target_arch = "wasm32"))]
+    grammar: Option<Grammar>,
     stop: Option<StopReason>,
     t0: f64,
     t1: Option<f64>,
@@ -256,6 +269,15 @@ impl Reply {
         let args = self.sampler.draw(&self.context);
         self.drawn = Some(args.clone());
         Some(args)
+    }
+
+    /// Whether the engine must hand back the logits (a constrained reply masks them before the draw), never an id it
+    /// picked itself.
+    pub fn needs_logits(&self) -> bool {
+        #[cfg(not(target_arch = "wasm32"))]
+        return self.grammar.is_some();
+        #[cfg(target_arch = "wasm32")]
+        false
     }
 
     /// Ids in the engine's cache once the steps so far ran.
@@ -284,14 +306,29 @@ impl Reply {
             return Ok(self.end(StopReason::MaxTokens));
         }
         let next = match step {
+            Step::Id(_) if self.needs_logits() => {
+                return Err(LoomError::InvalidInput(
+                    "a constrained reply draws from the logits".into(),
+                ))
+            }
             Step::Id(id) => id,
-            Step::Logits(mut logits) => match self.drawn.take() {
-                Some(args) => Sampler::sample_with(&mut logits, &args),
-                None => self.sampler.sample(&mut logits, &self.context),
-            },
+            Step::Logits(mut logits) => {
+                #[cfg(not(target_arch = "wasm32"))]
+                if let Some(g) = &mut self.grammar {
+                    g.mask(&mut logits)?;
+                }
+                match self.drawn.take() {
+                    Some(args) => Sampler::sample_with(&mut logits, &args),
+                    None => self.sampler.sample(&mut logits, &self.context),
+                }
+            }
         };
         if self.stop_ids.contains(&next) {
             return Ok(self.end(StopReason::Eos));
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Some(g) = &mut self.grammar {
+            g.accept(next)?;
         }
         self.context.push(next);
         if let Some(stream) = &mut self.stream {
@@ -308,7 +345,9 @@ impl Reply {
         let safe = self.text.len() - held_back(fresh, &self.stop_strings);
         let mut out = self.text[self.emitted..safe].to_string();
         self.emitted = safe;
-        if self.new_ids().len() >= self.max_tokens {
+        if self.constraint_done() {
+            out.push_str(&self.end(StopReason::Complete));
+        } else if self.new_ids().len() >= self.max_tokens {
             out.push_str(&self.end(StopReason::MaxTokens));
         } else if self.computed >= self.limit {
             out.push_str(&self.end(StopReason::ContextFull));
@@ -322,6 +361,13 @@ impl Reply {
             None => self.end(StopReason::Cancelled),
             Some(_) => String::new(),
         }
+    }
+
+    fn constraint_done(&self) -> bool {
+        #[cfg(not(target_arch = "wasm32"))]
+        return self.grammar.as_ref().is_some_and(Grammar::is_done);
+        #[cfg(target_arch = "wasm32")]
+        false
     }
 
     fn new_ids(&self) -> &[u32] {
@@ -366,6 +412,12 @@ impl Reply {
 pub struct Conversation {
     format: ChatFormat,
     eos_ids: Vec<u32>,
+    /// Logits per step (the model's vocabulary rows), which a grammar's vocabulary spans.
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+    rows: usize,
+    /// The vocabulary as the grammar engine sees it, built by the first constrained reply.
+    #[cfg(not(target_arch = "wasm32"))]
+    grammar_vocab: Option<GrammarVocab>,
     /// Ids whose keys and values are in the engine's cache, in order.
     cached: Vec<u32>,
     pub history: Vec<ChatMessage>,
@@ -373,11 +425,12 @@ pub struct Conversation {
 
 impl Conversation {
     pub fn new(model: &LlmModel) -> Result<Conversation> {
-        Conversation::of(ChatFormat::new(model)?, &model.eos_ids)
+        Conversation::of(ChatFormat::new(model)?, &model.eos_ids, model.config.vocab)
     }
 
-    /// A conversation in `format` whose replies also end at `eos_ids` (the model's own, besides the tokenizer's).
-    pub fn of(format: ChatFormat, eos_ids: &[u32]) -> Result<Conversation> {
+    /// A conversation in `format` whose replies also end at `eos_ids` (the model's own, besides the tokenizer's), on
+    /// a model of `rows` logits.
+    pub fn of(format: ChatFormat, eos_ids: &[u32], rows: usize) -> Result<Conversation> {
         let mut eos_ids = eos_ids.to_vec();
         let tokenizer_eos = format.tokenizer().map(|t| t.eos_ids()).unwrap_or_default();
         for id in tokenizer_eos {
@@ -388,6 +441,9 @@ impl Conversation {
         Ok(Conversation {
             format,
             eos_ids,
+            rows,
+            #[cfg(not(target_arch = "wasm32"))]
+            grammar_vocab: None,
             cached: Vec::new(),
             history: Vec::new(),
         })
@@ -395,6 +451,16 @@ impl Conversation {
 
     pub fn format(&self) -> &ChatFormat {
         &self.format
+    }
+
+    /// The grammar engine's view of the vocabulary, built once.
+    #[cfg(not(target_arch = "wasm32"))]
+    fn grammar_vocab(&mut self) -> Result<GrammarVocab> {
+        if self.grammar_vocab.is_none() {
+            let tokenizer = self.format.tokenizer()?;
+            self.grammar_vocab = Some(GrammarVocab::new(tokenizer, self.rows, &self.eos_ids)?);
+        }
+        Ok(self.grammar_vocab.clone().expect("built above"))
     }
 
     /// Forgets the messages and the cached ids (the caller empties the engine's cache).
@@ -437,6 +503,11 @@ impl Conversation {
             });
         }
         let sampler = Sampler::new(opts.sampling.clone())?;
+        #[cfg(not(target_arch = "wasm32"))]
+        let grammar = match &opts.constraint {
+            None => None,
+            Some(c) => Some(self.grammar_vocab()?.start(c)?),
+        };
         let common = self
             .cached
             .iter()
@@ -462,6 +533,8 @@ impl Conversation {
             text: String::new(),
             emitted: 0,
             stream: self.format.tokenizer().ok().map(|t| t.stream()),
+            #[cfg(not(target_arch = "wasm32"))]
+            grammar,
             stop: None,
             t0: now_s(),
             t1: None,
@@ -568,8 +641,12 @@ impl Session {
                 reply.cancel()
             } else {
                 let draw = reply.draw();
+                let logits = reply.needs_logits();
                 let Some(input) = reply.input() else { break };
-                let out = step(self.engine.as_mut(), input, draw.as_ref())?;
+                let out = match logits {
+                    true => Step::Logits(self.engine.forward(input, false)?),
+                    false => step(self.engine.as_mut(), input, draw.as_ref())?,
+                };
                 // A stop that came while the step ran drops its token: nothing shows after the stop. (The engine
                 // cached more than the reply says; the next turn's truncation drops it.)
                 match cancelled() {

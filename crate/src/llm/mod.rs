@@ -1,7 +1,9 @@
-//! The LLM runtime: Llama-family decoders (Llama, Mistral, SmolLM, Qwen2, Qwen3) from GGUF, HF folders and Loom
-//! transformer `.entity` files; engines behind one interface; generation.
+//! The LLM runtime: decoders of the families `config::Arch` names from GGUF, HF folders and Loom transformer
+//! `.entity` files; engines behind one interface; generation, constrained where asked.
 
 pub mod config;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod constrain;
 pub mod engine;
 pub mod entity;
 pub mod generate;

@@ -12,7 +12,7 @@
 //! whole in text. BOS/EOS are added by [`Tokenizer::encode`] itself (HF's post-processor is not used): the
 //! tokenizer's own padding and truncation are switched off, so encoding never grows beyond its input.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use serde::Deserialize;
@@ -330,6 +330,48 @@ impl Tokenizer {
             "chat_template": self.chat_template,
         });
         Ok((json.into_bytes(), config.to_string().into_bytes()))
+    }
+
+    /// Each of the first `rows` ids as the bytes it adds to decoded text, for a grammar engine: byte-level tokens
+    /// through GPT-2's byte map, SentencePiece `<0xNN>` byte tokens as their byte and `▁` as a space, added tokens
+    /// as their text. Special tokens are `0xFF` then their text (llguidance's marker: they never match grammar
+    /// text); ids past the vocabulary (padding rows) are empty, which a grammar never allows.
+    pub fn token_bytes(&self, rows: usize) -> Vec<Vec<u8>> {
+        let byte_level = self
+            .inner
+            .get_decoder()
+            .and_then(|d| serde_json::to_string(d).ok())
+            .is_some_and(|d| d.contains("\"ByteLevel\""));
+        let from_unicode: HashMap<char, u8> = gpt2_byte_chars().into_iter().map(|(b, c)| (c, b)).collect();
+        let added = self.inner.get_added_tokens_decoder();
+        (0..rows as u32)
+            .map(|id| {
+                if let Some(t) = added.get(&id) {
+                    let marker = if t.special { &[0xFFu8][..] } else { &[] };
+                    return [marker, t.content.as_bytes()].concat();
+                }
+                let Some(token) = self.inner.id_to_token(id) else {
+                    return Vec::new();
+                };
+                if byte_level {
+                    let mut out = Vec::with_capacity(token.len());
+                    for c in token.chars() {
+                        match from_unicode.get(&c) {
+                            Some(&b) => out.push(b),
+                            None => out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
+                        }
+                    }
+                    return out;
+                }
+                match token.strip_prefix("<0x").and_then(|t| t.strip_suffix('>')) {
+                    Some(hex) if hex.len() == 2 => match u8::from_str_radix(hex, 16) {
+                        Ok(b) => vec![b],
+                        Err(_) => token.into_bytes(),
+                    },
+                    _ => token.replace(SPM_SPACE, " ").into_bytes(),
+                }
+            })
+            .collect()
     }
 
     /// The Jinja chat template shipped with the tokenizer, if any.
@@ -925,6 +967,24 @@ fn float_array(header: &GgufHeader, key: &str, n: usize) -> Result<Option<Vec<f3
         })
         .collect::<Result<Vec<_>>>()
         .map(Some)
+}
+
+/// GPT-2's byte ↔ character map (`bytes_to_unicode`): printable bytes stand for themselves, the others for the
+/// characters from U+0100 on, in byte order.
+fn gpt2_byte_chars() -> Vec<(u8, char)> {
+    let printable = |b: u8| matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
+    let mut next = 256u32;
+    (0..=255u8)
+        .map(|b| {
+            if printable(b) {
+                (b, char::from(b))
+            } else {
+                let c = char::from_u32(next).expect("below U+0200");
+                next += 1;
+                (b, c)
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
