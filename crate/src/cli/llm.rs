@@ -139,7 +139,7 @@ pub struct PromptArgs {
     pub ids: Option<Vec<u32>>,
 }
 
-fn load(args: &ModelArgs) -> Result<(LlmModel, Box<dyn Engine>)> {
+pub(super) fn load(args: &ModelArgs) -> Result<(LlmModel, Box<dyn Engine>)> {
     if let Some(n) = args.threads {
         crate::quant::set_threads(n)?;
     }

@@ -1,7 +1,8 @@
-//! The `loom` command-line tool (native only): inspect, convert, export, run, conformance, and the LLM
-//! commands chat, generate, logits, tokenize ([`llm`]).
+//! The `loom` command-line tool (native only): inspect, convert, export, run, conformance, the LLM commands chat,
+//! generate, logits, tokenize ([`llm`]), and serve (an OpenAI-compatible server, [`serve`]).
 
 mod llm;
+mod serve;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -122,6 +123,17 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Serve a language model over HTTP as OpenAI's API does (/v1/chat/completions with streaming,
+    /// /v1/completions, /v1/models, /health), one request at a time.
+    Serve {
+        #[command(flatten)]
+        model: llm::ModelArgs,
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
+        /// 0 picks a free port (the first line on stdout says which).
+        #[arg(long, default_value_t = 8080)]
+        port: u16,
+    },
     /// Logits of a prompt: the top K at the last position, or every logit at every position.
     Logits {
         #[command(flatten)]
@@ -228,6 +240,7 @@ pub fn main() -> ExitCode {
             all_positions,
             json: _,
         } => llm::run_logits(&model, &prompt, top, all_positions),
+        Command::Serve { model, host, port } => serve::run(&model, &host, port),
         Command::Tokenize {
             model_or_tokenizer,
             text,

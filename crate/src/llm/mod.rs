@@ -9,6 +9,7 @@ pub mod entity;
 pub mod generate;
 pub mod gpu_engine;
 pub mod model;
+pub mod openai;
 pub mod sampler;
 pub mod sources;
 pub mod streamed;
