@@ -21,6 +21,9 @@ echo "web: dist/pkg/loom_wasm_bg.wasm $(stat -c %s dist/pkg/loom_wasm_bg.wasm) b
 step "node tests"
 node --test test/*.test.mjs
 
+step "the openai package's types against ours (tsc -p test/types)"
+node_modules/.bin/tsc -p test/types
+
 step "Chromium tests (Playwright) and the tarball in a fresh Vite project"
 node_modules/.bin/playwright test
 

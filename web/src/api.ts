@@ -2,12 +2,13 @@
 import type { CacheBackend } from './cache.js';
 import type { Method } from './engine.js';
 import { LoomError, abortError } from './errors.js';
+import { openAIChat } from './openai.js';
 import type { WireSource } from './source.js';
 import type { ChatOpenOptions, RawReply, WireChatSource, WireSendOptions } from './engine.js';
 import type {
   CacheEntry, ChatMessage, ChatModelInfo, ChatReply, ChatSession, ChatSource, ChatStream, ConvertOptions,
-  ForwardOptions, ForwardResult, GpuInfo, Inspection, LoomModel, LossReport, ModelDiff, OpenChatOptions, OpenOptions,
-  Progress, SendOptions, Source, StopReason, TensorPreview, TensorStats,
+  ForwardOptions, ForwardResult, GpuInfo, Inspection, LoomModel, LossReport, ModelDiff, OpenAIChat, OpenChatOptions,
+  OpenOptions, Progress, SendOptions, Source, StopReason, TensorPreview, TensorStats,
 } from './types.js';
 
 export interface CallOptions {
@@ -166,6 +167,7 @@ class Chat implements ChatSession {
   /** Calls on one session run in order: each waits for the one before. */
   private queue: Promise<unknown> = Promise.resolve();
   private messages: ChatMessage[] = [];
+  readonly chat: OpenAIChat = openAIChat(this);
 
   constructor(
     private readonly transport: Transport,

@@ -270,8 +270,89 @@ export interface ChatStream extends AsyncIterable<string> {
   reply: Promise<ChatReply>;
 }
 
+/** A message of OpenAI's Chat Completions request: any role (only system, developer, user and assistant are
+ * read), text or parts (only text parts are read). Typed loosely enough that the `openai` package's
+ * `ChatCompletionMessageParam` is one. */
+export interface OpenAIMessageParam {
+  role: string;
+  content?: string | ReadonlyArray<{ type: string; text?: string }> | null;
+  name?: string;
+}
+
+/** OpenAI's Chat Completions request, as far as it is read: the `openai` package's
+ * `ChatCompletionCreateParams` is one. A field this runtime cannot honour (`n` > 1, log-probabilities, penalties,
+ * a logit bias, tools, a `response_format` other than text in the browser) is refused with `unsupported`. */
+export interface OpenAIChatParams {
+  messages: ReadonlyArray<OpenAIMessageParam>;
+  model?: string;
+  stream?: boolean | null;
+  stream_options?: { include_usage?: boolean | null } | null;
+  max_tokens?: number | null;
+  max_completion_tokens?: number | null;
+  temperature?: number | null;
+  top_p?: number | null;
+  seed?: number | null;
+  stop?: string | ReadonlyArray<string> | null;
+  n?: number | null;
+  frequency_penalty?: number | null;
+  presence_penalty?: number | null;
+  logprobs?: boolean | null;
+  top_logprobs?: number | null;
+  logit_bias?: Record<string, number> | null;
+  tools?: ReadonlyArray<unknown>;
+  tool_choice?: unknown;
+  response_format?: { type: string };
+}
+
+export type OpenAIFinishReason = 'stop' | 'length';
+
+/** A whole reply in OpenAI's shape (assignable to the `openai` package's `ChatCompletion`). */
+export interface OpenAIChatCompletion {
+  id: string;
+  object: 'chat.completion';
+  created: number;
+  model: string;
+  choices: Array<{
+    index: number;
+    message: { role: 'assistant'; content: string | null; refusal: string | null };
+    logprobs: null;
+    finish_reason: OpenAIFinishReason;
+  }>;
+  usage: { prompt_tokens: number; completion_tokens: number; total_tokens: number };
+}
+
+/** One streamed piece in OpenAI's shape (assignable to the `openai` package's `ChatCompletionChunk`): the first
+ * carries the role, the last the finish reason; with `stream_options.include_usage` a final one carries the usage
+ * and no choices. */
+export interface OpenAIChatCompletionChunk {
+  id: string;
+  object: 'chat.completion.chunk';
+  created: number;
+  model: string;
+  choices: Array<{
+    index: number;
+    delta: { role?: 'assistant'; content?: string | null };
+    logprobs: null;
+    finish_reason: OpenAIFinishReason | null;
+  }>;
+  usage?: { prompt_tokens: number; completion_tokens: number; total_tokens: number } | null;
+}
+
+/** `chat.completions.create` as OpenAI's client has it, over one open model. */
+export interface OpenAIChat {
+  completions: {
+    create(params: OpenAIChatParams & { stream?: false | null }, opts?: { signal?: AbortSignal }): Promise<OpenAIChatCompletion>;
+    create(params: OpenAIChatParams & { stream: true }, opts?: { signal?: AbortSignal }): Promise<AsyncIterable<OpenAIChatCompletionChunk>>;
+    create(params: OpenAIChatParams, opts?: { signal?: AbortSignal }): Promise<OpenAIChatCompletion | AsyncIterable<OpenAIChatCompletionChunk>>;
+  };
+}
+
 export interface ChatSession {
   readonly name: string;
+  /** OpenAI's Chat Completions over this model (`session.chat.completions.create({messages, stream, ...})`): each
+   * call replaces the conversation with its `messages`, so the KV cache of what they share with the last call is
+   * reused. */
+  readonly chat: OpenAIChat;
   /** Where it runs. */
   readonly device: 'gpu' | 'cpu';
   /** The GPU adapter's name when `device` is `'gpu'`. */

@@ -198,3 +198,43 @@ test('SmolLM2-135M Q4_1 on the wasm CPU engine: templated prompts and the greedy
   }
   await chat.dispose();
 });
+
+test("OpenAI's chat.completions.create: a reply and a stream in OpenAI's shapes, the same greedy text; what cannot be honoured is refused by name", async () => {
+  const chat = await openChat(tinyFolder(), { device: 'cpu' });
+  const prompt = tinyExpected.prompts[1];
+  const messages = [{ role: 'user', content: [{ type: 'text', text: textOf(prompt) }] }];
+  const r = await chat.chat.completions.create({ model: 'tiny', messages, temperature: 0, max_tokens: 16 });
+  assert.equal(r.object, 'chat.completion');
+  assert.equal(r.model, 'tiny');
+  assert.equal(r.choices.length, 1);
+  assert.equal(r.choices[0].message.role, 'assistant');
+  assert.equal(r.choices[0].finish_reason, 'length');
+  assert.deepEqual(r.usage, { prompt_tokens: prompt.length, completion_tokens: 16, total_tokens: prompt.length + 16 });
+  // The conversation is the request's messages and the reply.
+  assert.deepEqual(chat.history, [{ role: 'user', content: textOf(prompt) }, { role: 'assistant', content: r.choices[0].message.content }]);
+  const chunks = [];
+  const stream = await chat.chat.completions.create({ messages, temperature: 0, max_tokens: 16, stream: true, stream_options: { include_usage: true } });
+  for await (const c of stream) chunks.push(c);
+  assert.deepEqual(chunks[0].choices[0].delta, { role: 'assistant', content: '' });
+  const text = chunks.flatMap((c) => c.choices.map((ch) => ch.delta.content ?? '')).join('');
+  assert.equal(text, r.choices[0].message.content, 'streamed text = the non-streamed text');
+  assert.ok(chunks.length > 4, `${chunks.length} chunks`);
+  assert.equal(chunks.at(-2).choices[0].finish_reason, 'length');
+  assert.deepEqual(chunks.at(-1).choices, []);
+  assert.deepEqual(chunks.at(-1).usage, r.usage);
+  assert.ok(chunks.every((c) => c.id === chunks[0].id && c.object === 'chat.completion.chunk'));
+  for (const [params, code, says] of [
+    [{ messages, n: 2 }, 'unsupported', /n:/],
+    [{ messages, logprobs: true }, 'unsupported', /logprobs/],
+    [{ messages, presence_penalty: 0.5 }, 'unsupported', /presence_penalty/],
+    [{ messages, tools: [{ type: 'function', function: { name: 'f' } }] }, 'unsupported', /tools/],
+    [{ messages, response_format: { type: 'json_object' } }, 'unsupported', /response_format/],
+    [{ messages: [{ role: 'tool', content: 'x', tool_call_id: '1' }] }, 'unsupported', /tool result/],
+    [{ messages: [{ role: 'wizard', content: 'x' }] }, 'invalid_input', /unknown role/],
+    [{ messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }] }, 'invalid_input', /image_url/],
+    [{ messages: [] }, 'invalid_input', /at least one/],
+  ]) {
+    await rejectsWith(chat.chat.completions.create(params), code, says);
+  }
+  await chat.dispose();
+});
