@@ -160,3 +160,76 @@ fn compile_errors_are_typed() {
         }
     }
 }
+
+/// Templates whose tool rendering in jinja2 is an accident of Python itself, which we do not reproduce:
+/// functionary v3.1 adds `tojson`'s text to a `|safe` string, which jinja2's Markup HTML-escapes (`&#34;` for every
+/// quote of the tool schema); deepseek-r1 passes a generator to `tojson`, which Python's json refuses.
+const TOOLS_PYTHON_ONLY: [&str; 2] = ["meetkai-functionary-medium-v3.1", "llama-cpp-deepseek-r1"];
+
+/// The same templates with tools, as transformers' `apply_chat_template(messages, tools=TOOLS)` renders them in
+/// jinja2 (scripts/gen_template_tool_cases.py): two function tools, an assistant's tool call (arguments as a dict)
+/// and a tool result. What jinja2 renders we render identically; what it refuses we refuse.
+#[test]
+fn templates_with_tools_match_jinja2() {
+    let tools = serde_json::json!([
+        {"type": "function", "function": {
+            "name": "get_weather", "description": "The weather in a city now.",
+            "parameters": {"type": "object", "properties": {
+                "city": {"type": "string", "description": "The city's name."},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+                "required": ["city"]}}},
+        {"type": "function", "function": {
+            "name": "get_time", "description": "The time in a time zone.",
+            "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]}}},
+    ]);
+    let messages: Vec<serde_json::Value> = serde_json::from_str(
+        r#"[
+        {"role": "system", "content": "You are a helpful assistant with tools."},
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+        {"role": "tool", "tool_call_id": "call_1", "name": "get_weather", "content": "{\"temperature\": 21}"},
+        {"role": "user", "content": "And the time there?"}]"#,
+    )
+    .unwrap();
+    let dir = format!("{TEMPLATES}/tools");
+    let mut names: Vec<String> = std::fs::read_dir(TEMPLATES)
+        .unwrap()
+        .filter_map(|e| e.unwrap().file_name().into_string().ok())
+        .filter_map(|n| n.strip_suffix(".jinja").map(str::to_string))
+        .collect();
+    names.sort();
+    let (mut failures, mut rendered_both) = (Vec::new(), 0);
+    for name in &names {
+        let source = std::fs::read_to_string(format!("{TEMPLATES}/{name}.jinja")).unwrap();
+        let expected = std::fs::read_to_string(format!("{dir}/{name}.expected.txt")).ok();
+        let got = ChatTemplate::new(&source)
+            .map(|t| t.with_fixed_now(FIXED_NOW))
+            .and_then(|t| t.render_json(&messages, Some(&tools), true, Some("<s>"), Some("</s>")));
+        match (got, expected) {
+            (Ok(_), _) if TOOLS_PYTHON_ONLY.contains(&name.as_str()) => {}
+            (Ok(got), Some(want)) if got == want => rendered_both += 1,
+            (Ok(got), Some(want)) => {
+                let at = got.chars().zip(want.chars()).take_while(|(a, b)| a == b).count();
+                let slice = |s: &str| s.chars().skip(at.saturating_sub(40)).take(100).collect::<String>();
+                failures.push(format!(
+                    "{name}: differs at char {at}:\n  got  {:?}\n  want {:?}",
+                    slice(&got),
+                    slice(&want)
+                ));
+            }
+            (Err(e), Some(_)) => failures.push(format!("{name}: error {e}")),
+            (Ok(_), None) if ITERATE_NONE.contains(&name.as_str()) => {}
+            (Ok(_), None) => failures.push(format!("{name}: rendered, but jinja2 refused it")),
+            (Err(e), None) => assert_eq!(e.code(), "template", "{name}"),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} differ:\n{}",
+        failures.len(),
+        names.len(),
+        failures.join("\n")
+    );
+    assert_eq!(rendered_both, 59, "templates that render the tool conversation");
+}

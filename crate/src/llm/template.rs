@@ -33,8 +33,9 @@ const BASE_FUEL: u64 = 1_000_000;
 const FUEL_PER_INPUT_BYTES: u64 = 8;
 /// Extra fuel per message for the instructions a template runs for each.
 const FUEL_PER_MESSAGE: u64 = 2_000;
-/// Deepest macro / include recursion; real templates nest a few levels.
-const RECURSION_LIMIT: usize = 50;
+/// Deepest macro / include recursion: real templates nest a few levels, or one per level of a tool schema they
+/// print with a recursive macro (Kimi K3's json_sorted).
+const RECURSION_LIMIT: usize = 128;
 /// Largest output: 4 MiB plus 8 bytes per byte of the conversation.
 const BASE_OUTPUT: usize = 4 << 20;
 const OUTPUT_PER_INPUT_BYTE: usize = 8;
@@ -104,7 +105,27 @@ impl ChatTemplate {
         bos_token: Option<&str>,
         eos_token: Option<&str>,
     ) -> Result<String> {
-        let input_bytes: usize = messages.iter().map(|m| m.role.len() + m.content.len()).sum::<usize>()
+        let messages: Vec<serde_json::Value> = messages
+            .iter()
+            .map(|m| serde_json::json!({"role": m.role, "content": m.content}))
+            .collect();
+        self.render_json(&messages, None, add_generation_prompt, bos_token, eos_token)
+    }
+
+    /// Renders messages given as JSON objects, as transformers' `apply_chat_template` passes them (an assistant's
+    /// `tool_calls`, a tool result's `tool_call_id` and `name`), with `tools` (a list of tool schemas) when there are
+    /// any.
+    pub fn render_json(
+        &self,
+        messages: &[serde_json::Value],
+        tools: Option<&serde_json::Value>,
+        add_generation_prompt: bool,
+        bos_token: Option<&str>,
+        eos_token: Option<&str>,
+    ) -> Result<String> {
+        let size = |v: &serde_json::Value| v.to_string().len();
+        let input_bytes: usize = messages.iter().map(size).sum::<usize>()
+            + tools.map_or(0, size)
             + bos_token.map_or(0, str::len)
             + eos_token.map_or(0, str::len);
         let mut env = self.env.clone();
@@ -142,13 +163,9 @@ impl ChatTemplate {
         });
 
         let mut ctx: BTreeMap<&str, Value> = BTreeMap::new();
-        let messages: Vec<Value> = messages
-            .iter()
-            .map(|m| Value::from_pairs([("role", m.role.as_str()), ("content", m.content.as_str())]))
-            .collect();
-        ctx.insert("messages", Value::from(messages));
+        ctx.insert("messages", messages.iter().map(json_value).collect());
         ctx.insert("add_generation_prompt", Value::from(add_generation_prompt));
-        ctx.insert("tools", Value::from(()));
+        ctx.insert("tools", tools.map_or(Value::from(()), json_value));
         ctx.insert("documents", Value::from(()));
         if let Some(bos) = bos_token {
             ctx.insert("bos_token", Value::from(bos));
@@ -168,6 +185,23 @@ impl ChatTemplate {
                 }
             })?;
         String::from_utf8(out.buf).map_err(template_err)
+    }
+}
+
+/// A JSON value as the template sees it (Python's dict and list, keys in their order).
+fn json_value(v: &serde_json::Value) -> Value {
+    use serde_json::Value as J;
+    match v {
+        J::Null => Value::from(()),
+        J::Bool(b) => Value::from(*b),
+        J::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => Value::from(i),
+            (None, Some(u)) => Value::from(u),
+            _ => Value::from(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        J::String(s) => Value::from(s.as_str()),
+        J::Array(a) => a.iter().map(json_value).collect(),
+        J::Object(o) => Value::from_pairs(o.iter().map(|(k, v)| (k.as_str(), json_value(v)))),
     }
 }
 
