@@ -1,7 +1,8 @@
 //! `loom serve` as OpenAI's own Python client (PyPI `openai`) sees it, on the real SmolLM2-135M-Instruct: a reply
 //! and a streamed reply (the same greedy text), a JSON Schema reply that PyPI `jsonschema` finds valid, OpenAI-style
-//! errors (400 for what cannot be honoured, 413 for an oversized body) after which the server keeps serving, and a
-//! client that hangs up mid-stream ending its reply.
+//! errors (400 for what cannot be honoured, 413 for an oversized body) after which the server keeps serving, a
+//! client that hangs up mid-stream ending its reply, and tool calls (required, named and streamed, then their
+//! results sent back) whose arguments `jsonschema` finds valid.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -98,6 +99,44 @@ while True:
 c.close()
 r = client.chat.completions.create(model="m", messages=msgs, temperature=0, max_tokens=24)
 out["after_hangup"] = r.choices[0].message.content
+# Tools: a required call is a call of a tool of the request whose arguments its schema accepts, streamed or not;
+# the call and its result then go back as messages, and the model answers.
+weather = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 24},
+           "unit": {"enum": ["celsius", "fahrenheit"]}}, "required": ["city", "unit"], "additionalProperties": False}
+tools = [{"type": "function", "function": {"name": "get_weather", "description": "The weather now.",
+                                           "parameters": weather}},
+         {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object",
+          "properties": {"zone": {"type": "string", "maxLength": 24}}, "required": ["zone"]}}}]
+ask = [{"role": "user", "content": "What is the weather in Paris?"}]
+r = client.chat.completions.create(model="m", messages=ask, tools=tools, tool_choice="required", temperature=0,
+                                   max_tokens=80)
+call = r.choices[0].message.tool_calls[0]
+args = json.loads(call.function.arguments)
+jsonschema.validate(args, weather if call.function.name == "get_weather" else tools[1]["function"]["parameters"])
+out["required"] = [r.choices[0].finish_reason, call.function.name in ("get_weather", "get_time")]
+named = []
+for c in client.chat.completions.create(model="m", messages=ask, tools=tools, temperature=0, max_tokens=80,
+        tool_choice={"type": "function", "function": {"name": "get_weather"}}, stream=True):
+    for ch in c.choices:
+        for tc in ch.delta.tool_calls or []:
+            named.append([tc.function.name, tc.function.arguments])
+        if ch.finish_reason:
+            named.append(ch.finish_reason)
+jsonschema.validate(json.loads(named[0][1]), weather)
+out["named_stream"] = [named[0][0], named[-1]]
+follow = ask + [{"role": "assistant", "content": None, "tool_calls": [{"id": call.id, "type": "function",
+                 "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris", "unit": "celsius"})}}]},
+                {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"temperature": 21})}]
+r = client.chat.completions.create(model="m", messages=follow, tools=tools, temperature=0, max_tokens=30)
+out["after_tool"] = [r.choices[0].finish_reason in ("stop", "length", "tool_calls")]
+for kwargs in [dict(messages=ask, tools=tools, tool_choice={"type": "function", "function": {"name": "nope"}}),
+               dict(messages=[{"role": "tool", "content": "21"}]),
+               dict(messages=ask, tools=[{"type": "function", "function": {"description": "no name"}}])]:
+    try:
+        client.chat.completions.create(model="m", **kwargs)
+        errors.append("accepted")
+    except openai.BadRequestError as e:
+        errors.append([e.status_code, e.body.get("message", "") if isinstance(e.body, dict) else str(e.body)])
 out["models"] = [m.id for m in client.models.list().data]
 print(json.dumps(out))
 "#;
@@ -126,11 +165,22 @@ fn the_openai_python_client_against_loom_serve() {
     );
     assert_eq!(v["schema_ok"], true);
     let errors = v["errors"].as_array().unwrap();
-    for (e, says) in errors.iter().zip(["unknown role", "n:", "minLenght"]) {
+    assert_eq!(errors.len(), 6, "{v}");
+    for (e, says) in errors.iter().zip([
+        "unknown role",
+        "n:",
+        "minLenght",
+        "names no tool",
+        "tool_call_id",
+        "no name",
+    ]) {
         assert_eq!(e[0], 400, "{e}");
         assert!(e[1].as_str().unwrap().contains(says), "{says}: {e}");
     }
     assert_eq!(v["oversized"], 413);
     assert_eq!(v["after_hangup"], v["text"]);
     assert_eq!(v["models"], serde_json::json!(["SmolLM2-135M-Instruct.Q4_1.gguf"]));
+    assert_eq!(v["required"], serde_json::json!(["tool_calls", true]));
+    assert_eq!(v["named_stream"], serde_json::json!(["get_weather", "tool_calls"]));
+    assert_eq!(v["after_tool"], serde_json::json!([true]));
 }

@@ -112,12 +112,15 @@ fn engine_thread(args: &ModelArgs, inbox: mpsc::Receiver<Job>, ready: mpsc::Send
         let mut on_text = |t: &str| out.send(Piece::Text(t.to_string())).is_ok();
         let result = match job.work {
             Work::Chat(chat) => {
-                session.conversation.history = chat.messages;
-                let limit = session.engine().config().context;
+                // A required call is held to the tool's schema, in the family's tags where it has them.
+                let mut options = chat.options.clone();
+                if let Some(c) = openai::call_constraint(&chat, session.format().tags_tool_calls()) {
+                    options.constraint = Some(c);
+                }
                 session
-                    .conversation
-                    .chat_prompt(chat.options.max_tokens, limit, false)
-                    .and_then(|prompt| session.generate(&prompt, &chat.options, &mut on_text))
+                    .format()
+                    .chat_prompt_json(&chat.messages, chat.tools.as_ref())
+                    .and_then(|prompt| session.generate(&prompt, &options, &mut on_text))
             }
             Work::Completion { prompt, job } => session
                 .format()
@@ -179,6 +182,8 @@ async fn chat_completions(State(app): State<App>, body: Bytes) -> Response {
         Err(e) => return error(e),
     };
     let (stream, include_usage) = (job.stream, job.include_usage);
+    // With tools offered, the reply is read for calls once it is whole (a stream then comes in one piece).
+    let tools = job.tools.clone();
     let rx = match submit(&app, Work::Chat(job)) {
         Ok(rx) => rx,
         Err(e) => return error(e),
@@ -186,7 +191,14 @@ async fn chat_completions(State(app): State<App>, body: Bytes) -> Response {
     let (id, created, model) = (request_id("chatcmpl"), now(), app.model.clone());
     if !stream {
         return match finish(rx).await {
-            Ok(g) => axum::Json(openai::completion(&id, &model, created, &g)).into_response(),
+            Ok(g) => {
+                let calls = tools.as_ref().and_then(|t| openai::parse_tool_calls(&g.text, t, &id));
+                let body = match calls {
+                    Some((before, calls)) => openai::completion_with_calls(&id, &model, created, &g, &before, &calls),
+                    None => openai::completion(&id, &model, created, &g),
+                };
+                axum::Json(body).into_response()
+            }
             Err(e) => error(e),
         };
     }
@@ -195,17 +207,41 @@ async fn chat_completions(State(app): State<App>, body: Bytes) -> Response {
     let first = openai::chunk(&id, &model, created, json!({"role": "assistant", "content": ""}), None);
     let start = futures_util::stream::iter([Ok::<Event, std::convert::Infallible>(data(&first))]);
     let rest = futures_util::stream::unfold(Some(rx), move |rx| {
-        let (id, model) = (id.clone(), model.clone());
+        let (id, model, tools) = (id.clone(), model.clone(), tools.clone());
         async move {
             let mut rx = rx?;
             let events = match rx.recv().await {
+                Some(Piece::Text(_)) if tools.is_some() => return Some((vec![], Some(rx))),
                 Some(Piece::Text(t)) => {
                     let c = openai::chunk(&id, &model, created, json!({"content": t}), None);
                     return Some((vec![Ok(data(&c))], Some(rx)));
                 }
                 Some(Piece::Done(Ok(g))) => {
-                    let finish = openai::finish_reason(g.stop_reason);
-                    let mut events = vec![Ok(data(&openai::chunk(&id, &model, created, json!({}), Some(finish))))];
+                    let mut events = Vec::new();
+                    let mut finish = openai::finish_reason(g.stop_reason);
+                    if let Some(tools) = &tools {
+                        let delta = match openai::parse_tool_calls(&g.text, tools, &id) {
+                            Some((before, calls)) => {
+                                finish = "tool_calls";
+                                let calls: Vec<Value> = calls
+                                    .as_array()
+                                    .into_iter()
+                                    .flatten()
+                                    .enumerate()
+                                    .map(|(i, c)| {
+                                        let mut c = c.clone();
+                                        c["index"] = i.into();
+                                        c
+                                    })
+                                    .collect();
+                                let content = if before.is_empty() { Value::Null } else { before.into() };
+                                json!({"content": content, "tool_calls": calls})
+                            }
+                            None => json!({"content": g.text}),
+                        };
+                        events.push(Ok(data(&openai::chunk(&id, &model, created, delta, None))));
+                    }
+                    events.push(Ok(data(&openai::chunk(&id, &model, created, json!({}), Some(finish)))));
                     if include_usage {
                         events.push(Ok(data(&openai::usage_chunk(&id, &model, created, &g))));
                     }

@@ -198,6 +198,36 @@ impl ChatFormat {
         Ok(ids)
     }
 
+    /// The templated ids of messages given as JSON objects (tool calls and tool results in transformers'
+    /// convention) with `tools` offered, the assistant's turn opened.
+    pub fn chat_prompt_json(
+        &self,
+        messages: &[serde_json::Value],
+        tools: Option<&serde_json::Value>,
+    ) -> Result<Vec<u32>> {
+        let tokenizer = self.tokenizer()?;
+        let t = self
+            .template
+            .as_ref()
+            .ok_or_else(|| LoomError::Unsupported("the model has no chat template: use a raw prompt".into()))?;
+        let text = t.render_json(
+            messages,
+            tools,
+            true,
+            tokenizer.bos_token().as_deref(),
+            tokenizer.eos_token().as_deref(),
+        )?;
+        self.encode_prompt(&text)
+    }
+
+    /// Whether the chat template writes tool calls in `<tool_call>` tags (Hermes, Qwen 2.5/3).
+    pub fn tags_tool_calls(&self) -> bool {
+        self.tokenizer()
+            .ok()
+            .and_then(|t| t.chat_template())
+            .is_some_and(|t| t.contains("<tool_call>"))
+    }
+
     /// The templated ids of `messages` with the assistant's turn opened.
     pub fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<Vec<u32>> {
         self.encode_prompt(&self.apply_template(messages, true)?)

@@ -7,7 +7,6 @@ use serde_json::{json, Value};
 
 use super::generate::{GenerateOptions, Generation, StopReason};
 use super::sampler::SamplingParams;
-use super::template::ChatMessage;
 use crate::error::LoomError;
 
 /// Most new tokens when a request sets no limit.
@@ -133,10 +132,30 @@ impl From<LoomError> for ApiError {
 /// What a checked request asks of the session.
 #[derive(Debug)]
 pub struct ChatJob {
-    pub messages: Vec<ChatMessage>,
+    /// The messages as the chat template reads them (transformers' convention: an assistant's `tool_calls` with
+    /// their arguments as objects, a tool result's `tool_call_id` and `name`).
+    pub messages: Vec<Value>,
+    /// The function tools offered, for the template (`None`: no tools, or `tool_choice` "none").
+    pub tools: Option<Value>,
+    /// Must the reply be a call: `None` (the model chooses), any of the tools, or this one.
+    pub must_call: Option<MustCall>,
     pub options: GenerateOptions,
     pub stream: bool,
     pub include_usage: bool,
+}
+
+/// `tool_choice` "required" or a named function.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MustCall {
+    Any,
+    Named(String),
+}
+
+/// A function tool of a request: its name and the JSON Schema of its arguments.
+#[derive(Debug, Clone)]
+struct Tool {
+    name: String,
+    parameters: Value,
 }
 
 /// Reads a request body: malformed JSON, a field of the wrong type or one OpenAI does not define is a 400 naming it.
@@ -175,13 +194,31 @@ impl ChatRequest {
         {
             return unsupported("logit_bias", "a logit bias");
         }
-        if self
-            .tools
-            .as_ref()
-            .is_some_and(|t| t.as_array().is_some_and(|a| !a.is_empty()))
-        {
-            return unsupported("tools", "tool calling");
-        }
+        let tools = read_tools(self.tools.as_ref())?;
+        let must_call = match (&self.tool_choice, tools.is_empty()) {
+            (None, _) => None,
+            (Some(Value::String(s)), _) if s == "none" || s == "auto" => None,
+            (Some(Value::String(s)), false) if s == "required" => Some(MustCall::Any),
+            (Some(Value::Object(o)), false) => {
+                let name = o.get("function").and_then(|f| f.get("name")).and_then(Value::as_str);
+                match name {
+                    Some(n) if tools.iter().any(|t| t.name == n) => Some(MustCall::Named(n.to_string())),
+                    _ => {
+                        return Err(ApiError::bad(
+                            Some("tool_choice"),
+                            format!("tool_choice: {} names no tool of the request", Value::Object(o.clone())),
+                        ))
+                    }
+                }
+            }
+            (Some(other), _) => {
+                return Err(ApiError::bad(
+                    Some("tool_choice"),
+                    format!("tool_choice: {other} (with these tools)"),
+                ))
+            }
+        };
+        let offer = !tools.is_empty() && self.tool_choice.as_ref().and_then(Value::as_str) != Some("none");
         if self.messages.is_empty() {
             return Err(ApiError::bad(
                 Some("messages"),
@@ -191,10 +228,10 @@ impl ChatRequest {
         let mut messages = Vec::with_capacity(self.messages.len());
         for m in self.messages {
             let role = match m.role.as_str() {
-                "system" | "user" | "assistant" => m.role,
+                "system" | "user" | "assistant" | "tool" => m.role,
                 // Newer clients send instructions as `developer`: the system role of models that have no other.
                 "developer" => "system".into(),
-                "tool" | "function" => return unsupported("messages", "a tool result"),
+                "function" => return unsupported("messages", "a function message (the deprecated form of tool)"),
                 other => {
                     return Err(ApiError::bad(
                         Some("messages"),
@@ -202,8 +239,17 @@ impl ChatRequest {
                     ))
                 }
             };
-            if m.tool_calls.is_some() || m.tool_call_id.is_some() {
-                return unsupported("messages", "a tool call in a message");
+            if role == "tool" && m.tool_call_id.is_none() {
+                return Err(ApiError::bad(
+                    Some("messages"),
+                    "messages: a tool result without tool_call_id",
+                ));
+            }
+            if m.tool_calls.is_some() && role != "assistant" {
+                return Err(ApiError::bad(
+                    Some("messages"),
+                    "messages: tool_calls outside an assistant message",
+                ));
             }
             let content = match m.content {
                 None => String::new(),
@@ -227,7 +273,17 @@ impl ChatRequest {
                     text
                 }
             };
-            messages.push(ChatMessage { role, content });
+            let mut message = json!({"role": role, "content": content});
+            if let Some(calls) = &m.tool_calls {
+                message["tool_calls"] = template_calls(calls)?;
+            }
+            if let Some(id) = m.tool_call_id {
+                message["tool_call_id"] = id.into();
+            }
+            if let Some(name) = m.name {
+                message["name"] = name.into();
+            }
+            messages.push(message);
         }
         // OpenAI's defaults (temperature 1, top_p 1), and no top-k or min-p: it has neither, so that
         // `temperature` and `top_p` mean what they say. Without a seed each request draws its own.
@@ -257,11 +313,22 @@ impl ChatRequest {
                 .unwrap_or(DEFAULT_MAX_TOKENS),
             stop_strings,
             #[cfg(not(target_arch = "wasm32"))]
-            constraint: constraint(self.response_format)?,
+            constraint: match (&must_call, self.response_format) {
+                (None, f) => constraint(f)?,
+                (Some(_), None | Some(ResponseFormat::Text)) => None,
+                (Some(_), Some(_)) => {
+                    return Err(ApiError::bad(
+                        Some("response_format"),
+                        "response_format: a required tool call is its own format",
+                    ))
+                }
+            },
             ..GenerateOptions::default()
         };
         Ok(ChatJob {
             messages,
+            tools: offer.then(|| Value::Array(tools.iter().map(Tool::template).collect())),
+            must_call,
             options,
             stream: self.stream,
             include_usage: self.stream_options.is_some_and(|o| o.include_usage),
@@ -329,4 +396,186 @@ pub fn usage_chunk(id: &str, model: &str, created: u64, g: &Generation) -> Value
 /// A seed for a request that names none: the clock's nanoseconds.
 fn fresh_seed() -> u64 {
     (super::generate::now_s().fract() * 1e9) as u64 ^ (super::generate::now_s() as u64).rotate_left(32)
+}
+
+/// The function tools of a request, checked: each `{"type": "function", "function": {"name", "parameters"?}}` with
+/// a name of its own.
+fn read_tools(tools: Option<&Value>) -> std::result::Result<Vec<Tool>, ApiError> {
+    let bad = |m: String| ApiError::bad(Some("tools"), format!("tools: {m}"));
+    let Some(tools) = tools else { return Ok(Vec::new()) };
+    let list = tools.as_array().ok_or_else(|| bad("not a list".into()))?;
+    let mut out: Vec<Tool> = Vec::with_capacity(list.len());
+    for t in list {
+        if t.get("type").and_then(Value::as_str) != Some("function") {
+            return Err(bad(format!("{t} is not a function tool")));
+        }
+        let f = t.get("function").ok_or_else(|| bad(format!("{t} has no function")))?;
+        let name = f.get("name").and_then(Value::as_str).filter(|n| !n.is_empty());
+        let name = name.ok_or_else(|| bad(format!("{f} has no name")))?.to_string();
+        if out.iter().any(|o| o.name == name) {
+            return Err(bad(format!("two tools are called {name:?}")));
+        }
+        let parameters = f
+            .get("parameters")
+            .cloned()
+            .unwrap_or_else(|| json!({"type": "object", "properties": {}}));
+        out.push(Tool { name, parameters });
+    }
+    Ok(out)
+}
+
+impl Tool {
+    /// The tool as chat templates take it (OpenAI's shape is transformers' `get_json_schema` shape).
+    fn template(&self) -> Value {
+        json!({"type": "function", "function": {"name": self.name, "parameters": self.parameters}})
+    }
+}
+
+/// An assistant's `tool_calls` as chat templates read them: each call's `arguments` an object (transformers'
+/// convention), parsed from OpenAI's JSON text.
+fn template_calls(calls: &Value) -> std::result::Result<Value, ApiError> {
+    let bad = |m: String| ApiError::bad(Some("messages"), format!("messages: tool_calls: {m}"));
+    let list = calls.as_array().ok_or_else(|| bad("not a list".into()))?;
+    let mut out = Vec::with_capacity(list.len());
+    for c in list {
+        let f = c.get("function").ok_or_else(|| bad(format!("{c} has no function")))?;
+        let name = f
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or_else(|| bad(format!("{f} has no name")))?;
+        let arguments = match f.get("arguments") {
+            Some(Value::String(text)) => serde_json::from_str::<Value>(text)
+                .map_err(|e| bad(format!("the arguments of {name} are not JSON: {e}")))?,
+            Some(v) => v.clone(),
+            None => json!({}),
+        };
+        let mut call = json!({"type": "function", "function": {"name": name, "arguments": arguments}});
+        if let Some(id) = c.get("id") {
+            call["id"] = id.clone();
+        }
+        out.push(call);
+    }
+    Ok(Value::Array(out))
+}
+
+/// The constraint of a required call: one of the job's tools (or the one it names) as `{"name", "arguments"}` JSON
+/// whose arguments follow that tool's schema, inside `<tool_call>` tags when the family writes calls so (`tagged`:
+/// Hermes, Qwen).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn call_constraint(job: &ChatJob, tagged: bool) -> Option<super::constrain::Constraint> {
+    use super::constrain::Constraint;
+    let must = job.must_call.as_ref()?;
+    let tools = job.tools.as_ref()?.as_array()?;
+    let schemas: Vec<Value> = tools
+        .iter()
+        .filter_map(|t| {
+            let name = t["function"]["name"].as_str()?;
+            let wanted = match must {
+                MustCall::Any => true,
+                MustCall::Named(n) => n == name,
+            };
+            wanted.then(|| {
+                json!({"type": "object", "properties": {"name": {"const": name},
+                    "arguments": t["function"]["parameters"]}, "required": ["name", "arguments"],
+                    "additionalProperties": false, "x-guidance": {"whitespace_flexible": false}})
+            })
+        })
+        .collect();
+    let schema = match schemas.as_slice() {
+        [one] => one.clone(),
+        _ => json!({"anyOf": schemas, "x-guidance": {"whitespace_flexible": false}}),
+    };
+    Some(match tagged {
+        true => Constraint::Lark(format!(
+            "start: \"<tool_call>\\n\" call \"\\n</tool_call>\"\ncall: %json {schema}\n"
+        )),
+        false => Constraint::JsonSchema(schema),
+    })
+}
+
+/// The tool calls in a reply: `<tool_call>{…}</tool_call>` blocks (Hermes, Qwen 2.5/3), or a reply that is one
+/// `{"name", "arguments" | "parameters"}` object (Llama 3.x); each must name one of `tools`. Returns the text before
+/// the first call and the calls in OpenAI's shape, or `None` when the reply is not calls.
+pub fn parse_tool_calls(text: &str, tools: &Value, id: &str) -> Option<(String, Value)> {
+    let known = |name: &str| {
+        tools
+            .as_array()
+            .is_some_and(|a| a.iter().any(|t| t["function"]["name"].as_str() == Some(name)))
+    };
+    let call = |v: &Value, i: usize| -> Option<Value> {
+        let name = v.get("name")?.as_str()?;
+        let arguments = v.get("arguments").or_else(|| v.get("parameters"))?;
+        let arguments = match arguments {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        known(name).then(|| {
+            json!({"id": format!("call_{id}_{i}"), "type": "function",
+                "function": {"name": name, "arguments": arguments}})
+        })
+    };
+    let mut calls = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("<tool_call>") {
+        let body = &rest[start + "<tool_call>".len()..];
+        let end = body.find("</tool_call>").unwrap_or(body.len());
+        let v: Value = serde_json::from_str(body[..end].trim()).ok()?;
+        calls.push(call(&v, calls.len())?);
+        rest = body.get(end + "</tool_call>".len()..).unwrap_or("");
+    }
+    if !calls.is_empty() {
+        let before = text[..text.find("<tool_call>").unwrap_or(0)].trim().to_string();
+        return Some((before, Value::Array(calls)));
+    }
+    let v: Value = serde_json::from_str(text.trim()).ok()?;
+    Some((String::new(), Value::Array(vec![call(&v, 0)?])))
+}
+
+/// The reply as a `chat.completion` of tool calls (`content`: the text before them, if any).
+pub fn completion_with_calls(
+    id: &str,
+    model: &str,
+    created: u64,
+    g: &Generation,
+    before: &str,
+    calls: &Value,
+) -> Value {
+    let content = if before.is_empty() { Value::Null } else { before.into() };
+    json!({
+        "id": id, "object": "chat.completion", "created": created, "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content, "refusal": null,
+            "tool_calls": calls}, "logprobs": null, "finish_reason": "tool_calls"}],
+        "usage": usage(g),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_calls_in_each_familys_form() {
+        let tools = json!([{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]);
+        let (before, calls) = parse_tool_calls(
+            "Let me see.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+            &tools,
+            "x",
+        )
+        .unwrap();
+        assert_eq!(before, "Let me see.");
+        assert_eq!(calls[0]["function"]["name"], "get_weather");
+        assert_eq!(calls[0]["function"]["arguments"], "{\"city\":\"Paris\"}");
+        // Llama 3.x: the whole reply is one call, its arguments as `parameters`.
+        let (_, calls) = parse_tool_calls(
+            "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Rome\"}}",
+            &tools,
+            "y",
+        )
+        .unwrap();
+        assert_eq!(calls[0]["function"]["arguments"], "{\"city\":\"Rome\"}");
+        // Not calls: plain text, an unknown tool, broken JSON in the tags.
+        assert!(parse_tool_calls("Paris is sunny.", &tools, "z").is_none());
+        assert!(parse_tool_calls("{\"name\": \"other\", \"arguments\": {}}", &tools, "z").is_none());
+        assert!(parse_tool_calls("<tool_call>{\"name\": </tool_call>", &tools, "z").is_none());
+    }
 }
