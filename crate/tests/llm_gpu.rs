@@ -327,9 +327,9 @@ fn context_limit_and_bad_ids_are_typed_errors() {
     assert_eq!(e.cached(), 3);
 }
 
-/// A decoded token is one submit that creates nothing: after the first step of a shape has filled its arena, each
-/// next step reuses every bind group, uniform, output and the staging buffer, and reads back only what it returns
-/// (the id of a greedy or sampled step, the logits row otherwise); folded or not.
+/// A decoded token is one submit (counted at the queue) that creates nothing: after the first step of a shape has
+/// filled its arena, each next step reuses every bind group, uniform, output and the staging buffer, and reads back
+/// only what it returns (the id of a greedy or sampled step, the logits row otherwise); folded or not.
 #[test]
 fn a_decoded_token_is_one_submit_that_creates_nothing() {
     let gpu = gpu();
@@ -339,6 +339,14 @@ fn a_decoded_token_is_one_submit_that_creates_nothing() {
         let mut e = pollster::block_on(GpuEngine::new(gpu.clone(), &model.config, &model.weights, None)).unwrap();
         e.set_fold_norms(fold);
         let mut last = pollster::block_on(e.forward_argmax(&[1, 5, 9, 13])).unwrap();
+        // Submits are counted where the queue takes them (Gpu::submit_count), not by the engine: a prompt is one
+        // submit per chunk of up to 64 tokens.
+        assert_eq!(e.last_call().submits, 1);
+        let submits = gpu.submit_count();
+        let long: Vec<u32> = (0..130).map(|i| i % 200 + 1).collect();
+        pollster::block_on(e.forward_logits(&long, false)).unwrap();
+        assert_eq!((e.last_call().submits, gpu.submit_count() - submits), (3, 3));
+        e.truncate(4);
         let mut sampler = Sampler::new(SamplingParams {
             temperature: 0.8,
             top_k: 20,

@@ -9,7 +9,7 @@ pub(crate) mod ops;
 mod profile;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 pub use loom::{
@@ -76,6 +76,8 @@ pub struct Gpu {
     pub has_f16: bool,
     pub has_subgroups: bool,
     lost: Arc<AtomicBool>,
+    /// Command buffers handed to the queue (every submit goes through [`Gpu::submit_encoder`]).
+    submits: AtomicU64,
     pipelines: Mutex<HashMap<PipelineKey, Arc<wgpu::ComputePipeline>>>,
     /// Timestamp queries per pass ([`Gpu::profiled`] only).
     #[cfg(not(target_arch = "wasm32"))]
@@ -169,6 +171,7 @@ impl Gpu {
             has_f16: features.contains(wgpu::Features::SHADER_F16),
             has_subgroups: features.contains(wgpu::Features::SUBGROUP),
             lost,
+            submits: AtomicU64::new(0),
             pipelines: Mutex::new(HashMap::new()),
             #[cfg(not(target_arch = "wasm32"))]
             profiler,
@@ -225,8 +228,14 @@ impl Gpu {
         None
     }
 
+    /// Submits handed to the queue so far, counted where they happen: what "one submit per token" is measured by.
+    pub fn submit_count(&self) -> u64 {
+        self.submits.load(Ordering::SeqCst)
+    }
+
     /// Submits `encoder`, with the profile's timestamps resolved at its end and collected after it when profiling.
     pub(crate) fn submit_encoder(&self, encoder: wgpu::CommandEncoder) {
+        self.submits.fetch_add(1, Ordering::SeqCst);
         #[cfg(not(target_arch = "wasm32"))]
         if let Some(p) = &self.profiler {
             let (mut encoder, mut p) = (encoder, lock(p));

@@ -512,6 +512,7 @@ impl GpuEngine {
             });
         }
         self.last = GpuCallStats::default();
+        let submits_before = self.gpu.submit_count();
         let before = self.cached;
         let chunks = tokens.len().div_ceil(GPU_CHUNK);
         let mut result = Vec::new();
@@ -531,6 +532,8 @@ impl GpuEngine {
                 }
             }
         }
+        // Counted at the queue: whatever submitted during this call (one engine per device at a time).
+        self.last.submits = (self.gpu.submit_count() - submits_before) as u32;
         Ok(result)
     }
 
@@ -568,7 +571,6 @@ impl GpuEngine {
         if tokens.len() == 1 || tokens.len() == GPU_CHUNK {
             self.arenas.insert(key, arena);
         }
-        self.last.submits += 1;
         self.last.bytes_read_back += bytes.len() as u64;
         self.cached += tokens.len();
         Ok(bytes)

@@ -165,7 +165,7 @@ pub fn parse_chat_request(body: &[u8]) -> std::result::Result<ChatRequest, ApiEr
 
 impl ChatRequest {
     /// The job, or a 400 for what cannot be honoured: several choices, log-probabilities, penalties, logit biases,
-    /// tools (not yet), unknown roles, tool results.
+    /// an unknown role, a malformed tool, tool choice or tool message.
     pub fn job(self) -> std::result::Result<ChatJob, ApiError> {
         let unsupported = |param: &'static str, what: &str| {
             Err(ApiError::bad(
