@@ -321,10 +321,8 @@ pub fn load_globals(cfg: &ModelConfig, src: &dyn TensorSource) -> Result<Globals
 pub fn load_block(cfg: &ModelConfig, src: &dyn TensorSource, i: usize) -> Result<BlockWeights> {
     let (h, q, kv, f) = (cfg.hidden, cfg.q_dim(), cfg.kv_dim(), cfg.ffn);
     let name = |r: Role| src.block_name(i, r);
-    let need = |r: Role| -> Result<RawTensor> {
-        src.block(i, r)?
-            .ok_or_else(|| LoomError::InvalidNetwork(format!("missing tensor {}", name(r))))
-    };
+    let missing = |r: Role| LoomError::InvalidNetwork(format!("missing tensor {}", name(r)));
+    let need = |r: Role| -> Result<RawTensor> { src.block(i, r)?.ok_or_else(|| missing(r)) };
     let mat = |r: Role, rows: usize, cols: usize| matrix(need(r)?, &name(r), rows, cols);
     let vec = |r: Role, len: usize| vector(need(r)?, &name(r), len);
     let opt = |r: Role, len: usize| -> Result<Option<Vec<f32>>> {
@@ -354,24 +352,35 @@ pub fn load_block(cfg: &ModelConfig, src: &dyn TensorSource, i: usize) -> Result
     } else {
         (None, None)
     };
-    // A fused matrix where the file has no separate one (Phi-3; llama.cpp's `attn_qkv` and its 2·ffn `ffn_up`).
-    let (wq, wk, wv) = match (src.block(i, Role::Q)?, src.block(i, Role::Qkv)?) {
-        (None, Some(t)) => {
-            let [wq, wk, wv]: [Matrix; 3] = split_rows(t, &name(Role::Qkv), &[q, kv, kv], h)?
-                .try_into()
-                .expect("three parts");
-            (wq, wk, wv)
-        }
-        _ => (mat(Role::Q, q, h)?, mat(Role::K, kv, h)?, mat(Role::V, kv, h)?),
+    // A fused matrix where the file has no separate one (Phi-3; llama.cpp's `attn_qkv` and its 2·ffn `ffn_up`),
+    // looked up only then: each tensor is read once.
+    let (wq, wk, wv) = match src.block(i, Role::Q)? {
+        Some(t) => (
+            matrix(t, &name(Role::Q), q, h)?,
+            mat(Role::K, kv, h)?,
+            mat(Role::V, kv, h)?,
+        ),
+        None => match src.block(i, Role::Qkv)? {
+            Some(t) => {
+                let [wq, wk, wv]: [Matrix; 3] = split_rows(t, &name(Role::Qkv), &[q, kv, kv], h)?
+                    .try_into()
+                    .expect("three parts");
+                (wq, wk, wv)
+            }
+            None => return Err(missing(Role::Q)),
+        },
     };
-    let (gate, up) = match (src.block(i, Role::Gate)?, src.block(i, Role::GateUp)?) {
-        (None, Some(t)) if t.shape.first() == Some(&(2 * f)) => {
-            let [gate, up]: [Matrix; 2] = split_rows(t, &name(Role::GateUp), &[f, f], h)?
-                .try_into()
-                .expect("two parts");
-            (gate, up)
-        }
-        _ => (mat(Role::Gate, f, h)?, mat(Role::Up, f, h)?),
+    let (gate, up) = match src.block(i, Role::Gate)? {
+        Some(t) => (matrix(t, &name(Role::Gate), f, h)?, mat(Role::Up, f, h)?),
+        None => match src.block(i, Role::GateUp)? {
+            Some(t) if t.shape.first() == Some(&(2 * f)) => {
+                let [gate, up]: [Matrix; 2] = split_rows(t, &name(Role::GateUp), &[f, f], h)?
+                    .try_into()
+                    .expect("two parts");
+                (gate, up)
+            }
+            _ => return Err(missing(Role::Gate)),
+        },
     };
     Ok(BlockWeights {
         attn_norm: offset(vec(Role::AttnNorm, h)?, off),
