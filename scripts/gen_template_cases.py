@@ -65,8 +65,9 @@ def environment():
     return env
 
 
-def main():
-    src, out = sys.argv[1], sys.argv[2]
+def render_all(src, out, messages, tools, copy=False):
+    """Renders every `*.jinja` of `src` for `messages` (and `tools`) into `out`: `<name>.expected.txt`, or
+    `<name>.error.txt` when jinja2 refuses it (the Rust side must refuse it too). `copy` also copies the template."""
     os.makedirs(out, exist_ok=True)
     env = environment()
     summary = {"rendered": 0, "errors": 0}
@@ -74,20 +75,25 @@ def main():
         if not name.endswith(".jinja"):
             continue
         stem = name[: -len(".jinja")]
-        shutil.copyfile(os.path.join(src, name), os.path.join(out, name))
+        if copy:
+            shutil.copyfile(os.path.join(src, name), os.path.join(out, name))
         with open(os.path.join(src, name), encoding="utf-8") as f:
             source = f.read()
         try:
             text = env.from_string(source).render(
-                messages=MESSAGES, tools=None, documents=None, add_generation_prompt=True,
+                messages=messages, tools=tools, documents=None, add_generation_prompt=True,
                 bos_token="<s>", eos_token="</s>")
             path, summary["rendered"] = os.path.join(out, stem + ".expected.txt"), summary["rendered"] + 1
-        except Exception as e:  # jinja2 refused the template or the conversation: our side must refuse it too
+        except Exception as e:  # jinja2 refused the template or the conversation
             text = "%s: %s" % (type(e).__name__, e)
             path, summary["errors"] = os.path.join(out, stem + ".error.txt"), summary["errors"] + 1
         with open(path, "w", encoding="utf-8", newline="") as f:
             f.write(text)
     print(summary)
+
+
+def main():
+    render_all(sys.argv[1], sys.argv[2], MESSAGES, None, copy=True)
 
 
 if __name__ == "__main__":

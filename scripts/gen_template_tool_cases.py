@@ -5,13 +5,15 @@ crate/tests/llm_template.rs. The conversation has a tool call (arguments as a di
 its result; the tools are two JSON-Schema functions.
 
 Usage: python3 scripts/gen_template_tool_cases.py testdata/templates
-Writes testdata/templates/tools/<name>.expected.txt (the rendering) or <name>.error.txt (jinja2 refused it).
+Writes testdata/templates/tools/<name>.expected.txt (the rendering) or <name>.error.txt (jinja2 refused it), and
+conversation.json (the messages and tools the test renders).
 """
+import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gen_template_cases import environment  # noqa: E402
+from gen_template_cases import render_all  # noqa: E402
 
 TOOLS = [
     {"type": "function", "function": {
@@ -36,28 +38,13 @@ MESSAGES = [
 
 
 def main():
-    src = sys.argv[1]
-    out = os.path.join(src, "tools")
+    out = os.path.join(sys.argv[1], "tools")
     os.makedirs(out, exist_ok=True)
-    env = environment()
-    summary = {"rendered": 0, "errors": 0}
-    for name in sorted(os.listdir(src)):
-        if not name.endswith(".jinja"):
-            continue
-        stem = name[: -len(".jinja")]
-        with open(os.path.join(src, name), encoding="utf-8") as f:
-            source = f.read()
-        try:
-            text = env.from_string(source).render(
-                messages=MESSAGES, tools=TOOLS, documents=None, add_generation_prompt=True,
-                bos_token="<s>", eos_token="</s>")
-            path, summary["rendered"] = os.path.join(out, stem + ".expected.txt"), summary["rendered"] + 1
-        except Exception as e:
-            text = "%s: %s" % (type(e).__name__, e)
-            path, summary["errors"] = os.path.join(out, stem + ".error.txt"), summary["errors"] + 1
-        with open(path, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-    print(summary)
+    # The conversation and tools themselves, for the Rust test to render the same.
+    with open(os.path.join(out, "conversation.json"), "w", encoding="utf-8") as f:
+        json.dump({"messages": MESSAGES, "tools": TOOLS}, f, indent=1)
+        f.write("\n")
+    render_all(sys.argv[1], out, MESSAGES, TOOLS)
 
 
 if __name__ == "__main__":

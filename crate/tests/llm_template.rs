@@ -38,6 +38,17 @@ const ITERATE_NONE: [&str; 3] = [
     "NousResearch-Hermes-3-Llama-3.1-8B-tool_use",
 ];
 
+/// Where a rendering first differs from jinja2's, with the text around it.
+fn difference(name: &str, got: &str, want: &str) -> String {
+    let at = got.chars().zip(want.chars()).take_while(|(a, b)| a == b).count();
+    let slice = |s: &str| s.chars().skip(at.saturating_sub(40)).take(100).collect::<String>();
+    format!(
+        "{name}: differs at char {at}:\n  got  {:?}\n  want {:?}",
+        slice(got),
+        slice(want)
+    )
+}
+
 #[test]
 fn llama_cpp_templates_match_jinja2() {
     let mut names: Vec<String> = std::fs::read_dir(TEMPLATES)
@@ -57,16 +68,7 @@ fn llama_cpp_templates_match_jinja2() {
             .and_then(|t| t.render(&messages, true, Some("<s>"), Some("</s>")));
         match (rendered, expected) {
             (Ok(got), Some(want)) if got == want => {}
-            (Ok(got), Some(want)) => {
-                let at = got.chars().zip(want.chars()).take_while(|(a, b)| a == b).count();
-                let from = at.saturating_sub(40);
-                let slice = |s: &str| s.chars().skip(from).take(100).collect::<String>();
-                failures.push(format!(
-                    "{name}: differs at char {at}:\n  got  {:?}\n  want {:?}",
-                    slice(&got),
-                    slice(&want)
-                ));
-            }
+            (Ok(got), Some(want)) => failures.push(difference(name, &got, &want)),
             (Err(e), Some(_)) => failures.push(format!("{name}: error {e}")),
             (Ok(_), None) if ITERATE_NONE.contains(&name.as_str()) => {}
             (Ok(_), None) => {
@@ -171,28 +173,11 @@ const TOOLS_PYTHON_ONLY: [&str; 2] = ["meetkai-functionary-medium-v3.1", "llama-
 /// and a tool result. What jinja2 renders we render identically; what it refuses we refuse.
 #[test]
 fn templates_with_tools_match_jinja2() {
-    let tools = serde_json::json!([
-        {"type": "function", "function": {
-            "name": "get_weather", "description": "The weather in a city now.",
-            "parameters": {"type": "object", "properties": {
-                "city": {"type": "string", "description": "The city's name."},
-                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
-                "required": ["city"]}}},
-        {"type": "function", "function": {
-            "name": "get_time", "description": "The time in a time zone.",
-            "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]}}},
-    ]);
-    let messages: Vec<serde_json::Value> = serde_json::from_str(
-        r#"[
-        {"role": "system", "content": "You are a helpful assistant with tools."},
-        {"role": "user", "content": "What is the weather in Paris?"},
-        {"role": "assistant", "content": "", "tool_calls": [
-            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
-        {"role": "tool", "tool_call_id": "call_1", "name": "get_weather", "content": "{\"temperature\": 21}"},
-        {"role": "user", "content": "And the time there?"}]"#,
-    )
-    .unwrap();
     let dir = format!("{TEMPLATES}/tools");
+    let fixture: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(format!("{dir}/conversation.json")).unwrap()).unwrap();
+    let messages = fixture["messages"].as_array().unwrap();
+    let tools = &fixture["tools"];
     let mut names: Vec<String> = std::fs::read_dir(TEMPLATES)
         .unwrap()
         .filter_map(|e| e.unwrap().file_name().into_string().ok())
@@ -205,19 +190,11 @@ fn templates_with_tools_match_jinja2() {
         let expected = std::fs::read_to_string(format!("{dir}/{name}.expected.txt")).ok();
         let got = ChatTemplate::new(&source)
             .map(|t| t.with_fixed_now(FIXED_NOW))
-            .and_then(|t| t.render_json(&messages, Some(&tools), true, Some("<s>"), Some("</s>")));
+            .and_then(|t| t.render_json(messages, Some(tools), true, Some("<s>"), Some("</s>")));
         match (got, expected) {
             (Ok(_), _) if TOOLS_PYTHON_ONLY.contains(&name.as_str()) => {}
             (Ok(got), Some(want)) if got == want => rendered_both += 1,
-            (Ok(got), Some(want)) => {
-                let at = got.chars().zip(want.chars()).take_while(|(a, b)| a == b).count();
-                let slice = |s: &str| s.chars().skip(at.saturating_sub(40)).take(100).collect::<String>();
-                failures.push(format!(
-                    "{name}: differs at char {at}:\n  got  {:?}\n  want {:?}",
-                    slice(&got),
-                    slice(&want)
-                ));
-            }
+            (Ok(got), Some(want)) => failures.push(difference(name, &got, &want)),
             (Err(e), Some(_)) => failures.push(format!("{name}: error {e}")),
             (Ok(_), None) if ITERATE_NONE.contains(&name.as_str()) => {}
             (Ok(_), None) => failures.push(format!("{name}: rendered, but jinja2 refused it")),
