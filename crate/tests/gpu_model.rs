@@ -1,6 +1,6 @@
 //! `GpuModel`: whole networks on the GPU (natively through wgpu → Vulkan, Mesa lavapipe) against `CpuModel`, which
-//! is bit-exact with Loom. Checks the values (|gpu − cpu| ≤ 1e-4 + 1e-3·|cpu|, the conformance tolerance, as errors
-//! compound through the layers) and what the device did: one submit and one readback per forward for networks of
+//! is bit-exact with Loom. Checks the values (within the conformance tolerance, `GPU_TOLERANCE`, as errors compound
+//! through the layers) and what the device did: one submit and one readback per forward for networks of
 //! GPU layers, no bind group or buffer created by a forward that repeats an input shape (decode steps included),
 //! layers packed as stored, and forwards that never read host weights once the layers are prepared.
 #![cfg(not(target_arch = "wasm32"))]
@@ -10,14 +10,15 @@ mod gpu_util;
 use std::sync::{Arc, OnceLock};
 
 use gpu_util::{close, data};
+use loom_wasm::conformance::GPU_TOLERANCE;
 use loom_wasm::cpu::CpuModel;
 use loom_wasm::formats::loom_json;
 use loom_wasm::gpu::{dense_weights, ForwardStats, Gpu, GpuModel, Packing};
 use loom_wasm::network::{Network, WeightStore};
 use loom_wasm::{DType, LoomError};
 
-const ABS: f32 = 1e-4;
-const REL: f32 = 1e-3;
+const ABS: f32 = GPU_TOLERANCE.0;
+const REL: f32 = GPU_TOLERANCE.1;
 
 fn gpu() -> Arc<Gpu> {
     static GPU: OnceLock<Arc<Gpu>> = OnceLock::new();

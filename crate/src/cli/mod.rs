@@ -659,6 +659,10 @@ fn run_conformance(dir: &Path, check: Check, device: DeviceArg) -> Result<ExitCo
             "GPU {}: forward within |gpu − loom| ≤ {abs:e} + {rel:e}·|loom|; max abs error {:e}, max rel error {:e}",
             gpu.info.name, report.max_error.0, report.max_error.1
         );
+        // A layer the GPU handed to the CPU passes bit-exact without the GPU having been checked: say so and fail.
+        for layer in &report.cpu_layers {
+            println!("FAIL ran on the CPU, not checked on the GPU: {layer}");
+        }
     }
     for (id, outcome) in &report.cases {
         if let Outcome::Failed(reason) = outcome {
@@ -666,7 +670,7 @@ fn run_conformance(dir: &Path, check: Check, device: DeviceArg) -> Result<ExitCo
         }
     }
     println!("{}", report.summary());
-    Ok(if report.failed() > 0 {
+    Ok(if report.failed() > 0 || !report.cpu_layers.is_empty() {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
