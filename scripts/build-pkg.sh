@@ -15,7 +15,8 @@ done
 # reply in Node took the same time, within 2 %, in an A/B of the two builds).
 size_crates="tokenizers minijinja minijinja-contrib fancy-regex regex regex-automata regex-syntax aho-corasick daachorse
   esaxx-rs spm_precompiled unicode-normalization-alignments unicode-segmentation unicode_categories compact_str wgpu
-  wgpu-types web-sys js-sys"
+  wgpu-types web-sys js-sys serde_json serde-wasm-bindgen safetensors itertools rayon rayon-core futures-util
+  wasm-bindgen-futures"
 size_config=()
 for crate in $size_crates; do size_config+=(--config "profile.release.package.$crate.opt-level=\"z\""); done
 CARGO_PROFILE_RELEASE_LTO=fat CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1 CARGO_PROFILE_RELEASE_OPT_LEVEL=s \

@@ -66,6 +66,9 @@ pub enum LoomError {
     GpuOutOfMemory(String),
     #[error("GPU error: {0}")]
     Gpu(String),
+    /// A kernel gave other values than its CPU twin at open ([`crate::llm::gpu_engine::GpuEngine::self_test`]).
+    #[error("GPU self-test failed: {0}")]
+    GpuSelfTest(String),
     #[error("GGUF: {0}")]
     Gguf(String),
     #[error("tokenizer: {0}")]
@@ -115,6 +118,7 @@ impl LoomError {
             LoomError::GpuDeviceLost(_) => "device_lost",
             LoomError::GpuOutOfMemory(_) => "out_of_memory",
             LoomError::Gpu(_) => "gpu",
+            LoomError::GpuSelfTest(_) => "gpu_self_test",
             LoomError::NeedMore { .. } => "need_more",
             LoomError::Template(_) => "template",
             LoomError::ContextFull { .. } => "context_full",
@@ -196,6 +200,7 @@ mod tests {
             (LoomError::GpuDeviceLost("x".into()), "device_lost"),
             (LoomError::GpuOutOfMemory("x".into()), "out_of_memory"),
             (LoomError::Gpu("x".into()), "gpu"),
+            (LoomError::GpuSelfTest("x".into()), "gpu_self_test"),
             (
                 LoomError::NeedMore {
                     needed: 100,

@@ -178,6 +178,14 @@ pub fn memory_bytes() -> f64 {
     (core::arch::wasm32::memory_size(0) as f64) * 65536.0
 }
 
+/// Test hook: every dispatch of a kernel whose pipeline name starts with `prefix` is skipped from here on (`null`
+/// mends it), to see the self-test at open refuse the GPU (see `Gpu::break_kernel`).
+#[wasm_bindgen(js_name = breakGpuKernel)]
+pub async fn break_gpu_kernel(prefix: Option<String>) -> JsResult<()> {
+    shared_gpu().await.map_err(js_error)?.break_kernel(prefix.as_deref());
+    Ok(())
+}
+
 /// Whether WebGPU works here: `{available, reason?, adapter?, shader_f16?}`.
 #[wasm_bindgen(js_name = gpuInfo, unchecked_return_type = "Promise<GpuInfo>")]
 pub fn gpu_info() -> js_sys::Promise {

@@ -324,7 +324,10 @@ impl JsChat {
                 info.arch = model.arch_with(&b).name();
                 builder.block(&b).await.map_err(lost)?;
             }
-            let engine = builder.finish().await.map_err(lost)?;
+            let mut engine = builder.finish().await.map_err(lost)?;
+            // Each kernel against its CPU twin before any token: a mismatch is `gpu_self_test`, and the caller
+            // opens the model on the CPU instead.
+            engine.self_test().await.map_err(lost)?;
             info.context = engine.config().context;
             Ok(JsChat::new(ChatState {
                 engine: ChatEngine::Gpu(Box::new(engine)),

@@ -161,9 +161,10 @@ fn inspect_says_what_decoder_a_file_holds() {
 fn gpu_device_decodes_and_bad_models_are_clear_errors() {
     let expected = golden("tiny-llama/expected.json");
     let prompt: Vec<String> = ids(&expected["prompts"][2]).iter().map(u64::to_string).collect();
-    let out = loom(&[
+    let model = tiny("model.f16.gguf");
+    let args = [
         "generate",
-        &tiny("model.f16.gguf"),
+        &model,
         "--ids",
         &prompt.join(","),
         "--greedy",
@@ -172,11 +173,32 @@ fn gpu_device_decodes_and_bad_models_are_clear_errors() {
         "--device",
         "gpu",
         "--json",
-    ]);
-    assert!(out.status.success(), "{out:?}");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("decoding on"), "{out:?}");
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    ];
     let want = &expected["weight_sets"]["gguf_f16"]["results"][2]["greedy_ids"];
+    let out = loom(&args);
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("GPU self-test passed") && stderr.contains("decoding on"),
+        "{stderr}"
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(ids(&v["ids"]), ids(want));
+    // A kernel made wrong on purpose (the test hook): the self-test names it and the CPU decodes instead.
+    let out = Command::new(env!("CARGO_BIN_EXE_loom"))
+        .args(args)
+        .env("LOOM_TEST_BREAK_GPU_KERNEL", "attention_attend")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("GPU self-test failed: the attention_kv_update + attention_attend kernel differs")
+            && stderr.contains("running on the CPU")
+            && !stderr.contains("decoding on"),
+        "{stderr}"
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(ids(&v["ids"]), ids(want));
 
     let out = loom(&["chat", &tiny("expected.json"), "--prompt", "hi"]);

@@ -493,3 +493,70 @@ fn gpu_weights_take_the_file_s_tensor_bytes_once() {
         assert_eq!(e.weight_bytes(), stored, "{name}");
     }
 }
+
+/// The self-test at open (`GpuEngine::self_test`): every kernel of the engine against its CPU twin, then the first
+/// token's logits. It passes on lavapipe for a Llama (SwiGLU, one RoPE) and a Gemma (GeGLU, a window, post-norms),
+/// and each kernel made wrong on purpose (`Gpu::break_kernel`: its dispatches skipped) fails it by name; logits all
+/// one value fail it too. A failed self-test leaves the engine usable: the cache is empty.
+#[test]
+fn the_self_test_passes_and_names_each_kernel_made_wrong() {
+    let gpu = gpu();
+    let llama = LlmModel::open(&golden().join("tiny-llama/model.q4_1.gguf")).unwrap();
+    let gemma =
+        LlmModel::open(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/gemma3/model.f32.gguf")).unwrap();
+    for (model, kernels) in [
+        (&llama, ["matvec/ggml_q4_1 ×1", "elementwise_swiglu (Silu)"]),
+        (&gemma, ["matvec/float32 ×1", "elementwise_swiglu (Gelu)"]),
+    ] {
+        let mut e = pollster::block_on(GpuEngine::new(gpu.clone(), &model.config, &model.weights, None)).unwrap();
+        let checks = pollster::block_on(e.self_test()).unwrap_or_else(|err| panic!("{err}"));
+        let names: Vec<&str> = checks.iter().map(|c| c.kernel.as_str()).collect();
+        for k in kernels {
+            assert!(names.contains(&k), "{k} not in {names:?}");
+        }
+        assert!(checks.iter().all(|c| c.passed && c.max_error < 1e-3), "{checks:#?}");
+    }
+
+    // Each kernel the engine dispatches, broken in turn: (pipeline-name prefix, the check that must name it).
+    let mut e = pollster::block_on(GpuEngine::new(gpu.clone(), &llama.config, &llama.weights, None)).unwrap();
+    for (broken, named) in [
+        ("matvec/ggml_q4_1/f32/1/1/x/matvec", "matvec/ggml_q4_1 ×1"),
+        ("matvec/ggml_q4_1/f32/1/1/norm", "matvec/ggml_q4_1 (norm, +=)"),
+        ("matvec/ggml_q4_1/f32/1/1/x/gather", "matvec/ggml_q4_1 gather"),
+        ("matvec/ggml_q4_1/f32/1/4", "matvec/ggml_q4_1 ×3"),
+        ("matvec/ggml_q4_1/f32/1/16", "matvec/ggml_q4_1 ×17"),
+        ("norm_rms", "norm_rms"),
+        ("norm_add_rms", "norm_add_rms"),
+        ("rope_rotate_half", "rope_rotate_half"),
+        ("attention_kv_update", "attention_kv_update + attention_attend"),
+        ("attention_attend", "attention_kv_update + attention_attend"),
+        ("elementwise_swiglu_rows", "elementwise_swiglu_rows"),
+        ("elementwise_swiglu", "elementwise_swiglu (Silu)"),
+        ("elementwise_add_inplace", "elementwise_add_inplace"),
+        ("elementwise_scale", "elementwise_add_inplace + elementwise_scale"),
+        ("argmax_rows", "argmax_rows"),
+        ("sample", "sample"),
+    ] {
+        gpu.break_kernel(Some(broken));
+        let err = pollster::block_on(e.self_test()).expect_err(broken);
+        gpu.break_kernel(None);
+        assert_eq!(err.code(), "gpu_self_test", "{broken}: {err}");
+        assert!(err.to_string().contains(&format!("the {named}")), "{broken}: {err}");
+    }
+    // Mended, the same engine passes and, its cache left empty, picks what a fresh engine picks.
+    pollster::block_on(e.self_test()).unwrap();
+    let mut fresh = pollster::block_on(GpuEngine::new(gpu.clone(), &llama.config, &llama.weights, None)).unwrap();
+    let prompt = [1, 5, 9, 2];
+    assert_eq!(
+        pollster::block_on(e.forward_logits(&prompt, true)).unwrap(),
+        pollster::block_on(fresh.forward_logits(&prompt, true)).unwrap()
+    );
+
+    // Logits all one value: a final norm of zeros.
+    let mut flat = (*llama.weights).clone();
+    flat.final_norm.iter_mut().for_each(|w| *w = 0.0);
+    let mut e = pollster::block_on(GpuEngine::new(gpu.clone(), &llama.config, &flat, None)).unwrap();
+    let err = pollster::block_on(e.self_test()).unwrap_err();
+    assert_eq!(err.code(), "gpu_self_test");
+    assert!(err.to_string().contains("logits on the GPU are all one value"), "{err}");
+}

@@ -56,6 +56,43 @@ test('an HF folder from a directory handle chats in the worker; greedy ids equal
   expect(got.gpu).toEqual({ device: 'gpu', format: 'hf', ids: want, pieces: (got.gpu as any).pieces, history: 2 });
 });
 
+test('the GPU self-test at open: a kernel made wrong on purpose sends the chat to the CPU with the kernel named; the reply is the golden', async ({ page }) => {
+  test.setTimeout(180_000);
+  const got = await page.evaluate(async (template) => {
+    const dir = await (await navigator.storage.getDirectory()).getDirectoryHandle('tiny-self-test', { create: true });
+    const put = async (name: string, data: BlobPart) => {
+      const w = await (await dir.getFileHandle(name, { create: true })).createWritable();
+      await w.write(data);
+      await w.close();
+    };
+    for (const name of ['config.json', 'model.f32.safetensors', 'tokenizer.json']) {
+      await put(name, await (await fetch(`/golden/tiny-llama/${name}`)).blob());
+    }
+    await put('tokenizer_config.json', template);
+    const open = async () => {
+      const t0 = performance.now();
+      const chat = await window.loom.openChat(dir, { device: 'gpu' });
+      const ms = performance.now() - t0;
+      const r = await chat.send('Hello, ', { temperature: 0, maxTokens: 16 });
+      const out = { device: chat.device, fallbackReason: chat.fallbackReason, ids: [...r.ids], ms };
+      await chat.dispose();
+      return out;
+    };
+    const sound = await open();
+    await window.loom.configure({ testBreakGpuKernel: 'attention_attend' });
+    const broken = await open();
+    await window.loom.configure({ testBreakGpuKernel: null });
+    const mended = await open();
+    return { sound, broken, mended };
+  }, TEMPLATE);
+  console.log(`openChat on WebGPU with the self-test: ${got.sound.ms.toFixed(0)} ms (tiny Llama, SwiftShader)`);
+  const want = greedy('safetensors_f32', 1);
+  expect(got.sound).toMatchObject({ device: 'gpu', fallbackReason: undefined, ids: want });
+  expect(got.broken).toMatchObject({ device: 'cpu', ids: want });
+  expect(got.broken.fallbackReason).toMatch(/^GPU self-test failed: the attention_kv_update \+ attention_attend kernel differs from its CPU twin by up to \S+/);
+  expect(got.mended).toMatchObject({ device: 'gpu', fallbackReason: undefined, ids: want });
+});
+
 test('a URL with integrity: the right SHA-256 opens, a wrong one is bad_format and leaves nothing in the cache', async ({ page }) => {
   const digest = createHash('sha256').update(readFileSync(`${TINY}/model.q8_0.gguf`)).digest();
   const wrong = Buffer.from(digest);

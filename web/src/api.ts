@@ -349,7 +349,12 @@ export interface Api {
   /** Bytes of WebAssembly memory the engine holds (its high-water mark: wasm memory never shrinks). */
   memoryBytes(): Promise<number>;
   cache: { list(): Promise<CacheEntry[]>; delete(url: string): Promise<void>; clear(): Promise<void> };
-  configure(opts: { cacheBackend?: CacheBackend }): Promise<void>;
+  /**
+   * `cacheBackend`: where downloads are kept. `testBreakGpuKernel` (tests only): every dispatch of the GPU kernels
+   * whose pipeline name starts with it is skipped from here on (`null` mends them), to see the self-test at
+   * `openChat` fall back to the CPU.
+   */
+  configure(opts: { cacheBackend?: CacheBackend; testBreakGpuKernel?: string | null }): Promise<void>;
 }
 
 /** `toWire` turns a URL or URL string into the absolute URL the engine fetches. */
@@ -420,6 +425,6 @@ export function createApi(transport: Transport, resolveUrl: (url: string | URL) 
       delete: async (url) => call(transport, 'cacheDelete', [checkedUrl(url)]),
       clear: () => call(transport, 'cacheClear', []),
     },
-    configure: (opts) => call(transport, 'configure', [opts.cacheBackend ?? 'auto']),
+    configure: (opts) => call(transport, 'configure', [opts.cacheBackend ?? 'auto', opts.testBreakGpuKernel]),
   };
 }

@@ -84,6 +84,7 @@ interface Raw {
   inspectHeader(prefix: Uint8Array, totalLen: number): Inspection;
   gpuInfo(): Promise<GpuInfo>;
   memoryBytes(): number;
+  breakGpuKernel(prefix: string | null | undefined): Promise<void>;
   Model: {
     fromBytes(bytes: Uint8Array, name?: string): RawModel;
     fromFiles(names: string[], files: Uint8Array[]): RawModel;
@@ -519,7 +520,7 @@ async function chatDevice(opts: ChatOpenOptions): Promise<{ gpu: boolean; reason
 
 /** Errors of the GPU itself: with `device: 'auto'` the chat falls back to the CPU on these. Any other error is the
  * file's, and the CPU would meet it too. */
-const GPU_ERRORS = new Set(['no_webgpu', 'gpu', 'out_of_memory', 'device_lost']);
+const GPU_ERRORS = new Set(['no_webgpu', 'gpu', 'out_of_memory', 'device_lost', 'gpu_self_test']);
 
 /** A model opened straight onto the GPU from its source (a URL, a file, or an HF folder's files): the headers, then
  * each block's tensors read from the source, uploaded and freed (`upload` progress in bytes of the files), so
@@ -577,7 +578,9 @@ async function chatOpen(src: WireChatSource, opts: ChatOpenOptions, ctx: CallCon
       return await registerChat(await chatStreamGpu(src, opts, ctx), 'gpu', name, undefined);
     } catch (e) {
       const err = toLoomError(e);
-      if (!GPU_ERRORS.has(err.code) || (opts.device === 'gpu' && err.code !== 'no_webgpu')) throw err;
+      // A GPU that computes wrong (the self-test at open) is passed by even when asked for: its replies would be.
+      const always = err.code === 'no_webgpu' || err.code === 'gpu_self_test';
+      if (!GPU_ERRORS.has(err.code) || (opts.device === 'gpu' && !always)) throw err;
       fallbackReason = err.message;
     }
   }
@@ -689,7 +692,13 @@ const methods = {
   cacheList: () => listCache(),
   cacheDelete: (_: CallContext, url: string) => deleteCached(url),
   cacheClear: () => clearCache(),
-  configure: async (_: CallContext, cacheBackend: CacheBackend) => setCacheBackend(cacheBackend),
+  configure: async (_: CallContext, cacheBackend: CacheBackend, testBreakGpuKernel?: string | null) => {
+    setCacheBackend(cacheBackend);
+    if (testBreakGpuKernel !== undefined) {
+      await ready();
+      await raw.breakGpuKernel(testBreakGpuKernel);
+    }
+  },
 };
 export type Method = keyof typeof methods;
 

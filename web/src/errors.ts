@@ -11,6 +11,7 @@ export type LoomErrorCode =
   | 'device_lost'
   | 'out_of_memory'
   | 'gpu'
+  | 'gpu_self_test'
   | 'template'
   | 'context_full'
   | 'aborted'
@@ -20,7 +21,7 @@ export type LoomErrorCode =
 
 const CODES: ReadonlySet<string> = new Set<LoomErrorCode>([
   'bad_format', 'unsupported_dtype', 'unsupported', 'invalid_input', 'invalid_network', 'lossy', 'no_webgpu',
-  'device_lost', 'out_of_memory', 'gpu', 'template', 'context_full', 'aborted', 'quota', 'network', 'internal',
+  'device_lost', 'out_of_memory', 'gpu', 'gpu_self_test', 'template', 'context_full', 'aborted', 'quota', 'network', 'internal',
 ]);
 
 export class LoomError extends Error {

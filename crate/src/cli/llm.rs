@@ -163,10 +163,14 @@ pub(super) fn load(args: &ModelArgs) -> Result<(LlmModel, Box<dyn Engine>)> {
                 eprintln!("loom: decoding on {}", e.adapter());
                 Box::new(e)
             }
-            // No adapter: the CPU engine, with the reason. Other GPU errors (out of memory naming the tensor,
-            // a block type the shaders lack) are the user's to see.
+            // No adapter, or a kernel that computes wrong here: the CPU engine, with the reason. Other GPU errors
+            // (out of memory naming the tensor, a block type the shaders lack) are the user's to see.
             Err(LoomError::NoGpu(why)) => {
                 eprintln!("loom: no GPU ({why}); running on the CPU");
+                Box::new(model.cpu_engine())
+            }
+            Err(e @ LoomError::GpuSelfTest(_)) => {
+                eprintln!("loom: {e}; running on the CPU");
                 Box::new(model.cpu_engine())
             }
             Err(e) => return Err(e),
@@ -178,8 +182,20 @@ pub(super) fn load(args: &ModelArgs) -> Result<(LlmModel, Box<dyn Engine>)> {
 fn gpu_engine(model: &LlmModel) -> Result<GpuEngine> {
     let t0 = now_s();
     let gpu = Arc::new(pollster::block_on(Gpu::new())?);
-    let engine = pollster::block_on(GpuEngine::new(gpu, &model.config, &model.weights, None))?;
+    // Test hook: a kernel made wrong on purpose (its dispatches skipped), to see the self-test send the model to
+    // the CPU.
+    if let Ok(prefix) = std::env::var("LOOM_TEST_BREAK_GPU_KERNEL") {
+        gpu.break_kernel(Some(&prefix));
+    }
+    let mut engine = pollster::block_on(GpuEngine::new(gpu, &model.config, &model.weights, None))?;
     eprintln!("loom: weights uploaded to the GPU in {:.0} ms", (now_s() - t0) * 1e3);
+    let t0 = now_s();
+    let checks = pollster::block_on(engine.self_test())?;
+    eprintln!(
+        "loom: GPU self-test passed ({} kernel checks and the first token's logits) in {:.0} ms",
+        checks.len(),
+        (now_s() - t0) * 1e3
+    );
     Ok(engine)
 }
 

@@ -84,6 +84,8 @@ pub struct Gpu {
     /// Command buffers handed to the queue (every submit goes through [`Gpu::submit_encoder`]).
     submits: AtomicU64,
     pipelines: Mutex<HashMap<PipelineKey, Arc<wgpu::ComputePipeline>>>,
+    /// A kernel made wrong on purpose ([`Gpu::break_kernel`], tests only): pipelines whose name starts with it.
+    broken: Mutex<Option<String>>,
     /// Timestamp queries per pass ([`Gpu::profiled`] only).
     #[cfg(not(target_arch = "wasm32"))]
     profiler: Option<Mutex<profile::Profiler>>,
@@ -178,6 +180,7 @@ impl Gpu {
             lost,
             submits: AtomicU64::new(0),
             pipelines: Mutex::new(HashMap::new()),
+            broken: Mutex::new(None),
             #[cfg(not(target_arch = "wasm32"))]
             profiler,
             #[cfg(target_arch = "wasm32")]
@@ -231,6 +234,24 @@ impl Gpu {
             return p.begin_pass(name);
         }
         None
+    }
+
+    /// Test hook: from here on, every dispatch of a pipeline whose name ([`PipelineKey`]'s display, e.g.
+    /// `matvec/ggml_q4_k` or `norm_rms`) starts with `prefix` is skipped, so the kernel leaves its output as it was:
+    /// a kernel made wrong on purpose, for testing the self-test at open and its CPU fallback. `None` mends it.
+    pub fn break_kernel(&self, prefix: Option<&str>) {
+        *lock(&self.broken) = prefix.map(str::to_string);
+    }
+
+    /// Whether `pipeline` is the kernel [`Gpu::break_kernel`] broke.
+    pub(crate) fn is_broken(&self, pipeline: &wgpu::ComputePipeline) -> bool {
+        let broken = lock(&self.broken);
+        let Some(prefix) = broken.as_deref() else {
+            return false;
+        };
+        lock(&self.pipelines)
+            .iter()
+            .any(|(key, cached)| **cached == *pipeline && key.to_string().starts_with(prefix))
     }
 
     /// Submits handed to the queue so far, counted where they happen: what "one submit per token" is measured by.

@@ -10,6 +10,8 @@
 //! add in the output projection (`x += W·a`); on CPU adapters they are dispatches of their own
 //! ([`GpuEngine::set_fold_norms`]).
 
+mod self_test;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -29,6 +31,8 @@ const GPU_CHUNK: usize = 64;
 /// KV positions the engine allocates when the caller does not say and the model's context is longer (each
 /// position costs `layers × 2 × kv_dim × 4` bytes).
 pub const DEFAULT_GPU_CONTEXT: usize = 4096;
+
+pub use self_test::KernelCheck;
 
 /// What a call did on the GPU, for the benchmark.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

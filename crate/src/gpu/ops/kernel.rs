@@ -91,6 +91,9 @@ pub(crate) fn dispatch_3d(
     groups: (u32, u32, u32),
 ) {
     let group = rec.bind_group(pipeline, &params(words), buffers);
+    if rec.gpu.is_broken(pipeline) {
+        return;
+    }
     if rec.gpu.profile_full() {
         rec.flush();
     }
