@@ -345,6 +345,13 @@ fn run_one(
         engine.set_fold_norms(fold);
     }
     let upload_ms = ms_since(t);
+    // The self-test at open, as `loom chat` and the package run it: each kernel against its CPU twin.
+    let t = Instant::now();
+    let self_test = match pollster::block_on(engine.self_test()) {
+        Ok(checks) => json!({"ms": ms_since(t), "passed": true, "checks": checks.len(),
+            "max_error": checks.iter().map(|c| c.max_error).fold(0f32, f32::max)}),
+        Err(e) => json!({"ms": ms_since(t), "passed": false, "error": e.to_string()}),
+    };
     let mix: Vec<Value> = w.type_mix().iter().map(|(t, n)| json!([t.name(), n])).collect();
     let weight_bytes = w.bytes();
     drop(w);
@@ -406,6 +413,7 @@ fn run_one(
         "weight_bytes": weight_bytes,
         "generate_ms": generate_ms,
         "upload_ms": upload_ms,
+        "self_test": self_test,
         "logits_finite": finite,
         "prefill": {"tokens": r.prefill, "ms": prefill_ms, "tok_s": r.prefill as f64 / (p / 1e3),
                     "submits": prefill_submits, "gpu_ms_per_token": prefill_gpu_ms},
