@@ -1,5 +1,6 @@
 //! Choosing the next token from logits: repetition penalty, then greedy (temperature 0) or temperature, top-k,
-//! top-p and min-p with a seeded generator, so the same seed gives the same text on every platform.
+//! top-p and min-p with a seeded generator, so the same seed gives the same text on every platform. The order is
+//! transformers' (`crate/tests/llm_sampler.rs` holds each filter to llama.cpp's own, run in that order).
 
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -125,19 +126,47 @@ impl Sampler {
 
     /// The token `args` picks from `logits` (changed: penalised). The CPU twin of `shaders/sample.wgsl`.
     pub fn sample_with(logits: &mut [f32], args: &SampleArgs) -> u32 {
-        let p = args;
-        for &t in &p.penalized {
+        Sampler::penalize(logits, args);
+        if args.temperature == 0.0 {
+            return ops::argmax(logits) as u32;
+        }
+        let Some(kept) = Sampler::filter(logits, args) else {
+            return 0;
+        };
+        let probs = &kept.probs[..kept.after_min_p];
+        let total: f32 = probs.iter().sum();
+        // 24 random bits: a uniform f32 in [0, 1).
+        let u = args.u as f32 / (1u32 << 24) as f32 * total;
+        let mut cum = 0.0;
+        for (i, &x) in probs.iter().enumerate() {
+            cum += x;
+            if u < cum {
+                return kept.ids[i];
+            }
+        }
+        kept.ids[probs.len() - 1]
+    }
+
+    /// HF's (and llama.cpp's) repetition penalty on `args.penalized`: positive logits divided by it, others
+    /// multiplied.
+    pub fn penalize(logits: &mut [f32], args: &SampleArgs) {
+        for &t in &args.penalized {
             if let Some(l) = logits.get_mut(t as usize) {
                 *l = if *l > 0.0 {
-                    *l / p.repetition_penalty
+                    *l / args.repetition_penalty
                 } else {
-                    *l * p.repetition_penalty
+                    *l * args.repetition_penalty
                 };
             }
         }
-        if p.temperature == 0.0 {
-            return ops::argmax(logits) as u32;
-        }
+    }
+
+    /// The candidates a draw at a temperature above 0 chooses from, in transformers' order: the logits divided by
+    /// the temperature, the top k, their softmax, the smallest most-likely prefix reaching top-p, then those at
+    /// least min-p × the most likely. (llama.cpp applies the temperature last, after the filters; the sets differ
+    /// when it is not 1.) `None` when every logit is NaN.
+    pub fn filter(logits: &[f32], args: &SampleArgs) -> Option<Kept> {
+        let p = args;
         // Candidates, most likely first (ties: lower id first, so the order is deterministic).
         let mut cand: Vec<(u32, f32)> = logits
             .iter()
@@ -146,7 +175,7 @@ impl Sampler {
             .map(|(i, &l)| (i as u32, l / p.temperature))
             .collect();
         if cand.is_empty() {
-            return 0;
+            return None;
         }
         let order = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
         if p.top_k > 0 && p.top_k < cand.len() {
@@ -158,34 +187,41 @@ impl Sampler {
         let mut probs: Vec<f32> = cand.iter().map(|c| (c.1 - max).exp()).collect();
         let total: f32 = probs.iter().sum();
         probs.iter_mut().for_each(|x| *x /= total);
-        let mut keep = probs.len();
+        let mut after_top_p = probs.len();
         if p.top_p < 1.0 {
             let mut cum = 0.0;
             for (i, &x) in probs.iter().enumerate() {
                 cum += x;
                 if cum >= p.top_p {
-                    keep = i + 1;
+                    after_top_p = i + 1;
                     break;
                 }
             }
         }
+        let mut after_min_p = after_top_p;
         if p.min_p > 0.0 {
             let floor = p.min_p * probs[0];
-            keep = keep.min(probs.iter().take_while(|&&x| x >= floor).count().max(1));
+            after_min_p = after_min_p.min(probs.iter().take_while(|&&x| x >= floor).count().max(1));
         }
-        let kept = &probs[..keep];
-        let total: f32 = kept.iter().sum();
-        // 24 random bits: a uniform f32 in [0, 1).
-        let u = p.u as f32 / (1u32 << 24) as f32 * total;
-        let mut cum = 0.0;
-        for (i, &x) in kept.iter().enumerate() {
-            cum += x;
-            if u < cum {
-                return cand[i].0;
-            }
-        }
-        cand[keep - 1].0
+        Some(Kept {
+            after_top_k: cand.len(),
+            ids: cand.into_iter().map(|c| c.0).collect(),
+            probs,
+            after_top_p,
+            after_min_p,
+        })
     }
+}
+
+/// What [`Sampler::filter`] keeps: the top-k candidates most likely first with their softmax, and how many of them
+/// each later filter keeps (prefixes of `ids`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Kept {
+    pub ids: Vec<u32>,
+    pub probs: Vec<f32>,
+    pub after_top_k: usize,
+    pub after_top_p: usize,
+    pub after_min_p: usize,
 }
 
 #[cfg(test)]
