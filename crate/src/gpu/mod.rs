@@ -22,7 +22,7 @@ pub use ops::{
     SampleArgs, Softmax, GPU_GGML_TYPES, GPU_SAMPLE_MAX, LAYER_NORM_EPS, MAX_WEIGHT_BINDINGS, RMS_NORM_EPS,
 };
 
-pub use ops::kernel::{Arena, ArenaCounts, Recorder};
+pub use ops::kernel::{Arena, Recorder};
 #[cfg(not(target_arch = "wasm32"))]
 pub use profile::KernelTime;
 
@@ -81,8 +81,8 @@ pub struct Gpu {
     pub has_f16: bool,
     pub has_subgroups: bool,
     lost: Arc<AtomicBool>,
-    /// Command buffers handed to the queue (every submit goes through [`Gpu::submit_encoder`]).
-    submits: AtomicU64,
+    /// What the device was asked to do, counted at the wgpu calls ([`Gpu::counts`]).
+    counters: [AtomicU64; 5],
     pipelines: Mutex<HashMap<PipelineKey, Arc<wgpu::ComputePipeline>>>,
     /// A kernel made wrong on purpose ([`Gpu::break_kernel`], tests only): pipelines whose name starts with it.
     broken: Mutex<Option<String>>,
@@ -97,6 +97,39 @@ pub struct Gpu {
 /// A pending validation result of a pipeline (browser only).
 #[cfg(target_arch = "wasm32")]
 type Verdict = std::pin::Pin<Box<dyn std::future::Future<Output = Option<wgpu::Error>>>>;
+
+/// What a [`Gpu`] was asked to do (see [`Gpu::counts`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpuCounts {
+    pub submits: u64,
+    pub dispatches: u64,
+    pub bind_groups: u64,
+    pub buffers: u64,
+    pub readbacks: u64,
+}
+
+impl GpuCounts {
+    /// What was done between `before` and this reading.
+    pub fn since(self, before: GpuCounts) -> GpuCounts {
+        GpuCounts {
+            submits: self.submits - before.submits,
+            dispatches: self.dispatches - before.dispatches,
+            bind_groups: self.bind_groups - before.bind_groups,
+            buffers: self.buffers - before.buffers,
+            readbacks: self.readbacks - before.readbacks,
+        }
+    }
+}
+
+/// The counters of [`Gpu::counts`].
+#[derive(Clone, Copy)]
+pub(crate) enum Count {
+    Submits,
+    Dispatches,
+    BindGroups,
+    Buffers,
+    Readbacks,
+}
 
 /// Locks `m`, ignoring poisoning: the guarded caches stay consistent across a panic.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -178,7 +211,7 @@ impl Gpu {
             has_f16: features.contains(wgpu::Features::SHADER_F16),
             has_subgroups: features.contains(wgpu::Features::SUBGROUP),
             lost,
-            submits: AtomicU64::new(0),
+            counters: Default::default(),
             pipelines: Mutex::new(HashMap::new()),
             broken: Mutex::new(None),
             #[cfg(not(target_arch = "wasm32"))]
@@ -254,14 +287,44 @@ impl Gpu {
             .any(|(key, cached)| **cached == *pipeline && key.to_string().starts_with(prefix))
     }
 
+    /// Everything counted so far: submits at `queue.submit`, dispatches at `dispatch_workgroups`, bind groups at
+    /// `create_bind_group`, buffers at `create_buffer`, readbacks at `map_async` (every call goes through this
+    /// type). A call's figures are the difference of two readings ([`GpuCounts::since`]).
+    pub fn counts(&self) -> GpuCounts {
+        let c = |k: Count| self.counters[k as usize].load(Ordering::SeqCst);
+        GpuCounts {
+            submits: c(Count::Submits),
+            dispatches: c(Count::Dispatches),
+            bind_groups: c(Count::BindGroups),
+            buffers: c(Count::Buffers),
+            readbacks: c(Count::Readbacks),
+        }
+    }
+
+    pub(crate) fn count(&self, k: Count) {
+        self.counters[k as usize].fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// `device.create_buffer`, counted.
+    pub(crate) fn create_buffer(&self, desc: &wgpu::BufferDescriptor) -> wgpu::Buffer {
+        self.count(Count::Buffers);
+        self.device.create_buffer(desc)
+    }
+
+    /// `device.create_bind_group`, counted.
+    pub(crate) fn create_bind_group(&self, desc: &wgpu::BindGroupDescriptor) -> wgpu::BindGroup {
+        self.count(Count::BindGroups);
+        self.device.create_bind_group(desc)
+    }
+
     /// Submits handed to the queue so far, counted where they happen: what "one submit per token" is measured by.
     pub fn submit_count(&self) -> u64 {
-        self.submits.load(Ordering::SeqCst)
+        self.counts().submits
     }
 
     /// Submits `encoder`, with the profile's timestamps resolved at its end and collected after it when profiling.
     pub(crate) fn submit_encoder(&self, encoder: wgpu::CommandEncoder) {
-        self.submits.fetch_add(1, Ordering::SeqCst);
+        self.count(Count::Submits);
         #[cfg(not(target_arch = "wasm32"))]
         if let Some(p) = &self.profiler {
             let (mut encoder, mut p) = (encoder, lock(p));
@@ -369,7 +432,7 @@ impl Gpu {
             )));
         }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
-        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+        let buffer = self.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
             size,
             usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
@@ -396,7 +459,7 @@ impl Gpu {
     pub fn uniform(&self, label: &str, bytes: &[u8]) -> wgpu::Buffer {
         // Not `create_buffer_init`: it maps the new buffer and panics when the device is gone; a queued write
         // reports that as an error instead.
-        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+        let buffer = self.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
             size: (bytes.len().max(4).next_multiple_of(4)) as u64,
             usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
@@ -421,6 +484,7 @@ impl Gpu {
         rec.encoder().copy_buffer_to_buffer(buffer, 0, &staging, 0, size);
         rec.flush();
         let slice = staging.slice(..size);
+        self.count(Count::Readbacks);
         let (tx, rx) = futures_channel::oneshot::channel();
         slice.map_async(wgpu::MapMode::Read, move |r| {
             let _ = tx.send(r);

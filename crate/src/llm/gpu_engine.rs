@@ -21,8 +21,8 @@ use super::weights::{BlockWeights, Matrix, ModelWeights};
 use crate::cpu::ops::{self, RopePairs};
 use crate::error::{LoomError, Result};
 use crate::gpu::{
-    Arena, ArenaCounts, Argmax, AttendArgs, Attention, Elementwise, Gpu, GpuTensor, KvCache, MatVec, MatVecOptions,
-    Norm, PackedWeights, Packing, Recorder, Rope, RowLayout, Rows, Sample, GPU_SAMPLE_MAX,
+    Arena, Argmax, AttendArgs, Attention, Elementwise, Gpu, GpuTensor, KvCache, MatVec, MatVecOptions, Norm,
+    PackedWeights, Packing, Recorder, Rope, RowLayout, Rows, Sample, GPU_SAMPLE_MAX,
 };
 
 /// Prompt tokens per submit: bounds the activation buffers of a long prompt.
@@ -34,7 +34,7 @@ pub const DEFAULT_GPU_CONTEXT: usize = 4096;
 
 pub use self_test::KernelCheck;
 
-/// What a call did on the GPU, for the benchmark.
+/// What a call did on the GPU, counted at the wgpu calls ([`Gpu::counts`]; one engine per device at a time).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GpuCallStats {
     pub submits: u32,
@@ -516,7 +516,7 @@ impl GpuEngine {
             });
         }
         self.last = GpuCallStats::default();
-        let submits_before = self.gpu.submit_count();
+        let counted = self.gpu.counts();
         let before = self.cached;
         let chunks = tokens.len().div_ceil(GPU_CHUNK);
         let mut result = Vec::new();
@@ -536,8 +536,12 @@ impl GpuEngine {
                 }
             }
         }
-        // Counted at the queue: whatever submitted during this call (one engine per device at a time).
-        self.last.submits = (self.gpu.submit_count() - submits_before) as u32;
+        // Counted at the wgpu calls: whatever this call did on the device (one engine per device at a time).
+        let done = self.gpu.counts().since(counted);
+        self.last.submits = done.submits as u32;
+        self.last.dispatches = done.dispatches as u32;
+        self.last.bind_groups_created = done.bind_groups as u32;
+        self.last.buffers_created = done.buffers as u32;
         Ok(result)
     }
 
@@ -570,7 +574,6 @@ impl GpuEngine {
         };
         rec.flush();
         let arena = rec.swap_arena(None).unwrap_or_default();
-        self.count(arena.counts());
         // Keep the decode arena and the full-chunk prefill arena; other lengths come once per prompt.
         if tokens.len() == 1 || tokens.len() == GPU_CHUNK {
             self.arenas.insert(key, arena);
@@ -578,12 +581,6 @@ impl GpuEngine {
         self.last.bytes_read_back += bytes.len() as u64;
         self.cached += tokens.len();
         Ok(bytes)
-    }
-
-    fn count(&mut self, c: ArenaCounts) {
-        self.last.dispatches += c.dispatches;
-        self.last.bind_groups_created += c.bind_groups;
-        self.last.buffers_created += c.buffers;
     }
 
     /// Records the chunk; returns the buffer to read back, if any.

@@ -24,7 +24,7 @@ use crate::gpu::ops::kernel::u32_dim;
 use crate::gpu::F32Weights;
 use crate::gpu::NormWeights;
 use crate::gpu::{dense_weights, MatVec, PackedWeights, Rows};
-use crate::gpu::{Arena, ArenaCounts, Recorder};
+use crate::gpu::{Arena, GpuCounts, Recorder};
 use crate::gpu::{
     Conv, Elementwise, Embedding, EmbeddingTable, Gpu, GpuTensor, KMeans, Mha, Norm, Pointwise, Recurrent, Softmax,
 };
@@ -33,7 +33,8 @@ use crate::network::{Activation, Layer, LayerType, Network};
 /// Arenas kept per layer (input shapes seen most recently: a decode step's and a few prefill lengths).
 const ARENAS_PER_LAYER: usize = 4;
 
-/// What the last [`GpuModel::forward`] did on the device.
+/// What the last [`GpuModel::forward`] did on the device, counted at the wgpu calls ([`Gpu::counts`]): work that
+/// other models put on the same device meanwhile counts too.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ForwardStats {
     /// Compute dispatches recorded.
@@ -49,10 +50,15 @@ pub struct ForwardStats {
 }
 
 impl ForwardStats {
-    fn add(&mut self, c: ArenaCounts) {
-        self.dispatches += c.dispatches;
-        self.bind_groups += c.bind_groups;
-        self.buffers += c.buffers;
+    /// From what the device counted at the wgpu calls during the forward.
+    fn of(c: GpuCounts) -> ForwardStats {
+        ForwardStats {
+            dispatches: c.dispatches as u32,
+            bind_groups: c.bind_groups as u32,
+            buffers: c.buffers as u32,
+            submits: c.submits as u32,
+            readbacks: c.readbacks as u32,
+        }
     }
 }
 
@@ -97,6 +103,8 @@ struct Runner {
     arenas: HashMap<String, Vec<(Vec<usize>, Arena)>>,
     cpu: cpu::State,
     cpu_layers: BTreeMap<String, String>,
+    /// The staging buffer readbacks go through, kept across forwards.
+    readback: Option<Arena>,
     stats: ForwardStats,
 }
 
@@ -124,6 +132,7 @@ impl GpuModel {
                 arenas: HashMap::new(),
                 cpu: cpu::State::default(),
                 cpu_layers: BTreeMap::new(),
+                readback: None,
                 stats: ForwardStats::default(),
             },
         })
@@ -236,11 +245,12 @@ impl Runner {
     }
 
     async fn forward(&mut self, net: &Network, input: &Tensor) -> Result<Tensor> {
-        self.stats = ForwardStats::default();
         let gpu = self.gpu.clone();
+        let counted = gpu.counts();
         let oom = gpu.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let invalid = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let result = self.run(net, input).await;
+        self.stats = ForwardStats::of(gpu.counts().since(counted));
         let invalid = invalid.pop().await;
         if let Some(e) = oom.pop().await {
             return Err(LoomError::GpuOutOfMemory(format!("forward: {e}")));
@@ -269,9 +279,10 @@ impl Runner {
 
     /// Submits what `rec` holds and reads `x` back.
     async fn read(&mut self, rec: &mut Recorder<'_>, x: &GpuTensor) -> Result<Tensor> {
-        self.stats.submits += 1;
-        self.stats.readbacks += 1;
-        let mut data: Vec<f32> = bytemuck::pod_collect_to_vec(&self.gpu.submit_and_read(rec, &x.buffer).await?);
+        let outer = rec.swap_arena(Some(self.readback.take().unwrap_or_default()));
+        let bytes = self.gpu.submit_and_read(rec, &x.buffer).await;
+        self.readback = rec.swap_arena(outer);
+        let mut data: Vec<f32> = bytemuck::pod_collect_to_vec(&bytes?);
         data.truncate(x.len());
         Tensor::new(data, x.shape.clone())
     }
@@ -292,7 +303,6 @@ impl Runner {
         let outer = rec.swap_arena(Some(arena));
         let out = encode(self, rec);
         let arena = rec.swap_arena(outer).unwrap_or_default();
-        self.stats.add(arena.counts());
         list.insert(0, (shape.to_vec(), arena));
         list.truncate(ARENAS_PER_LAYER);
         self.arenas.insert(path.to_string(), list);

@@ -20,7 +20,7 @@
 use super::GpuTensor;
 use crate::cpu::Tensor;
 use crate::error::{LoomError, Result};
-use crate::gpu::Gpu;
+use crate::gpu::{Count, Gpu};
 
 /// Words every parameter block is padded to: at least the largest `Params` struct of the kernels (48 bytes), so
 /// that trailing padding fields may be left out.
@@ -94,6 +94,7 @@ pub(crate) fn dispatch_3d(
     if rec.gpu.is_broken(pipeline) {
         return;
     }
+    rec.gpu.count(Count::Dispatches);
     if rec.gpu.profile_full() {
         rec.flush();
     }
@@ -128,7 +129,6 @@ pub struct Arena {
     staging: Option<wgpu::Buffer>,
     next_bind: usize,
     next_output: usize,
-    counts: ArenaCounts,
 }
 
 /// A bind group and what it binds (the buffers are kept so that their identities stay unique while cached).
@@ -140,26 +140,11 @@ struct Bound {
     group: wgpu::BindGroup,
 }
 
-/// What one recording did with its arena.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ArenaCounts {
-    pub dispatches: u32,
-    pub bind_groups: u32,
-    /// Output and uniform buffers created.
-    pub buffers: u32,
-}
-
 impl Arena {
-    /// What the last recording with this arena did.
-    pub fn counts(&self) -> ArenaCounts {
-        self.counts
-    }
-
     /// The arena at the start of a recording: its n-th dispatch will find the n-th bind group.
     fn restart(mut self) -> Arena {
         self.next_bind = 0;
         self.next_output = 0;
-        self.counts = ArenaCounts::default();
         self
     }
 }
@@ -244,7 +229,7 @@ impl<'a> Recorder<'a> {
     pub(crate) fn staging(&mut self, size: u64) -> wgpu::Buffer {
         let gpu = self.gpu;
         let create = || {
-            gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            gpu.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("readback"),
                 size,
                 usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
@@ -256,10 +241,7 @@ impl<'a> Recorder<'a> {
         };
         match &arena.staging {
             Some(b) if b.size() >= size => b.clone(),
-            _ => {
-                arena.counts.buffers += 1;
-                arena.staging.insert(create()).clone()
-            }
+            _ => arena.staging.insert(create()).clone(),
         }
     }
 
@@ -275,7 +257,6 @@ impl<'a> Recorder<'a> {
         let Some(arena) = self.arena.as_mut() else {
             return new_bind_group(gpu, pipeline, params, buffers).1;
         };
-        arena.counts.dispatches += 1;
         let i = arena.next_bind;
         arena.next_bind += 1;
         if let Some(b) = arena.binds.get_mut(i) {
@@ -292,8 +273,6 @@ impl<'a> Recorder<'a> {
             }
         }
         let (uniform, group) = new_bind_group(gpu, pipeline, params, buffers);
-        arena.counts.bind_groups += 1;
-        arena.counts.buffers += 1;
         let bound = Bound {
             pipeline: pipeline.clone(),
             buffers: buffers.iter().map(|(i, b)| (*i, (*b).clone())).collect(),
@@ -322,7 +301,6 @@ impl<'a> Recorder<'a> {
             return t.clone();
         }
         let t = new_output(gpu, shape, bytes);
-        arena.counts.buffers += 1;
         if i < arena.outputs.len() {
             arena.outputs[i] = t.clone();
         } else {
@@ -347,7 +325,7 @@ fn new_bind_group(
         binding: *binding,
         resource: b.as_entire_binding(),
     }));
-    let group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+    let group = gpu.create_bind_group(&wgpu::BindGroupDescriptor {
         label: None,
         layout: &pipeline.get_bind_group_layout(0),
         entries: &entries,
@@ -356,7 +334,7 @@ fn new_bind_group(
 }
 
 fn new_output(gpu: &Gpu, shape: Vec<usize>, bytes: u64) -> GpuTensor {
-    let buffer = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+    let buffer = gpu.create_buffer(&wgpu::BufferDescriptor {
         label: Some("activation"),
         size: bytes.max(4).next_multiple_of(4),
         usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
