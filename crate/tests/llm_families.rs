@@ -198,6 +198,57 @@ fn mistral_attends_within_its_sliding_window() {
     assert!(model.config.block.sliding.is_none());
 }
 
+/// Every kind of bias (q, k, v, o, gate, up, down) against the float64 reference, on layers 0 and 2 only (as
+/// llama.cpp's optional per-layer biases allow): both engines, and on the GPU the blocks with biases keep their
+/// projections apart while the others fuse q|k|v and gate|up (seen in the dispatches of a decoded token: 10 a fused
+/// block, 21 a biased one, norms apart as on lavapipe).
+#[test]
+fn every_bias_kind_matches_the_float64_reference() {
+    let expected = json(&families_dir().join("expected.json"));
+    let fam = &expected["biases"];
+    // Two shards and transformers' index naming each tensor's file.
+    let dir = hf_folder("biases", &fam["config"]);
+    std::fs::copy(
+        families_dir().join("biases.safetensors"),
+        dir.join("biases.safetensors"),
+    )
+    .unwrap();
+    let mut weight_map = serde_json::Map::new();
+    for file in ["model.safetensors", "biases.safetensors"] {
+        let bytes = std::fs::read(dir.join(file)).unwrap();
+        let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+        for name in meta.tensors().keys() {
+            weight_map.insert(name.clone(), file.into());
+        }
+    }
+    let index = serde_json::json!({"metadata": {}, "weight_map": weight_map});
+    std::fs::write(dir.join("model.safetensors.index.json"), index.to_string()).unwrap();
+    let model = LlmModel::open(&dir).unwrap();
+    let biased = |l: usize| {
+        let b = &model.weights.blocks[l];
+        [&b.bq, &b.bk, &b.bv, &b.bo, &b.b_gate, &b.b_up, &b.b_down]
+            .iter()
+            .all(|x| x.is_some())
+    };
+    assert_eq!((0..4).map(biased).collect::<Vec<_>>(), [true, false, true, false]);
+    check_cases(&model, fam, &|| Box::new(model.cpu_engine()));
+    check_cases(&model, fam, &|| gpu_engine(&model));
+
+    let gpu = Arc::new(pollster::block_on(loom_wasm::gpu::Gpu::new()).unwrap());
+    let mut e = pollster::block_on(loom_wasm::llm::gpu_engine::GpuEngine::new(
+        gpu,
+        &model.config,
+        &model.weights,
+        None,
+    ))
+    .unwrap();
+    e.set_fold_norms(false);
+    let next = pollster::block_on(e.forward_argmax(&[40, 45, 50])).unwrap();
+    pollster::block_on(e.forward_argmax(&[next])).unwrap();
+    // The gather, the first and final norms, the head and the argmax, and the blocks.
+    assert_eq!(e.last_call().dispatches, 5 + 2 * 10 + 2 * 21);
+}
+
 /// Granite's multipliers (embedding, attention scores, residual branches, logits), from llama.cpp's GGUF keys and
 /// from an HF config.
 #[test]

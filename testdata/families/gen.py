@@ -3,7 +3,10 @@
 SmolLM3 (`modeling_smollm3.py`: no RoPE on the layers `no_rope_layers` marks 0), Mistral (`modeling_mistral.py`:
 every layer attends within `sliding_window` positions) and Granite (`modeling_granite.py`: the embedding times
 `embedding_multiplier`, scores times `attention_multiplier`, each residual branch times `residual_multiplier`, the
-logits divided by `logits_scaling`).
+logits divided by `logits_scaling`), and a Llama with every kind of bias (`modeling_llama.py` with `attention_bias`
+and `mlp_bias`: q, k, v and o, gate, up and down) on layers 0 and 2 only, as llama.cpp's optional per-layer bias
+tensors allow, so that one model has blocks with biases (whose projections the GPU engine keeps apart) and blocks
+without (whose q|k|v and gate|up it fuses).
 
     python3 -m venv /tmp/gg && /tmp/gg/bin/pip install gguf==0.19.0 numpy safetensors
     /tmp/gg/bin/python testdata/families/gen.py
@@ -20,6 +23,7 @@ Written:
   [1, 1, 1, 0] says for the HF folder;
 - `granite.gguf`: the same as a Granite (architecture `granite`, its multipliers as `granite.embedding_scale`,
   `attention.scale`, `residual_scale`, `logit_scale`);
+- `biases.safetensors`: the bias tensors (seeded), which the tests add beside `model.safetensors` in an HF folder;
 - `unsupported.gguf`: a header that names `phi2` (which does not run) with a 16-row embedding: refused by name;
 - `expected.json`: per family its config.json fields and, per prompt, the logits at every position (7 significant
   digits) and 8 greedy ids.
@@ -59,7 +63,14 @@ FAMILIES = {
     "mistral": {"model_type": "mistral", "architectures": ["MistralForCausalLM"], "sliding_window": 6},
     "granite": {"model_type": "granite", "architectures": ["GraniteForCausalLM"], "embedding_multiplier": 2.0,
                 "attention_multiplier": 0.15, "residual_multiplier": 0.5, "logits_scaling": 3.0},
+    "biases": {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "bias_layers": [0, 2]},
 }
+BIAS_NAMES = [("self_attn.q_proj", NH * HD), ("self_attn.k_proj", NKV * HD), ("self_attn.v_proj", NKV * HD),
+              ("self_attn.o_proj", H), ("mlp.gate_proj", base["intermediate_size"]),
+              ("mlp.up_proj", base["intermediate_size"]), ("mlp.down_proj", H)]
+_rng = np.random.default_rng(2611)
+B = {f"model.layers.{i}.{name}.bias": (_rng.standard_normal(n) * 0.2).astype(np.float32)
+     for i in FAMILIES["biases"]["bias_layers"] for name, n in BIAS_NAMES}
 
 
 def rms(x, w):
@@ -76,14 +87,18 @@ def rope(x, positions):  # rotate_half; x [heads][n][hd]
 def forward(ids, fam):
     n, positions = len(ids), np.arange(len(ids))
     m = lambda k: W[k].astype(np.float64)  # noqa: E731
+    biased = fam.get("bias_layers", [])
+
+    def b(i, name):  # LlamaAttention / LlamaMLP's Linear biases, where the layer has them
+        return B[f"model.layers.{i}.{name}.bias"].astype(np.float64) if i in biased else 0.0
     h = m("model.embed_tokens.weight")[ids] * fam.get("embedding_multiplier", 1.0)  # GraniteModel
     residual = fam.get("residual_multiplier", 1.0)
     for i in range(LAYERS):
         p = f"model.layers.{i}."
         x = rms(h, W[p + "input_layernorm.weight"])
-        q = (x @ m(p + "self_attn.q_proj.weight").T).reshape(n, NH, HD).transpose(1, 0, 2)
-        k = (x @ m(p + "self_attn.k_proj.weight").T).reshape(n, NKV, HD).transpose(1, 0, 2)
-        v = (x @ m(p + "self_attn.v_proj.weight").T).reshape(n, NKV, HD).transpose(1, 0, 2)
+        q = (x @ m(p + "self_attn.q_proj.weight").T + b(i, "self_attn.q_proj")).reshape(n, NH, HD).transpose(1, 0, 2)
+        k = (x @ m(p + "self_attn.k_proj.weight").T + b(i, "self_attn.k_proj")).reshape(n, NKV, HD).transpose(1, 0, 2)
+        v = (x @ m(p + "self_attn.v_proj.weight").T + b(i, "self_attn.v_proj")).reshape(n, NKV, HD).transpose(1, 0, 2)
         if fam.get("no_rope_layers", [1] * LAYERS)[i]:  # SmolLM3Attention.use_rope
             q, k = rope(q, positions), rope(k, positions)
         k, v = np.repeat(k, NH // NKV, axis=0), np.repeat(v, NH // NKV, axis=0)
@@ -95,10 +110,11 @@ def forward(ids, fam):
         scores = np.where(allowed, scores, -np.inf)
         e = np.exp(scores - scores.max(axis=-1, keepdims=True))
         o = ((e / e.sum(axis=-1, keepdims=True)) @ v).transpose(1, 0, 2).reshape(n, NH * HD)
-        h = h + (o @ m(p + "self_attn.o_proj.weight").T) * residual
+        h = h + (o @ m(p + "self_attn.o_proj.weight").T + b(i, "self_attn.o_proj")) * residual
         x = rms(h, W[p + "post_attention_layernorm.weight"])
-        g, u = x @ m(p + "mlp.gate_proj.weight").T, x @ m(p + "mlp.up_proj.weight").T
-        h = h + ((g / (1 + np.exp(-g)) * u) @ m(p + "mlp.down_proj.weight").T) * residual
+        g = x @ m(p + "mlp.gate_proj.weight").T + b(i, "mlp.gate_proj")
+        u = x @ m(p + "mlp.up_proj.weight").T + b(i, "mlp.up_proj")
+        h = h + ((g / (1 + np.exp(-g)) * u) @ m(p + "mlp.down_proj.weight").T + b(i, "mlp.down_proj")) * residual
     logits = rms(h, W["model.norm.weight"]) @ m("model.embed_tokens.weight").T
     return logits / fam.get("logits_scaling", 1.0)
 
@@ -163,6 +179,7 @@ def write_unsupported(path):
 def main():
     write_unsupported(here / "unsupported.gguf")
     save_file({k: np.ascontiguousarray(v) for k, v in sorted(W.items())}, str(here / "model.safetensors"))
+    save_file({k: np.ascontiguousarray(v) for k, v in sorted(B.items())}, str(here / "biases.safetensors"))
     write_gguf(here / "smollm3.gguf", "smollm3")
     write_gguf(here / "granite.gguf", "granite")
     out = {"reference": "float64 numpy forward following transformers' modeling_smollm3 / modeling_mistral (gen.py)"}
@@ -179,7 +196,8 @@ def main():
         plain = forward(PROMPTS[0], {})
         moved = float(np.abs(forward(PROMPTS[0], fam) - plain).max())
         assert moved > 0.05, f"{name} hardly differs from Llama ({moved})"
-        out[name] = {"config": {**base, "num_hidden_layers": LAYERS, **fam}, "moved_from_llama": moved,
+        config = {k: v for k, v in fam.items() if k != "bias_layers"}
+        out[name] = {"config": {**base, "num_hidden_layers": LAYERS, **config}, "moved_from_llama": moved,
                      "cases": cases}
     (here / "expected.json").write_text(json.dumps(out) + "\n")
 
