@@ -1,4 +1,6 @@
-//! Training-checkpoint directories (safetensors and legacy JSON layouts), validation, and inference export.
+//! Training-checkpoint directories (safetensors and legacy JSON layouts), validation, and inference export. The
+//! layout is this project's (issue 3; Loom writes none, see `formats::checkpoint`): its files are written here by the
+//! reference `safetensors` crate and `serde_json`.
 #![cfg(not(target_arch = "wasm32"))]
 
 use std::collections::HashMap;

@@ -429,6 +429,18 @@ fn the_loss_report_of_safetensors_is_the_rounding_to_its_tensor_type() {
     }
 }
 
+/// The app's tiny sample is Loom's own file: the corpus case it was copied from, byte for byte.
+#[test]
+fn the_sample_is_the_corpus_file_loom_wrote() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata");
+    let sample = std::fs::read(root.join("sample/sample.entity")).unwrap();
+    let corpus = std::fs::read(root.join("conformance/cases/transformer_int8/loom.entity")).unwrap();
+    assert!(
+        sample == corpus,
+        "testdata/sample/sample.entity is not the corpus's transformer_int8"
+    );
+}
+
 #[test]
 fn the_loss_report_of_the_sample_leaves_entity_rmsnorm_alone() {
     let dir = scratch("loss-sample");

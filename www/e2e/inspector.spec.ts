@@ -174,6 +174,8 @@ for (const [format, dtype, ext] of [['entity', 'int4', 'entity'], ['safetensors'
 /** The rows of a table: one array of cell texts per row. */
 const cellTexts = (rows: ReturnType<Page['getByTestId']>) => rows.evaluateAll((rs) => rs.map((r) => Array.from(r.querySelectorAll('td'), (td) => td.textContent ?? '')));
 
+// The app's conversion is held to the CLI's (the same library in the page): the codecs themselves are held to Loom by
+// the corpora's per-dtype and API-morph cases (testdata/conformance, testdata/loom-extra), byte for byte.
 test('the sample to int4 .entity: the download is sample.int4.entity and the loss report equals its diff', async ({ page }) => {
   test.setTimeout(300_000); // cargo may have to build the CLI first
   const sample = readFileSync(path.join(ROOT, 'testdata/sample/sample.entity'));

@@ -4,6 +4,11 @@
 //! moments, same tensor names as the weights), `meta.json`, `train_state.json`. The legacy layout has `weights.json`
 //! (an object mapping each tensor name to a 2-D array of numbers) instead of `weights.safetensors`; it is read only
 //! when there is no `weights.safetensors`. Only the weights file is required.
+//!
+//! Where the layout comes from: this project's own description of how Rust/PyTorch training code saves a run
+//! (issue 3), not Loom: Loom v0.80 writes no checkpoint directory and its spec has none. The files in it are plain
+//! safetensors and JSON, so the tests (`crate/tests/checkpoint_dir.rs`) write them with the reference `safetensors`
+//! crate and `serde_json`, as that code would.
 
 use serde_json::Value;
 
