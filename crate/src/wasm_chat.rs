@@ -56,7 +56,7 @@ impl ChatEngine {
         }
     }
 
-    fn truncate(&mut self, len: usize) {
+    fn truncate(&mut self, len: usize) -> usize {
         match self {
             ChatEngine::Cpu(e) => e.truncate(len),
             ChatEngine::Gpu(e) => e.truncate(len),
@@ -429,8 +429,8 @@ impl JsChat {
                 .chat_prompt(generate.max_tokens, limit, opts.truncate.unwrap_or(true))
                 .and_then(|prompt| s.conversation.begin(&prompt, &generate, limit));
             match started {
-                Ok((reply, keep)) => {
-                    s.engine.truncate(keep);
+                Ok((mut reply, keep)) => {
+                    reply.resume_from(s.engine.truncate(keep));
                     let n = reply.prompt_len() as u32;
                     s.turn = Some(Turn { reply, history_before });
                     Ok(n)

@@ -174,7 +174,7 @@ impl Engine for StopsMidStep {
     fn cached(&self) -> usize {
         self.inner.cached()
     }
-    fn truncate(&mut self, len: usize) {
+    fn truncate(&mut self, len: usize) -> usize {
         self.inner.truncate(len)
     }
     fn forward(&mut self, tokens: &[u32], all_logits: bool) -> loom_wasm::Result<Vec<f32>> {

@@ -140,6 +140,9 @@ fn what_does_not_run_is_refused_by_name() {
     }
 }
 
+/// Makes a fresh engine of one kind.
+type NewEngine<'a> = dyn Fn() -> Box<dyn Engine> + 'a;
+
 fn families_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/families")
 }
@@ -247,6 +250,76 @@ fn every_bias_kind_matches_the_float64_reference() {
     pollster::block_on(e.forward_argmax(&[next])).unwrap();
     // The gather, the first and final norms, the head and the argmax, and the blocks.
     assert_eq!(e.last_call().dispatches, 5 + 2 * 10 + 2 * 21);
+}
+
+/// Mistral's window (6) over a 200-token sequence, 33 windows long, against the float64 reference's last logits
+/// and 40 greedy ids: the CPU engine keeps only what later queries read (its rows trimmed as positions pass), the
+/// GPU engine a ring of the window and a chunk (it wraps three times). Both prefill it whole and token by token; a
+/// cut a few positions back keeps the cache, a cut far back (the rows it reads are gone) empties it, and the next
+/// run computes from there.
+#[test]
+fn a_sequence_many_windows_long_through_caches_that_keep_the_window() {
+    let expected = json(&families_dir().join("expected.json"));
+    let fam = &expected["mistral"];
+    let model = LlmModel::open(&hf_folder("mistral", &fam["config"])).unwrap();
+    let long = &fam["long"];
+    let seq = ids(&long["ids"]);
+    let want: Vec<f32> = long["last_logits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap() as f32)
+        .collect();
+    let want_greedy = ids(&long["greedy"]);
+    let close = |what: &str, got: &[f32]| {
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                (g - w).abs() <= 1e-3 + 1e-4 * w.abs(),
+                "{what}: token {i}: {g} against {w}"
+            );
+        }
+    };
+    let cpu = || Box::new(model.cpu_engine()) as Box<dyn Engine>;
+    let gpu = || gpu_engine(&model);
+    let engines: [(&str, &NewEngine); 2] = [("CPU", &cpu), ("GPU", &gpu)];
+    for (name, new_engine) in engines {
+        let mut e = new_engine();
+        let logits = e.forward(&seq, false).unwrap();
+        close(&format!("{name}, one prefill"), &logits);
+        assert_eq!(greedy(e.as_mut(), &logits, 40, None), want_greedy, "{name}");
+        let held = e.cached();
+        assert_eq!(held, 239);
+        // A few positions back: still held; the same token comes next.
+        assert_eq!(e.truncate(held - 5), held - 5);
+        let context: Vec<u32> = seq.iter().chain(&want_greedy).copied().collect();
+        let again = e.forward(&context[held - 5..held], false).unwrap();
+        assert_eq!(loom_wasm::cpu::ops::argmax(&again) as u32, want_greedy[39], "{name}");
+        // Far back: the rows position 10 reads are gone; the cache empties and the sequence runs again.
+        assert_eq!(e.truncate(10), 0, "{name}");
+        assert_eq!(e.cached(), 0);
+        close(&format!("{name}, again"), &e.forward(&seq, false).unwrap());
+
+        let mut e = new_engine();
+        let mut last = Vec::new();
+        for &t in &seq {
+            last = e.forward(&[t], false).unwrap();
+        }
+        close(&format!("{name}, token by token"), &last);
+    }
+    // The CPU's memory over 2,000 positions: a prompt chunk (256) and the trimming slack per layer (the vectors'
+    // capacity: 512 rows), not 2,000.
+    let mut config = fam["config"].clone();
+    config["max_position_embeddings"] = 4096.into();
+    let model = LlmModel::open(&hf_folder("mistral_4096", &config)).unwrap();
+    let mut cpu = model.cpu_engine();
+    let many: Vec<u32> = seq.iter().cycle().take(2000).copied().collect();
+    cpu.forward(&many, false).unwrap();
+    let kv_bytes_per_position = 2 * model.config.n_layers * model.config.kv_dim() * 4;
+    assert!(
+        cpu.cache_bytes() <= 512 * kv_bytes_per_position,
+        "{} bytes",
+        cpu.cache_bytes()
+    );
 }
 
 /// Granite's multipliers (embedding, attention scores, residual branches, logits), from llama.cpp's GGUF keys and

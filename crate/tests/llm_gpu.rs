@@ -206,7 +206,7 @@ impl Engine for LogitsOnly {
     fn cached(&self) -> usize {
         Engine::cached(&self.0)
     }
-    fn truncate(&mut self, len: usize) {
+    fn truncate(&mut self, len: usize) -> usize {
         self.0.truncate(len)
     }
     fn forward(&mut self, tokens: &[u32], all_logits: bool) -> loom_wasm::Result<Vec<f32>> {

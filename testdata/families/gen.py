@@ -26,7 +26,8 @@ Written:
 - `biases.safetensors`: the bias tensors (seeded), which the tests add beside `model.safetensors` in an HF folder;
 - `unsupported.gguf`: a header that names `phi2` (which does not run) with a 16-row embedding: refused by name;
 - `expected.json`: per family its config.json fields and, per prompt, the logits at every position (7 significant
-  digits) and 8 greedy ids.
+  digits) and 8 greedy ids; for Mistral also a 200-token sequence (33 windows) with its last logits and 40 greedy
+  ids.
 
 Checked by hand against llama.cpp b11434 (`scripts/llama_logits.c`): it reads smollm3.gguf and granite.gguf as the
 references here, within 0.0022 and 0.0004 over the top 3 at every position of the second prompt (its KV cache is
@@ -193,12 +194,22 @@ def main():
                 seq.append(nxt)
             logits = forward(ids, fam)
             cases.append({"ids": ids, "logits": [[float(f"{v:.7g}") for v in r] for r in logits], "greedy": greedy})
+        if "sliding_window" in fam:
+            # A sequence many windows long: its last logits and 40 greedy ids, through caches that keep the window.
+            seq = [(7 * i * i + 3 * i + 1) % 256 for i in range(200)]
+            last = forward(seq, fam)[-1]
+            ids = list(seq)
+            for _ in range(40):
+                ids.append(int(np.argmax(forward(ids, fam)[-1])))
+            cases_long = {"ids": seq, "last_logits": [float(f"{v:.7g}") for v in last], "greedy": ids[200:]}
         plain = forward(PROMPTS[0], {})
         moved = float(np.abs(forward(PROMPTS[0], fam) - plain).max())
         assert moved > 0.05, f"{name} hardly differs from Llama ({moved})"
         config = {k: v for k, v in fam.items() if k != "bias_layers"}
         out[name] = {"config": {**base, "num_hidden_layers": LAYERS, **config}, "moved_from_llama": moved,
                      "cases": cases}
+        if "sliding_window" in fam:
+            out[name]["long"] = cases_long
     (here / "expected.json").write_text(json.dumps(out) + "\n")
 
 

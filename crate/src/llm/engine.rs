@@ -19,8 +19,10 @@ pub trait Engine {
     fn device(&self) -> String;
     /// Tokens held in the KV cache: the next token goes at this position.
     fn cached(&self) -> usize;
-    /// Forgets cached positions from `len` on (a conversation that changed after them).
-    fn truncate(&mut self, len: usize);
+    /// Forgets cached positions from `len` on (a conversation that changed after them). Returns the positions it
+    /// still holds: `len` (or fewer when it held fewer), or 0 where a layer that keeps only its window no longer has
+    /// what the next position reads (a conversation cut far back): the caller runs the prompt again from there.
+    fn truncate(&mut self, len: usize) -> usize;
     /// Runs `tokens` at positions `cached()..`, appending to the KV cache. Returns the logits of the last token
     /// (vocab values), or of every token (n × vocab) when `all_logits`.
     fn forward(&mut self, tokens: &[u32], all_logits: bool) -> Result<Vec<f32>>;
@@ -37,20 +39,44 @@ pub trait Engine {
 }
 
 /// Keys and values of every layer, `[pos][kv_heads × head_dim]`, grown as positions arrive (never more than
-/// the model's context).
+/// the model's context). A layer that attends to a window of `w` positions keeps only what later queries read: its
+/// rows start at `first[l]`, and the ones before `len − w + 1` go once there are `w` of them (so a layer holds at
+/// most about 2w rows, plus a prompt chunk).
 #[derive(Clone, Debug, Default)]
 pub struct KvCache {
     k: Vec<Vec<f32>>,
     v: Vec<Vec<f32>>,
     len: usize,
+    /// Per layer: its window (`None`: every position) and the first position its rows hold.
+    windows: Vec<Option<usize>>,
+    first: Vec<usize>,
 }
 
 impl KvCache {
-    pub fn new(layers: usize) -> KvCache {
+    /// A cache for `windows.len()` layers, each keeping every position or only its window.
+    pub fn new(windows: Vec<Option<usize>>) -> KvCache {
+        let layers = windows.len();
         KvCache {
             k: vec![Vec::new(); layers],
             v: vec![Vec::new(); layers],
             len: 0,
+            first: vec![0; layers],
+            windows,
+        }
+    }
+
+    /// Drops the rows of windowed layers that no query from position `len` on reads, once there are at least a
+    /// window's worth of them (amortised: a decode step moves no rows).
+    fn trim(&mut self, kv_dim: usize) {
+        for l in 0..self.k.len() {
+            let Some(w) = self.windows[l] else { continue };
+            let needed_from = (self.len + 1).saturating_sub(w);
+            let stale = needed_from.saturating_sub(self.first[l]);
+            if stale >= w.max(64) {
+                self.k[l].drain(..stale * kv_dim);
+                self.v[l].drain(..stale * kv_dim);
+                self.first[l] += stale;
+            }
         }
     }
 
@@ -62,11 +88,22 @@ impl KvCache {
         self.len == 0
     }
 
-    pub fn truncate(&mut self, len: usize, kv_dim: usize) {
-        self.len = self.len.min(len);
-        for c in self.k.iter_mut().chain(self.v.iter_mut()) {
-            c.truncate(self.len * kv_dim);
+    /// Keeps the first `len` positions, or none where a windowed layer has dropped rows the position `len` reads;
+    /// returns the positions kept.
+    pub fn truncate(&mut self, len: usize, kv_dim: usize) -> usize {
+        let len = self.len.min(len);
+        let lost =
+            (0..self.k.len()).any(|l| self.windows[l].is_some_and(|w| (len + 1).saturating_sub(w) < self.first[l]));
+        self.len = if lost { 0 } else { len };
+        for l in 0..self.k.len() {
+            if self.len == 0 {
+                self.first[l] = 0;
+            }
+            let rows = self.len - self.first[l];
+            self.k[l].truncate(rows * kv_dim);
+            self.v[l].truncate(rows * kv_dim);
         }
+        self.len
     }
 
     /// Bytes held.
@@ -89,7 +126,7 @@ pub struct CpuEngine {
 impl CpuEngine {
     pub fn new(cfg: ModelConfig, weights: Arc<ModelWeights>) -> CpuEngine {
         CpuEngine {
-            cache: KvCache::new(cfg.n_layers),
+            cache: KvCache::new((0..cfg.n_layers).map(|l| cfg.window(l)).collect()),
             ropes: cfg.ropes(),
             cfg,
             weights,
@@ -154,6 +191,7 @@ impl CpuEngine {
                 ops::rope(&mut q[t * qd..(t + 1) * qd], hd, start + t, freqs, pairs);
                 ops::rope(&mut k[t * kvd..(t + 1) * kvd], hd, start + t, freqs, pairs);
             }
+            let held_from = self.cache.first[l];
             let (kc, vc) = (&mut self.cache.k[l], &mut self.cache.v[l]);
             kc.extend_from_slice(&k);
             vc.extend_from_slice(&v);
@@ -167,7 +205,8 @@ impl CpuEngine {
                 let qh = &q[t * qd + h * hd..][..hd];
                 let end = start + t + 1;
                 let first = window.map_or(0, |w| end.saturating_sub(w));
-                let (ks, vs) = (&kc[first * kvd..], &vc[first * kvd..]);
+                // Rows start at `held_from`: trimming keeps every row a query of this chunk reads.
+                let (ks, vs) = (&kc[(first - held_from) * kvd..], &vc[(first - held_from) * kvd..]);
                 ops::attention_head(qh, ks, vs, end - first, kvd, h / group * hd, rule, out, scores);
             });
             matmul(&b.wo, &att, n, &mut proj)?;
@@ -194,6 +233,7 @@ impl CpuEngine {
             ops::add(&mut x, &proj);
         }
         self.cache.len += n;
+        self.cache.trim(kvd);
         ops::rms_norm(&mut x, &w.final_norm, c.final_norm_eps);
         Ok(x)
     }
@@ -229,8 +269,8 @@ impl Engine for CpuEngine {
         self.cache.len
     }
 
-    fn truncate(&mut self, len: usize) {
-        self.cache.truncate(len, self.cfg.kv_dim());
+    fn truncate(&mut self, len: usize) -> usize {
+        self.cache.truncate(len, self.cfg.kv_dim())
     }
 
     fn forward(&mut self, tokens: &[u32], all_logits: bool) -> Result<Vec<f32>> {

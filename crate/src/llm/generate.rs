@@ -310,6 +310,13 @@ impl Reply {
         false
     }
 
+    /// Runs the prompt from position `kept` (what the engine still holds after its truncation: fewer than the
+    /// shared prefix where a windowed cache lost what the prompt's next position reads).
+    pub fn resume_from(&mut self, kept: usize) {
+        self.computed = self.computed.min(kept);
+        self.reused = self.reused.min(kept);
+    }
+
     /// Ids in the engine's cache once the steps so far ran.
     pub fn cached_ids(&self) -> &[u32] {
         &self.context[..self.computed]
@@ -653,7 +660,7 @@ impl Session {
         on_text: &mut dyn FnMut(&str) -> bool,
     ) -> Result<Generation> {
         let (mut reply, keep) = self.conversation.begin(prompt, opts, self.engine.config().context)?;
-        self.engine.truncate(keep);
+        reply.resume_from(self.engine.truncate(keep));
         let result = self.drive(&mut reply, opts, on_text);
         self.conversation.settle(&reply);
         result.map(|()| reply.generation())

@@ -326,9 +326,12 @@ impl GpuEngineBuilder {
             sample: Sample::new(g)?,
         };
         let draw_ids = Sample::ids_buffer(g).await?;
+        // A layer that attends to a window keeps a ring of the window and a chunk's rows (`shaders/attention.wgsl`
+        // wraps positions), so that a chunk's writes never reach the rows its first query reads.
         let mut caches = Vec::with_capacity(cfg.n_layers);
-        for _ in 0..cfg.n_layers {
-            caches.push(KvCache::new(g, cfg.n_kv_heads, cfg.head_dim, cfg.context).await?);
+        for l in 0..cfg.n_layers {
+            let rows = cfg.window(l).map_or(cfg.context, |w| cfg.context.min(w + GPU_CHUNK));
+            caches.push(KvCache::new(g, cfg.n_kv_heads, cfg.head_dim, rows).await?);
         }
         let ropes = cfg.ropes();
         let on_gpu = RowLayout::for_adapter(&gpu) != RowLayout::Lane;
@@ -376,10 +379,20 @@ impl GpuEngine {
         &self.cfg
     }
 
-    /// Keeps the first `len` cached positions.
-    pub fn truncate(&mut self, len: usize) {
-        // Rows past `len` are rewritten before any query reads them.
-        self.cached = self.cached.min(len);
+    /// Keeps the first `len` cached positions, or none where a windowed layer's ring has overwritten rows that
+    /// position `len` reads (a cut more than a chunk back); returns the positions kept.
+    pub fn truncate(&mut self, len: usize) -> usize {
+        // Rows past `len` are rewritten before any query reads them. A ring of `rows` rows for a window `w` still
+        // holds positions `cached − rows ..`; position `len` reads back to `len − w + 1`.
+        let len = self.cached.min(len);
+        let lost = self.caches.iter().enumerate().any(|(l, cache)| {
+            self.cfg.window(l).is_some_and(|w| {
+                let oldest = self.cached.saturating_sub(cache.max_seq as usize);
+                (len + 1).saturating_sub(w) < oldest
+            })
+        });
+        self.cached = if lost { 0 } else { len };
+        self.cached
     }
 
     /// The device's adapter, for people ("NVIDIA H100 (Vulkan)").
@@ -877,7 +890,7 @@ impl super::engine::Engine for GpuEngine {
         self.cached
     }
 
-    fn truncate(&mut self, len: usize) {
+    fn truncate(&mut self, len: usize) -> usize {
         GpuEngine::truncate(self, len)
     }
 
