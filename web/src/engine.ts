@@ -427,13 +427,15 @@ async function gpuInfo(): Promise<GpuInfo> {
   const browser = await adapterInfo;
   if (!browser) return info;
   // wgpu names a browser adapter by its backend only ("… (BrowserWebGpu)"): the browser's name says which it is.
-  return { ...info, adapter: browser.name || info.adapter, software: browser.software };
+  const { name, ...rest } = browser;
+  return { ...info, ...rest, adapter: name || info.adapter };
 }
 
 interface BrowserGpu {
   requestAdapter(): Promise<{
     info?: { vendor: string; architecture: string; description: string; isFallbackAdapter?: boolean };
     isFallbackAdapter?: boolean;
+    features?: { has(name: string): boolean };
   } | null>;
 }
 
@@ -442,14 +444,18 @@ let adapterInfo: ReturnType<typeof browserAdapter> | undefined;
 /** Software rasterizers that WebGPU falls back to (Chromium's SwiftShader, Mesa's lavapipe/llvmpipe). */
 const SOFTWARE_ADAPTER = /swiftshader|lavapipe|llvmpipe/i;
 
-/** The browser's name for its WebGPU adapter, and whether it is a software one rather than a GPU. */
-async function browserAdapter(gpu: BrowserGpu): Promise<{ name: string; software: boolean } | undefined> {
+/** The browser's name for its WebGPU adapter (`GPUAdapter.info`), its vendor and architecture, whether it has
+ * subgroups, and whether it is a software one rather than a GPU. */
+async function browserAdapter(
+  gpu: BrowserGpu,
+): Promise<{ name: string; vendor: string; architecture: string; subgroups: boolean; software: boolean } | undefined> {
   const adapter = await gpu.requestAdapter().catch(() => null);
   const i = adapter?.info;
   if (!adapter || !i) return undefined;
   const name = i.description || [i.vendor, i.architecture].filter(Boolean).join(' ');
   const software = i.isFallbackAdapter === true || adapter.isFallbackAdapter === true || SOFTWARE_ADAPTER.test(`${name} ${i.architecture}`);
-  return { name, software };
+  const subgroups = adapter.features?.has('subgroups') === true;
+  return { name, vendor: i.vendor, architecture: i.architecture, subgroups, software };
 }
 
 

@@ -384,7 +384,12 @@ export interface GpuInfo {
   available: boolean;
   reason?: string;
   adapter?: string;
+  /** The adapter's vendor and architecture as the browser names them (`GPUAdapter.info`; may be empty). */
+  vendor?: string;
+  architecture?: string;
   shader_f16?: boolean;
+  /** The adapter offers WebGPU subgroups (the kernels do not use them in browsers yet). */
+  subgroups?: boolean;
   /** True when the browser's adapter is a software rasterizer (SwiftShader, lavapipe): WebGPU runs on the CPU. */
   software?: boolean;
 }

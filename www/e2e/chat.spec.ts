@@ -66,6 +66,37 @@ test('greedy on WebGPU (SwiftShader): the reply names Paris', async ({ page }) =
   await expect(reply.locator('.bubble-body')).toHaveText(france.results.gguf_dequant_f32.greedy_text);
 });
 
+test('the Benchmark panel: prefill and decode tok/s on WebGPU and the CPU engine, the adapter as the browser names it, a software note; the conversation untouched', async ({ page }) => {
+  test.setTimeout(300_000);
+  await openChatPage(page, 'cpu');
+  await page.getByTestId('bench-run').click();
+  await expect(page.getByTestId('bench-table')).toHaveAttribute('data-state', 'done', { timeout: 240_000 });
+  await expect(page.getByTestId('bench-row')).toHaveCount(2);
+  for (const device of ['gpu', 'cpu']) {
+    const row = page.locator(`[data-testid="bench-row"][data-device="${device}"]`);
+    expect(Number(await row.getAttribute('data-prefill')), device).toBeGreaterThan(0);
+    expect(Number(await row.getAttribute('data-decode')), device).toBeGreaterThan(0);
+  }
+  // The browser's own name for its adapter (GPUAdapter.info), not wgpu's "(BrowserWebGpu)"; SwiftShader here, so
+  // the note says these WebGPU figures are the CPU's.
+  const browser = await page.evaluate(async () => {
+    const adapter = await (navigator as any).gpu.requestAdapter();
+    return { description: adapter.info.description as string, vendor: adapter.info.vendor as string };
+  });
+  const name = (await page.getByTestId('bench-adapter-name').textContent()) ?? '';
+  expect(name).not.toContain('BrowserWebGpu');
+  expect(name).toBe(browser.description || name);
+  await expect(page.getByTestId('bench-adapter')).toContainText(`vendor ${browser.vendor || '—'}`);
+  await expect(page.getByTestId('bench-adapter')).toContainText(/shader-f16 (yes|no) · subgroups (yes|no)/);
+  await expect(page.getByTestId('bench-software')).toBeVisible();
+  // The chat itself: still on the CPU, with an empty conversation, and it still answers.
+  await expect(page.getByTestId('device')).toHaveText('CPU');
+  await expect(page.getByTestId('assistant-message')).toHaveCount(0);
+  await ask(page, france.user_message, { maxTokens: 8 });
+  await expect(lastReply(page)).toHaveAttribute('data-done', 'true', { timeout: 120_000 });
+  await expect(lastReply(page)).toContainText('Paris');
+});
+
 test('stop ends a streaming reply within a second, and the page goes on', async ({ page }) => {
   test.setTimeout(180_000);
   await openChatPage(page, 'cpu');

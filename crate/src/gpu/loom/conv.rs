@@ -15,7 +15,7 @@ use crate::gpu::Recorder;
 use crate::gpu::{Gpu, GpuTensor, Pointwise};
 use crate::network::{Layer, LayerType};
 
-const CONV_WGSL: &str = include_str!("../../../shaders/conv.wgsl");
+const CONV_WGSL: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/conv.wgsl"));
 const LANES: u32 = 64;
 
 /// The CNN and ConvTransposed kernels.

@@ -13,7 +13,7 @@ use crate::gpu::Recorder;
 use crate::gpu::{Gpu, GpuTensor, Pointwise};
 use crate::network::{Layer, LayerType};
 
-const KMEANS_WGSL: &str = include_str!("../../../shaders/kmeans.wgsl");
+const KMEANS_WGSL: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/kmeans.wgsl"));
 
 /// The KMeans kernel.
 pub struct KMeans {

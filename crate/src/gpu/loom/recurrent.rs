@@ -17,7 +17,7 @@ use crate::gpu::Recorder;
 use crate::gpu::{Gpu, GpuTensor, PipelineKey};
 use crate::network::{Layer, LayerType};
 
-const RECURRENT_WGSL: &str = include_str!("../../../shaders/recurrent.wgsl");
+const RECURRENT_WGSL: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/recurrent.wgsl"));
 const LANES: u32 = 64;
 
 /// The RNN and LSTM kernels.

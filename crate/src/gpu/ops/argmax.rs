@@ -9,7 +9,7 @@ use crate::error::{LoomError, Result};
 use crate::gpu::Gpu;
 use crate::gpu::Recorder;
 
-const ARGMAX_WGSL: &str = include_str!("../../../shaders/argmax.wgsl");
+const ARGMAX_WGSL: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/argmax.wgsl"));
 
 /// The CPU twin: the first index of the largest value, compared strictly from −∞ (NaN never wins; a row of
 /// −∞/NaN, or an empty one, gives 0).

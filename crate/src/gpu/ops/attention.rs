@@ -10,7 +10,7 @@ use crate::error::{LoomError, Result};
 use crate::gpu::Gpu;
 use crate::gpu::Recorder;
 
-const ATTENTION_WGSL: &str = include_str!("../../../shaders/attention.wgsl");
+const ATTENTION_WGSL: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/attention.wgsl"));
 
 /// Head dimensions one attention workgroup stages and outputs (its shared query chunk, 4 values per lane); wider heads
 /// take several workgroups along z, each producing one chunk of the output.

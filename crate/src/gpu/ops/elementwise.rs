@@ -11,7 +11,7 @@ use crate::error::{LoomError, Result};
 use crate::gpu::Gpu;
 use crate::gpu::Recorder;
 
-const ELEMENTWISE_WGSL: &str = include_str!("../../../shaders/elementwise.wgsl");
+const ELEMENTWISE_WGSL: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/elementwise.wgsl"));
 const LANES: u32 = 256;
 
 /// The elementwise kernels.

@@ -9,7 +9,7 @@ use crate::error::{LoomError, Result};
 use crate::gpu::Gpu;
 use crate::gpu::Recorder;
 
-const EMBEDDING_WGSL: &str = include_str!("../../../shaders/embedding.wgsl");
+const EMBEDDING_WGSL: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/embedding.wgsl"));
 const LANES: u32 = 256;
 
 /// An f32 embedding table on the GPU, split into shards of whole rows that each fit one storage binding.

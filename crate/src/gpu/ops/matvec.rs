@@ -18,7 +18,7 @@ use crate::gpu::Recorder;
 use crate::gpu::{Gpu, PipelineKey};
 use crate::quant::{self, GgmlType};
 
-const MATVEC_WGSL: &str = include_str!("../../../shaders/matvec.wgsl");
+const MATVEC_WGSL: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/matvec.wgsl"));
 
 /// The most weight bindings one kernel reads: larger tensors are refused.
 pub const MAX_WEIGHT_BINDINGS: usize = 4;

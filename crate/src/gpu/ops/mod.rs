@@ -59,7 +59,7 @@ impl Pointwise {
 }
 
 /// WGSL shared by kernels that apply a [`Pointwise`] function.
-pub const ACTIVATION_WGSL: &str = include_str!("../../../shaders/activation.wgsl");
+pub const ACTIVATION_WGSL: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/activation.wgsl"));
 
 /// WGSL shared by kernels that reduce a row in one 64-lane workgroup.
-pub const REDUCE_WGSL: &str = include_str!("../../../shaders/reduce.wgsl");
+pub const REDUCE_WGSL: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/reduce.wgsl"));

@@ -10,7 +10,7 @@ use crate::error::{LoomError, Result};
 use crate::gpu::Gpu;
 use crate::gpu::Recorder;
 
-const NORM_WGSL: &str = include_str!("../../../shaders/norm.wgsl");
+const NORM_WGSL: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/norm.wgsl"));
 
 /// Loom's RMSNorm epsilon (`rms_norm_eps` is not persisted; MHA's Q/K norms use it too).
 pub const RMS_NORM_EPS: f32 = 1e-6;

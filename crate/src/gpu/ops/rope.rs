@@ -11,7 +11,7 @@ use crate::error::{LoomError, Result};
 use crate::gpu::Gpu;
 use crate::gpu::Recorder;
 
-const ROPE_WGSL: &str = include_str!("../../../shaders/rope.wgsl");
+const ROPE_WGSL: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/rope.wgsl"));
 const LANES: u32 = 64;
 
 /// `(cos, sin)` of angle `pos / θ^(2j/hd)` for `tokens` consecutive positions from `pos0` and `j < hd/2`, as

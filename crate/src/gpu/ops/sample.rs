@@ -11,7 +11,7 @@ use crate::error::{LoomError, Result};
 use crate::gpu::Gpu;
 use crate::gpu::Recorder;
 
-const SAMPLE_WGSL: &str = include_str!("../../../shaders/sample.wgsl");
+const SAMPLE_WGSL: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/sample.wgsl"));
 
 /// The largest k (and the most penalised ids) the kernel takes: one workgroup sorts its 256 lanes' candidates.
 pub const GPU_SAMPLE_MAX: usize = 256;

@@ -11,7 +11,7 @@ use crate::error::{LoomError, Result};
 use crate::gpu::Gpu;
 use crate::gpu::Recorder;
 
-const SOFTMAX_WGSL: &str = include_str!("../../../shaders/softmax.wgsl");
+const SOFTMAX_WGSL: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/softmax.wgsl"));
 
 /// The row softmax and sparsemax/entmax kernels.
 pub struct Softmax {
