@@ -14,9 +14,9 @@ use wasm_bindgen::prelude::*;
 use crate::error::LoomError;
 use crate::formats::source::RangeReader;
 use crate::llm::config::ModelConfig;
-use crate::llm::engine::{CpuEngine, Engine};
+use crate::llm::engine::{CpuEngine, Engine, KvCache};
 use crate::llm::generate::{ChatFormat, Conversation, GenerateOptions, Reply, Step};
-use crate::llm::gpu_engine::{GpuEngine, GpuEngineBuilder};
+use crate::llm::gpu_engine::{GpuEngine, GpuEngineBuilder, GpuFit, DEFAULT_GPU_CONTEXT};
 use crate::llm::model::{LlmModel, ModelFormat};
 use crate::llm::sampler::{SampleArgs, SamplingParams};
 use crate::llm::streamed::StreamedModel;
@@ -40,7 +40,52 @@ export interface RawReply {
   text: string; ids: Uint32Array; promptTokens: number; reusedTokens: number; stopReason: string;
   prefillMs: number; decodeMs: number; tokensPerSecond: number; prefillTokensPerSecond: number;
 }
+export interface RawFit {
+  arch: string; file_bytes: number; weight_bytes: number; largest_tensor: { name: string; bytes: number };
+  gpu: { fits: boolean; problems: string[]; context?: number; kv_cache_bytes?: number; max_buffer_size?: number;
+         max_storage_buffer_binding_size?: number };
+  cpu: { fits: boolean; needed_bytes: number; available_bytes: number; positions: number };
+}
 "#;
+
+/// `Chat.fit`'s result (`RawFit`).
+#[derive(Serialize)]
+struct Fit {
+    arch: &'static str,
+    file_bytes: u64,
+    weight_bytes: u64,
+    largest_tensor: FitTensor,
+    gpu: FitGpu,
+    cpu: FitCpu,
+}
+
+#[derive(Serialize)]
+struct FitTensor {
+    name: String,
+    bytes: u64,
+}
+
+#[derive(Serialize)]
+struct FitGpu {
+    fits: bool,
+    problems: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    context: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kv_cache_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_buffer_size: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_storage_buffer_binding_size: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct FitCpu {
+    fits: bool,
+    needed_bytes: u64,
+    available_bytes: u64,
+    positions: usize,
+}
 
 /// The engine a chat runs on.
 enum ChatEngine {
@@ -336,6 +381,73 @@ impl JsChat {
                 info,
             })
             .into())
+        })
+    }
+
+    /// Whether the model among `names` (of lengths `sizes`, read through `read` as `openGpu` reads them) fits this
+    /// browser, from the headers alone (no weights are read): on WebGPU (each tensor and KV cache within the
+    /// adapter's buffer and binding limits; a KV cache of `context` positions, the engine's default when absent)
+    /// and on the CPU engine (the files and the KV cache within 32-bit WebAssembly memory).
+    #[wasm_bindgen(unchecked_return_type = "Promise<RawFit>")]
+    pub fn fit(
+        names: Vec<String>,
+        sizes: Vec<f64>,
+        #[wasm_bindgen(unchecked_param_type = "(file: number, offset: number, length: number) => Promise<Uint8Array>")]
+        read: js_sys::Function,
+        context: Option<f64>,
+    ) -> js_sys::Promise {
+        wasm_bindgen_futures::future_to_promise(async move {
+            let sizes = sizes
+                .into_iter()
+                .map(|s| byte_count(s, "sizes"))
+                .collect::<JsResult<Vec<u64>>>()?;
+            let context = count(context, "context", 0).map_err(js_error)?;
+            let model = StreamedModel::open(&names, &sizes, &JsReader(read))
+                .await
+                .map_err(js_error)?;
+            let tensors = model.tensor_bytes();
+            let context = (context > 0).then_some(context);
+            let file_bytes: u64 = sizes.iter().sum();
+            let gpu = match shared_gpu().await {
+                Ok(gpu) => {
+                    let fit = GpuFit::of(&model.config, &tensors, context, &gpu.limits);
+                    FitGpu {
+                        fits: fit.problems.is_empty(),
+                        problems: fit.problems,
+                        context: Some(fit.context),
+                        kv_cache_bytes: Some(fit.kv_cache_bytes),
+                        max_buffer_size: Some(gpu.limits.max_buffer_size),
+                        max_storage_buffer_binding_size: Some(gpu.limits.max_storage_buffer_binding_size),
+                    }
+                }
+                Err(e) => FitGpu {
+                    fits: false,
+                    problems: vec![e.to_string()],
+                    context: None,
+                    kv_cache_bytes: None,
+                    max_buffer_size: None,
+                    max_storage_buffer_binding_size: None,
+                },
+            };
+            // The CPU engine holds the files whole and grows its cache per position, all in 32-bit memory.
+            let positions = context.unwrap_or(DEFAULT_GPU_CONTEXT).min(model.config.context);
+            let needed_bytes = file_bytes + KvCache::max_bytes(&model.config, positions);
+            let available_bytes = (4u64 << 30).saturating_sub(crate::wasm::memory_bytes() as u64);
+            let (name, bytes) = tensors.iter().max_by_key(|(_, b)| *b).cloned().unwrap_or_default();
+            let out = Fit {
+                arch: model.config.arch.name(),
+                file_bytes,
+                weight_bytes: tensors.iter().map(|(_, b)| b).sum(),
+                largest_tensor: FitTensor { name, bytes },
+                gpu,
+                cpu: FitCpu {
+                    fits: needed_bytes <= available_bytes,
+                    needed_bytes,
+                    available_bytes,
+                    positions,
+                },
+            };
+            to_js(&out)
         })
     }
 

@@ -17,7 +17,7 @@ use loom_wasm::gpu::Gpu;
 use loom_wasm::llm::config::ModelConfig;
 use loom_wasm::llm::engine::Engine;
 use loom_wasm::llm::generate::{GenerateOptions, Session};
-use loom_wasm::llm::gpu_engine::{GpuEngine, GpuEngineBuilder};
+use loom_wasm::llm::gpu_engine::{GpuEngine, GpuEngineBuilder, GpuFit};
 use loom_wasm::llm::model::LlmModel;
 use loom_wasm::llm::sampler::{Sampler, SamplingParams};
 use loom_wasm::llm::streamed::StreamedModel;
@@ -592,4 +592,59 @@ fn the_self_test_passes_and_names_each_kernel_made_wrong() {
     let err = pollster::block_on(e.self_test()).unwrap_err();
     assert_eq!(err.code(), "gpu_self_test");
     assert!(err.to_string().contains("logits on the GPU are all one value"), "{err}");
+}
+
+/// The fit check from the headers (`GpuFit::of` over `StreamedModel::tensor_bytes`, nothing of the weights read)
+/// says what the upload then does: under storage-binding limits from 4 KiB to the adapter's own, a model it says
+/// fits opens, and one it refuses fails to open, on tiny-llama (F32 and Q4_1) and SmolLM2-135M.
+#[test]
+fn the_fit_check_from_the_headers_predicts_the_upload() {
+    let smol = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let cases = [
+        (
+            golden().join("tiny-llama/model.f32.gguf"),
+            vec![4 << 10, 16 << 10, 32 << 10, 1 << 20],
+        ),
+        (
+            golden().join("tiny-llama/model.q4_1.gguf"),
+            vec![4 << 10, 16 << 10, 1 << 20],
+        ),
+        (smol, vec![1 << 20, 4 << 20, 8 << 20, 128 << 20]),
+    ];
+    let (mut fits, mut refused) = (0, 0);
+    for (path, limits) in cases {
+        let reader = RecordingReader {
+            paths: vec![path.clone()],
+            reads: RefCell::new(Vec::new()),
+        };
+        let names = vec![path.file_name().unwrap().to_string_lossy().into_owned()];
+        let sizes = vec![path.metadata().unwrap().len()];
+        let streamed = pollster::block_on(StreamedModel::open(&names, &sizes, &reader)).unwrap();
+        let read: u64 = reader.reads.borrow().iter().map(|r| r.2).sum();
+        // The first 64 KiB, then what the header says it needs: SmolLM2's 49,152-token vocabulary, not its weights.
+        assert!(
+            read <= (128 << 10).max(sizes[0] / 20),
+            "{}: the headers took {read} bytes",
+            names[0]
+        );
+        let tensors = streamed.tensor_bytes();
+        let model = LlmModel::open(&path).unwrap();
+        for max_binding in limits {
+            let gpu = Arc::new(pollster::block_on(Gpu::with_max_binding(max_binding)).unwrap());
+            let fit = GpuFit::of(&model.config, &tensors, None, &gpu.limits);
+            let opened = pollster::block_on(GpuEngine::new(gpu.clone(), &model.config, &model.weights, None));
+            let what = format!("{} under {max_binding} bytes: {:?}", names[0], fit.problems);
+            assert_eq!(fit.problems.is_empty(), opened.is_ok(), "{what}: {:?}", opened.err());
+            if fit.problems.is_empty() {
+                fits += 1;
+                let e = opened.unwrap();
+                assert_eq!(e.config().context, fit.context, "{what}");
+                // Every weight buffer is the file's tensors as stored (norms included, fused ones once).
+                assert_eq!(e.weight_bytes(), fit.weight_bytes, "{what}");
+            } else {
+                refused += 1;
+            }
+        }
+    }
+    assert_eq!((fits, refused), (5, 6));
 }

@@ -4,7 +4,7 @@ import { test, expect } from '@playwright/test';
 import { createHash } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { CATCH, ready } from './helpers';
+import { CATCH, ready, resetServer, serverLog } from './helpers';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
 const TINY = `${root}../shared/golden/tiny-llama`;
@@ -91,6 +91,39 @@ test('the GPU self-test at open: a kernel made wrong on purpose sends the chat t
   expect(got.broken).toMatchObject({ device: 'cpu', ids: want });
   expect(got.broken.fallbackReason).toMatch(/^GPU self-test failed: the attention_kv_update \+ attention_attend kernel differs from its CPU twin by up to \S+/);
   expect(got.mended).toMatchObject({ device: 'gpu', fallbackReason: undefined, ids: want });
+});
+
+test('fitCheck from the headers only: a few Range reads of the GGUF, what fits WebGPU, the CPU engine and the storage quota; no storage once kept', async ({ page }) => {
+  test.skip(!existsSync(`${root}${SMOL}`), 'models/ is missing: run scripts/setup.sh');
+  test.setTimeout(120_000);
+  const size = readFileSync(`${root}${SMOL}`).length;
+  await page.evaluate(() => window.loom.cache.clear());
+  await resetServer(page);
+  const fit = await page.evaluate((url) => window.loom.fitCheck(url), `/${SMOL}`);
+  // Range requests of the header only: nothing of the weights.
+  const log = await serverLog(page);
+  expect(log.every((e) => e.status === 206)).toBe(true);
+  expect(log.reduce((s, e) => s + e.sent, 0)).toBeLessThan(0.05 * size);
+  const got = await page.evaluate(async (url) => {
+    const inspection = await window.loom.inspect(url, { cache: false });
+    const embed = inspection.tensors.find((t: any) => t.name === 'token_embd.weight');
+    const chat = await window.loom.openChat(url, { device: 'cpu' });
+    await chat.dispose();
+    const kept = await window.loom.fitCheck(url);
+    return { weightBytes: inspection.weight_bytes, embed: embed && embed.bytes, keptStorage: kept.storage };
+  }, `/${SMOL}`);
+  expect(fit.bytesRead).toBeLessThan(0.05 * size);
+  expect(fit).toMatchObject({ arch: 'llama', fileBytes: size, weightBytes: got.weightBytes });
+  expect(fit.largestTensor).toEqual({ name: 'token_embd.weight', bytes: got.embed });
+  // SwiftShader's limits hold SmolLM2 (its 30 MB Q8_0 embedding in bindings of its size); the CPU engine's 32-bit
+  // memory holds the file and a 4,096-position cache.
+  expect(fit.gpu).toMatchObject({ fits: true, problems: [], context: 4096 });
+  expect(fit.gpu.maxStorageBufferBindingSize).toBeGreaterThan(0);
+  expect(fit.gpu.kvCacheBytes).toBe(4096 * 30 * 2 * 3 * 64 * 4);
+  expect(fit.cpu).toMatchObject({ fits: true, positions: 4096, neededBytes: size + 4096 * 30 * 2 * 3 * 64 * 4 });
+  expect(fit.storage).toMatchObject({ fits: true, neededBytes: size });
+  // Once openChat kept the download, nothing more would be stored.
+  expect(got.keptStorage).toBeNull();
 });
 
 test('a URL with integrity: the right SHA-256 opens, a wrong one is bad_format and leaves nothing in the cache', async ({ page }) => {

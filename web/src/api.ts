@@ -6,7 +6,7 @@ import { openAIChat } from './openai.js';
 import type { WireSource } from './source.js';
 import type { ChatOpenOptions, RawReply, WireChatSource, WireSendOptions } from './engine.js';
 import type {
-  CacheEntry, ChatMessage, ChatModelInfo, ChatReply, ChatSession, ChatSource, ChatStream, ConvertOptions,
+  CacheEntry, ChatMessage, ChatModelInfo, ChatReply, ChatSession, ChatSource, ChatStream, ConvertOptions, FitCheckOptions, FitReport,
   ForwardOptions, ForwardResult, GpuInfo, Inspection, LoomModel, LossReport, ModelDiff, OpenAIChat, OpenChatOptions,
   OpenOptions, Progress, SendOptions, Source, StopReason, TensorPreview, TensorStats,
 } from './types.js';
@@ -344,6 +344,12 @@ export interface Api {
   open(source: Source, opts?: OpenOptions): Promise<LoomModel>;
   /** Opens an LLM to chat with (GGUF, HF folder, Loom transformer `.entity`), in the worker. */
   openChat(source: ChatSource, opts?: OpenChatOptions): Promise<ChatSession>;
+  /**
+   * Whether a model fits this browser before its weights are fetched: its headers only (a few Range reads of a URL),
+   * against the WebGPU adapter's buffer and binding limits, 32-bit WebAssembly memory for the CPU engine, and the
+   * storage quota for a download `openChat` would keep.
+   */
+  fitCheck(source: ChatSource, opts?: FitCheckOptions): Promise<FitReport>;
   openFiles(files: File[], opts?: OpenOptions): Promise<LoomModel>;
   gpuInfo(): Promise<GpuInfo>;
   /** Bytes of WebAssembly memory the engine holds (its high-water mark: wasm memory never shrinks). */
@@ -370,6 +376,19 @@ export function createApi(transport: Transport, resolveUrl: (url: string | URL) 
       throw new LoomError('invalid_input', `not a URL this page can fetch: ${String(url)}`);
     }
   };
+  /** A chat source as it crosses to the worker: a folder's files with their names, or one source. */
+  const toWireChat = async (source: ChatSource): Promise<WireChatSource> => {
+    if (isDirectoryHandle(source)) return directoryFiles(source);
+    if (isFileList(source) || Array.isArray(source)) {
+      const files = Array.from(source as ArrayLike<File>);
+      if (!files.length || !files.every((f) => f instanceof Blob)) {
+        throw new LoomError('invalid_input', 'openChat() needs a non-empty list of Files (a model folder)');
+      }
+      const names = files.map((f) => (f as File & { webkitRelativePath?: string }).webkitRelativePath || f.name || 'model');
+      return { files, names };
+    }
+    return toWire(source as Source);
+  };
   return {
     inspect: async (source, opts) => call(transport, 'inspect', [toWire(source), wireOptions(opts)], opts),
     open: async (source, opts) => {
@@ -387,6 +406,12 @@ export function createApi(transport: Transport, resolveUrl: (url: string | URL) 
       );
       return new Model(transport, id, name, inspection);
     },
+    fitCheck: async (source, opts = {}) => {
+      if (opts.context !== undefined && !(Number.isInteger(opts.context) && opts.context > 0)) {
+        throw new LoomError('invalid_input', `context must be a whole number of positions, got ${opts.context}`);
+      }
+      return call<FitReport>(transport, 'chatFit', [await toWireChat(source), { cache: opts.cache ?? true, context: opts.context }], opts);
+    },
     openChat: async (source, opts = {}) => {
       const device = opts.device ?? 'auto';
       if (device !== 'auto' && device !== 'gpu' && device !== 'cpu') {
@@ -395,16 +420,7 @@ export function createApi(transport: Transport, resolveUrl: (url: string | URL) 
       if (opts.context !== undefined && !(Number.isInteger(opts.context) && opts.context > 0)) {
         throw new LoomError('invalid_input', `context must be a whole number of positions, got ${opts.context}`);
       }
-      let wire: WireChatSource;
-      if (isDirectoryHandle(source)) wire = await directoryFiles(source);
-      else if (isFileList(source) || Array.isArray(source)) {
-        const files = Array.from(source as ArrayLike<File>);
-        if (!files.length || !files.every((f) => f instanceof Blob)) {
-          throw new LoomError('invalid_input', 'openChat() needs a non-empty list of Files (a model folder)');
-        }
-        const names = files.map((f) => (f as File & { webkitRelativePath?: string }).webkitRelativePath || f.name || 'model');
-        wire = { files, names };
-      } else wire = toWire(source as Source);
+      const wire = await toWireChat(source);
       const wireOpts: ChatOpenOptions = {
         device,
         cache: opts.cache ?? true,

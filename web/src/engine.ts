@@ -7,8 +7,8 @@ import { LoomError, throwIfAborted, toLoomError } from './errors.js';
 import { BlobReader, BytesReader, HttpReader, concat, defaultName, readAll } from './source.js';
 import type { ByteReader, WireSource } from './source.js';
 import type {
-  ChatMessage, ChatModelInfo, ConvertOptions, ForwardResult, GpuInfo, Inspection, LossReport, ModelDiff, Progress,
-  SendOptions, TensorPreview, TensorStats,
+  ChatMessage, ChatModelInfo, ConvertOptions, FitReport, ForwardResult, GpuInfo, Inspection, LossReport, ModelDiff,
+  Progress, SendOptions, TensorPreview, TensorStats,
 } from './types.js';
 
 /** The wasm-bindgen exports this file uses (crate/src/wasm.rs). Errors are thrown as `{code, message}`. */
@@ -60,6 +60,18 @@ interface RawChat {
   free(): void;
 }
 export type WireSendOptions = Omit<SendOptions, 'onToken' | 'signal'>;
+/** `Chat.fit`'s result (crate/src/wasm_chat.rs). */
+interface RawFit {
+  arch: string;
+  file_bytes: number;
+  weight_bytes: number;
+  largest_tensor: { name: string; bytes: number };
+  gpu: {
+    fits: boolean; problems: string[]; context?: number; kv_cache_bytes?: number; max_buffer_size?: number;
+    max_storage_buffer_binding_size?: number;
+  };
+  cpu: { fits: boolean; needed_bytes: number; available_bytes: number; positions: number };
+}
 export interface RawReply {
   text: string;
   ids: Uint32Array;
@@ -80,6 +92,12 @@ interface Raw {
       read: (file: number, offset: number, length: number) => Promise<Uint8Array>,
       context?: number,
     ): Promise<RawChat>;
+    fit(
+      names: string[],
+      sizes: number[],
+      read: (file: number, offset: number, length: number) => Promise<Uint8Array>,
+      context?: number,
+    ): Promise<RawFit>;
   };
   inspectHeader(prefix: Uint8Array, totalLen: number): Inspection;
   gpuInfo(): Promise<GpuInfo>;
@@ -572,6 +590,58 @@ async function chatStreamGpu(src: WireChatSource, opts: ChatOpenOptions, ctx: Ca
   );
 }
 
+/** The fit check: the model's headers through header-only readers (a URL by Range, never downloaded), then the
+ * storage a kept download would need. */
+async function chatFit(src: WireChatSource, opts: { cache: boolean; context?: number }, ctx: CallContext): Promise<FitReport> {
+  await ready();
+  let names: string[];
+  let readers: ByteReader[];
+  let storageNeeded = 0;
+  if ('files' in src && Array.isArray(src.files)) {
+    names = src.names;
+    readers = src.files.map((f) => new BlobReader(f));
+  } else {
+    const one = src as WireSource;
+    const reader = await openReader(one, { cache: opts.cache }, ctx.signal);
+    // Only a URL that is not kept yet (its reader reads the network) would take storage.
+    if (reader instanceof HttpReader && opts.cache) storageNeeded = reader.size;
+    names = [defaultName(one)];
+    readers = [reader];
+  }
+  let bytesRead = 0;
+  const read = async (file: number, offset: number, length: number) => {
+    throwIfAborted(ctx.signal);
+    bytesRead += length;
+    return readers[file].read(offset, length, ctx.signal);
+  };
+  const fit = await gpuTurn(() => raw.Chat.fit(names, readers.map((r) => r.size), read, opts.context));
+  let storage: FitReport['storage'] = null;
+  const estimate = (globalThis as { navigator?: { storage?: { estimate?(): Promise<{ quota?: number; usage?: number }> } } })
+    .navigator?.storage?.estimate;
+  if (storageNeeded > 0 && estimate) {
+    const { quota = 0, usage = 0 } = await estimate.call((globalThis as any).navigator.storage);
+    const availableBytes = Math.max(0, quota - usage);
+    storage = { fits: storageNeeded <= availableBytes, neededBytes: storageNeeded, availableBytes };
+  }
+  return {
+    arch: fit.arch,
+    fileBytes: fit.file_bytes,
+    weightBytes: fit.weight_bytes,
+    largestTensor: fit.largest_tensor,
+    bytesRead,
+    gpu: {
+      fits: fit.gpu.fits,
+      problems: fit.gpu.problems,
+      context: fit.gpu.context,
+      kvCacheBytes: fit.gpu.kv_cache_bytes,
+      maxBufferSize: fit.gpu.max_buffer_size,
+      maxStorageBufferBindingSize: fit.gpu.max_storage_buffer_binding_size,
+    },
+    cpu: { fits: fit.cpu.fits, neededBytes: fit.cpu.needed_bytes, availableBytes: fit.cpu.available_bytes, positions: fit.cpu.positions },
+    storage,
+  };
+}
+
 async function chatOpen(src: WireChatSource, opts: ChatOpenOptions, ctx: CallContext) {
   await ready();
   const files = 'files' in src && Array.isArray(src.files) ? src : undefined;
@@ -677,6 +747,7 @@ const methods = {
     models.delete(id);
   },
   chatOpen: (ctx: CallContext, src: WireChatSource, opts: ChatOpenOptions) => chatOpen(src, opts, ctx),
+  chatFit: (ctx: CallContext, src: WireChatSource, opts: { cache: boolean; context?: number }) => chatFit(src, opts, ctx),
   chatSend: (ctx: CallContext, id: number, input: ChatMessage[] | string, opts: WireSendOptions) =>
     chatSend(id, input, opts, ctx),
   chatTokenize: async (_: CallContext, id: number, text: string, addSpecial: boolean) =>

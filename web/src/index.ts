@@ -74,4 +74,4 @@ class WorkerTransport implements Transport {
 
 const api = createApi(new WorkerTransport(), (url) => new URL(url, globalThis.location?.href).href);
 
-export const { inspect, open, openChat, openFiles, gpuInfo, memoryBytes, cache, configure } = api;
+export const { inspect, open, openChat, fitCheck, openFiles, gpuInfo, memoryBytes, cache, configure } = api;

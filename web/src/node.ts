@@ -37,4 +37,4 @@ const api = createApi(
   },
 );
 
-export const { inspect, open, openChat, openFiles, gpuInfo, memoryBytes, cache, configure } = api;
+export const { inspect, open, openChat, fitCheck, openFiles, gpuInfo, memoryBytes, cache, configure } = api;

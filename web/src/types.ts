@@ -419,3 +419,37 @@ export interface LoomModel {
   /** Frees the model's memory in the worker; later calls reject with code `invalid_input`. */
   dispose(): Promise<void>;
 }
+
+export interface FitCheckOptions {
+  /** KV cache positions to plan for (default: the GPU engine's, 4,096 or the model's context when shorter). */
+  context?: number;
+  /** Whether `openChat` would keep a URL's download (default true): then the storage quota counts. */
+  cache?: boolean;
+  signal?: AbortSignal;
+}
+
+/** What `fitCheck` found, from the model's headers alone. */
+export interface FitReport {
+  arch: string;
+  fileBytes: number;
+  weightBytes: number;
+  largestTensor: { name: string; bytes: number };
+  /** Bytes read from the source to find this out. */
+  bytesRead: number;
+  /** On WebGPU: each tensor within the adapter's bindings, each layer's KV cache within one; `problems` names what
+   * does not fit (or why there is no WebGPU). Browsers do not say how much memory a GPU has: `weightBytes +
+   * kvCacheBytes` is what it needs. */
+  gpu: {
+    fits: boolean;
+    problems: string[];
+    context?: number;
+    kvCacheBytes?: number;
+    maxBufferSize?: number;
+    maxStorageBufferBindingSize?: number;
+  };
+  /** On the CPU engine: the files and the KV cache (for `positions` positions) in 32-bit WebAssembly memory. */
+  cpu: { fits: boolean; neededBytes: number; availableBytes: number; positions: number };
+  /** The download `openChat` would keep, against `navigator.storage.estimate()`; null when nothing would be stored
+   * (local files, a download already kept, `cache: false`, or no storage here). */
+  storage: { fits: boolean; neededBytes: number; availableBytes: number } | null;
+}

@@ -40,6 +40,8 @@ test('greedy on the CPU: the reply is the reference reply, streamed, and a secon
   await expect(page).toHaveURL(/#chat$/);
   await expect(page.getByTestId('chat-page')).toHaveAttribute('data-state', 'ready', { timeout: 120_000 });
   await expect(page.getByTestId('device')).toHaveText('CPU');
+  // The fit check ran on the headers before the download.
+  await expect(page.getByTestId('chat-fit')).toContainText(/WebGPU: fits \(.*\) · CPU engine: fits/);
   await ask(page, france.user_message);
   const reply = lastReply(page);
   await expect(reply).toHaveAttribute('data-done', 'true', { timeout: 120_000 });

@@ -2,8 +2,8 @@
 // then a multi-turn conversation streamed token by token from the package's worker, on WebGPU or the CPU. Replies
 // are Markdown rendered by markdown-it with raw HTML off, so a model's output can never become markup.
 import MarkdownIt from 'markdown-it';
-import { openChat } from 'loom-wasm';
-import type { ChatMessage, ChatSession, ChatSource, Progress } from 'loom-wasm';
+import { fitCheck, openChat } from 'loom-wasm';
+import type { ChatMessage, ChatSession, ChatSource, FitReport, Progress } from 'loom-wasm';
 import { byId, fill, h } from './dom';
 import { PHASES, bytes } from './format';
 import { showErrorIn } from './errors';
@@ -28,6 +28,7 @@ const errorBox = byId('chat-error');
 const modelLine = byId('chat-model');
 const deviceBadge = byId('device');
 const deviceReason = byId('device-reason');
+const fitLine = byId('chat-fit');
 const log = byId('chat-log');
 const form = byId<HTMLFormElement>('chat-form');
 const promptBox = byId<HTMLTextAreaElement>('prompt');
@@ -98,7 +99,17 @@ export async function openModel(source: ChatSource, name: string, integrity?: st
   void old?.session.dispose().catch(() => undefined);
   page.dataset.state = 'loading';
   status(`Opening ${name}…`);
+  fitLine.hidden = true;
   try {
+    // A URL's headers first (a few Range reads): a model that fits nowhere here is said so before its download.
+    if (typeof source === 'string') {
+      const fit = await fitCheck(source, { signal: abort.signal });
+      if (abort.signal.aborted) return;
+      showFit(fit);
+      if (!fit.gpu.fits && !fit.cpu.fits) {
+        throw new Error(`${name} does not fit this browser: on WebGPU ${fit.gpu.problems.join('; ')}; on the CPU it needs ${bytes(fit.cpu.neededBytes)} of WebAssembly memory, ${bytes(fit.cpu.availableBytes)} are left`);
+      }
+    }
     const session = await openChat(source, {
       device: deviceChoice.value as 'auto' | 'gpu' | 'cpu',
       integrity,
@@ -129,6 +140,19 @@ export async function openModel(source: ChatSource, name: string, integrity?: st
   } finally {
     if (opening === abort) opening = undefined;
   }
+}
+
+/** What the fit check found, in one line. */
+function showFit(fit: FitReport): void {
+  const yes = (ok: boolean) => (ok ? 'fits' : 'does not fit');
+  const gpu = fit.gpu.kvCacheBytes === undefined ? '' : ` (${bytes(fit.weightBytes + fit.gpu.kvCacheBytes)} with its KV cache)`;
+  const parts = [
+    `WebGPU: ${yes(fit.gpu.fits)}${gpu}`,
+    `CPU engine: ${yes(fit.cpu.fits)}`,
+    fit.storage ? `download ${bytes(fit.storage.neededBytes)}, ${bytes(fit.storage.availableBytes)} of storage free` : '',
+  ];
+  fitLine.textContent = parts.filter(Boolean).join(' · ');
+  fitLine.hidden = false;
 }
 
 function showModel(session: ChatSession, name: string): void {

@@ -106,6 +106,18 @@ impl KvCache {
         self.len
     }
 
+    /// The most bytes the cache of `cfg` can hold over `positions` positions: every position for a global layer;
+    /// for a windowed one what trimming leaves at most (two windows, or one and 64 rows, and a prompt chunk).
+    pub fn max_bytes(cfg: &ModelConfig, positions: usize) -> u64 {
+        let rows = |l: usize| match cfg.window(l) {
+            Some(w) => positions.min(w + w.max(64) + PREFILL_CHUNK),
+            None => positions,
+        };
+        (0..cfg.n_layers)
+            .map(|l| 2 * rows(l) as u64 * cfg.kv_dim() as u64 * 4)
+            .sum()
+    }
+
     /// Bytes held.
     pub fn bytes(&self) -> usize {
         self.k.iter().chain(&self.v).map(|c| c.capacity() * 4).sum()

@@ -22,7 +22,7 @@ use crate::cpu::ops::{self, RopePairs};
 use crate::error::{LoomError, Result};
 use crate::gpu::{
     Arena, Argmax, AttendArgs, Attention, Elementwise, Gpu, GpuTensor, KvCache, MatVec, MatVecOptions, Norm,
-    PackedWeights, Packing, Recorder, Rope, RowLayout, Rows, Sample, GPU_SAMPLE_MAX,
+    PackedWeights, Packing, Recorder, Rope, RowLayout, Rows, Sample, GPU_SAMPLE_MAX, MAX_WEIGHT_BINDINGS,
 };
 
 /// Prompt tokens per submit: bounds the activation buffers of a long prompt.
@@ -43,6 +43,65 @@ pub struct GpuCallStats {
     pub bind_groups_created: u32,
     pub buffers_created: u32,
     pub bytes_read_back: u64,
+}
+
+/// Whether a tensor of `bytes` fits `limits` as [`PackedWeights`] uploads it: in at most [`MAX_WEIGHT_BINDINGS`]
+/// buffers of the storage-binding size, none over the largest buffer.
+pub fn fits_bindings(limits: &wgpu::Limits, bytes: u64) -> bool {
+    let words_per_part = (limits.max_storage_buffer_binding_size / 4).clamp(1, u64::from(u32::MAX));
+    let parts = bytes.div_ceil(4).div_ceil(words_per_part).max(1);
+    parts <= MAX_WEIGHT_BINDINGS as u64 && bytes.min(4 * words_per_part) <= limits.max_buffer_size
+}
+
+/// What opening a model on a device needs, from its tensors' sizes alone (the headers: nothing of the weights is
+/// read), and what of it the device's limits refuse.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GpuFit {
+    /// Positions the KV cache would hold (as [`GpuEngineBuilder::new`] chooses).
+    pub context: usize,
+    pub weight_bytes: u64,
+    /// Keys and values of every layer (a windowed layer's ring is its window and a chunk).
+    pub kv_cache_bytes: u64,
+    /// The largest tensor, by name.
+    pub largest: (String, u64),
+    /// Each tensor or cache the limits refuse, with why; empty when the model fits.
+    pub problems: Vec<String>,
+}
+
+impl GpuFit {
+    /// The fit of a model of configuration `cfg` and tensors `tensors` (name, bytes) with a KV cache of `context`
+    /// positions (the default as the engine's) on a device of `limits`.
+    pub fn of(cfg: &ModelConfig, tensors: &[(String, u64)], context: Option<usize>, limits: &wgpu::Limits) -> GpuFit {
+        let context = context.unwrap_or(DEFAULT_GPU_CONTEXT).min(cfg.context).max(1);
+        let mut problems = Vec::new();
+        let binding = limits.max_storage_buffer_binding_size;
+        for (name, bytes) in tensors {
+            if !fits_bindings(limits, *bytes) {
+                problems.push(format!(
+                    "{name}: {bytes} bytes need more than {MAX_WEIGHT_BINDINGS} bindings of {binding} bytes"
+                ));
+            }
+        }
+        let mut kv_cache_bytes = 0;
+        for l in 0..cfg.n_layers {
+            let rows = cfg.window(l).map_or(context, |w| context.min(w + GPU_CHUNK)) as u64;
+            let bytes = rows * cfg.kv_dim() as u64 * 4;
+            kv_cache_bytes += 2 * bytes;
+            if bytes > binding.min(limits.max_buffer_size) {
+                problems.push(format!(
+                    "the KV cache of layer {l}: {bytes} bytes for {rows} positions exceed a binding of {binding} bytes"
+                ));
+            }
+        }
+        let largest = tensors.iter().max_by_key(|(_, b)| *b).cloned().unwrap_or_default();
+        GpuFit {
+            context,
+            weight_bytes: tensors.iter().map(|(_, b)| b).sum(),
+            kv_cache_bytes,
+            largest,
+            problems,
+        }
+    }
 }
 
 /// One decoder block's tensors on the GPU.
@@ -237,7 +296,8 @@ impl GpuEngineBuilder {
     async fn gate_up(&mut self, i: usize, b: &BlockWeights) -> Result<GateUp> {
         let n = |s: &str| format!("blk.{i}.{s}");
         let no_biases = b.b_gate.is_none() && b.b_up.is_none();
-        if let Some(fused) = no_biases.then(|| stacked(&[&b.gate, &b.up])).flatten() {
+        let fits = |m: &Matrix| fits_bindings(&self.gpu.limits, m.data.len() as u64);
+        if let Some(fused) = no_biases.then(|| stacked(&[&b.gate, &b.up])).flatten().filter(fits) {
             return Ok(GateUp::Fused(self.matrix(&n("ffn_gate+ffn_up"), &fused).await?));
         }
         let g = self.gpu.clone();
@@ -254,7 +314,12 @@ impl GpuEngineBuilder {
     async fn qkv(&mut self, i: usize, b: &BlockWeights) -> Result<Qkv> {
         let n = |s: &str| format!("blk.{i}.{s}");
         let no_extras = b.bq.is_none() && b.bk.is_none() && b.bv.is_none() && b.q_norm.is_none() && b.k_norm.is_none();
-        if let Some(fused) = no_extras.then(|| stacked(&[&b.wq, &b.wk, &b.wv])).flatten() {
+        let fits = |m: &Matrix| fits_bindings(&self.gpu.limits, m.data.len() as u64);
+        if let Some(fused) = no_extras
+            .then(|| stacked(&[&b.wq, &b.wk, &b.wv]))
+            .flatten()
+            .filter(fits)
+        {
             return Ok(Qkv::Fused(self.matrix(&n("attn_q+attn_k+attn_v"), &fused).await?));
         }
         let g = self.gpu.clone();

@@ -281,6 +281,17 @@ impl StreamedModel {
         }
     }
 
+    /// Every weight tensor in the model's files, by name, with its size in bytes, from the headers alone.
+    pub fn tensor_bytes(&self) -> Vec<(String, u64)> {
+        let mut out: Vec<(String, u64)> = match &self.tensors {
+            Tensors::Gguf { header, .. } => header.tensors.iter().map(|t| (t.name.clone(), t.bytes)).collect(),
+            Tensors::Safetensors(map) => map.iter().map(|(n, l)| (n.clone(), l.len)).collect(),
+            Tensors::Entity(e) => e.blobs.iter().map(|(b, _)| (b.path.clone(), b.length)).collect(),
+        };
+        out.sort();
+        out
+    }
+
     /// The tokenizer, or an error that says what is missing.
     pub fn tokenizer(&self) -> Result<Arc<Tokenizer>> {
         self.tokenizer.clone().ok_or_else(|| no_tokenizer(self.format))
