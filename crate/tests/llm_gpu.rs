@@ -648,3 +648,58 @@ fn the_fit_check_from_the_headers_predicts_the_upload() {
     }
     assert_eq!((fits, refused), (5, 6));
 }
+
+/// A device lost in the middle of a reply (destroyed on purpose after a few pieces of text): with a way to reopen
+/// (`Session::on_device_lost`: a new device, the weights uploaded again) the conversation and the reply so far run
+/// again on the new device and the reply goes on to the same greedy ids as one never interrupted; without one the
+/// reply ends with `device_lost` and the text so far, a prefix of the whole.
+#[test]
+fn a_reply_survives_a_lost_device_on_a_new_one() {
+    use loom_wasm::llm::generate::StopReason;
+    let model = LlmModel::open(&golden().join("tiny-llama/model.q4_0.gguf")).unwrap();
+    let opts = GenerateOptions {
+        sampling: SamplingParams::greedy(),
+        max_tokens: 24,
+        ..GenerateOptions::default()
+    };
+    let prompt: Vec<u32> = vec![72, 101, 108, 108, 111, 44, 32];
+    let mut whole = Session::new(&model, engine(&gpu(), &model)).unwrap();
+    let want = whole.generate(&prompt, &opts, &mut |_| true).unwrap();
+    assert_eq!(want.ids.len(), 24);
+
+    for reopen in [true, false] {
+        let first = gpu();
+        let mut session = Session::new(&model, engine(&first, &model)).unwrap();
+        if reopen {
+            let (cfg, weights) = (model.config.clone(), model.weights.clone());
+            session.on_device_lost(Box::new(move || {
+                let e = pollster::block_on(GpuEngine::new(gpu(), &cfg, &weights, None))?;
+                Ok(Box::new(e) as Box<dyn Engine>)
+            }));
+        }
+        let mut pieces = 0;
+        let got = session
+            .generate(&prompt, &opts, &mut |_| {
+                pieces += 1;
+                if pieces == 3 {
+                    first.device.destroy();
+                }
+                true
+            })
+            .unwrap();
+        assert_eq!(session.devices_lost, 1, "reopen {reopen}");
+        if reopen {
+            assert_eq!(got.ids, want.ids);
+            assert_eq!(got.text, want.text);
+            assert_eq!(got.stop_reason, want.stop_reason);
+        } else {
+            assert_eq!(got.stop_reason, StopReason::DeviceLost);
+            assert!(
+                got.ids.len() < want.ids.len() && want.ids.starts_with(&got.ids),
+                "{:?}",
+                got.ids
+            );
+            assert!(want.text.starts_with(&got.text), "{:?}", got.text);
+        }
+    }
+}

@@ -13,7 +13,7 @@ use serde_json::json;
 use crate::error::{LoomError, Result};
 use crate::gpu::Gpu;
 use crate::llm::constrain::Constraint;
-use crate::llm::engine::Engine;
+use crate::llm::engine::{CpuEngine, Engine};
 use crate::llm::generate::{now_s, ChatFormat, GenerateOptions, Generation, Session};
 use crate::llm::gpu_engine::GpuEngine;
 use crate::llm::model::LlmModel;
@@ -137,6 +137,37 @@ pub struct PromptArgs {
     /// Prompt token ids, comma separated.
     #[arg(long, value_delimiter = ',')]
     pub ids: Option<Vec<u32>>,
+}
+
+/// The model of `args` in a session on its engine. On the GPU a lost device is replaced, mid-reply too: a new
+/// device with the weights uploaded again (or the CPU when none comes back), the conversation computed again.
+pub(super) fn session(args: &ModelArgs) -> Result<Session> {
+    let (model, engine) = load(args)?;
+    let on_gpu = engine.device().starts_with("GPU");
+    let mut session = Session::new(&model, engine)?;
+    if on_gpu {
+        let (cfg, weights) = (model.config.clone(), model.weights.clone());
+        session.on_device_lost(Box::new(move || {
+            eprintln!("loom: the GPU device was lost; opening a new one");
+            let fresh = pollster::block_on(async {
+                let gpu = Arc::new(Gpu::new().await?);
+                let mut e = GpuEngine::new(gpu, &cfg, &weights, None).await?;
+                e.self_test().await?;
+                Ok::<_, LoomError>(e)
+            });
+            Ok(match fresh {
+                Ok(e) => {
+                    eprintln!("loom: decoding on {}", e.adapter());
+                    Box::new(e)
+                }
+                Err(e) => {
+                    eprintln!("loom: no GPU came back ({e}); going on on the CPU");
+                    Box::new(CpuEngine::new(cfg.clone(), weights.clone()))
+                }
+            })
+        }));
+    }
+    Ok(session)
 }
 
 pub(super) fn load(args: &ModelArgs) -> Result<(LlmModel, Box<dyn Engine>)> {
@@ -279,8 +310,7 @@ pub fn run_chat(
     prompt: Option<&str>,
     json: bool,
 ) -> Result<ExitCode> {
-    let (model, engine) = load(m)?;
-    let mut session = Session::new(&model, engine)?;
+    let mut session = session(m)?;
     let mut opts = s.options()?;
     if let Some(sys) = system {
         session.conversation.history.push(ChatMessage {
@@ -336,15 +366,14 @@ pub fn run_chat(
 }
 
 pub fn run_generate(m: &ModelArgs, p: &PromptArgs, s: &SamplingArgs, json: bool) -> Result<ExitCode> {
-    let (model, engine) = load(m)?;
-    let mut session = Session::new(&model, engine)?;
+    let mut session = session(m)?;
     let ids = prompt_ids(session.format(), p)?;
     let mut sink = |t: &str| json || stdout_sink(t);
     let g = session.generate(&ids, &s.options()?, &mut sink)?;
     if json {
         return print_json(&generation_json(&g));
     }
-    if model.tokenizer.is_none() {
+    if session.format().tokenizer().is_err() {
         // No text without a tokenizer: the new ids.
         let ids: Vec<String> = g.ids.iter().map(u32::to_string).collect();
         print!("{}", ids.join(","));

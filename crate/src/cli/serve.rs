@@ -17,9 +17,9 @@ use axum::Router;
 use serde_json::{json, Value};
 use tokio::sync::mpsc as tmpsc;
 
-use super::llm::{load, ModelArgs};
+use super::llm::{session, ModelArgs};
 use crate::error::{LoomError, Result};
-use crate::llm::generate::{Generation, Session};
+use crate::llm::generate::Generation;
 use crate::llm::openai::{self, ApiError, ChatJob};
 
 /// Largest request body: far above any chat a small model's context holds; larger is a 413.
@@ -98,7 +98,7 @@ pub fn run(args: &ModelArgs, host: &str, port: u16) -> Result<std::process::Exit
 }
 
 fn engine_thread(args: &ModelArgs, inbox: mpsc::Receiver<Job>, ready: mpsc::Sender<Result<()>>) {
-    let mut session = match load(args).and_then(|(model, engine)| Session::new(&model, engine)) {
+    let mut session = match session(args) {
         Ok(s) => s,
         Err(e) => {
             let _ = ready.send(Err(e));

@@ -411,6 +411,19 @@ impl Gpu {
         self.check_alive()
     }
 
+    /// Destroys the device now (`GPUDevice.destroy()`), as a driver reset would lose it, and marks it lost at once
+    /// (the loss callback comes later in a browser): a test hook.
+    pub fn destroy(&self) {
+        self.device.destroy();
+        self.lost.store(true, Ordering::SeqCst);
+    }
+
+    /// `e`, or [`LoomError::GpuDeviceLost`] when what failed was the device itself (a readback on a destroyed
+    /// device fails before the loss is reported).
+    fn lost_or(&self, e: LoomError) -> LoomError {
+        self.check_alive_now().err().unwrap_or(e)
+    }
+
     /// [`LoomError::GpuDeviceLost`] once the device is gone (lost, or destroyed).
     pub fn check_alive(&self) -> Result<()> {
         if self.lost.load(Ordering::SeqCst) {
@@ -493,10 +506,10 @@ impl Gpu {
         #[cfg(not(target_arch = "wasm32"))]
         self.device
             .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| LoomError::Gpu(format!("poll: {e}")))?;
+            .map_err(|e| self.lost_or(LoomError::Gpu(format!("poll: {e}"))))?;
         rx.await
-            .map_err(|_| LoomError::Gpu("readback cancelled".into()))?
-            .map_err(|e| LoomError::Gpu(format!("readback: {e}")))?;
+            .map_err(|_| self.lost_or(LoomError::Gpu("readback cancelled".into())))?
+            .map_err(|e| self.lost_or(LoomError::Gpu(format!("readback: {e}"))))?;
         self.check_alive()?;
         let out = slice
             .get_mapped_range()

@@ -54,6 +54,8 @@ pub enum StopReason {
     ContextFull,
     /// The reply's constraint is complete: nothing more can follow (a closed JSON value, a whole match).
     Complete,
+    /// The GPU device was lost and none came back: the text so far is the reply.
+    DeviceLost,
 }
 
 impl StopReason {
@@ -65,6 +67,7 @@ impl StopReason {
             StopReason::Cancelled => "cancelled",
             StopReason::ContextFull => "context_full",
             StopReason::Complete => "complete",
+            StopReason::DeviceLost => "device_lost",
         }
     }
 }
@@ -394,8 +397,13 @@ impl Reply {
 
     /// Ends the reply (a stop button, a dropped stream) and returns the text still held back.
     pub fn cancel(&mut self) -> String {
+        self.stop_for(StopReason::Cancelled)
+    }
+
+    /// Ends the reply for `reason` (a cancel, a device that did not come back) with the text held back so far.
+    pub fn stop_for(&mut self, reason: StopReason) -> String {
         match self.stop {
-            None => self.end(StopReason::Cancelled),
+            None => self.end(reason),
             Some(_) => String::new(),
         }
     }
@@ -595,14 +603,33 @@ impl Conversation {
 pub struct Session {
     engine: Box<dyn Engine>,
     pub conversation: Conversation,
+    /// Opens the model again on a new device after the GPU's was lost (see [`Session::on_device_lost`]).
+    reopen: Option<Reopen>,
+    /// Devices lost, and engines opened again, since the session began.
+    pub devices_lost: usize,
 }
+
+/// Makes a fresh engine for the session's model (a new GPU device, or the CPU).
+pub type Reopen = Box<dyn FnMut() -> Result<Box<dyn Engine>>>;
+
+/// Devices a reply may lose, one after another, before it ends with [`StopReason::DeviceLost`].
+const REOPENS_PER_REPLY: usize = 3;
 
 impl Session {
     pub fn new(model: &LlmModel, engine: Box<dyn Engine>) -> Result<Session> {
         Ok(Session {
             engine,
             conversation: Conversation::new(model)?,
+            reopen: None,
+            devices_lost: 0,
         })
+    }
+
+    /// What to do when the GPU device is lost: `reopen` makes a new engine (the weights uploaded again to a new
+    /// device), the conversation and the reply so far are computed on it again, and the reply goes on. Without it,
+    /// or when it fails, the reply ends with [`StopReason::DeviceLost`] and the text so far.
+    pub fn on_device_lost(&mut self, reopen: Reopen) {
+        self.reopen = Some(reopen);
     }
 
     pub fn format(&self) -> &ChatFormat {
@@ -673,6 +700,7 @@ impl Session {
         on_text: &mut dyn FnMut(&str) -> bool,
     ) -> Result<()> {
         let cancelled = || opts.cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed));
+        let mut reopened = 0;
         while reply.input().is_some() {
             let text = if cancelled() {
                 reply.cancel()
@@ -681,8 +709,33 @@ impl Session {
                 let logits = reply.needs_logits();
                 let Some(input) = reply.input() else { break };
                 let out = match logits {
-                    true => Step::Logits(self.engine.forward(input, false)?),
-                    false => step(self.engine.as_mut(), input, draw.as_ref())?,
+                    true => self.engine.forward(input, false).map(Step::Logits),
+                    false => step(self.engine.as_mut(), input, draw.as_ref()),
+                };
+                let out = match out {
+                    Err(LoomError::GpuDeviceLost(_)) => {
+                        self.devices_lost += 1;
+                        reopened += 1;
+                        let fresh = match &mut self.reopen {
+                            Some(reopen) if reopened <= REOPENS_PER_REPLY => reopen().ok(),
+                            _ => None,
+                        };
+                        let text = match fresh {
+                            // The new engine's cache is empty: the prompt and the reply so far run again.
+                            Some(engine) => {
+                                self.engine = engine;
+                                self.conversation.reset_cache();
+                                reply.resume_from(0);
+                                String::new()
+                            }
+                            None => reply.stop_for(StopReason::DeviceLost),
+                        };
+                        if !text.is_empty() && !on_text(&text) {
+                            reply.cancel();
+                        }
+                        continue;
+                    }
+                    out => out?,
                 };
                 // A stop that came while the step ran drops its token: nothing shows after the stop. (The engine
                 // cached more than the reply says; the next turn's truncation drops it.)

@@ -358,7 +358,12 @@ fn constraint(f: Option<ResponseFormat>) -> std::result::Result<Option<super::co
 pub fn finish_reason(stop: StopReason) -> &'static str {
     match stop {
         StopReason::MaxTokens | StopReason::ContextFull => "length",
-        StopReason::Eos | StopReason::StopString | StopReason::Complete | StopReason::Cancelled => "stop",
+        // OpenAI has no reason for a reply cut by a lost device: the text so far is the reply, as for a cancel.
+        StopReason::Eos
+        | StopReason::StopString
+        | StopReason::Complete
+        | StopReason::Cancelled
+        | StopReason::DeviceLost => "stop",
     }
 }
 
