@@ -186,6 +186,15 @@ pub async fn break_gpu_kernel(prefix: Option<String>) -> JsResult<()> {
     Ok(())
 }
 
+/// Test hook: destroys the shared WebGPU device (`GPUDevice.destroy()`), as a driver reset would lose it.
+#[wasm_bindgen(js_name = loseGpuDevice)]
+pub fn lose_gpu_device() {
+    if let Some(gpu) = GPU.with(|g| g.borrow().clone()) {
+        gpu.destroy();
+    }
+    forget_gpu();
+}
+
 /// Whether WebGPU works here: `{available, reason?, adapter?, shader_f16?}`.
 #[wasm_bindgen(js_name = gpuInfo, unchecked_return_type = "Promise<GpuInfo>")]
 pub fn gpu_info() -> js_sys::Promise {

@@ -15,7 +15,7 @@ use crate::error::LoomError;
 use crate::formats::source::RangeReader;
 use crate::llm::config::ModelConfig;
 use crate::llm::engine::{CpuEngine, Engine, KvCache};
-use crate::llm::generate::{ChatFormat, Conversation, GenerateOptions, Reply, Step};
+use crate::llm::generate::{ChatFormat, Conversation, GenerateOptions, Reply, Step, StopReason};
 use crate::llm::gpu_engine::{GpuEngine, GpuEngineBuilder, GpuFit, DEFAULT_GPU_CONTEXT};
 use crate::llm::model::{LlmModel, ModelFormat};
 use crate::llm::sampler::{SampleArgs, SamplingParams};
@@ -578,14 +578,16 @@ impl JsChat {
                 Ok((text, turn.reply.input().is_none()))
             }
             .await;
-            if result.is_err() {
-                // The engine left its cache as it was; the conversation goes back to before this message.
+            let lost = matches!(result, Err(LoomError::GpuDeviceLost(_)));
+            // A lost device keeps the reply for `adoptEngine` (it goes on on a new device) or `loseDevice` (it ends
+            // there). After another error the engine left its cache as it was, and the conversation goes back to
+            // before this message.
+            if result.is_err() && !lost {
                 if let Some(turn) = state.turn.take() {
                     state.conversation.settle(&turn.reply);
                     state.conversation.history = turn.history_before;
                 }
             }
-            let lost = matches!(result, Err(LoomError::GpuDeviceLost(_)));
             put(&slot, state);
             if lost {
                 crate::wasm::forget_gpu();
@@ -595,6 +597,37 @@ impl JsChat {
             crate::wasm::set(&o, "text", &text.into());
             crate::wasm::set(&o, "done", &done.into());
             Ok(o.into())
+        })
+    }
+
+    /// Takes `other`'s engine (the same model opened again on a new device after this one's was lost): the
+    /// conversation and the reply so far run again on it at the next `step()`. `other` is left with the dead engine.
+    #[wasm_bindgen(js_name = adoptEngine)]
+    pub fn adopt_engine(&self, other: &JsChat) -> JsResult<()> {
+        let mut theirs = take(&other.slot)?;
+        let adopted = self.with(|s| {
+            std::mem::swap(&mut s.engine, &mut theirs.engine);
+            s.info.context = theirs.info.context;
+            s.conversation.reset_cache();
+            if let Some(turn) = &mut s.turn {
+                turn.reply.resume_from(0);
+            }
+            Ok(())
+        });
+        put(&other.slot, theirs);
+        adopted
+    }
+
+    /// Ends the reply whose device was lost (none came back); returns text still held back. `finish()` then
+    /// reports `device_lost` with the text so far.
+    #[wasm_bindgen(js_name = loseDevice)]
+    pub fn lose_device(&self) -> JsResult<String> {
+        self.with(|s| {
+            s.conversation.reset_cache();
+            Ok(s.turn
+                .as_mut()
+                .map(|t| t.reply.stop_for(StopReason::DeviceLost))
+                .unwrap_or_default())
         })
     }
 

@@ -126,6 +126,40 @@ test('fitCheck from the headers only: a few Range reads of the GGUF, what fits W
   expect(got.keptStorage).toBeNull();
 });
 
+test('a GPU device lost mid-reply (GPUDevice.destroy()): the model reopens on a new device from its source, the reply goes on to the golden ids', async ({ page }) => {
+  test.setTimeout(180_000);
+  const got = await page.evaluate(async (template) => {
+    const dir = await (await navigator.storage.getDirectory()).getDirectoryHandle('tiny-lost', { create: true });
+    const put = async (name: string, data: BlobPart) => {
+      const w = await (await dir.getFileHandle(name, { create: true })).createWritable();
+      await w.write(data);
+      await w.close();
+    };
+    for (const name of ['config.json', 'model.f32.safetensors', 'tokenizer.json']) {
+      await put(name, await (await fetch(`/golden/tiny-llama/${name}`)).blob());
+    }
+    await put('tokenizer_config.json', template);
+    const chat = await window.loom.openChat(dir, { device: 'gpu' });
+    let pieces = 0;
+    const lost: Promise<void>[] = [];
+    const r = await chat.send('Hello, ', {
+      temperature: 0,
+      maxTokens: 16,
+      onToken: () => {
+        if (++pieces === 3) lost.push(window.loom.configure({ testLoseGpuDevice: true }));
+      },
+    });
+    await Promise.all(lost);
+    // The next turn runs on the new device too.
+    const next = await chat.send('Hello, ', { temperature: 0, maxTokens: 4 });
+    await chat.dispose();
+    return { device: chat.device, ids: [...r.ids], devicesLost: r.devicesLost, stop: r.stopReason, next: next.devicesLost, history: chat.history.length };
+  }, TEMPLATE);
+  expect(got.devicesLost).toBe(1);
+  expect(got.ids).toEqual(greedy('safetensors_f32', 1));
+  expect(got).toMatchObject({ device: 'gpu', stop: 'max_tokens', next: 0, history: 4 });
+});
+
 test('a URL with integrity: the right SHA-256 opens, a wrong one is bad_format and leaves nothing in the cache', async ({ page }) => {
   const digest = createHash('sha256').update(readFileSync(`${TINY}/model.q8_0.gguf`)).digest();
   const wrong = Buffer.from(digest);

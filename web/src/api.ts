@@ -208,7 +208,7 @@ class Chat implements ChatSession {
         const { result, interrupt } = this.transport.start('chatSend', [this.id, wireInput, wire], () => {}, report);
         signal?.addEventListener('abort', interrupt, { once: true });
         try {
-          const { reply, history } = (await result) as { reply: RawReply; history: ChatMessage[] };
+          const { reply, history } = (await result) as { reply: RawReply & { devicesLost: number }; history: ChatMessage[] };
           this.messages = history;
           return { ...reply, stopReason: reply.stopReason as StopReason };
         } finally {
@@ -358,9 +358,10 @@ export interface Api {
   /**
    * `cacheBackend`: where downloads are kept. `testBreakGpuKernel` (tests only): every dispatch of the GPU kernels
    * whose pipeline name starts with it is skipped from here on (`null` mends them), to see the self-test at
-   * `openChat` fall back to the CPU.
+   * `openChat` fall back to the CPU. `testLoseGpuDevice` (tests only): destroys the WebGPU device now, as a driver
+   * reset would.
    */
-  configure(opts: { cacheBackend?: CacheBackend; testBreakGpuKernel?: string | null }): Promise<void>;
+  configure(opts: { cacheBackend?: CacheBackend; testBreakGpuKernel?: string | null; testLoseGpuDevice?: boolean }): Promise<void>;
 }
 
 /** `toWire` turns a URL or URL string into the absolute URL the engine fetches. */
@@ -441,6 +442,7 @@ export function createApi(transport: Transport, resolveUrl: (url: string | URL) 
       delete: async (url) => call(transport, 'cacheDelete', [checkedUrl(url)]),
       clear: () => call(transport, 'cacheClear', []),
     },
-    configure: (opts) => call(transport, 'configure', [opts.cacheBackend ?? 'auto', opts.testBreakGpuKernel]),
+    configure: (opts) =>
+      call(transport, 'configure', [opts.cacheBackend ?? 'auto', opts.testBreakGpuKernel, opts.testLoseGpuDevice]),
   };
 }

@@ -56,6 +56,8 @@ interface RawChat {
   begin(input: ChatMessage[] | string, opts: WireSendOptions): number;
   step(): Promise<{ text: string; done: boolean }>;
   cancel(): string;
+  adoptEngine(other: RawChat): void;
+  loseDevice(): string;
   finish(): RawReply;
   free(): void;
 }
@@ -103,6 +105,7 @@ interface Raw {
   gpuInfo(): Promise<GpuInfo>;
   memoryBytes(): number;
   breakGpuKernel(prefix: string | null | undefined): Promise<void>;
+  loseGpuDevice(): void;
   Model: {
     fromBytes(bytes: Uint8Array, name?: string): RawModel;
     fromFiles(names: string[], files: Uint8Array[]): RawModel;
@@ -492,7 +495,12 @@ interface OpenChat {
   chat: RawChat;
   device: 'gpu' | 'cpu';
   name: string;
+  /** Opens the model again on a new GPU device (after this one was lost), read again from its source. */
+  reopen?: () => Promise<RawChat>;
 }
+
+/** Devices a reply may lose, one after another, before it ends with `device_lost`. */
+const REOPENS_PER_REPLY = 3;
 const chats = new Map<number, OpenChat>();
 
 function getChat(id: number): OpenChat {
@@ -651,7 +659,10 @@ async function chatOpen(src: WireChatSource, opts: ChatOpenOptions, ctx: CallCon
   // On the GPU the model streams there block by block; on the CPU it is read whole into wasm memory.
   if (where.gpu) {
     try {
-      return await registerChat(await chatStreamGpu(src, opts, ctx), 'gpu', name, undefined);
+      // Reopened without the open call's progress or signal: it runs inside a reply, which has its own.
+      const quiet: CallContext = { onProgress: () => {}, signal: new AbortController().signal };
+      const reopen = () => chatStreamGpu(src, opts, quiet);
+      return await registerChat(await chatStreamGpu(src, opts, ctx), 'gpu', name, undefined, reopen);
     } catch (e) {
       const err = toLoomError(e);
       // A GPU that computes wrong (the self-test at open) is passed by even when asked for: its replies would be.
@@ -685,9 +696,15 @@ async function chatOpen(src: WireChatSource, opts: ChatOpenOptions, ctx: CallCon
   return await registerChat(chat, 'cpu', name, fallbackReason);
 }
 
-async function registerChat(chat: RawChat, device: 'gpu' | 'cpu', name: string, fallbackReason: string | undefined) {
+async function registerChat(
+  chat: RawChat,
+  device: 'gpu' | 'cpu',
+  name: string,
+  fallbackReason: string | undefined,
+  reopen?: () => Promise<RawChat>,
+) {
   const id = nextId++;
-  chats.set(id, { chat, device, name });
+  chats.set(id, { chat, device, name, reopen });
   let adapter: string | undefined;
   let warning: string | undefined;
   if (device === 'gpu') {
@@ -704,18 +721,37 @@ async function chatSend(id: number, input: ChatMessage[] | string, opts: WireSen
   const c = getChat(id);
   const step = () => (c.device === 'gpu' ? gpuTurn(() => c.chat.step()) : c.chat.step());
   c.chat.begin(input, opts);
+  let devicesLost = 0;
   for (;;) {
     if (ctx.signal.aborted) {
       const rest = c.chat.cancel();
       if (rest) ctx.onToken?.(rest);
       break;
     }
-    const { text, done } = await step();
+    let stepped: { text: string; done: boolean };
+    try {
+      stepped = await step();
+    } catch (e) {
+      if (toLoomError(e).code !== 'device_lost' || c.device !== 'gpu') throw e;
+      // A new device with the weights uploaded again: the conversation and the reply so far run again on it and
+      // the reply goes on; with none, it ends here with the text so far.
+      devicesLost++;
+      const fresh = devicesLost <= REOPENS_PER_REPLY && c.reopen ? await c.reopen().catch(() => undefined) : undefined;
+      if (fresh) {
+        c.chat.adoptEngine(fresh);
+        fresh.free();
+        continue;
+      }
+      const rest = c.chat.loseDevice();
+      if (rest) ctx.onToken?.(rest);
+      break;
+    }
+    const { text, done } = stepped;
     if (text) ctx.onToken?.(text);
     if (done) break;
     if (c.device === 'cpu') await yieldToEvents();
   }
-  const reply = c.chat.finish();
+  const reply = { ...c.chat.finish(), devicesLost };
   return { reply, history: c.chat.history() };
 }
 
@@ -769,11 +805,20 @@ const methods = {
   cacheList: () => listCache(),
   cacheDelete: (_: CallContext, url: string) => deleteCached(url),
   cacheClear: () => clearCache(),
-  configure: async (_: CallContext, cacheBackend: CacheBackend, testBreakGpuKernel?: string | null) => {
+  configure: async (
+    _: CallContext,
+    cacheBackend: CacheBackend,
+    testBreakGpuKernel?: string | null,
+    testLoseGpuDevice?: boolean,
+  ) => {
     setCacheBackend(cacheBackend);
     if (testBreakGpuKernel !== undefined) {
       await ready();
       await raw.breakGpuKernel(testBreakGpuKernel);
+    }
+    if (testLoseGpuDevice) {
+      await ready();
+      raw.loseGpuDevice();
     }
   },
 };

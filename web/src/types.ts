@@ -230,7 +230,8 @@ export interface SendOptions {
   signal?: AbortSignal;
 }
 
-export type StopReason = 'eos' | 'stop' | 'max_tokens' | 'cancelled' | 'context_full';
+/** `device_lost`: the GPU device was lost and none came back; the text so far is the reply. */
+export type StopReason = 'eos' | 'stop' | 'max_tokens' | 'cancelled' | 'context_full' | 'device_lost';
 
 export interface ChatReply {
   text: string;
@@ -245,6 +246,9 @@ export interface ChatReply {
   /** Time to the first token. */
   prefillMs: number;
   decodeMs: number;
+  /** GPU devices lost during the reply: each time the model was opened again on a new one (its weights uploaded
+   * again from the source) and the conversation and the reply so far computed again before it went on. */
+  devicesLost: number;
 }
 
 export interface ChatModelInfo {

@@ -257,6 +257,7 @@ async function send(text: string): Promise<void> {
       `${reply.ids.length} tokens`,
       speed,
       `prompt ${reply.promptTokens} tokens in ${(reply.prefillMs / 1000).toFixed(2)} s`,
+      reply.devicesLost ? `the GPU device was lost ${reply.devicesLost}× and the model reopened on a new one` : '',
       reply.stopReason === 'eos' ? '' : `stopped: ${reply.stopReason.replace('_', ' ')}`,
     ]
       .filter(Boolean)
