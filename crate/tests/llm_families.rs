@@ -1,15 +1,15 @@
 //! Model families beyond Llama/Qwen against references from outside this code: a tiny random Gemma 3 written as
 //! llama.cpp's converter writes one (`testdata/gemma3/gen.py`, gguf-py), whose logits come from a float64 numpy
 //! forward that follows transformers' `modeling_gemma3.py`. Checked: the logits at every position of each prompt
-//! (within 1e-3 + 1e-4·|logit|: float32 against float64) on the CPU engine and on the GPU engine (lavapipe), the
-//! greedy continuation, and the refusal of a Loom `.entity` conversion.
+//! (within `CASES_ABS + CASES_REL·|logit|`: float32 against float64) on the CPU engine and on the GPU engine
+//! (lavapipe), the greedy continuation, and the refusal of a Loom `.entity` conversion.
 
 mod llm_util;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use llm_util::{check_cases, greedy, ids, json, FileReader};
+use llm_util::{check_cases, greedy, ids, json, FileReader, CASES_ABS, CASES_REL};
 use loom_wasm::llm::config::{Arch, FfnAct};
 use loom_wasm::llm::engine::Engine;
 use loom_wasm::llm::model::LlmModel;
@@ -274,7 +274,7 @@ fn a_sequence_many_windows_long_through_caches_that_keep_the_window() {
     let close = |what: &str, got: &[f32]| {
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
             assert!(
-                (g - w).abs() <= 1e-3 + 1e-4 * w.abs(),
+                (g - w).abs() <= CASES_ABS + CASES_REL * w.abs(),
                 "{what}: token {i}: {g} against {w}"
             );
         }
@@ -475,7 +475,7 @@ fn check_phi3(model: &LlmModel, expected: &serde_json::Value, new_engine: &dyn F
             for (i, (g, w)) in got.iter().zip(want.as_array().unwrap()).enumerate() {
                 let w = w.as_f64().unwrap() as f32;
                 assert!(
-                    (g - w).abs() <= 1e-3 + 1e-4 * w.abs(),
+                    (g - w).abs() <= CASES_ABS + CASES_REL * w.abs(),
                     "prompt of {} tokens, step {step}, token {i}: {g} against {w}",
                     engine.cached() - 1 - step
                 );
