@@ -1,6 +1,6 @@
 //! The GPU KMeans layer (`shaders/kmeans.wgsl`) against Loom's own outputs for every KMeans case of the corpora,
 //! natively through wgpu → Vulkan (Mesa lavapipe), within the corpus tolerance of `loom conformance --device gpu`
-//! (1e-4 + 1e-3·|loom|) and 1e-6 + 1e-4·|cpu| of the CPU twin. The kernel against its CPU twin, on each device, is
+//! (`GPU_TOLERANCE`) and 1e-6 + 1e-4·|cpu| of the CPU twin. The kernel against its CPU twin, on each device, is
 //! in `op_cases/kmeans.rs`.
 #![cfg(not(target_arch = "wasm32"))]
 

@@ -1,6 +1,6 @@
 //! The GPU RNN and LSTM layers (`shaders/recurrent.wgsl`) against Loom's own outputs for every recurrent case of the
 //! corpora and of `testdata/forward/recurrent.json`, natively through wgpu → Vulkan (Mesa lavapipe), within the corpus
-//! tolerance of `loom conformance --device gpu` (1e-4 + 1e-3·|loom|) and 1e-5 + 1e-4·|cpu| of the CPU twin. The
+//! tolerance of `loom conformance --device gpu` (`GPU_TOLERANCE`) and 1e-5 + 1e-4·|cpu| of the CPU twin. The
 //! kernel against its CPU twin, on each device, is in `op_cases/recurrent.rs`.
 #![cfg(not(target_arch = "wasm32"))]
 

@@ -13,9 +13,9 @@ use serde_json::Value;
 
 use crate::gpu_util::{close, cpu};
 
-/// The tolerance of `loom conformance --device gpu`: |gpu − loom| ≤ 1e-4 + 1e-3·|loom|.
-const CORPUS_ABS: f32 = 1e-4;
-const CORPUS_REL: f32 = 1e-3;
+/// The tolerance of `loom conformance --device gpu` (`GPU_TOLERANCE`, from the error measured over both corpora).
+const CORPUS_ABS: f32 = loom_wasm::gpu::GPU_TOLERANCE.0;
+const CORPUS_REL: f32 = loom_wasm::gpu::GPU_TOLERANCE.1;
 
 /// One forward call of a one-layer network, with Loom's output.
 pub struct Case {
