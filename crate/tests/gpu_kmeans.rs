@@ -1,7 +1,7 @@
 //! The GPU KMeans layer (`shaders/kmeans.wgsl`) against Loom's own outputs for every KMeans case of the corpora,
 //! natively through wgpu → Vulkan (Mesa lavapipe), within the corpus tolerance of `loom conformance --device gpu`
-//! (`GPU_TOLERANCE`) and 1e-6 + 1e-4·|cpu| of the CPU twin. The kernel against its CPU twin, on each device, is
-//! in `op_cases/kmeans.rs`.
+//! (`GPU_TOLERANCE`) and 5e-7 + 1e-5·|cpu| of the CPU twin (6e-8 at most measured on lavapipe). The kernel against
+//! its CPU twin, on each device, is in `op_cases/kmeans.rs`.
 #![cfg(not(target_arch = "wasm32"))]
 
 mod gpu_corpus;
@@ -12,8 +12,8 @@ use gpu_util::gpu;
 use loom_wasm::cpu::Tensor;
 use loom_wasm::gpu::KMeans;
 
-const ABS: f32 = 1e-6;
-const REL: f32 = 1e-4;
+const ABS: f32 = 5e-7;
+const REL: f32 = 1e-5;
 
 #[test]
 fn loom_written_kmeans_layers_match() {

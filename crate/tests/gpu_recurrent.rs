@@ -1,7 +1,7 @@
 //! The GPU RNN and LSTM layers (`shaders/recurrent.wgsl`) against Loom's own outputs for every recurrent case of the
 //! corpora and of `testdata/forward/recurrent.json`, natively through wgpu → Vulkan (Mesa lavapipe), within the corpus
-//! tolerance of `loom conformance --device gpu` (`GPU_TOLERANCE`) and 1e-5 + 1e-4·|cpu| of the CPU twin. The
-//! kernel against its CPU twin, on each device, is in `op_cases/recurrent.rs`.
+//! tolerance of `loom conformance --device gpu` (`GPU_TOLERANCE`) and 5e-6 + 1e-5·|cpu| of the CPU twin (5e-7 at
+//! most measured on lavapipe). The kernel against its CPU twin, on each device, is in `op_cases/recurrent.rs`.
 #![cfg(not(target_arch = "wasm32"))]
 
 mod gpu_corpus;
@@ -12,8 +12,8 @@ use gpu_util::gpu;
 use loom_wasm::cpu::Tensor;
 use loom_wasm::gpu::Recurrent;
 
-const ABS: f32 = 1e-5;
-const REL: f32 = 1e-4;
+const ABS: f32 = 5e-6;
+const REL: f32 = 1e-5;
 
 #[test]
 fn loom_written_recurrent_layers_match() {
