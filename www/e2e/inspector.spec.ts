@@ -293,9 +293,10 @@ function loomEntityOutput(id: string): number[] {
   return reload ? reload.map(Math.fround) : f32FromHex(c.expected_output_f32_hex!);
 }
 
-// |gpu − loom| ≤ 1e-4 + 1e-3·|loom| is the WebGPU issue's tolerance.
+// |gpu − loom| ≤ 3e-6 + 1e-5·|loom|: the conformance tolerance (crate/src/gpu/mod.rs GPU_TOLERANCE), every layer on
+// the GPU.
 for (const id of ['grid_2x1x2x2', 'transformer_int8', 'nested_int8']) {
-  test(`run ${id} in the page: CPU bits equal Loom's, WebGPU within tolerance`, async ({ page }) => {
+  test(`run ${id} in the page: CPU bits equal Loom's, WebGPU within tolerance with no layer on the CPU`, async ({ page }) => {
     const c = corpusCase(id);
     const want = loomEntityOutput(id);
     await dropCase(page, id, 'loom.entity');
@@ -306,9 +307,10 @@ for (const id of ['grid_2x1x2x2', 'transformer_int8', 'nested_int8']) {
     await expect(cpu).toHaveAttribute('data-f32-hex', f32Hex(want));
     const gpu = page.getByTestId('gpu-output');
     await expect(gpu).toHaveAttribute('data-device', 'gpu', { timeout: 60_000 });
+    await expect(gpu).toHaveAttribute('data-cpu-layers', '0');
     const got = f32FromHex((await gpu.getAttribute('data-f32-hex'))!);
     expect(got.length).toBe(want.length);
-    got.forEach((g, i) => expect(Math.abs(g - want[i])).toBeLessThanOrEqual(1e-4 + 1e-3 * Math.abs(want[i])));
+    got.forEach((g, i) => expect(Math.abs(g - want[i])).toBeLessThanOrEqual(3e-6 + 1e-5 * Math.abs(want[i])));
     await expect(page.getByTestId('run-diff')).toContainText('max |GPU − CPU|');
   });
 }

@@ -211,6 +211,8 @@ export class RunPanel {
       box.dataset.f32Hex = f32Hex(r.data);
       box.dataset.device = r.device;
       const cpuLayers = Object.entries(r.cpu_layers ?? {});
+      // How many layers a GPU run handed to the CPU: a check that the GPU ran them all reads it.
+      box.dataset.cpuLayers = String(cpuLayers.length);
       fill(box,
         h(
           'h3',
