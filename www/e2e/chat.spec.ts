@@ -47,8 +47,9 @@ test('greedy on the CPU: the reply is the reference reply, streamed, and a secon
   await expect(reply).toHaveAttribute('data-done', 'true', { timeout: 120_000 });
   await expect(reply.locator('.bubble-body')).toHaveText(france.results.gguf_dequant_f32.greedy_text);
   await expect(reply).toContainText('Paris');
-  // Streamed: the message was painted several times before it ended.
-  expect(Number(await reply.getAttribute('data-updates'))).toBeGreaterThan(2);
+  // Streamed: the message was painted before it ended (at most once a frame, so a fast reply on a busy machine may
+  // paint only once before its final paint).
+  expect(Number(await reply.getAttribute('data-updates'))).toBeGreaterThan(1);
   await expect(reply.getByTestId('reply-stats')).toContainText('tok/s');
   // Turn two sees turn one: asked about "that city", the model names it again.
   await ask(page, 'What is a famous landmark in that city?', { maxTokens: 40 });
