@@ -16,7 +16,7 @@ use crate::formats::source::RangeReader;
 use crate::llm::config::ModelConfig;
 use crate::llm::engine::{CpuEngine, Engine, KvCache};
 use crate::llm::generate::{ChatFormat, Conversation, GenerateOptions, Reply, Step, StopReason};
-use crate::llm::gpu_engine::{GpuEngine, GpuEngineBuilder, GpuFit, DEFAULT_GPU_CONTEXT};
+use crate::llm::gpu_engine::{engine_context, GpuEngine, GpuEngineBuilder, GpuFit};
 use crate::llm::model::{LlmModel, ModelFormat};
 use crate::llm::sampler::{SampleArgs, SamplingParams};
 use crate::llm::streamed::StreamedModel;
@@ -247,6 +247,16 @@ struct SendOptions {
     truncate: Option<bool>,
 }
 
+/// `openGpu` and `fit`'s file lengths and KV positions (0 or none: the engine's default).
+fn stream_args(sizes: Vec<f64>, context: Option<f64>) -> JsResult<(Vec<u64>, Option<usize>)> {
+    let sizes = sizes
+        .into_iter()
+        .map(|s| byte_count(s, "sizes"))
+        .collect::<JsResult<Vec<u64>>>()?;
+    let context = count(context, "context", 0).map_err(js_error)?;
+    Ok((sizes, (context > 0).then_some(context)))
+}
+
 /// A non-negative whole number from JavaScript.
 fn count(n: Option<f64>, what: &str, default: usize) -> crate::Result<usize> {
     match n {
@@ -333,18 +343,14 @@ impl JsChat {
         context: Option<f64>,
     ) -> js_sys::Promise {
         wasm_bindgen_futures::future_to_promise(async move {
-            let sizes = sizes
-                .into_iter()
-                .map(|s| byte_count(s, "sizes"))
-                .collect::<JsResult<Vec<u64>>>()?;
-            let context = count(context, "context", 0).map_err(js_error)?;
+            let (sizes, context) = stream_args(sizes, context)?;
             let reader = JsReader(read);
             let model = StreamedModel::open(&names, &sizes, &reader).await.map_err(js_error)?;
             let format = ChatFormat::of(model.tokenizer().map_err(js_error)?).map_err(js_error)?;
             let conversation = Conversation::of(format, &model.eos_ids, model.config.vocab).map_err(js_error)?;
             let mut info = ChatInfo::new(model.format, &model.config, conversation.format().has_template());
             let gpu = shared_gpu().await.map_err(js_error)?;
-            let mut builder = GpuEngineBuilder::new(gpu, &model.config, (context > 0).then_some(context));
+            let mut builder = GpuEngineBuilder::new(gpu, &model.config, context);
             let lost = |e: LoomError| {
                 if matches!(e, LoomError::GpuDeviceLost(_)) {
                     crate::wasm::forget_gpu();
@@ -397,16 +403,11 @@ impl JsChat {
         context: Option<f64>,
     ) -> js_sys::Promise {
         wasm_bindgen_futures::future_to_promise(async move {
-            let sizes = sizes
-                .into_iter()
-                .map(|s| byte_count(s, "sizes"))
-                .collect::<JsResult<Vec<u64>>>()?;
-            let context = count(context, "context", 0).map_err(js_error)?;
+            let (sizes, context) = stream_args(sizes, context)?;
             let model = StreamedModel::open(&names, &sizes, &JsReader(read))
                 .await
                 .map_err(js_error)?;
             let tensors = model.tensor_bytes();
-            let context = (context > 0).then_some(context);
             let file_bytes: u64 = sizes.iter().sum();
             let gpu = match shared_gpu().await {
                 Ok(gpu) => {
@@ -430,7 +431,7 @@ impl JsChat {
                 },
             };
             // The CPU engine holds the files whole and grows its cache per position, all in 32-bit memory.
-            let positions = context.unwrap_or(DEFAULT_GPU_CONTEXT).min(model.config.context);
+            let positions = engine_context(&model.config, context);
             let needed_bytes = file_bytes + KvCache::max_bytes(&model.config, positions);
             let available_bytes = (4u64 << 30).saturating_sub(crate::wasm::memory_bytes() as u64);
             let (name, bytes) = tensors.iter().max_by_key(|(_, b)| *b).cloned().unwrap_or_default();

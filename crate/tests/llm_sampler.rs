@@ -6,8 +6,11 @@
 //! the draw: every quantile of the uniform draw against the softmax of the kept logits (computed here in f64 from
 //! the fixture), on the CPU and on the GPU kernel, and a chi-squared test of seeded draws through `Sampler`.
 
+mod llm_util;
+
 use std::sync::Arc;
 
+use llm_util::ids;
 use loom_wasm::gpu::{Gpu, Sample, GPU_SAMPLE_MAX};
 use loom_wasm::llm::sampler::{SampleArgs, Sampler, SamplingParams};
 use serde_json::Value;
@@ -29,14 +32,6 @@ fn f32s(v: &Value) -> Vec<f32> {
         .collect()
 }
 
-fn u32s(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
-}
-
 fn args(c: &Value, u: u32) -> SampleArgs {
     SampleArgs {
         temperature: c["temperature"].as_f64().unwrap() as f32,
@@ -45,7 +40,7 @@ fn args(c: &Value, u: u32) -> SampleArgs {
         min_p: c["min_p"].as_f64().unwrap() as f32,
         u,
         repetition_penalty: c["repetition_penalty"].as_f64().unwrap() as f32,
-        penalized: u32s(&c["penalized"]),
+        penalized: ids(&c["penalized"]),
     }
 }
 
@@ -127,19 +122,19 @@ fn filters_keep_what_llama_cpp_keeps_in_transformers_order() {
         same_set(
             &format!("{what} top-k"),
             &kept.ids[..kept.after_top_k],
-            &u32s(&order["top_k"]),
+            &ids(&order["top_k"]),
             &logits,
         );
         same_set(
             &format!("{what} top-p"),
             &kept.ids[..kept.after_top_p],
-            &u32s(&order["top_p"]),
+            &ids(&order["top_p"]),
             &logits,
         );
         same_set(
             &format!("{what} min-p"),
             &kept.ids[..kept.after_min_p],
-            &u32s(&order["min_p"]),
+            &ids(&order["min_p"]),
             &logits,
         );
         // At temperature 1 llama.cpp's own order keeps the same sets.
@@ -155,7 +150,7 @@ fn draws_follow_the_softmax_of_the_kept_logits_on_the_cpu() {
         let mut logits = f32s(&c["logits"]);
         let a = args(c, 0);
         Sampler::penalize(&mut logits, &a);
-        let want = reference(&logits, &u32s(&c["llama_cpp"]["transformers"]["min_p"]), a.temperature);
+        let want = reference(&logits, &ids(&c["llama_cpp"]["transformers"]["min_p"]), a.temperature);
         let steps = 8192;
         let got = quantiles(steps, |u| Sampler::sample_with(&mut f32s(&c["logits"]), &args(c, u)));
         check_quantiles(&format!("case {n}"), &got, &want, steps);
@@ -175,7 +170,7 @@ fn draws_follow_the_softmax_of_the_kept_logits_on_the_gpu() {
         }
         let mut logits = f32s(&c["logits"]);
         Sampler::penalize(&mut logits, &a);
-        let want = reference(&logits, &u32s(&c["llama_cpp"]["transformers"]["min_p"]), a.temperature);
+        let want = reference(&logits, &ids(&c["llama_cpp"]["transformers"]["min_p"]), a.temperature);
         let steps = 128;
         let raw = f32s(&c["logits"]);
         let got = quantiles(steps, |u| {
@@ -196,7 +191,7 @@ fn seeded_draws_pass_a_chi_squared_test() {
         let a = args(c, 0);
         let mut logits = f32s(&c["logits"]);
         Sampler::penalize(&mut logits, &a);
-        let want = reference(&logits, &u32s(&c["llama_cpp"]["transformers"]["min_p"]), a.temperature);
+        let want = reference(&logits, &ids(&c["llama_cpp"]["transformers"]["min_p"]), a.temperature);
         let mut sampler = Sampler::new(SamplingParams {
             temperature: a.temperature,
             top_k: a.top_k,

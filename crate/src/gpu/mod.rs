@@ -17,9 +17,10 @@ pub use loom::{
     MHA_MAX_SEQ,
 };
 pub use ops::{
-    first_argmax, packed_values, rope_table, Argmax, AttendArgs, Attention, Elementwise, Embedding, EmbeddingTable,
-    GpuTensor, KvCache, MatVec, MatVecOptions, Norm, PackedWeights, Packing, Pointwise, Rope, RowLayout, Rows, Sample,
-    SampleArgs, Softmax, GPU_GGML_TYPES, GPU_SAMPLE_MAX, LAYER_NORM_EPS, MAX_WEIGHT_BINDINGS, RMS_NORM_EPS,
+    binding_parts, first_argmax, packed_values, rope_table, Argmax, AttendArgs, Attention, Elementwise, Embedding,
+    EmbeddingTable, GpuTensor, KvCache, MatVec, MatVecOptions, Norm, PackedWeights, Packing, Pointwise, Rope,
+    RowLayout, Rows, Sample, SampleArgs, Softmax, GPU_GGML_TYPES, GPU_SAMPLE_MAX, LAYER_NORM_EPS, MAX_WEIGHT_BINDINGS,
+    RMS_NORM_EPS,
 };
 
 pub use ops::kernel::{Arena, Recorder};
@@ -86,6 +87,8 @@ pub struct Gpu {
     pipelines: Mutex<HashMap<PipelineKey, Arc<wgpu::ComputePipeline>>>,
     /// A kernel made wrong on purpose ([`Gpu::break_kernel`], tests only): pipelines whose name starts with it.
     broken: Mutex<Option<String>>,
+    /// Whether `broken` names one: dispatches skip the lock otherwise.
+    any_broken: AtomicBool,
     /// Timestamp queries per pass ([`Gpu::profiled`] only).
     #[cfg(not(target_arch = "wasm32"))]
     profiler: Option<Mutex<profile::Profiler>>,
@@ -214,6 +217,7 @@ impl Gpu {
             counters: Default::default(),
             pipelines: Mutex::new(HashMap::new()),
             broken: Mutex::new(None),
+            any_broken: AtomicBool::new(false),
             #[cfg(not(target_arch = "wasm32"))]
             profiler,
             #[cfg(target_arch = "wasm32")]
@@ -274,10 +278,14 @@ impl Gpu {
     /// a kernel made wrong on purpose, for testing the self-test at open and its CPU fallback. `None` mends it.
     pub fn break_kernel(&self, prefix: Option<&str>) {
         *lock(&self.broken) = prefix.map(str::to_string);
+        self.any_broken.store(prefix.is_some(), Ordering::Relaxed);
     }
 
-    /// Whether `pipeline` is the kernel [`Gpu::break_kernel`] broke.
+    /// Whether `pipeline` is the kernel [`Gpu::break_kernel`] broke (one load per dispatch when none is).
     pub(crate) fn is_broken(&self, pipeline: &wgpu::ComputePipeline) -> bool {
+        if !self.any_broken.load(Ordering::Relaxed) {
+            return false;
+        }
         let broken = lock(&self.broken);
         let Some(prefix) = broken.as_deref() else {
             return false;

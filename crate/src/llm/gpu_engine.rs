@@ -21,8 +21,8 @@ use super::weights::{BlockWeights, Matrix, ModelWeights};
 use crate::cpu::ops::{self, RopePairs};
 use crate::error::{LoomError, Result};
 use crate::gpu::{
-    Arena, Argmax, AttendArgs, Attention, Elementwise, Gpu, GpuTensor, KvCache, MatVec, MatVecOptions, Norm,
-    PackedWeights, Packing, Recorder, Rope, RowLayout, Rows, Sample, GPU_SAMPLE_MAX, MAX_WEIGHT_BINDINGS,
+    binding_parts, Arena, Argmax, AttendArgs, Attention, Elementwise, Gpu, GpuTensor, KvCache, MatVec, MatVecOptions,
+    Norm, PackedWeights, Packing, Recorder, Rope, RowLayout, Rows, Sample, GPU_SAMPLE_MAX, MAX_WEIGHT_BINDINGS,
 };
 
 /// Prompt tokens per submit: bounds the activation buffers of a long prompt.
@@ -48,9 +48,21 @@ pub struct GpuCallStats {
 /// Whether a tensor of `bytes` fits `limits` as [`PackedWeights`] uploads it: in at most [`MAX_WEIGHT_BINDINGS`]
 /// buffers of the storage-binding size, none over the largest buffer.
 pub fn fits_bindings(limits: &wgpu::Limits, bytes: u64) -> bool {
-    let words_per_part = (limits.max_storage_buffer_binding_size / 4).clamp(1, u64::from(u32::MAX));
-    let parts = bytes.div_ceil(4).div_ceil(words_per_part).max(1);
+    let (words_per_part, parts) = binding_parts(limits.max_storage_buffer_binding_size, bytes);
     parts <= MAX_WEIGHT_BINDINGS as u64 && bytes.min(4 * words_per_part) <= limits.max_buffer_size
+}
+
+/// The KV positions an engine for `cfg` holds when asked for `context` (default: the model's context, at most
+/// [`DEFAULT_GPU_CONTEXT`]).
+pub fn engine_context(cfg: &ModelConfig, context: Option<usize>) -> usize {
+    context.unwrap_or(DEFAULT_GPU_CONTEXT).min(cfg.context).max(1)
+}
+
+/// The rows of layer `l`'s KV cache in an engine of `context` positions: every position, or for a windowed layer a
+/// ring of the window and a chunk (`shaders/attention.wgsl` wraps positions), so that a chunk's writes never reach
+/// the rows its first query reads.
+fn kv_rows(cfg: &ModelConfig, l: usize, context: usize) -> usize {
+    cfg.window(l).map_or(context, |w| context.min(w + GPU_CHUNK))
 }
 
 /// What opening a model on a device needs, from its tensors' sizes alone (the headers: nothing of the weights is
@@ -72,7 +84,7 @@ impl GpuFit {
     /// The fit of a model of configuration `cfg` and tensors `tensors` (name, bytes) with a KV cache of `context`
     /// positions (the default as the engine's) on a device of `limits`.
     pub fn of(cfg: &ModelConfig, tensors: &[(String, u64)], context: Option<usize>, limits: &wgpu::Limits) -> GpuFit {
-        let context = context.unwrap_or(DEFAULT_GPU_CONTEXT).min(cfg.context).max(1);
+        let context = engine_context(cfg, context);
         let mut problems = Vec::new();
         let binding = limits.max_storage_buffer_binding_size;
         for (name, bytes) in tensors {
@@ -84,7 +96,7 @@ impl GpuFit {
         }
         let mut kv_cache_bytes = 0;
         for l in 0..cfg.n_layers {
-            let rows = cfg.window(l).map_or(context, |w| context.min(w + GPU_CHUNK)) as u64;
+            let rows = kv_rows(cfg, l, context) as u64;
             let bytes = rows * cfg.kv_dim() as u64 * 4;
             kv_cache_bytes += 2 * bytes;
             if bytes > binding.min(limits.max_buffer_size) {
@@ -259,7 +271,7 @@ impl GpuEngineBuilder {
     /// [`DEFAULT_GPU_CONTEXT`]).
     pub fn new(gpu: Arc<Gpu>, cfg: &ModelConfig, context: Option<usize>) -> GpuEngineBuilder {
         let mut cfg = cfg.clone();
-        cfg.context = context.unwrap_or(DEFAULT_GPU_CONTEXT).min(cfg.context).max(1);
+        cfg.context = engine_context(&cfg, context);
         GpuEngineBuilder {
             gpu,
             cfg,
@@ -391,11 +403,9 @@ impl GpuEngineBuilder {
             sample: Sample::new(g)?,
         };
         let draw_ids = Sample::ids_buffer(g).await?;
-        // A layer that attends to a window keeps a ring of the window and a chunk's rows (`shaders/attention.wgsl`
-        // wraps positions), so that a chunk's writes never reach the rows its first query reads.
         let mut caches = Vec::with_capacity(cfg.n_layers);
         for l in 0..cfg.n_layers {
-            let rows = cfg.window(l).map_or(cfg.context, |w| cfg.context.min(w + GPU_CHUNK));
+            let rows = kv_rows(&cfg, l, cfg.context);
             caches.push(KvCache::new(g, cfg.n_kv_heads, cfg.head_dim, rows).await?);
         }
         let ropes = cfg.ropes();

@@ -313,8 +313,8 @@ impl PackedWeights {
         if words > u64::from(u32::MAX) {
             return Err(LoomError::Unsupported("matvec weights over 16 GiB".into()));
         }
-        let words_per_part = (max_binding_bytes / 4).clamp(1, u64::from(u32::MAX));
-        let n_parts = words.div_ceil(words_per_part).max(1) as usize;
+        let (words_per_part, n_parts) = binding_parts(max_binding_bytes, bytes.len() as u64);
+        let n_parts = n_parts as usize;
         if n_parts > MAX_WEIGHT_BINDINGS {
             return Err(LoomError::Unsupported(format!(
                 "matvec weights of {} bytes need {n_parts} bindings of {max_binding_bytes} bytes; at most \
@@ -658,6 +658,13 @@ impl MatVec {
         out.truncate(batch * w.n_out);
         Ok(out)
     }
+}
+
+/// How a tensor of `bytes` is split across storage bindings of `max_binding_bytes`: the 32-bit words in each part,
+/// and the parts (at most [`MAX_WEIGHT_BINDINGS`] are accepted).
+pub fn binding_parts(max_binding_bytes: u64, bytes: u64) -> (u64, u64) {
+    let words_per_part = (max_binding_bytes / 4).clamp(1, u64::from(u32::MAX));
+    (words_per_part, bytes.div_ceil(4).div_ceil(words_per_part).max(1))
 }
 
 /// The dequantized values a packing holds (the CPU twin's weights): `n` float32 values.
