@@ -94,11 +94,15 @@ fn main() {
     for (t, rows, cols) in cases {
         let data = weights(t, rows, cols, &mut rng);
         let w = QMatrix::new(t, rows, cols, &data).expect("whole rows");
-        let tokens: &[usize] = match std::env::var("BENCH_TOKENS") {
-            Ok(v) if v == "1" => &[1],
-            _ => &[1, 64],
+        // `BENCH_TOKENS=1,512`: the token counts (default 1 and 64).
+        let tokens: Vec<usize> = match std::env::var("BENCH_TOKENS") {
+            Ok(v) => v
+                .split(',')
+                .map(|n| n.parse().expect("BENCH_TOKENS: numbers"))
+                .collect(),
+            _ => vec![1, 64],
         };
-        for &n in tokens {
+        for &n in &tokens {
             let x: Vec<f32> = (0..n * cols).map(|_| uniform(&mut rng)).collect();
             let mut y = vec![0.0; n * rows];
             for threads in [1, 2].into_iter().take(if std::env::var("BENCH_ONE_THREAD").is_ok() {

@@ -157,20 +157,27 @@ fn widened(v: &Vectors, times: usize) -> Vectors {
     }
 }
 
-/// Whether `quant::matmul` rounds the activations to 16 bits per block of 32: decode (one token) over a quantized
-/// type with WebAssembly simd128 or AVX-512 (F and BW); with AVX2 alone, over the types without a float32 kernel.
+/// `n` rows of `len` values: the rows of `values` over and over.
+fn cycled(values: &[f32], len: usize, n: usize) -> Vec<f32> {
+    values.chunks_exact(len).cycle().take(n).flatten().copied().collect()
+}
+
+/// Whether `quant::matmul` may round the activations to 16 bits per block of 32: decode (one token) over a
+/// quantized type with WebAssembly simd128 or AVX-512 (F and BW); with AVX2 alone, over the types without a float32
+/// kernel; prefill over a quantized type with AVX-512 (with VNNI; without it prefill stays float32, which the
+/// bound also holds).
 fn sixteen_bit_activations(t: GgmlType, n: usize) -> bool {
     let quantized = !matches!(t, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
     let no_float_kernel = matches!(
         t,
         GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K
     );
-    n == 1
-        && match quant::simd_in_use() {
-            "avx512" | "simd128" => quantized,
-            "avx2" => no_float_kernel,
-            _ => false,
-        }
+    match quant::simd_in_use() {
+        "avx512" => quantized,
+        "simd128" => quantized && n == 1,
+        "avx2" => no_float_kernel && n == 1,
+        _ => false,
+    }
 }
 
 /// `y` against numpy's float64 values within float32 accumulation error: 1e-5·Σ|w·x| + 1e-6 per element, plus,
@@ -205,8 +212,34 @@ fn check_matmul(what: &str, values: &[f32], cols: usize, x: &[f32], want: &[f32]
     }
 }
 
+/// Q6_K's largest scaled codes (`q − 32 = −32` times the int8 scale −128, value 4096·d) against activations of
+/// one magnitude (each rounded to ±32767): 16 of those products nearly fill a 32-bit integer sum, so a kernel that
+/// summed more of them in 32 bits would wrap. Decode and prefill, on 8 rows of 2 super-blocks.
+fn check_largest_q6_k_products(what: &str) {
+    let mut block = [0u8; 210];
+    block[192..208].fill(0x80);
+    // d = 1.0 (float16 0x3C00), last in the block.
+    block[208..].copy_from_slice(&[0x00, 0x3C]);
+    let (rows, cols) = (8, 512);
+    let bytes = block.repeat(rows * cols / 256);
+    let w = QMatrix::new(GgmlType::Q6_K, rows, cols, &bytes).unwrap();
+    for n in [1, 37] {
+        // Token t: every value ±0.5, the sign alternating with t; each row's dot is ±512·4096·0.5.
+        let x: Vec<f32> = (0..n).flat_map(|t| [0.5 - (t % 2) as f32; 512]).collect();
+        let mut y = vec![f32::NAN; n * rows];
+        quant::matmul(&w, &x, n, &mut y).unwrap();
+        for (i, &got) in y.iter().enumerate() {
+            let want = 512.0 * 4096.0 * (0.5 - (i / rows % 2) as f32);
+            assert!(
+                (got - want).abs() <= 1e-5 * want.abs(),
+                "{what}, n = {n}: y[{i}] = {got}, want {want}"
+            );
+        }
+    }
+}
+
 /// Every path against gguf-py and numpy: dequantization, then matmul with 1 and 2 threads, decode (n = 1) and
-/// prefill (n = 5), on the vectors, on their rows repeated 37 times and on their columns repeated 5 times; SIMD
+/// prefill (n = 5 and 37), on the vectors, on their rows repeated 37 times and on their columns repeated 5 times; SIMD
 /// and portable. One test, since the
 /// switches are process-wide.
 #[test]
@@ -222,6 +255,7 @@ fn every_path_matches_gguf_py_and_numpy() {
         }
         paths.push(path);
         check_dequantize(simd);
+        check_largest_q6_k_products(&format!("simd {simd:?}"));
         for threads in [1, 2] {
             quant::set_threads(threads).unwrap();
             for (t, wide) in TYPES.into_iter().flat_map(|t| [(t, 1), (t, 5)]) {
@@ -239,11 +273,14 @@ fn every_path_matches_gguf_py_and_numpy() {
                         .map(|(tok, r)| v.y[tok * v.rows + r])
                         .collect();
                     let w = QMatrix::new(t, rows, v.cols, &bytes).unwrap();
-                    for n in [1, tokens] {
+                    // 37 tokens: the vectors' tokens over and over (two groups of 16 and a remainder).
+                    for n in [1, tokens, 37] {
+                        let x = cycled(&v.x, v.cols, n);
+                        let want = cycled(&want, rows, n);
                         let mut y = vec![f32::NAN; n * rows];
-                        quant::matmul(&w, &v.x[..n * v.cols], n, &mut y).unwrap();
+                        quant::matmul(&w, &x, n, &mut y).unwrap();
                         let x16 = sixteen_bit_activations(t, n);
-                        check_matmul(&what(n, times), &values, v.cols, &v.x[..n * v.cols], &want, &y, x16);
+                        check_matmul(&what(n, times), &values, v.cols, &x, &want, &y, x16);
                     }
                 }
             }

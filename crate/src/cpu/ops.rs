@@ -363,10 +363,60 @@ fn exp_in_place(x: &mut [f32]) {
             *v = f32x4_extract_lane::<0>(exp4(f32x4_splat(*v)));
         }
     }
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked above).
+        unsafe { exp_in_place_avx2(x) };
+        return;
+    }
     #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
     for v in x.iter_mut() {
         *v = v.exp();
     }
+}
+
+/// [`exp_in_place`] eight at a time by [`exp8`] (libm's `expf` was 8% of a 512-token prefill, a call per value).
+///
+/// # Safety
+/// The CPU has AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn exp_in_place_avx2(x: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let mut chunks = x.chunks_exact_mut(8);
+    for c in &mut chunks {
+        _mm256_storeu_ps(c.as_mut_ptr(), exp8(_mm256_loadu_ps(c.as_ptr())));
+    }
+    for v in chunks.into_remainder() {
+        *v = _mm256_cvtss_f32(exp8(_mm256_set1_ps(*v)));
+    }
+}
+
+/// `eˣ` in eight lanes: the same Cephes `expf` as `exp4` (within 2 ulp; `x` clamped to [−87.3, 88]; NaN stays
+/// NaN), in the same operations.
+///
+/// # Safety
+/// The CPU has AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn exp8(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    let c = _mm256_set1_ps;
+    // `max`/`min` return their second operand when either is NaN: `x` second keeps a NaN.
+    let x = _mm256_min_ps(c(88.0), _mm256_max_ps(c(-87.336_55), x));
+    let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
+        x,
+        c(std::f32::consts::LOG2_E),
+    ));
+    let r = _mm256_sub_ps(x, _mm256_mul_ps(n, c(0.693_359_4)));
+    let r = _mm256_sub_ps(r, _mm256_mul_ps(n, c(-2.121_944_4e-4)));
+    let mut p = c(1.987_569_1e-4);
+    for k in [1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5] {
+        p = _mm256_add_ps(_mm256_mul_ps(p, r), c(k));
+    }
+    let p = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(p, r), r), r), c(1.0));
+    let pow2n = _mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)));
+    _mm256_mul_ps(p, _mm256_castsi256_ps(pow2n))
 }
 
 /// `eˣ` in four lanes: Cephes' `expf` (`x = n·ln 2 + r`, a degree-7 polynomial in `r`, times `2ⁿ`), within 2 ulp of

@@ -94,7 +94,32 @@ pub fn matmul_each(x: &[f32], n: usize, products: &mut [(QMatrix, &mut [f32])]) 
         }
         return Ok(());
     }
+    // With AVX-512 VNNI the tokens are rounded to 16 bits and interleaved once for all the matrices.
+    #[cfg(target_arch = "x86_64")]
+    let tokens16 = match level == Level::Avx512
+        && super::simd_avx512_prefill::available()
+        && products.iter().any(|(w, _)| w.cols > 0 && has_16bit_dot(level, w.ty))
+    {
+        // SAFETY: `available` checked the CPU.
+        true => unsafe { super::simd_avx512_prefill::Tokens16::new(x, n, x.len() / n) },
+        false => None,
+    };
     for (w, y) in products.iter_mut() {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(tokens) = tokens16
+            .as_ref()
+            .filter(|_| w.rows > 0 && w.cols > 0 && has_16bit_dot(level, w.ty))
+        {
+            let out = super::simd_avx512_prefill::Output::new(y, w.rows);
+            let row_bytes = w.row(0).len();
+            split_row_runs(w.rows, |first, count| {
+                let rows = &w.data[first * row_bytes..(first + count) * row_bytes];
+                // SAFETY: `available` checked the CPU and `has_16bit_dot` the type; `rows` are whole rows of the
+                // tokens' columns, `y` holds `n` tokens of `w.rows`, and each run writes its own rows.
+                unsafe { super::simd_avx512_prefill::rows(w.ty, rows, first, tokens, out) }
+            });
+            continue;
+        }
         prefill(w, x, n, level, y);
     }
     Ok(())
@@ -105,9 +130,15 @@ fn prefill(w: &QMatrix, x: &[f32], n: usize, level: Level, y: &mut [f32]) {
     // Rows in parallel write row-major [rows][n]; transposed into y afterwards.
     let mut by_row = vec![0.0; y.len()];
     rows_parallel(w, x, n, level, None, &mut by_row);
+    transpose(&by_row, n, y);
+}
+
+/// `by_row` (`[rows][n]`) into `y` (`[n][rows]`).
+fn transpose(by_row: &[f32], n: usize, y: &mut [f32]) {
+    let rows = by_row.len() / n;
     // Eight rows at a time, so that each token's writes are eight neighbours, not eight cache lines.
     for (r8, rows8) in by_row.chunks(8 * n).enumerate() {
-        for (t, y) in y.chunks_exact_mut(w.rows).enumerate() {
+        for (t, y) in y.chunks_exact_mut(rows).enumerate() {
             for (k, row) in rows8.chunks_exact(n).enumerate() {
                 y[8 * r8 + k] = row[t];
             }
@@ -338,26 +369,51 @@ fn rows_parallel(
         out.fill(0.0);
         return;
     }
+    split_rows(w.rows, n, out, |first, out| {
+        rows_kernel(w, x, n, level, x16, first, out)
+    });
+}
+
+/// `f(first, rows)` over runs of whole rows of `out` (`[rows][n]`), `first` the index of a run's first row: split
+/// across the pool natively.
+#[cfg_attr(target_arch = "wasm32", allow(unused_variables))]
+fn split_rows(rows: usize, n: usize, out: &mut [f32], f: impl Fn(usize, &mut [f32]) + Send + Sync) {
     #[cfg(not(target_arch = "wasm32"))]
-    if pool::single_threaded() {
-        rows_kernel(w, x, n, level, x16, 0, out);
+    if !pool::single_threaded() {
+        use rayon::prelude::*;
+        pool::install(|| {
+            let chunk = run_rows(rows);
+            out.par_chunks_mut(chunk * n)
+                .enumerate()
+                .for_each(|(i, out)| f(i * chunk, out))
+        });
         return;
     }
-    #[cfg(not(target_arch = "wasm32"))]
-    pool::install(|| {
+    f(0, out);
+}
+
+/// `f(first, count)` over runs of `count` rows from `first`, split across the pool like [`split_rows`].
+#[cfg(target_arch = "x86_64")]
+fn split_row_runs(rows: usize, f: impl Fn(usize, usize) + Send + Sync) {
+    if !pool::single_threaded() {
         use rayon::prelude::*;
-        // A few tasks per thread balance uneven progress.
-        let chunk = w
-            .rows
-            .div_ceil(4 * rayon::current_num_threads())
-            .max(MIN_TASK_ROWS)
-            .next_multiple_of(TILE);
-        out.par_chunks_mut(chunk * n)
-            .enumerate()
-            .for_each(|(i, out)| rows_kernel(w, x, n, level, x16, i * chunk, out));
-    });
-    #[cfg(target_arch = "wasm32")]
-    rows_kernel(w, x, n, level, x16, 0, out);
+        pool::install(|| {
+            let chunk = run_rows(rows);
+            (0..rows.div_ceil(chunk))
+                .into_par_iter()
+                .for_each(|i| f(i * chunk, chunk.min(rows - i * chunk)))
+        });
+        return;
+    }
+    f(0, rows);
+}
+
+/// Rows per task in the pool: a few tasks per thread balance uneven progress; runs of whole prefill tiles.
+#[cfg(not(target_arch = "wasm32"))]
+fn run_rows(rows: usize) -> usize {
+    rows.div_ceil(4 * rayon::current_num_threads())
+        .max(MIN_TASK_ROWS)
+        .next_multiple_of(MIN_TASK_ROWS)
 }
 
 /// Rows dequantized together for prefill.

@@ -10,6 +10,8 @@ mod blocks;
 mod matmul;
 #[cfg(target_arch = "x86_64")]
 mod simd_avx512;
+#[cfg(target_arch = "x86_64")]
+mod simd_avx512_prefill;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 mod simd_wasm;
 #[cfg(target_arch = "x86_64")]

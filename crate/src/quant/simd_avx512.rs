@@ -34,7 +34,7 @@ pub(super) unsafe fn row_dot_16(ty: GgmlType, row: &[u8], x: &Activations16) -> 
 }
 
 /// One block type's layout: where its scale is, and how its 32 codes become 16-bit integers in element order.
-trait Block {
+pub(super) trait Block {
     const BYTES: usize;
     /// Q4_1's and Q5_1's minimum, added as `m·Σx`.
     const HAS_MIN: bool = false;
@@ -67,12 +67,12 @@ unsafe fn nibbles(p: *const u8) -> __m512i {
     _mm512_and_si512(high, _mm512_set1_epi16(0xF))
 }
 
-struct Q4_0;
-struct Q4_1;
-struct Q5_0;
-struct Q5_1;
-struct Q8_0;
-struct LoomQ4_0;
+pub(super) struct Q4_0;
+pub(super) struct Q4_1;
+pub(super) struct Q5_0;
+pub(super) struct Q5_1;
+pub(super) struct Q8_0;
+pub(super) struct LoomQ4_0;
 
 /// Q5's 32 codes centred, `q − 16`: the nibbles at `qs` plus 16 where bit `i` of the 32-bit word at `qh` is set,
 /// minus 16.
@@ -229,7 +229,7 @@ unsafe fn block<B: Block>(row: &[u8], x: &Activations16, k: usize, acc: __m512) 
 }
 
 /// A K-quant's super-block of 256: eight sub-blocks of 32, each with its own scale (and minimum).
-trait SuperBlock {
+pub(super) trait SuperBlock {
     const BYTES: usize;
 
     /// Per sub-block of 32, the weight scale and the minimum added as `min·Σx`: `d·sc` and `CENTRE·d·sc − dmin·m`
@@ -253,9 +253,9 @@ unsafe fn bytes32(p: *const u8) -> __m512i {
     _mm512_cvtepu8_epi16(_mm256_loadu_si256(p.cast()))
 }
 
-struct Q4K;
-struct Q5K;
-struct Q6K;
+pub(super) struct Q4K;
+pub(super) struct Q5K;
+pub(super) struct Q6K;
 
 impl SuperBlock for Q4K {
     const BYTES: usize = 144;
