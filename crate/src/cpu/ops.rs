@@ -184,6 +184,159 @@ pub fn attention_head(
     }
 }
 
+/// [`attention_head`] for the query heads that share one kv head (a GQA group): `q` and `out` hold the
+/// `q.len() / head_dim` heads one after another; `scores` is scratch of at least `heads · len`. With AVX-512 (and
+/// heads of whole 64-value chunks) each key and value row is read once for up to four heads.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_group(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    len: usize,
+    kv_dim: usize,
+    kv_offset: usize,
+    head_dim: usize,
+    rule: Scores,
+    out: &mut [f32],
+    scores: &mut [f32],
+) {
+    let heads = q.len() / head_dim.max(1);
+    #[cfg(target_arch = "x86_64")]
+    if head_dim.is_multiple_of(64)
+        && heads * head_dim == q.len()
+        && out.len() == q.len()
+        && kv_offset + head_dim <= kv_dim
+        && len * kv_dim <= k.len().min(v.len())
+        && scores.len() >= heads * len
+        && crate::quant::simd_in_use() == "avx512"
+    {
+        let mut first = 0;
+        while first < heads {
+            let take = (heads - first).min(4);
+            let (q, out) = (&q[first * head_dim..], &mut out[first * head_dim..]);
+            let (k, v) = (k[kv_offset..].as_ptr(), v[kv_offset..].as_ptr());
+            let group = GroupRows {
+                k,
+                v,
+                len,
+                stride: kv_dim,
+                head_dim,
+                rule,
+            };
+            // SAFETY: `simd_in_use` reports AVX-512 (F, BW) with AVX2 and FMA; the checks above bound every read.
+            unsafe {
+                match take {
+                    4 => attention_group_avx512::<4>(q, group, out, scores),
+                    3 => attention_group_avx512::<3>(q, group, out, scores),
+                    2 => attention_group_avx512::<2>(q, group, out, scores),
+                    _ => attention_group_avx512::<1>(q, group, out, scores),
+                }
+            }
+            first += take;
+        }
+        return;
+    }
+    for (q, out) in q.chunks_exact(head_dim).zip(out.chunks_exact_mut(head_dim)) {
+        attention_head(q, k, v, len, kv_dim, kv_offset, rule, out, scores);
+    }
+}
+
+/// The rows a GQA group attends over: `len` keys and values `stride` apart from `k` and `v` (the kv head's first
+/// value), `head_dim` values each.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+struct GroupRows {
+    k: *const f32,
+    v: *const f32,
+    len: usize,
+    stride: usize,
+    head_dim: usize,
+    rule: Scores,
+}
+
+/// `G` heads of [`attention_group`] with AVX-512: scores four keys at a time (each key vector loaded once for the
+/// `G` heads), then each head's softmax, then the values 64 at a time summed over every position in registers.
+///
+/// # Safety
+/// AVX-512 F with AVX2 and FMA; `q` and `out` hold at least `G` heads; `rows` points at `len` readable rows of
+/// `head_dim` (a multiple of 64); `scores` holds at least `G · len`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+// `g` and `j` pick accumulators in two-dimensional arrays of registers.
+#[allow(clippy::needless_range_loop)]
+unsafe fn attention_group_avx512<const G: usize>(q: &[f32], rows: GroupRows, out: &mut [f32], scores: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let GroupRows {
+        k,
+        v,
+        len,
+        stride,
+        head_dim: hd,
+        rule,
+    } = rows;
+    assert!(q.len() >= G * hd && out.len() >= G * hd && scores.len() >= G * len && hd.is_multiple_of(64));
+    let (qp, sp) = (q.as_ptr(), scores.as_mut_ptr());
+    let half = |x: __m512| _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(x)));
+    let mut t = 0;
+    while t + 4 <= len {
+        let keys: [*const f32; 4] = std::array::from_fn(|j| k.add((t + j) * stride));
+        let mut acc = [[_mm512_setzero_ps(); 4]; G];
+        for i in (0..hd).step_by(16) {
+            let kv: [__m512; 4] = std::array::from_fn(|j| _mm512_loadu_ps(keys[j].add(i)));
+            for g in 0..G {
+                let qv = _mm512_loadu_ps(qp.add(g * hd + i));
+                for j in 0..4 {
+                    acc[g][j] = _mm512_fmadd_ps(qv, kv[j], acc[g][j]);
+                }
+            }
+        }
+        for g in 0..G {
+            // Each key's 16 lanes to 8, then lane j of each 128-bit half holds part of key j's sum.
+            let h: [__m256; 4] =
+                std::array::from_fn(|j| _mm256_add_ps(_mm512_castps512_ps256(acc[g][j]), half(acc[g][j])));
+            let h = _mm256_hadd_ps(_mm256_hadd_ps(h[0], h[1]), _mm256_hadd_ps(h[2], h[3]));
+            let sums = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h));
+            _mm_storeu_ps(sp.add(g * len + t), _mm_mul_ps(sums, _mm_set1_ps(rule.scale)));
+        }
+        t += 4;
+    }
+    while t < len {
+        let key = k.add(t * stride);
+        for g in 0..G {
+            let mut acc = _mm512_setzero_ps();
+            for i in (0..hd).step_by(16) {
+                acc = _mm512_fmadd_ps(_mm512_loadu_ps(qp.add(g * hd + i)), _mm512_loadu_ps(key.add(i)), acc);
+            }
+            *sp.add(g * len + t) = _mm512_reduce_add_ps(acc) * rule.scale;
+        }
+        t += 1;
+    }
+    for g in 0..G {
+        let s = &mut scores[g * len..(g + 1) * len];
+        rule.soft_cap(s);
+        softmax(s);
+    }
+    let (sp, op) = (scores.as_ptr(), out.as_mut_ptr());
+    for c in (0..hd).step_by(64) {
+        let mut acc = [[_mm512_setzero_ps(); 4]; G];
+        for t in 0..len {
+            let row = v.add(t * stride + c);
+            let vv: [__m512; 4] = std::array::from_fn(|m| _mm512_loadu_ps(row.add(16 * m)));
+            for g in 0..G {
+                let p = _mm512_set1_ps(*sp.add(g * len + t));
+                for m in 0..4 {
+                    acc[g][m] = _mm512_fmadd_ps(p, vv[m], acc[g][m]);
+                }
+            }
+        }
+        for g in 0..G {
+            for m in 0..4 {
+                _mm512_storeu_ps(op.add(g * hd + c + 16 * m), acc[g][m]);
+            }
+        }
+    }
+}
+
 /// [`attention_head`] with AVX2 and FMA, for heads of whole 8-lane vectors (`out` as long as `q`): each score a dot in four FMA chains,
 /// and the output 32 values at a time, summed over every position in registers. The plain loops were a quarter of
 /// a 512-token prefill (the output went through memory at every position).
@@ -503,34 +656,45 @@ mod tests {
         for head_dim in [40, 64, 128, 256] {
             let kv_dim = 3 * head_dim;
             for len in [1, 2, 3, 4, 5, 7, 33] {
-                let q: Vec<f32> = (0..head_dim).map(|_| 2.0 * rand()).collect();
-                let k: Vec<f32> = (0..len * kv_dim).map(|_| rand()).collect();
-                let v: Vec<f32> = (0..len * kv_dim).map(|_| rand()).collect();
-                let offset = head_dim;
-                let (mut out, mut scores) = (vec![f32::NAN; head_dim], vec![f32::NAN; len + 3]);
-                let rule = Scores::standard(head_dim);
-                attention_head(&q, &k, &v, len, kv_dim, offset, rule, &mut out, &mut scores);
-                let row = |m: &[f32], t: usize| m[t * kv_dim + offset..][..head_dim].to_vec();
-                let logits: Vec<f64> = (0..len)
-                    .map(|t| {
-                        let dot: f64 = q
-                            .iter()
-                            .zip(row(&k, t))
-                            .map(|(a, b)| f64::from(*a) * f64::from(b))
-                            .sum();
-                        dot / (head_dim as f64).sqrt()
-                    })
-                    .collect();
-                let max = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                let e: Vec<f64> = logits.iter().map(|l| (l - max).exp()).collect();
-                let total: f64 = e.iter().sum();
-                for (d, &got) in out.iter().enumerate() {
-                    let want: f64 = (0..len).map(|t| e[t] / total * f64::from(row(&v, t)[d])).sum();
-                    // float32 sums of up to 256 products and a softmax: a few float32 steps of values ≤ 1.
-                    assert!(
-                        (f64::from(got) - want).abs() <= 2e-6,
-                        "head_dim {head_dim}, len {len}, out[{d}] = {got}, float64 {want}"
-                    );
+                // One head alone (`attention_head`), then GQA groups of 1 to 7 heads (`attention_group`: with
+                // AVX-512, runs of 4, 3, 2 and 1 heads).
+                for heads in [0, 1, 2, 3, 4, 7] {
+                    let q: Vec<f32> = (0..heads.max(1) * head_dim).map(|_| 2.0 * rand()).collect();
+                    let k: Vec<f32> = (0..len * kv_dim).map(|_| rand()).collect();
+                    let v: Vec<f32> = (0..len * kv_dim).map(|_| rand()).collect();
+                    let offset = head_dim;
+                    let mut out = vec![f32::NAN; q.len()];
+                    let mut scores = vec![f32::NAN; heads.max(1) * len + 3];
+                    let rule = Scores::standard(head_dim);
+                    match heads {
+                        0 => attention_head(&q, &k, &v, len, kv_dim, offset, rule, &mut out, &mut scores),
+                        _ => attention_group(&q, &k, &v, len, kv_dim, offset, head_dim, rule, &mut out, &mut scores),
+                    }
+                    let row = |m: &[f32], t: usize| m[t * kv_dim + offset..][..head_dim].to_vec();
+                    for (h, (q, out)) in q.chunks_exact(head_dim).zip(out.chunks_exact(head_dim)).enumerate() {
+                        let logits: Vec<f64> = (0..len)
+                            .map(|t| {
+                                let dot: f64 = q
+                                    .iter()
+                                    .zip(row(&k, t))
+                                    .map(|(a, b)| f64::from(*a) * f64::from(b))
+                                    .sum();
+                                dot / (head_dim as f64).sqrt()
+                            })
+                            .collect();
+                        let max = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                        let e: Vec<f64> = logits.iter().map(|l| (l - max).exp()).collect();
+                        let total: f64 = e.iter().sum();
+                        for (d, &got) in out.iter().enumerate() {
+                            let want: f64 = (0..len).map(|t| e[t] / total * f64::from(row(&v, t)[d])).sum();
+                            // float32 sums of up to 256 products and a softmax: a few float32 steps of values ≤ 1.
+                            assert!(
+                                (f64::from(got) - want).abs() <= 2e-6,
+                                "head_dim {head_dim}, len {len}, heads {heads}: head {h} out[{d}] = {got}, \
+                                 float64 {want}"
+                            );
+                        }
+                    }
                 }
             }
         }

@@ -207,19 +207,19 @@ impl CpuEngine {
             let (kc, vc) = (&mut self.cache.k[l], &mut self.cache.v[l]);
             kc.extend_from_slice(&k);
             vc.extend_from_slice(&v);
-            // Every (token, head) on its own: query head h reads kv head h / group, over the positions its window
-            // keeps (the latest `window`, its own included).
-            let (heads, group) = (c.n_heads, c.n_heads / c.n_kv_heads);
+            // Every (token, kv head) on its own: the query heads `j·group..(j + 1)·group` read kv head j together,
+            // over the positions their window keeps (the latest `window`, their own included).
+            let (kv_heads, group) = (c.n_kv_heads, c.n_heads / c.n_kv_heads);
             let window = c.window(l);
             let (kc, vc) = (&*kc, &*vc);
-            quant::par_chunks(&mut att, hd, start + n, |i, out, scores| {
-                let (t, h) = (i / heads, i % heads);
-                let qh = &q[t * qd + h * hd..][..hd];
+            quant::par_chunks(&mut att, group * hd, group * (start + n), |i, out, scores| {
+                let (t, j) = (i / kv_heads, i % kv_heads);
+                let qs = &q[t * qd + j * group * hd..][..group * hd];
                 let end = start + t + 1;
                 let first = window.map_or(0, |w| end.saturating_sub(w));
                 // Rows start at `held_from`: trimming keeps every row a query of this chunk reads.
                 let (ks, vs) = (&kc[(first - held_from) * kvd..], &vc[(first - held_from) * kvd..]);
-                ops::attention_head(qh, ks, vs, end - first, kvd, h / group * hd, rule, out, scores);
+                ops::attention_group(qs, ks, vs, end - first, kvd, j * hd, hd, rule, out, scores);
             });
             matmul(&b.wo, &att, n, &mut proj)?;
             add_bias(&mut proj, &b.bo);
