@@ -200,6 +200,7 @@ pub fn attention_group(
     out: &mut [f32],
     scores: &mut [f32],
 ) {
+    #[cfg(target_arch = "x86_64")]
     let heads = q.len() / head_dim.max(1);
     #[cfg(target_arch = "x86_64")]
     if head_dim.is_multiple_of(64)

@@ -94,35 +94,54 @@ pub fn matmul_each(x: &[f32], n: usize, products: &mut [(QMatrix, &mut [f32])]) 
         }
         return Ok(());
     }
-    // With AVX-512 VNNI the tokens are rounded to 16 bits and interleaved once for all the matrices.
+    // With AVX-512 VNNI, the tokens are rounded to 16 bits (quantized types) or interleaved as float32 (float types)
+    // once for all the matrices.
     #[cfg(target_arch = "x86_64")]
-    let tokens16 = match level == Level::Avx512
-        && super::simd_avx512_prefill::available()
-        && products.iter().any(|(w, _)| w.cols > 0 && has_16bit_dot(level, w.ty))
-    {
-        // SAFETY: `available` checked the CPU.
-        true => unsafe { super::simd_avx512_prefill::Tokens16::new(x, n, x.len() / n) },
-        false => None,
+    let (tokens16, tokens32) = {
+        use super::simd_avx512_prefill::{available, Tokens16, TokensF32};
+        let wide = level == Level::Avx512 && n > 1 && available() && x.len() / n > 0;
+        let wants = |f: fn(GgmlType) -> bool| wide && products.iter().any(|(w, _)| w.rows > 0 && f(w.ty));
+        (
+            // SAFETY: `available` checked the CPU.
+            match wants(super::activations::has_16bit_dot) {
+                true => unsafe { Tokens16::new(x, n, x.len() / n) },
+                false => None,
+            },
+            wants(float_prefill).then(|| TokensF32::new(x, n, x.len() / n)),
+        )
     };
     for (w, y) in products.iter_mut() {
         #[cfg(target_arch = "x86_64")]
-        if let Some(tokens) = tokens16
-            .as_ref()
-            .filter(|_| w.rows > 0 && w.cols > 0 && has_16bit_dot(level, w.ty))
         {
-            let out = super::simd_avx512_prefill::Output::new(y, w.rows);
-            let row_bytes = w.row(0).len();
-            split_row_runs(w.rows, |first, count| {
-                let rows = &w.data[first * row_bytes..(first + count) * row_bytes];
-                // SAFETY: `available` checked the CPU and `has_16bit_dot` the type; `rows` are whole rows of the
+            use super::simd_avx512_prefill::{rows, rows_f32, Output};
+            let out = Output::new(y, w.rows);
+            let row_bytes = if w.rows > 0 { w.row(0).len() } else { 0 };
+            let run = |first: usize, count: usize| &w.data[first * row_bytes..(first + count) * row_bytes];
+            if let Some(tokens) = tokens16.as_ref().filter(|_| w.rows > 0 && has_16bit_dot(level, w.ty)) {
+                // SAFETY: `available` checked the CPU and `has_16bit_dot` the type; a run is whole rows of the
                 // tokens' columns, `y` holds `n` tokens of `w.rows`, and each run writes its own rows.
-                unsafe { super::simd_avx512_prefill::rows(w.ty, rows, first, tokens, out) }
-            });
-            continue;
+                split_row_runs(w.rows, |first, count| unsafe {
+                    rows(w.ty, run(first, count), first, tokens, out)
+                });
+                continue;
+            }
+            if let Some(tokens) = tokens32.as_ref().filter(|_| w.rows > 0 && float_prefill(w.ty)) {
+                // SAFETY: as above, for a float type.
+                split_row_runs(w.rows, |first, count| unsafe {
+                    rows_f32(w.ty, run(first, count), first, tokens, out)
+                });
+                continue;
+            }
         }
         prefill(w, x, n, level, y);
     }
     Ok(())
+}
+
+/// The float types, whose AVX-512 prefill widens a tile of rows to float32 for sixteen tokens at a time.
+#[cfg(target_arch = "x86_64")]
+fn float_prefill(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
 }
 
 /// [`matmul`] of several tokens.

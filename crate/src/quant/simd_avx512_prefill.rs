@@ -353,3 +353,105 @@ unsafe fn store4(rows: [__m512; 4], tokens: usize, out: *mut f32, stride: usize)
         }
     }
 }
+
+/// Tokens interleaved by sixteen as float32, for the float types (F32, F16, BF16), whose prefill stays exact:
+/// the tile's rows are widened to float32 and each FMA multiplies one weight (broadcast) with sixteen tokens.
+pub(super) struct TokensF32 {
+    n: usize,
+    cols: usize,
+    /// Per group of 16 tokens (the last padded with zeros), per column, the 16 tokens' values.
+    x: Vec<f32>,
+}
+
+impl TokensF32 {
+    /// `x`: `n` tokens of `cols` values.
+    pub(super) fn new(x: &[f32], n: usize, cols: usize) -> TokensF32 {
+        let mut out = TokensF32 {
+            n,
+            cols,
+            x: vec![0.0; n.div_ceil(16) * 16 * cols],
+        };
+        for (t, x) in x.chunks_exact(cols).enumerate() {
+            let group = &mut out.x[t / 16 * 16 * cols..];
+            for (c, &v) in x.iter().enumerate() {
+                group[c * 16 + t % 16] = v;
+            }
+        }
+        out
+    }
+}
+
+/// [`rows`] for the float types: `y[t][first + r] = Σ_c W[first + r][c]·x[t][c]` in float32.
+///
+/// # Safety
+/// As [`rows`], with `ty` F32, F16 or BF16.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+pub(super) unsafe fn rows_f32(ty: GgmlType, rows: &[u8], first: usize, x: &TokensF32, y: Output) {
+    let row_bytes = ty.block_bytes() * x.cols / ty.block_len();
+    assert!(row_bytes > 0 && rows.len().is_multiple_of(row_bytes) && first + rows.len() / row_bytes <= y.rows);
+    let mut tile = vec![0f32; TILE_ROWS * x.cols];
+    let groups = x.n.div_ceil(16);
+    for (i, rows) in rows.chunks(TILE_ROWS * row_bytes).enumerate() {
+        let count = rows.len() / row_bytes;
+        super::matmul::dequantize_blocks(super::matmul::Level::Avx512, ty, rows, &mut tile[..count * x.cols]);
+        let first = first + i * TILE_ROWS;
+        let mut r = 0;
+        while r < count {
+            let take = if count - r >= 4 { 4 } else { 1 };
+            let mut g = 0;
+            while g < groups {
+                let step = (groups - g).min(3);
+                match (take, step) {
+                    (4, 3) => kernel_f32::<4, 3>(&tile, r, x, g, first, y),
+                    (4, 2) => kernel_f32::<4, 2>(&tile, r, x, g, first, y),
+                    (4, _) => kernel_f32::<4, 1>(&tile, r, x, g, first, y),
+                    (_, 3) => kernel_f32::<1, 3>(&tile, r, x, g, first, y),
+                    (_, 2) => kernel_f32::<1, 2>(&tile, r, x, g, first, y),
+                    _ => kernel_f32::<1, 1>(&tile, r, x, g, first, y),
+                }
+                g += step;
+            }
+            r += take;
+        }
+    }
+}
+
+/// Rows `r..r + RB` of the float32 tile (matrix rows `first + r..`) against the token groups `g..g + TB`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+// `t` picks a token group in every row's accumulators (`acc[k][t]`).
+#[allow(clippy::needless_range_loop)]
+unsafe fn kernel_f32<const RB: usize, const TB: usize>(
+    tile: &[f32],
+    r: usize,
+    x: &TokensF32,
+    g: usize,
+    first: usize,
+    y: Output,
+) {
+    let cols = x.cols;
+    let w: [*const f32; RB] = std::array::from_fn(|k| tile.as_ptr().add((r + k) * cols));
+    let xs: [*const f32; TB] = std::array::from_fn(|t| x.x.as_ptr().add((g + t) * 16 * cols));
+    let mut acc = [[_mm512_setzero_ps(); TB]; RB];
+    for c in 0..cols {
+        let xv: [__m512; TB] = std::array::from_fn(|t| _mm512_loadu_ps(xs[t].add(16 * c)));
+        for k in 0..RB {
+            let wv = _mm512_set1_ps(*w[k].add(c));
+            for t in 0..TB {
+                acc[k][t] = _mm512_fmadd_ps(wv, xv[t], acc[k][t]);
+            }
+        }
+    }
+    for t in 0..TB {
+        let tokens = (x.n - (g + t) * 16).min(16);
+        let out = y.y.add((g + t) * 16 * y.rows + first + r);
+        if RB == 4 {
+            store4([acc[0][t], acc[1][t], acc[2][t], acc[3][t]], tokens, out, y.rows);
+        } else {
+            let mut lanes = [0f32; 16];
+            _mm512_storeu_ps(lanes.as_mut_ptr(), acc[0][t]);
+            for (j, v) in lanes.into_iter().take(tokens).enumerate() {
+                *out.add(j * y.rows) = v;
+            }
+        }
+    }
+}

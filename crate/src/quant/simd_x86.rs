@@ -294,6 +294,20 @@ pub(super) unsafe fn dequantize(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> 
                 *v = half::f16::from_bits(u16::from_le_bytes([h[0], h[1]])).to_f32();
             }
         }
+        GgmlType::BF16 => {
+            // A bfloat16 is the top half of its float32.
+            for (h, out) in bytes.chunks_exact(16).zip(out.chunks_exact_mut(8)) {
+                store(
+                    out,
+                    0,
+                    _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(load16(h, 0)))),
+                );
+            }
+            let done = bytes.len() / 16 * 8;
+            for (h, v) in bytes[2 * done..].chunks_exact(2).zip(&mut out[done..]) {
+                *v = f32::from_bits(u32::from(u16::from_le_bytes([h[0], h[1]])) << 16);
+            }
+        }
         GgmlType::Q4_0 => {
             for (b, out) in blocks {
                 let qs = load16(b, 2);
