@@ -84,10 +84,7 @@ fn codes_and_their_scales_give_gguf_py_values() {
     for t in TYPES {
         let v = vectors(t);
         let Some((codes, groups)) = quant::codes(t, &v.bytes, v.values.len()) else {
-            assert!(
-                matches!(t, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::LoomQ4_0),
-                "{t}"
-            );
+            assert!(matches!(t, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16), "{t}");
             continue;
         };
         assert_eq!(codes.len(), v.values.len(), "{t}");
@@ -164,8 +161,8 @@ fn cycled(values: &[f32], len: usize, n: usize) -> Vec<f32> {
 
 /// Whether `quant::matmul` may round the activations to 16 bits per block of 32: decode (one token) over a
 /// quantized type with WebAssembly simd128 or AVX-512 (F and BW); with AVX2 alone, over the types without a float32
-/// kernel; prefill over a quantized type with AVX-512 (with VNNI; without it prefill stays float32, which the
-/// bound also holds).
+/// kernel; prefill over a quantized type with simd128 or AVX-512 (with VNNI; without it prefill stays float32,
+/// which the bound also holds).
 fn sixteen_bit_activations(t: GgmlType, n: usize) -> bool {
     let quantized = !matches!(t, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
     let no_float_kernel = matches!(
@@ -173,8 +170,7 @@ fn sixteen_bit_activations(t: GgmlType, n: usize) -> bool {
         GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K
     );
     match quant::simd_in_use() {
-        "avx512" => quantized,
-        "simd128" => quantized && n == 1,
+        "avx512" | "simd128" => quantized,
         "avx2" => no_float_kernel && n == 1,
         _ => false,
     }

@@ -43,7 +43,7 @@ pub(super) fn has_16bit_dot(ty: GgmlType) -> bool {
 
 /// Where element `j` of a block goes in `a`. In wasm, each half block's even elements, then its odd ones: the
 /// order in which 16-bit shifts take a block's bytes apart (see `simd_wasm`). Elsewhere, in order.
-const LANE: [usize; 32] = {
+pub(super) const LANE: [usize; 32] = {
     let mut lane = [0; 32];
     let mut j = 0;
     while j < 32 {

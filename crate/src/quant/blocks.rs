@@ -142,6 +142,12 @@ pub(super) fn block_codes(t: GgmlType, block: &[u8], codes: &mut Vec<i32>, group
                     .map(|&sc| group(16, d * f32::from(sc as i8), 0.0, 32)),
             );
         }
+        GgmlType::LoomQ4_0 => {
+            let scale = f32::from_le_bytes([block[0], block[1], block[2], block[3]]);
+            let q = block[4..20].iter().flat_map(|&b| [nibble_i4(b), nibble_i4(b >> 4)]);
+            codes.extend(q.map(i32::from));
+            groups.push(group(32, scale, 0.0, 0));
+        }
         _ => return false,
     }
     true

@@ -1,13 +1,16 @@
 //! CPU matrix kernels over ggml blocks as stored: `y = X·Wᵀ` with float32 accumulation and float32
-//! activations, except one case: decode of one token over a quantized type with WebAssembly simd128 or AVX-512
-//! (with AVX2 alone, over the 5-bit and K-quant types) rounds the token's activations to 16-bit integers per block
-//! of 32 and takes integer dots (`activations::Activations16`).
+//! activations, except where the activations are rounded to 16-bit integers per block of 32
+//! (`activations::Activations16`) for exact integer dots: decode of one token over a quantized type with
+//! WebAssembly simd128 or AVX-512 (with AVX2 alone, over the 5-bit and K-quant types), and prefill over a quantized
+//! type with simd128 or AVX-512 VNNI.
 //!
 //! Decode (one token) dots each row's blocks, dequantized in registers, with the activations. Prefill (several
-//! tokens) dequantizes a tile of rows once and dots it with every token's activations. Natively, rows are split
-//! across a rayon pool ([`set_threads`]) and x86-64 uses AVX2+FMA+F16C (AVX-512 for 16-bit decode) when the
-//! CPU has them; in WebAssembly the calling thread does the work, with simd128 when the module is built with it.
-//! [`set_simd`] caps the paths (portable, at most AVX2) for tests and comparisons.
+//! tokens) unpacks a tile of rows once and serves every token with it: with AVX-512 VNNI (`simd_avx512_prefill`)
+//! and simd128 (`simd_wasm_prefill`) as 16-bit codes against the tokens interleaved by 16 (4), several tokens to a
+//! vector (the float types as float32 with AVX-512); otherwise dequantized to float32 and dotted with each token.
+//! Natively, rows are split across a rayon pool ([`set_threads`]) and x86-64 uses AVX2+FMA+F16C (AVX-512 for
+//! 16-bit decode) when the CPU has them; in WebAssembly the calling thread does the work, with simd128 when the
+//! module is built with it. [`set_simd`] caps the paths (portable, at most AVX2) for tests and comparisons.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -110,7 +113,18 @@ pub fn matmul_each(x: &[f32], n: usize, products: &mut [(QMatrix, &mut [f32])]) 
             wants(float_prefill).then(|| TokensF32::new(x, n, x.len() / n)),
         )
     };
+    // In wasm, the tokens are rounded to 16 bits and interleaved by four once for all the matrices.
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    let tokens4 = match x.len() / n > 0 && products.iter().any(|(w, _)| w.rows > 0 && has_16bit_dot(level, w.ty)) {
+        true => super::simd_wasm_prefill::Tokens4::new(x, n, x.len() / n),
+        false => None,
+    };
     for (w, y) in products.iter_mut() {
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        if let Some(tokens) = tokens4.as_ref().filter(|_| w.rows > 0 && has_16bit_dot(level, w.ty)) {
+            super::simd_wasm_prefill::rows(w.ty, w.data, tokens, y);
+            continue;
+        }
         #[cfg(target_arch = "x86_64")]
         {
             use super::simd_avx512_prefill::{rows, rows_f32, Output};

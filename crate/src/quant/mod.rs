@@ -14,6 +14,8 @@ mod simd_avx512;
 mod simd_avx512_prefill;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 mod simd_wasm;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod simd_wasm_prefill;
 #[cfg(target_arch = "x86_64")]
 mod simd_x86;
 #[cfg(target_arch = "x86_64")]

@@ -571,7 +571,8 @@ fn centred(isum: v128, e4: &[i32], centre: i32) -> v128 {
 /// and minimum.
 trait SuperBlock {
     const BYTES: usize;
-    /// Q4_K (8) and Q5_K (16): the codes are `q`, from 0, and the kernel subtracts `CENTRE·Σa`.
+    /// Q4_K (8) and Q5_K (16): the codes are `q`, from 0, and the kernel subtracts `CENTRE·Σa`. 0 (Q6_K): the
+    /// codes are centred and scaled, and each half sub-block is summed on its own.
     const CENTRE: i32;
 
     /// Per sub-block, the weight scale and the minimum added as `min·Σx`: `d·sc` and `CENTRE·d·sc − dmin·m`
@@ -699,16 +700,42 @@ fn dot16_k<K: SuperBlock>(row: &[u8], x: &Activations16) -> f32 {
         let (scales, mins) = K::scales(b, consts);
         for g in 0..2 {
             let ((a4, ss), e4) = sums.next().expect("x holds the row's sub-blocks (checked above)");
-            let dot = |j: usize| block_dot(&a4[32 * j..], K::codes(b, 4 * g + j, consts));
-            let mut isum = sum4([dot(0), dot(1), dot(2), dot(3)]);
-            if K::CENTRE != 0 {
-                isum = centred(isum, e4, K::CENTRE);
-            }
+            // An explicit array, not `array::map` (its closure, like `array::from_fn`'s, is not inlined in V8).
+            let codes = [
+                K::codes(b, 4 * g, consts),
+                K::codes(b, 4 * g + 1, consts),
+                K::codes(b, 4 * g + 2, consts),
+                K::codes(b, 4 * g + 3, consts),
+            ];
+            let sums = match K::CENTRE {
+                // Q6_K's scaled codes: 32 products of up to 32·128·32767 could wrap a 32-bit sum, 16 cannot: each
+                // half sub-block is summed on its own, and the halves are added in float32.
+                0 => {
+                    let half = |h: usize| {
+                        let dot = |j: usize| {
+                            let a = &a4[32 * j + 16 * h..][..16];
+                            // SAFETY: `a` holds 16 values; wasm loads need no alignment.
+                            let (a0, a1) =
+                                unsafe { (v128_load(a.as_ptr().cast()), v128_load(a.as_ptr().add(8).cast())) };
+                            i32x4_add(
+                                i32x4_dot_i16x8(codes[j][2 * h], a0),
+                                i32x4_dot_i16x8(codes[j][2 * h + 1], a1),
+                            )
+                        };
+                        f32x4_convert_i32x4(sum4([dot(0), dot(1), dot(2), dot(3)]))
+                    };
+                    f32x4_add(half(0), half(1))
+                }
+                centre => {
+                    let dot = |j: usize| block_dot(&a4[32 * j..], codes[j]);
+                    f32x4_convert_i32x4(centred(sum4([dot(0), dot(1), dot(2), dot(3)]), e4, centre))
+                }
+            };
             // SAFETY: `ss` holds four pairs, 32 bytes; wasm loads need no alignment.
             let (p0, p1) = unsafe { (v128_load(ss.as_ptr().cast()), v128_load(ss.as_ptr().add(2).cast())) };
             let (w, m) = (scales[g], mins[g]);
             let (xscales, xsums) = (i32x4_shuffle::<0, 2, 4, 6>(p0, p1), i32x4_shuffle::<1, 3, 5, 7>(p0, p1));
-            acc = f32x4_add(acc, f32x4_mul(f32x4_convert_i32x4(isum), f32x4_mul(w, xscales)));
+            acc = f32x4_add(acc, f32x4_mul(sums, f32x4_mul(w, xscales)));
             if K::CENTRE != 0 {
                 acc = f32x4_add(acc, f32x4_mul(m, xsums));
             }
