@@ -161,8 +161,7 @@ fn cycled(values: &[f32], len: usize, n: usize) -> Vec<f32> {
 
 /// Whether `quant::matmul` may round the activations to 16 bits per block of 32: decode (one token) over a
 /// quantized type with WebAssembly simd128 or AVX-512 (F and BW); with AVX2 alone, over the types without a float32
-/// kernel; prefill over a quantized type with simd128 or AVX-512 (with VNNI; without it prefill stays float32,
-/// which the bound also holds).
+/// kernel; prefill over a quantized type with simd128, AVX2 or AVX-512.
 fn sixteen_bit_activations(t: GgmlType, n: usize) -> bool {
     let quantized = !matches!(t, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
     let no_float_kernel = matches!(
@@ -171,7 +170,13 @@ fn sixteen_bit_activations(t: GgmlType, n: usize) -> bool {
     );
     match quant::simd_in_use() {
         "avx512" | "simd128" => quantized,
-        "avx2" => no_float_kernel && n == 1,
+        "avx2" => {
+            if n == 1 {
+                no_float_kernel
+            } else {
+                quantized
+            }
+        }
         _ => false,
     }
 }

@@ -98,36 +98,44 @@ pub fn matmul_each(x: &[f32], n: usize, products: &mut [(QMatrix, &mut [f32])]) 
         return Ok(());
     }
     // With AVX-512 VNNI, the tokens are rounded to 16 bits (quantized types) or interleaved as float32 (float types)
-    // once for all the matrices.
+    // once for all the matrices; with AVX2 alone, quantized types as 16 bits eight to a vector.
     #[cfg(target_arch = "x86_64")]
-    let (tokens16, tokens32) = {
+    let (tokens16, tokens32, tokens8) = {
+        use super::activations::has_16bit_dot;
         use super::simd_avx512_prefill::{available, Tokens16, TokensF32};
-        let wide = level == Level::Avx512 && n > 1 && available() && x.len() / n > 0;
-        let wants = |f: fn(GgmlType) -> bool| wide && products.iter().any(|(w, _)| w.rows > 0 && f(w.ty));
+        let vnni = level == Level::Avx512 && available();
+        let wants = |f: fn(GgmlType) -> bool| x.len() / n > 0 && products.iter().any(|(w, _)| w.rows > 0 && f(w.ty));
         (
             // SAFETY: `available` checked the CPU.
-            match wants(super::activations::has_16bit_dot) {
+            match vnni && wants(has_16bit_dot) {
                 true => unsafe { Tokens16::new(x, n, x.len() / n) },
                 false => None,
             },
-            wants(float_prefill).then(|| TokensF32::new(x, n, x.len() / n)),
+            (vnni && wants(float_prefill)).then(|| TokensF32::new(x, n, x.len() / n)),
+            match !vnni && level != Level::Portable && wants(has_16bit_dot) {
+                true => super::prefill::Tokens::<8>::new(x, n, x.len() / n),
+                false => None,
+            },
         )
     };
     // In wasm, the tokens are rounded to 16 bits and interleaved by four once for all the matrices.
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     let tokens4 = match x.len() / n > 0 && products.iter().any(|(w, _)| w.rows > 0 && has_16bit_dot(level, w.ty)) {
-        true => super::simd_wasm_prefill::Tokens4::new(x, n, x.len() / n),
+        true => super::prefill::Tokens::<4>::new(x, n, x.len() / n),
         false => None,
     };
     for (w, y) in products.iter_mut() {
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
         if let Some(tokens) = tokens4.as_ref().filter(|_| w.rows > 0 && has_16bit_dot(level, w.ty)) {
-            super::simd_wasm_prefill::rows(w.ty, w.data, tokens, y);
+            use super::{prefill, simd_wasm_prefill::Simd128};
+            // SAFETY: the module is built with simd128; `y` holds `n` tokens of `w.rows`, written by this call only.
+            unsafe { prefill::rows::<4, Simd128>(w.ty, w.data, 0, tokens, prefill::Output::new(y, w.rows)) };
             continue;
         }
         #[cfg(target_arch = "x86_64")]
         {
-            use super::simd_avx512_prefill::{rows, rows_f32, Output};
+            use super::prefill::Output;
+            use super::simd_avx512_prefill::{rows, rows_f32};
             let out = Output::new(y, w.rows);
             let row_bytes = if w.rows > 0 { w.row(0).len() } else { 0 };
             let run = |first: usize, count: usize| &w.data[first * row_bytes..(first + count) * row_bytes];
@@ -136,6 +144,17 @@ pub fn matmul_each(x: &[f32], n: usize, products: &mut [(QMatrix, &mut [f32])]) 
                 // tokens' columns, `y` holds `n` tokens of `w.rows`, and each run writes its own rows.
                 split_row_runs(w.rows, |first, count| unsafe {
                     rows(w.ty, run(first, count), first, tokens, out)
+                });
+                continue;
+            }
+            if let Some(tokens) = tokens8
+                .as_ref()
+                .filter(|_| w.rows > 0 && super::activations::has_16bit_dot(w.ty))
+            {
+                use super::{prefill, simd_x86_prefill::Avx2};
+                // SAFETY: Level::Avx2 and Level::Avx512 mean the CPU has AVX2 and FMA; as above otherwise.
+                split_row_runs(w.rows, |first, count| unsafe {
+                    prefill::rows::<8, Avx2>(w.ty, run(first, count), first, tokens, out)
                 });
                 continue;
             }

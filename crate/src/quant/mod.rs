@@ -8,6 +8,8 @@
 mod activations;
 mod blocks;
 mod matmul;
+#[cfg(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "simd128")))]
+mod prefill;
 #[cfg(target_arch = "x86_64")]
 mod simd_avx512;
 #[cfg(target_arch = "x86_64")]
@@ -20,6 +22,8 @@ mod simd_wasm_prefill;
 mod simd_x86;
 #[cfg(target_arch = "x86_64")]
 mod simd_x86_16;
+#[cfg(target_arch = "x86_64")]
+mod simd_x86_prefill;
 
 pub use blocks::CodeGroup;
 pub use matmul::{in_pool, matmul, matmul_each, par_chunks, set_simd, set_threads, simd_in_use, QMatrix, Simd};

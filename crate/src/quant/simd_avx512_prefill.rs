@@ -10,6 +10,7 @@
 
 use std::arch::x86_64::*;
 
+use super::prefill::{group_len, has_min, Output, Tile, TILE_ROWS};
 use super::simd_avx512::{Block, LoomQ4_0, SuperBlock, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8_0};
 use super::GgmlType;
 
@@ -85,91 +86,29 @@ impl Tokens16 {
     }
 }
 
-/// `y` (`[n][rows]`), shared by tasks that each write their own rows of the matrix (columns of `y`).
-#[derive(Clone, Copy)]
-pub(super) struct Output {
-    y: *mut f32,
-    rows: usize,
-}
-
-// SAFETY: tasks write disjoint elements (`rows` documents the rule), and `y` outlives them (`Output::new`'s borrow
-// is held by the caller for the whole matmul).
-unsafe impl Send for Output {}
-unsafe impl Sync for Output {}
-
-impl Output {
-    pub(super) fn new(y: &mut [f32], rows: usize) -> Output {
-        Output {
-            y: y.as_mut_ptr(),
-            rows,
-        }
-    }
-}
-
-/// Rows unpacked for the kernels: value `scale·code + min` per group of `group` columns.
-struct Tile {
-    cols: usize,
-    group: usize,
-    /// `[rows][cols]`.
-    codes: Vec<i16>,
-    /// `[rows][cols / group]`.
-    scale: Vec<f32>,
-    min: Vec<f32>,
-}
-
-/// Rows unpacked at a time: each tile serves every token before the next is unpacked.
-const TILE_ROWS: usize = 16;
-
-/// Columns per group of `ty`: 16 for Q6_K (`|code| ≤ 32·128`, so 16 products of at most 32767 in magnitude fit a
-/// 32-bit sum, 32 might not), 32 for the rest (`|code| ≤ 16·63`).
-fn group_len(ty: GgmlType) -> usize {
-    match ty {
-        GgmlType::Q6_K => 16,
-        _ => 32,
-    }
-}
-
-/// Whether `ty` has a minimum (`min·Σx` per group).
-fn has_min(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K)
-}
-
-impl Tile {
-    fn new(ty: GgmlType, cols: usize) -> Tile {
-        let group = group_len(ty);
-        Tile {
-            cols,
-            group,
-            codes: vec![0; TILE_ROWS * cols],
-            scale: vec![0.0; TILE_ROWS * cols / group],
-            min: vec![0.0; TILE_ROWS * cols / group],
-        }
-    }
-
-    /// Unpacks `rows` (whole stored rows of `ty`, at most [`TILE_ROWS`]).
-    ///
-    /// # Safety
-    /// [`available`] is true, and `ty` is one of [`super::activations::has_16bit_dot`]'s types.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
-    unsafe fn unpack(&mut self, ty: GgmlType, rows: &[u8], row_bytes: usize) {
-        let groups = self.cols / self.group;
-        for (r, row) in rows.chunks_exact(row_bytes).enumerate() {
-            let codes = &mut self.codes[r * self.cols..(r + 1) * self.cols];
-            let scale = &mut self.scale[r * groups..(r + 1) * groups];
-            let min = &mut self.min[r * groups..(r + 1) * groups];
-            match ty {
-                GgmlType::Q4_0 => blocks::<Q4_0>(row, codes, scale, min, 0.0),
-                // Centred on 8 (the minimum takes `8·d`), so that the integer sums and `min·Σx` do not cancel.
-                GgmlType::Q4_1 => blocks::<Q4_1>(row, codes, scale, min, 8.0),
-                GgmlType::Q5_0 => blocks::<Q5_0>(row, codes, scale, min, 0.0),
-                GgmlType::Q5_1 => blocks::<Q5_1>(row, codes, scale, min, 0.0),
-                GgmlType::Q8_0 => blocks::<Q8_0>(row, codes, scale, min, 0.0),
-                GgmlType::LoomQ4_0 => blocks::<LoomQ4_0>(row, codes, scale, min, 0.0),
-                GgmlType::Q4_K => supers::<Q4K>(row, codes, scale, min),
-                GgmlType::Q5_K => supers::<Q5K>(row, codes, scale, min),
-                GgmlType::Q6_K => supers::<Q6K>(row, codes, scale, min),
-                _ => unreachable!("prefill of {ty}: check has_16bit_dot first"),
-            }
+/// Unpacks `rows` (whole stored rows of `ty`, at most [`TILE_ROWS`]) into `tile` with AVX-512.
+///
+/// # Safety
+/// [`available`] is true, and `ty` is one of [`super::activations::has_16bit_dot`]'s types.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+unsafe fn unpack(tile: &mut Tile, ty: GgmlType, rows: &[u8], row_bytes: usize) {
+    let groups = tile.cols / tile.group;
+    for (r, row) in rows.chunks_exact(row_bytes).enumerate() {
+        let codes = &mut tile.codes[r * tile.cols..(r + 1) * tile.cols];
+        let scale = &mut tile.scale[r * groups..(r + 1) * groups];
+        let min = &mut tile.min[r * groups..(r + 1) * groups];
+        match ty {
+            GgmlType::Q4_0 => blocks::<Q4_0>(row, codes, scale, min, 0.0),
+            // Centred on 8 (the minimum takes `8·d`), so that the integer sums and `min·Σx` do not cancel.
+            GgmlType::Q4_1 => blocks::<Q4_1>(row, codes, scale, min, 8.0),
+            GgmlType::Q5_0 => blocks::<Q5_0>(row, codes, scale, min, 0.0),
+            GgmlType::Q5_1 => blocks::<Q5_1>(row, codes, scale, min, 0.0),
+            GgmlType::Q8_0 => blocks::<Q8_0>(row, codes, scale, min, 0.0),
+            GgmlType::LoomQ4_0 => blocks::<LoomQ4_0>(row, codes, scale, min, 0.0),
+            GgmlType::Q4_K => supers::<Q4K>(row, codes, scale, min),
+            GgmlType::Q5_K => supers::<Q5K>(row, codes, scale, min),
+            GgmlType::Q6_K => supers::<Q6K>(row, codes, scale, min),
+            _ => unreachable!("prefill of {ty}: check has_16bit_dot first"),
         }
     }
 }
@@ -228,7 +167,7 @@ pub(super) unsafe fn rows(ty: GgmlType, rows: &[u8], first: usize, x: &Tokens16,
     assert!(row_bytes > 0 && rows.len().is_multiple_of(row_bytes) && first + rows.len() / row_bytes <= y.rows);
     let mut tile = Tile::new(ty, x.cols);
     for (i, rows) in rows.chunks(TILE_ROWS * row_bytes).enumerate() {
-        tile.unpack(ty, rows, row_bytes);
+        unpack(&mut tile, ty, rows, row_bytes);
         let (first, count) = (first + i * TILE_ROWS, rows.len() / row_bytes);
         match (group_len(ty), has_min(ty)) {
             (32, false) => tile_rows::<32, false>(&tile, count, x, first, y),

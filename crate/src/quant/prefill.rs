@@ -1,0 +1,216 @@
+//! Integer prefill where the tile is unpacked by portable code (`blocks::block_codes`): WebAssembly simd128
+//! (`simd_wasm_prefill`, four tokens to a vector) and AVX2 without AVX-512 VNNI (`simd_x86_prefill`, eight). The
+//! scheme of the AVX-512 prefill (`simd_avx512_prefill`): the tokens' activations are rounded to 16 bits per block
+//! of 32 (as decode rounds them) and interleaved once per matmul, a pair of columns of `L` tokens to a vector, so
+//! that one pairwise 16-bit dot (`i32x4.dot_i16x8_s`, `vpmaddwd`) multiplies a row's pair of codes (broadcast) with
+//! that pair of each token: exact integer dots, no lanes summed across. A tile of rows is unpacked once (the stored
+//! codes, centred, with each group's scale and minimum) and serves every token; after each group the integer sums go
+//! to float32 times the row's and the tokens' scales. Each architecture's [`Kernel`] takes two rows and two vectors
+//! of tokens at a time.
+
+use super::activations::{Activations16, LANE};
+use super::blocks::{self, CodeGroup};
+use super::GgmlType;
+
+/// Tokens interleaved by `L`, their activations rounded as [`Activations16`] rounds one token.
+pub(super) struct Tokens<const L: usize> {
+    pub(super) n: usize,
+    pub(super) cols: usize,
+    /// Per group of `L` tokens (padded with zeros to whole pairs of groups), per pair of columns, the `L` tokens'
+    /// two values.
+    pub(super) a: Vec<i16>,
+    /// Per group of `L` tokens, per block of 32 columns, the `L` tokens' scales.
+    pub(super) scale: Vec<f32>,
+    /// The same for the blocks' exact float32 sums, where a type has minima.
+    pub(super) sum: Vec<f32>,
+}
+
+impl<const L: usize> Tokens<L> {
+    /// `x`: `n` tokens of `cols` values. `None` where [`Activations16::new`] refuses a token (not whole blocks,
+    /// or a value that is not finite: the float32 path keeps those as they are).
+    pub(super) fn new(x: &[f32], n: usize, cols: usize) -> Option<Tokens<L>> {
+        // Whole pairs of groups, the kernels' step: the padding is zeros, never stored.
+        let (groups, blocks) = (n.div_ceil(2 * L) * 2, cols / 32);
+        let mut out = Tokens {
+            n,
+            cols,
+            a: vec![0; groups * L * cols],
+            scale: vec![0.0; groups * L * blocks],
+            sum: vec![0.0; groups * L * blocks],
+        };
+        for (t, x) in x.chunks_exact(cols).enumerate() {
+            let rounded = Activations16::new(x, false)?;
+            let (group, lane) = (t / L, t % L);
+            let a = &mut out.a[group * L * cols..];
+            // Element `j` of a block sits at `LANE[j]` in `rounded.a`.
+            for (b, block) in rounded.a.chunks_exact(32).enumerate() {
+                for p in 0..16 {
+                    let at = ((16 * b + p) * L + lane) * 2;
+                    a[at] = block[LANE[2 * p]];
+                    a[at + 1] = block[LANE[2 * p + 1]];
+                }
+            }
+            for (k, [scale, sum]) in rounded.scale_sum.iter().enumerate() {
+                out.scale[(group * blocks + k) * L + lane] = *scale;
+                out.sum[(group * blocks + k) * L + lane] = *sum;
+            }
+        }
+        Some(out)
+    }
+}
+
+/// Rows unpacked at a time: each tile serves every token before the next is unpacked.
+pub(super) const TILE_ROWS: usize = 16;
+
+/// Columns per group of `ty`: 16 for Q6_K (its scales change every 16; and the AVX-512 kernel's codes, scaled, reach
+/// 32·128, so 16 products of at most 32767 in magnitude fit a 32-bit sum where 32 might not), 32 for the rest.
+pub(super) fn group_len(ty: GgmlType) -> usize {
+    match ty {
+        GgmlType::Q6_K => 16,
+        _ => 32,
+    }
+}
+
+/// What the codes of `ty` are centred on (the minimum takes `centre·scale`), so that the integer sums and
+/// `min·Σx` do not cancel; 0 for the types without a minimum.
+fn centre(ty: GgmlType) -> i32 {
+    match ty {
+        GgmlType::Q4_1 | GgmlType::Q4_K => 8,
+        GgmlType::Q5_1 | GgmlType::Q5_K => 16,
+        _ => 0,
+    }
+}
+
+/// Rows unpacked for the kernel: value `scale·code + min` per group of `group` columns.
+pub(super) struct Tile {
+    pub(super) cols: usize,
+    pub(super) group: usize,
+    /// Whether the type has minima (`min·Σx` per group).
+    has_min: bool,
+    /// `[rows][cols]`.
+    pub(super) codes: Vec<i16>,
+    /// `[rows][cols / group]`.
+    pub(super) scale: Vec<f32>,
+    pub(super) min: Vec<f32>,
+    /// One row's stored codes and groups (`blocks::block_codes`), kept across rows.
+    row_codes: Vec<i32>,
+    row_groups: Vec<CodeGroup>,
+}
+
+impl Tile {
+    pub(super) fn new(ty: GgmlType, cols: usize) -> Tile {
+        let group = group_len(ty);
+        Tile {
+            cols,
+            group,
+            has_min: has_min(ty),
+            codes: vec![0; TILE_ROWS * cols],
+            scale: vec![0.0; TILE_ROWS * cols / group],
+            min: vec![0.0; TILE_ROWS * cols / group],
+            row_codes: Vec::with_capacity(cols),
+            row_groups: Vec::with_capacity(cols / group),
+        }
+    }
+
+    /// Unpacks `rows` (whole stored rows of `ty`, at most [`TILE_ROWS`]) with portable code.
+    fn unpack(&mut self, ty: GgmlType, rows: &[u8], row_bytes: usize) {
+        let (groups, c) = (self.cols / self.group, centre(ty));
+        for (r, row) in rows.chunks_exact(row_bytes).enumerate() {
+            self.row_codes.clear();
+            self.row_groups.clear();
+            for block in row.chunks_exact(ty.block_bytes()) {
+                let known = blocks::block_codes(ty, block, &mut self.row_codes, &mut self.row_groups);
+                assert!(known, "prefill of {ty}: check has_16bit_dot first");
+            }
+            assert!(self.row_groups.len() == groups && self.row_codes.len() == self.cols);
+            let codes = &mut self.codes[r * self.cols..(r + 1) * self.cols];
+            for (i, g) in self.row_groups.iter().enumerate() {
+                let at = i * self.group;
+                for (out, &q) in codes[at..at + self.group].iter_mut().zip(&self.row_codes[at..]) {
+                    *out = (q - g.zero - c) as i16;
+                }
+                self.scale[r * groups + i] = g.scale;
+                self.min[r * groups + i] = g.min + g.scale * c as f32;
+            }
+        }
+    }
+}
+
+/// Whether `ty` has a minimum (`min·Σx` per group).
+pub(super) fn has_min(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K)
+}
+
+/// One architecture's kernel: rows `r..r + 2` of the tile (matrix rows `first + r..`) against the token groups
+/// `g..g + 2`, into `y` (the first `stored` rows), in groups of `G` columns, with minima or not (`MIN`).
+pub(super) trait Kernel<const L: usize> {
+    /// # Safety
+    /// The CPU has the kernel's instructions; `tile` holds rows `r..r + 2` and `x` token groups `g..g + 2` of the
+    /// same columns; `y` holds `x.n` tokens of rows up to `first + r + stored`, which no other task writes.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn run<const G: usize, const MIN: bool>(
+        tile: &Tile,
+        r: usize,
+        stored: usize,
+        x: &Tokens<L>,
+        g: usize,
+        first: usize,
+        y: Output,
+    );
+}
+
+/// `y[t][first + r] = Σ_c W[first + r][c]·x[t][c]` for the stored rows `rows` of `ty`, one of
+/// [`super::activations::has_16bit_dot`]'s types.
+///
+/// # Safety
+/// The CPU has `K`'s instructions; `y` has `x.n` tokens of at least `first + rows` rows, and no other task writes
+/// these rows.
+pub(super) unsafe fn rows<const L: usize, K: Kernel<L>>(
+    ty: GgmlType,
+    rows: &[u8],
+    first: usize,
+    x: &Tokens<L>,
+    y: Output,
+) {
+    let row_bytes = ty.block_bytes() * x.cols / ty.block_len();
+    assert!(row_bytes > 0 && rows.len().is_multiple_of(row_bytes) && first + rows.len() / row_bytes <= y.rows);
+    let mut tile = Tile::new(ty, x.cols);
+    for (i, tile_rows) in rows.chunks(TILE_ROWS * row_bytes).enumerate() {
+        tile.unpack(ty, tile_rows, row_bytes);
+        let (first, count) = (first + i * TILE_ROWS, tile_rows.len() / row_bytes);
+        // Two rows and two groups of tokens at a time; with an odd count, the tile's row after the last is computed
+        // and not stored. Three copies of each kernel (a group length or minimum read at run time cost the wasm one
+        // 14% to 20% of a prefill; each copy costs the package's wasm).
+        for r in (0..count).step_by(2) {
+            for g in (0..x.n.div_ceil(L)).step_by(2) {
+                let stored = (count - r).min(2);
+                match (tile.group, tile.has_min) {
+                    (16, _) => K::run::<16, false>(&tile, r, stored, x, g, first, y),
+                    (_, false) => K::run::<32, false>(&tile, r, stored, x, g, first, y),
+                    _ => K::run::<32, true>(&tile, r, stored, x, g, first, y),
+                }
+            }
+        }
+    }
+}
+
+/// `y` (`[n][rows]`), shared by tasks that each write their own rows of the matrix (columns of `y`).
+#[derive(Clone, Copy)]
+pub(super) struct Output {
+    pub(super) y: *mut f32,
+    pub(super) rows: usize,
+}
+
+// SAFETY: tasks write disjoint elements (`rows` documents the rule), and `y` outlives them (`Output::new`'s borrow
+// is held by the caller for the whole matmul).
+unsafe impl Send for Output {}
+unsafe impl Sync for Output {}
+
+impl Output {
+    pub(super) fn new(y: &mut [f32], rows: usize) -> Output {
+        Output {
+            y: y.as_mut_ptr(),
+            rows,
+        }
+    }
+}
