@@ -2,12 +2,13 @@
 //! activations, except where the activations are rounded to 16-bit integers per block of 32
 //! (`activations::Activations16`) for exact integer dots: decode of one token over a quantized type with
 //! WebAssembly simd128 or AVX-512 (with AVX2 alone, over the 5-bit and K-quant types), and prefill over a quantized
-//! type with simd128 or AVX-512 VNNI.
+//! type with simd128, AVX2 or AVX-512.
 //!
 //! Decode (one token) dots each row's blocks, dequantized in registers, with the activations. Prefill (several
-//! tokens) unpacks a tile of rows once and serves every token with it: with AVX-512 VNNI (`simd_avx512_prefill`)
-//! and simd128 (`simd_wasm_prefill`) as 16-bit codes against the tokens interleaved by 16 (4), several tokens to a
-//! vector (the float types as float32 with AVX-512); otherwise dequantized to float32 and dotted with each token.
+//! tokens) unpacks a tile of rows once and serves every token with it: as 16-bit codes against the tokens
+//! interleaved several to a vector (`simd_avx512_prefill` with AVX-512 VNNI, 16 tokens, and the float types as
+//! float32 there; otherwise `prefill` with AVX2, 8, or simd128, 4); elsewhere dequantized to float32 and dotted with
+//! each token.
 //! Natively, rows are split across a rayon pool ([`set_threads`]) and x86-64 uses AVX2+FMA+F16C (AVX-512 for
 //! 16-bit decode) when the CPU has them; in WebAssembly the calling thread does the work, with simd128 when the
 //! module is built with it. [`set_simd`] caps the paths (portable, at most AVX2) for tests and comparisons.
@@ -113,7 +114,10 @@ pub fn matmul_each(x: &[f32], n: usize, products: &mut [(QMatrix, &mut [f32])]) 
             },
             (vnni && wants(float_prefill)).then(|| TokensF32::new(x, n, x.len() / n)),
             match !vnni && level != Level::Portable && wants(has_16bit_dot) {
-                true => super::prefill::Tokens::<8>::new(x, n, x.len() / n),
+                true => {
+                    use super::{prefill::Kernel, simd_x86_prefill::Avx2};
+                    super::prefill::Tokens::<8>::new(x, n, x.len() / n, <Avx2 as Kernel<8>>::GROUPS)
+                }
                 false => None,
             },
         )
@@ -121,7 +125,10 @@ pub fn matmul_each(x: &[f32], n: usize, products: &mut [(QMatrix, &mut [f32])]) 
     // In wasm, the tokens are rounded to 16 bits and interleaved by four once for all the matrices.
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     let tokens4 = match x.len() / n > 0 && products.iter().any(|(w, _)| w.rows > 0 && has_16bit_dot(level, w.ty)) {
-        true => super::prefill::Tokens::<4>::new(x, n, x.len() / n),
+        true => {
+            use super::{prefill::Kernel, simd_wasm_prefill::Simd128};
+            super::prefill::Tokens::<4>::new(x, n, x.len() / n, <Simd128 as Kernel<4>>::GROUPS)
+        }
         false => None,
     };
     for (w, y) in products.iter_mut() {

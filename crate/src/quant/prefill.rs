@@ -16,8 +16,8 @@ use super::GgmlType;
 pub(super) struct Tokens<const L: usize> {
     pub(super) n: usize,
     pub(super) cols: usize,
-    /// Per group of `L` tokens (padded with zeros to whole pairs of groups), per pair of columns, the `L` tokens'
-    /// two values.
+    /// Per group of `L` tokens (padded with zeros to whole steps of the kernel), per pair of columns, the `L`
+    /// tokens' two values.
     pub(super) a: Vec<i16>,
     /// Per group of `L` tokens, per block of 32 columns, the `L` tokens' scales.
     pub(super) scale: Vec<f32>,
@@ -28,9 +28,9 @@ pub(super) struct Tokens<const L: usize> {
 impl<const L: usize> Tokens<L> {
     /// `x`: `n` tokens of `cols` values. `None` where [`Activations16::new`] refuses a token (not whole blocks,
     /// or a value that is not finite: the float32 path keeps those as they are).
-    pub(super) fn new(x: &[f32], n: usize, cols: usize) -> Option<Tokens<L>> {
-        // Whole pairs of groups, the kernels' step: the padding is zeros, never stored.
-        let (groups, blocks) = (n.div_ceil(2 * L) * 2, cols / 32);
+    /// Padded with zeros (never stored) to whole steps of `step` groups, the kernel's ([`Kernel::GROUPS`]).
+    pub(super) fn new(x: &[f32], n: usize, cols: usize, step: usize) -> Option<Tokens<L>> {
+        let (groups, blocks) = (n.div_ceil(step * L) * step, cols / 32);
         let mut out = Tokens {
             n,
             cols,
@@ -142,11 +142,14 @@ pub(super) fn has_min(ty: GgmlType) -> bool {
 }
 
 /// One architecture's kernel: rows `r..r + 2` of the tile (matrix rows `first + r..`) against the token groups
-/// `g..g + 2`, into `y` (the first `stored` rows), in groups of `G` columns, with minima or not (`MIN`).
+/// `g..g + GROUPS`, into `y` (the first `stored` rows), in groups of `G` columns, with minima or not (`MIN`).
 pub(super) trait Kernel<const L: usize> {
+    /// Groups of `L` tokens a call takes (the tokens are padded to whole steps of it).
+    const GROUPS: usize;
+
     /// # Safety
-    /// The CPU has the kernel's instructions; `tile` holds rows `r..r + 2` and `x` token groups `g..g + 2` of the
-    /// same columns; `y` holds `x.n` tokens of rows up to `first + r + stored`, which no other task writes.
+    /// The CPU has the kernel's instructions; `tile` holds rows `r..r + 2` and `x` token groups `g..g + GROUPS` of
+    /// the same columns; `y` holds `x.n` tokens of rows up to `first + r + stored`, which no other task writes.
     #[allow(clippy::too_many_arguments)]
     unsafe fn run<const G: usize, const MIN: bool>(
         tile: &Tile,
@@ -178,11 +181,11 @@ pub(super) unsafe fn rows<const L: usize, K: Kernel<L>>(
     for (i, tile_rows) in rows.chunks(TILE_ROWS * row_bytes).enumerate() {
         tile.unpack(ty, tile_rows, row_bytes);
         let (first, count) = (first + i * TILE_ROWS, tile_rows.len() / row_bytes);
-        // Two rows and two groups of tokens at a time; with an odd count, the tile's row after the last is computed
-        // and not stored. Three copies of each kernel (a group length or minimum read at run time cost the wasm one
-        // 14% to 20% of a prefill; each copy costs the package's wasm).
+        // Two rows and `K::GROUPS` groups of tokens at a time; with an odd count, the tile's row after the last is
+        // computed and not stored. Three copies of each kernel (a group length or minimum read at run time cost the
+        // wasm one 14% to 20% of a prefill; each copy costs the package's wasm).
         for r in (0..count).step_by(2) {
-            for g in (0..x.n.div_ceil(L)).step_by(2) {
+            for g in (0..x.n.div_ceil(L)).step_by(K::GROUPS) {
                 let stored = (count - r).min(2);
                 match (tile.group, tile.has_min) {
                     (16, _) => K::run::<16, false>(&tile, r, stored, x, g, first, y),

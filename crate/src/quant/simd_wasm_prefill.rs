@@ -12,6 +12,8 @@ pub(super) struct Simd128;
 // `array::from_fn`: its closure was not inlined in wasm.)
 #[allow(clippy::needless_range_loop)]
 impl Kernel<4> for Simd128 {
+    const GROUPS: usize = 2;
+
     unsafe fn run<const G: usize, const MIN: bool>(
         tile: &Tile,
         r: usize,
@@ -22,7 +24,7 @@ impl Kernel<4> for Simd128 {
         y: Output,
     ) {
         const RB: usize = 2;
-        const TB: usize = 2;
+        const TB: usize = <Simd128 as Kernel<4>>::GROUPS;
         let cols = x.cols;
         let (blocks, groups) = (cols / 32, cols / G);
         assert!(tile.codes.len() >= (r + RB) * cols && x.a.len() >= (g + TB) * 4 * cols);
