@@ -34,7 +34,8 @@ import struct
 import sys
 import time
 
-DTYPE_CODE = {"float32": 1, "int8": 9, "int4": 16}
+# welvet's DType codes (welvet.utils.DType): 16 is FP4, INT4 is 14.
+DTYPE_CODE = {"float32": 1, "int8": 9, "int4": 14}
 
 
 def dense(n, dtype):
