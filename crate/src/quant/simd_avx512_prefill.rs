@@ -245,10 +245,19 @@ unsafe fn kernel<const RB: usize, const TB: usize, const G: usize, const MIN: bo
             }
         }
     }
+    store(acc, x.n, g, first + r, y);
+}
+
+/// The kernels' results: `acc[k][t]` (lane `j`: token `16(g + t) + j`) into row `row + k` of `y`, for the first `n`
+/// tokens; `RB` is 4 or 1.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+// `t` picks a token group in every row's accumulators (`acc[k][t]`).
+#[allow(clippy::needless_range_loop)]
+unsafe fn store<const RB: usize, const TB: usize>(acc: [[__m512; TB]; RB], n: usize, g: usize, row: usize, y: Output) {
     for t in 0..TB {
-        let tokens = (x.n - (g + t) * 16).min(16);
-        // Token `j`'s row `first + r` of `y`.
-        let out = y.y.add((g + t) * 16 * y.rows + first + r);
+        let tokens = (n - (g + t) * 16).min(16);
+        // Token `j`'s row `row` of `y`.
+        let out = y.y.add((g + t) * 16 * y.rows + row);
         if RB == 4 {
             store4([acc[0][t], acc[1][t], acc[2][t], acc[3][t]], tokens, out, y.rows);
         } else {
@@ -380,17 +389,5 @@ unsafe fn kernel_f32<const RB: usize, const TB: usize>(
             }
         }
     }
-    for t in 0..TB {
-        let tokens = (x.n - (g + t) * 16).min(16);
-        let out = y.y.add((g + t) * 16 * y.rows + first + r);
-        if RB == 4 {
-            store4([acc[0][t], acc[1][t], acc[2][t], acc[3][t]], tokens, out, y.rows);
-        } else {
-            let mut lanes = [0f32; 16];
-            _mm512_storeu_ps(lanes.as_mut_ptr(), acc[0][t]);
-            for (j, v) in lanes.into_iter().take(tokens).enumerate() {
-                *out.add(j * y.rows) = v;
-            }
-        }
-    }
+    store(acc, x.n, g, first + r, y);
 }

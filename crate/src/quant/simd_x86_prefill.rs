@@ -10,10 +10,13 @@ use super::prefill::{Kernel, Output, Tile, Tokens};
 /// AVX2 and FMA (checked by the caller).
 pub(super) struct Avx2;
 
+// `k` and `t` pick accumulators in two-dimensional arrays of registers.
+#[allow(clippy::needless_range_loop)]
 impl Kernel<8> for Avx2 {
     /// Four: 32 tokens a call (two measured 1.3× slower: too few independent sums).
     const GROUPS: usize = 4;
 
+    #[target_feature(enable = "avx2,fma")]
     unsafe fn run<const G: usize, const MIN: bool>(
         tile: &Tile,
         r: usize,
@@ -23,78 +26,59 @@ impl Kernel<8> for Avx2 {
         first: usize,
         y: Output,
     ) {
-        kernel::<G, MIN>(tile, r, stored, x, g, first, y)
-    }
-}
-
-/// [`Kernel::run`] with AVX2.
-///
-/// # Safety
-/// As [`Kernel::run`], with AVX2 and FMA.
-#[target_feature(enable = "avx2,fma")]
-// `k` and `t` pick accumulators in two-dimensional arrays of registers.
-#[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
-unsafe fn kernel<const G: usize, const MIN: bool>(
-    tile: &Tile,
-    r: usize,
-    stored: usize,
-    x: &Tokens<8>,
-    g: usize,
-    first: usize,
-    y: Output,
-) {
-    const RB: usize = 2;
-    const TB: usize = <Avx2 as Kernel<8>>::GROUPS;
-    let cols = x.cols;
-    let (blocks, groups) = (cols / 32, cols / G);
-    assert!(tile.codes.len() >= (r + RB) * cols && x.a.len() >= (g + TB) * 8 * cols);
-    let mut acc = [[_mm256_setzero_ps(); TB]; RB];
-    for group in 0..groups {
-        let mut dots = [[_mm256_setzero_si256(); TB]; RB];
-        for p in group * G / 2..(group + 1) * G / 2 {
-            let mut xv = [_mm256_setzero_si256(); TB];
-            for t in 0..TB {
-                xv[t] = _mm256_loadu_si256(x.a.as_ptr().add(((g + t) * cols / 2 + p) * 16).cast());
-            }
-            for k in 0..RB {
-                let w = _mm256_set1_epi32(
-                    tile.codes
-                        .as_ptr()
-                        .add((r + k) * cols + 2 * p)
-                        .cast::<i32>()
-                        .read_unaligned(),
-                );
+        const RB: usize = 2;
+        const TB: usize = <Avx2 as Kernel<8>>::GROUPS;
+        let cols = x.cols;
+        let (blocks, groups) = (cols / 32, cols / G);
+        assert!(tile.codes.len() >= (r + RB) * cols && x.a.len() >= (g + TB) * 8 * cols);
+        let mut acc = [[_mm256_setzero_ps(); TB]; RB];
+        for group in 0..groups {
+            let mut dots = [[_mm256_setzero_si256(); TB]; RB];
+            for p in group * G / 2..(group + 1) * G / 2 {
+                let mut xv = [_mm256_setzero_si256(); TB];
                 for t in 0..TB {
-                    dots[k][t] = _mm256_add_epi32(dots[k][t], _mm256_madd_epi16(xv[t], w));
+                    xv[t] = _mm256_loadu_si256(x.a.as_ptr().add(((g + t) * cols / 2 + p) * 16).cast());
+                }
+                for k in 0..RB {
+                    let w = _mm256_set1_epi32(
+                        tile.codes
+                            .as_ptr()
+                            .add((r + k) * cols + 2 * p)
+                            .cast::<i32>()
+                            .read_unaligned(),
+                    );
+                    for t in 0..TB {
+                        dots[k][t] = _mm256_add_epi32(dots[k][t], _mm256_madd_epi16(xv[t], w));
+                    }
+                }
+            }
+            let block = group * G / 32;
+            for t in 0..TB {
+                let i = ((g + t) * blocks + block) * 8;
+                let xs = _mm256_loadu_ps(x.scale.as_ptr().add(i));
+                for k in 0..RB {
+                    let s = _mm256_mul_ps(xs, _mm256_set1_ps(tile.scale[(r + k) * groups + group]));
+                    acc[k][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[k][t]), s, acc[k][t]);
+                    if MIN {
+                        let min = _mm256_set1_ps(tile.min[(r + k) * groups + group]);
+                        acc[k][t] = _mm256_fmadd_ps(_mm256_loadu_ps(x.sum.as_ptr().add(i)), min, acc[k][t]);
+                    }
                 }
             }
         }
-        let block = group * G / 32;
         for t in 0..TB {
-            let i = ((g + t) * blocks + block) * 8;
-            let xs = _mm256_loadu_ps(x.scale.as_ptr().add(i));
+            // `k` up to the constant, not to `stored`: an index known only at run time would put `acc` in memory.
             for k in 0..RB {
-                let s = _mm256_mul_ps(xs, _mm256_set1_ps(tile.scale[(r + k) * groups + group]));
-                acc[k][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[k][t]), s, acc[k][t]);
-                if MIN {
-                    let min = _mm256_set1_ps(tile.min[(r + k) * groups + group]);
-                    acc[k][t] = _mm256_fmadd_ps(_mm256_loadu_ps(x.sum.as_ptr().add(i)), min, acc[k][t]);
+                if k >= stored {
+                    continue;
                 }
-            }
-        }
-    }
-    for t in 0..TB {
-        // `k` up to the constant, not to `stored`: an index known only at run time would put `acc` in memory.
-        for k in 0..RB {
-            if k >= stored {
-                continue;
-            }
-            let mut lanes = [0f32; 8];
-            _mm256_storeu_ps(lanes.as_mut_ptr(), acc[k][t]);
-            for (j, v) in lanes.into_iter().enumerate() {
-                let token = (g + t) * 8 + j;
-                if token < x.n {
-                    *y.y.add(token * y.rows + first + r + k) = v;
+                let mut lanes = [0f32; 8];
+                _mm256_storeu_ps(lanes.as_mut_ptr(), acc[k][t]);
+                for (j, v) in lanes.into_iter().enumerate() {
+                    let token = (g + t) * 8 + j;
+                    if token < x.n {
+                        *y.y.add(token * y.rows + first + r + k) = v;
+                    }
                 }
             }
         }
