@@ -81,6 +81,12 @@ pub enum LoomError {
     /// A prefix of a larger file ended too early: call again with at least the first `needed` bytes.
     #[error("need the first {needed} bytes of the file, have {available}")]
     NeedMore { needed: u64, available: u64 },
+    /// A saved chat whose bytes are damaged or contradict themselves.
+    #[error("saved chat: {0}")]
+    SavedChat(String),
+    /// A saved chat (or other state) that belongs to another model.
+    #[error("{0}")]
+    ModelMismatch(String),
     /// An error in a file a person picked or named, with the file's name (its code is the error's own).
     #[error("{file}: {error}")]
     InFile { file: String, error: Box<LoomError> },
@@ -105,6 +111,7 @@ impl LoomError {
             | LoomError::Safetensors(_)
             | LoomError::Gguf(_)
             | LoomError::Tokenizer(_)
+            | LoomError::SavedChat(_)
             | LoomError::UnknownFormat(_) => "bad_format",
             LoomError::UnknownDType(_) | LoomError::UnsupportedDType(_) => "unsupported_dtype",
             LoomError::UnsupportedVersion { .. }
@@ -122,6 +129,7 @@ impl LoomError {
             LoomError::NeedMore { .. } => "need_more",
             LoomError::Template(_) => "template",
             LoomError::ContextFull { .. } => "context_full",
+            LoomError::ModelMismatch(_) => "model_mismatch",
             LoomError::InFile { error, .. } => error.code(),
         }
     }
@@ -183,6 +191,8 @@ mod tests {
             (LoomError::Gguf("x".into()), "bad_format"),
             (LoomError::Tokenizer("x".into()), "bad_format"),
             (LoomError::Template("x".into()), "template"),
+            (LoomError::SavedChat("x".into()), "bad_format"),
+            (LoomError::ModelMismatch("x".into()), "model_mismatch"),
             (LoomError::UnknownDType("int3".into()), "unsupported_dtype"),
             (LoomError::UnsupportedDType("Q6_K".into()), "unsupported_dtype"),
             (

@@ -19,6 +19,7 @@ use crate::llm::generate::{ChatFormat, Conversation, GenerateOptions, Reply, Ste
 use crate::llm::gpu_engine::{engine_context, GpuEngine, GpuEngineBuilder, GpuFit};
 use crate::llm::model::{LlmModel, ModelFormat};
 use crate::llm::sampler::{SampleArgs, SamplingParams};
+use crate::llm::saved::{Fingerprint, KvRows};
 use crate::llm::streamed::StreamedModel;
 use crate::llm::template::ChatMessage;
 use crate::llm::weights::Matrix;
@@ -94,10 +95,28 @@ enum ChatEngine {
 }
 
 impl ChatEngine {
-    fn context(&self) -> usize {
+    fn config(&self) -> &ModelConfig {
         match self {
-            ChatEngine::Cpu(e) => e.config().context,
-            ChatEngine::Gpu(e) => e.config().context,
+            ChatEngine::Cpu(e) => e.config(),
+            ChatEngine::Gpu(e) => e.config(),
+        }
+    }
+
+    fn context(&self) -> usize {
+        self.config().context
+    }
+
+    async fn kv_rows(&self) -> crate::Result<KvRows> {
+        match self {
+            ChatEngine::Cpu(e) => e.kv_rows(),
+            ChatEngine::Gpu(e) => e.kv_rows().await,
+        }
+    }
+
+    async fn set_kv_rows(&mut self, kv: KvRows) -> crate::Result<()> {
+        match self {
+            ChatEngine::Cpu(e) => e.set_kv_rows(kv),
+            ChatEngine::Gpu(e) => e.set_kv_rows(kv).await,
         }
     }
 
@@ -347,8 +366,8 @@ impl JsChat {
             let reader = JsReader(read);
             let model = StreamedModel::open(&names, &sizes, &reader).await.map_err(js_error)?;
             let format = ChatFormat::of(model.tokenizer().map_err(js_error)?).map_err(js_error)?;
-            let conversation = Conversation::of(format, &model.eos_ids, model.config.vocab).map_err(js_error)?;
-            let mut info = ChatInfo::new(model.format, &model.config, conversation.format().has_template());
+            let mut info = ChatInfo::new(model.format, &model.config, format.has_template());
+            let mut fingerprint = Fingerprint::new(&model.config);
             let gpu = shared_gpu().await.map_err(js_error)?;
             let mut builder = GpuEngineBuilder::new(gpu, &model.config, context);
             let lost = |e: LoomError| {
@@ -358,9 +377,9 @@ impl JsChat {
                 js_error(e)
             };
             let g = model.globals(&reader).await.map_err(js_error)?;
-            info.add(&g.embed);
-            if let Some(head) = &g.head {
-                info.add(head);
+            for m in std::iter::once(&g.embed).chain(&g.head) {
+                info.add(m);
+                fingerprint.matrix(m);
             }
             builder
                 .globals(&g.embed, g.head.as_ref(), &g.final_norm)
@@ -371,6 +390,7 @@ impl JsChat {
                 let b = model.block(&reader, i).await.map_err(js_error)?;
                 for m in b.matrices() {
                     info.add(m);
+                    fingerprint.matrix(m);
                 }
                 info.arch = model.arch_with(&b).name();
                 builder.block(&b).await.map_err(lost)?;
@@ -380,6 +400,8 @@ impl JsChat {
             // opens the model on the CPU instead.
             engine.self_test().await.map_err(lost)?;
             info.context = engine.config().context;
+            let conversation =
+                Conversation::of(format, &model.eos_ids, model.config.vocab, fingerprint.finish()).map_err(js_error)?;
             Ok(JsChat::new(ChatState {
                 engine: ChatEngine::Gpu(Box::new(engine)),
                 conversation,
@@ -506,6 +528,73 @@ impl JsChat {
             s.conversation.reset();
             s.engine.truncate(0);
             Ok(())
+        })
+    }
+
+    /// The conversation and the KV cache that holds it, as bytes that `restore` takes on this model (on either
+    /// engine), with `meta` (JSON text) kept as given. Not while a reply runs.
+    #[wasm_bindgen(unchecked_return_type = "Promise<Uint8Array>")]
+    pub fn save(&self, meta: Option<String>) -> js_sys::Promise {
+        let slot = self.slot.clone();
+        wasm_bindgen_futures::future_to_promise(async move {
+            let meta = match meta {
+                Some(m) => serde_json::from_str(&m).map_err(|e| js_error(crate::error::json_err("meta", e)))?,
+                None => serde_json::Value::Null,
+            };
+            let mut state = take(&slot)?;
+            let result = async {
+                let s = &mut state;
+                if s.turn.is_some() {
+                    return Err(LoomError::InvalidInput(
+                        "a reply is in progress: save the chat after it".into(),
+                    ));
+                }
+                // A stop during a step leaves the engine a position ahead of the conversation: keep what the ids say.
+                let kept = s.engine.truncate(s.conversation.cached_ids().len());
+                s.conversation.keep_cached(kept);
+                let kv = s.engine.kv_rows().await?;
+                s.conversation.save(kv, s.engine.config(), meta)
+            }
+            .await;
+            put(&slot, state);
+            let bytes = result.map_err(js_error)?;
+            Ok(Uint8Array::from(bytes.as_slice()).into())
+        })
+    }
+
+    /// Continues a chat `save` wrote on this model: its messages, and its KV cache so that the next reply computes
+    /// only the new message. Resolves to the saved `meta` (JSON text). A chat of another model (`model_mismatch`) or
+    /// damaged bytes change nothing; a device lost while taking the cache leaves this chat empty.
+    #[wasm_bindgen(unchecked_return_type = "Promise<string>")]
+    pub fn restore(&self, bytes: Uint8Array) -> js_sys::Promise {
+        let slot = self.slot.clone();
+        let bytes = bytes.to_vec();
+        wasm_bindgen_futures::future_to_promise(async move {
+            let mut state = take(&slot)?;
+            let result = async {
+                let s = &mut state;
+                if s.turn.is_some() {
+                    return Err(LoomError::InvalidInput(
+                        "a reply is in progress: restore a chat after it".into(),
+                    ));
+                }
+                let cfg = s.engine.config().clone();
+                let (kv, meta) = s.conversation.restore(&bytes, &cfg, cfg.context)?;
+                drop(bytes);
+                if let Err(e) = s.engine.set_kv_rows(kv).await {
+                    s.conversation.reset();
+                    s.engine.truncate(0);
+                    return Err(e);
+                }
+                Ok(meta.to_string())
+            }
+            .await;
+            let lost = matches!(result, Err(LoomError::GpuDeviceLost(_)));
+            put(&slot, state);
+            if lost {
+                crate::wasm::forget_gpu();
+            }
+            Ok(result.map_err(js_error)?.into())
         })
     }
 

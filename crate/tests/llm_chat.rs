@@ -184,6 +184,12 @@ impl Engine for StopsMidStep {
         }
         self.inner.forward(tokens, all_logits)
     }
+    fn kv_rows(&self) -> loom_wasm::Result<loom_wasm::llm::saved::KvRows> {
+        self.inner.kv_rows()
+    }
+    fn set_kv_rows(&mut self, kv: loom_wasm::llm::saved::KvRows) -> loom_wasm::Result<()> {
+        self.inner.set_kv_rows(kv)
+    }
 }
 
 /// A stop that comes while a step runs ends the reply without that step's token: nothing shows after the stop,

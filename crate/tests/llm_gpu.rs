@@ -20,6 +20,7 @@ use loom_wasm::llm::generate::{GenerateOptions, Session};
 use loom_wasm::llm::gpu_engine::{GpuEngine, GpuEngineBuilder, GpuFit};
 use loom_wasm::llm::model::LlmModel;
 use loom_wasm::llm::sampler::{Sampler, SamplingParams};
+use loom_wasm::llm::saved::KvRows;
 use loom_wasm::llm::streamed::StreamedModel;
 use loom_wasm::llm::weights::Matrix;
 use loom_wasm::quant::GgmlType;
@@ -211,6 +212,12 @@ impl Engine for LogitsOnly {
     }
     fn forward(&mut self, tokens: &[u32], all_logits: bool) -> loom_wasm::Result<Vec<f32>> {
         Engine::forward(&mut self.0, tokens, all_logits)
+    }
+    fn kv_rows(&self) -> loom_wasm::Result<KvRows> {
+        Engine::kv_rows(&self.0)
+    }
+    fn set_kv_rows(&mut self, kv: KvRows) -> loom_wasm::Result<()> {
+        Engine::set_kv_rows(&mut self.0, kv)
     }
 }
 

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::config::{FfnAct, ModelConfig, RopeStyle, Ropes};
 use super::generate::Step;
 use super::sampler::SampleArgs;
+use super::saved::{KvRows, LayerRows};
 use super::weights::{Matrix, ModelWeights};
 use crate::cpu::ops::{self, RopePairs};
 use crate::error::{LoomError, Result};
@@ -36,6 +37,11 @@ pub trait Engine {
     fn forward_sample(&mut self, tokens: &[u32], _args: &SampleArgs) -> Result<Step> {
         Ok(Step::Logits(self.forward(tokens, false)?))
     }
+    /// The keys and values cached, as a saved chat carries them (the same rows from every engine).
+    fn kv_rows(&self) -> Result<KvRows>;
+    /// Replaces the cache with saved rows of this model. Rows that do not fit it are an error that changes nothing;
+    /// a device that fails while taking them leaves the cache empty, never half-filled.
+    fn set_kv_rows(&mut self, kv: KvRows) -> Result<()>;
 }
 
 /// Keys and values of every layer, `[pos][kv_heads × head_dim]`, grown as positions arrive (never more than
@@ -116,6 +122,32 @@ impl KvCache {
         (0..cfg.n_layers)
             .map(|l| 2 * rows(l) as u64 * cfg.kv_dim() as u64 * 4)
             .sum()
+    }
+
+    /// The rows held (each layer's from its first kept position), as a saved chat carries them.
+    pub fn rows(&self, kv_dim: usize) -> KvRows {
+        let layers = (0..self.k.len())
+            .map(|l| LayerRows {
+                from: self.first[l],
+                k: self.k[l].clone(),
+                v: self.v[l].clone(),
+            })
+            .collect();
+        KvRows {
+            len: self.len,
+            kv_dim,
+            layers,
+        }
+    }
+
+    /// Holds `kv`'s rows instead (checked against the model by the caller: one layer each, the rows each reads).
+    pub fn set_rows(&mut self, kv: KvRows) {
+        self.len = kv.len;
+        for (l, r) in kv.layers.into_iter().enumerate() {
+            self.first[l] = r.from;
+            self.k[l] = r.k;
+            self.v[l] = r.v;
+        }
     }
 
     /// Bytes held.
@@ -287,6 +319,16 @@ impl Engine for CpuEngine {
 
     fn forward(&mut self, tokens: &[u32], all_logits: bool) -> Result<Vec<f32>> {
         quant::in_pool(|| self.forward_in_pool(tokens, all_logits))
+    }
+
+    fn kv_rows(&self) -> Result<KvRows> {
+        Ok(self.cache.rows(self.cfg.kv_dim()))
+    }
+
+    fn set_kv_rows(&mut self, kv: KvRows) -> Result<()> {
+        kv.check(&self.cfg, self.cfg.context)?;
+        self.cache.set_rows(kv);
+        Ok(())
     }
 }
 

@@ -10,6 +10,7 @@ use super::constrain::{Constraint, Grammar, GrammarVocab};
 use super::engine::Engine;
 use super::model::{no_tokenizer, LlmModel, ModelFormat};
 use super::sampler::{SampleArgs, Sampler, SamplingParams};
+use super::saved::{Fingerprint, SavedChat};
 use super::template::{ChatMessage, ChatTemplate};
 use super::tokenizer::Tokenizer;
 use crate::error::{LoomError, Result};
@@ -466,16 +467,27 @@ pub struct Conversation {
     /// Ids whose keys and values are in the engine's cache, in order.
     cached: Vec<u32>,
     pub history: Vec<ChatMessage>,
+    /// The model's [`Fingerprint`], which a saved chat must carry to be restored on it.
+    fingerprint: String,
 }
 
 impl Conversation {
     pub fn new(model: &LlmModel) -> Result<Conversation> {
-        Conversation::of(ChatFormat::new(model)?, &model.eos_ids, model.config.vocab)
+        let mut fingerprint = Fingerprint::new(&model.config);
+        for m in model.weights.matrices() {
+            fingerprint.matrix(m);
+        }
+        Conversation::of(
+            ChatFormat::new(model)?,
+            &model.eos_ids,
+            model.config.vocab,
+            fingerprint.finish(),
+        )
     }
 
     /// A conversation in `format` whose replies also end at `eos_ids` (the model's own, besides the tokenizer's), on
-    /// a model of `rows` logits.
-    pub fn of(format: ChatFormat, eos_ids: &[u32], rows: usize) -> Result<Conversation> {
+    /// a model of `rows` logits whose [`Fingerprint`] is `fingerprint`.
+    pub fn of(format: ChatFormat, eos_ids: &[u32], rows: usize, fingerprint: String) -> Result<Conversation> {
         let mut eos_ids = eos_ids.to_vec();
         let tokenizer_eos = format.tokenizer().map(|t| t.eos_ids()).unwrap_or_default();
         for id in tokenizer_eos {
@@ -491,6 +503,7 @@ impl Conversation {
             grammar_vocab: None,
             cached: Vec::new(),
             history: Vec::new(),
+            fingerprint,
         })
     }
 
@@ -587,6 +600,44 @@ impl Conversation {
         Ok((reply, common))
     }
 
+    /// The conversation with the keys and values of its cached ids, `kv` (what the engine holds of them), as
+    /// bytes for [`Conversation::restore`] on the same model, with the caller's `meta`.
+    pub fn save(
+        &self,
+        kv: super::saved::KvRows,
+        cfg: &super::config::ModelConfig,
+        meta: serde_json::Value,
+    ) -> Result<Vec<u8>> {
+        let cached = self.cached[..kv.len.min(self.cached.len())].to_vec();
+        SavedChat::new(self.fingerprint.clone(), self.history.clone(), cached, kv, meta).encode(cfg)
+    }
+
+    /// Reads a chat saved from this model (of `cfg`) for an engine of `context` positions: checked whole (bytes,
+    /// fingerprint, shape), and only then taken as this conversation's messages and cached ids. Returns what the
+    /// engine's cache must then hold.
+    pub fn restore(
+        &mut self,
+        bytes: &[u8],
+        cfg: &super::config::ModelConfig,
+        context: usize,
+    ) -> Result<(super::saved::KvRows, serde_json::Value)> {
+        let saved = SavedChat::decode(bytes)?;
+        saved.check(&self.fingerprint, cfg, context)?;
+        self.history = saved.history;
+        self.cached = saved.cached;
+        Ok((saved.kv, saved.meta))
+    }
+
+    /// Ids whose keys and values the engine's cache holds.
+    pub fn cached_ids(&self) -> &[u32] {
+        &self.cached
+    }
+
+    /// Keeps the first `len` cached ids (what the engine still holds after a truncation).
+    pub fn keep_cached(&mut self, len: usize) {
+        self.cached.truncate(len);
+    }
+
     /// Forgets the cached ids (the engine changed, its cache is empty).
     pub fn reset_cache(&mut self) {
         self.cached.clear();
@@ -644,6 +695,28 @@ impl Session {
     pub fn reset(&mut self) {
         self.conversation.reset();
         self.engine.truncate(0);
+    }
+
+    /// The conversation and the KV cache that holds it, as bytes ([`super::saved`]); `meta` is kept as given.
+    pub fn save(&mut self, meta: serde_json::Value) -> Result<Vec<u8>> {
+        // A stop during a step leaves the engine a position ahead of the conversation: keep what the ids say.
+        let kept = self.engine.truncate(self.conversation.cached_ids().len());
+        self.conversation.keep_cached(kept);
+        let kv = self.engine.kv_rows()?;
+        self.conversation.save(kv, self.engine.config(), meta)
+    }
+
+    /// Continues a chat [`Session::save`] wrote on this model (on any engine): its messages, and its KV cache so
+    /// that the next reply computes only the new message. A chat of another model, or damaged bytes, is an error
+    /// and changes nothing; an engine that fails taking the cache is left empty with the conversation forgotten.
+    pub fn restore(&mut self, bytes: &[u8]) -> Result<serde_json::Value> {
+        let cfg = self.engine.config().clone();
+        let (kv, meta) = self.conversation.restore(bytes, &cfg, cfg.context)?;
+        if let Err(e) = self.engine.set_kv_rows(kv) {
+            self.reset();
+            return Err(e);
+        }
+        Ok(meta)
     }
 
     /// Sends the user's `text` in the running conversation and returns the reply (added to the history).

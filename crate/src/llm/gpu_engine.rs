@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use super::config::{FfnAct, ModelConfig, RopeStyle, Ropes};
 use super::sampler::SampleArgs;
+use super::saved::{KvRows, LayerRows};
 use super::weights::{BlockWeights, Matrix, ModelWeights};
 use crate::cpu::ops::{self, RopePairs};
 use crate::error::{LoomError, Result};
@@ -505,6 +506,68 @@ impl GpuEngine {
         self.cached = 0;
     }
 
+    /// The keys and values cached, as a saved chat carries them: each layer's positions still in its rows (every
+    /// one, or a windowed layer's ring), read back one layer at a time.
+    pub async fn kv_rows(&self) -> Result<KvRows> {
+        let (len, kv_dim, hd) = (self.cached, self.cfg.kv_dim(), self.cfg.head_dim);
+        let mut layers = Vec::with_capacity(self.caches.len());
+        for cache in &self.caches {
+            let ring = cache.max_seq as usize;
+            let from = len.saturating_sub(ring);
+            let (k, v) = cache.read(&self.gpu).await?;
+            // [kv_head][ring][head_dim] → [position][kv_head × head_dim]; position p is in row p % ring.
+            let rows = |c: &[f32]| {
+                let mut out = Vec::with_capacity((len - from) * kv_dim);
+                for p in from..len {
+                    for h in 0..cache.kv_heads as usize {
+                        let at = (h * ring + p % ring) * hd;
+                        out.extend_from_slice(&c[at..at + hd]);
+                    }
+                }
+                out
+            };
+            layers.push(LayerRows {
+                from,
+                k: rows(&k),
+                v: rows(&v),
+            });
+        }
+        Ok(KvRows { len, kv_dim, layers })
+    }
+
+    /// Replaces the cache with saved rows of this model (from any engine): a layer keeps what its rows hold, the
+    /// last positions of a windowed one. Rows that do not fit are an error that changes nothing; a lost device
+    /// leaves the cache empty.
+    pub async fn set_kv_rows(&mut self, kv: KvRows) -> Result<()> {
+        kv.check(&self.cfg, self.cfg.context)?;
+        self.cached = 0;
+        let hd = self.cfg.head_dim;
+        for (cache, r) in self.caches.iter().zip(&kv.layers) {
+            let ring = cache.max_seq as usize;
+            let heads = cache.kv_heads as usize;
+            let image = |rows: &[f32]| {
+                let mut out = vec![0f32; heads * ring * hd];
+                for p in r.from.max(kv.len.saturating_sub(ring))..kv.len {
+                    let row = &rows[(p - r.from) * kv.kv_dim..][..kv.kv_dim];
+                    for h in 0..heads {
+                        let at = (h * ring + p % ring) * hd;
+                        out[at..at + hd].copy_from_slice(&row[h * hd..][..hd]);
+                    }
+                }
+                out
+            };
+            self.gpu.check_alive()?;
+            self.gpu
+                .queue
+                .write_buffer(&cache.k, 0, bytemuck::cast_slice(&image(&r.k)));
+            self.gpu
+                .queue
+                .write_buffer(&cache.v, 0, bytemuck::cast_slice(&image(&r.v)));
+        }
+        self.cached = kv.len;
+        Ok(())
+    }
+
     /// What the last call did on the GPU.
     pub fn last_call(&self) -> GpuCallStats {
         self.last
@@ -975,6 +1038,14 @@ impl super::engine::Engine for GpuEngine {
 
     fn forward_greedy(&mut self, tokens: &[u32]) -> Result<u32> {
         pollster::block_on(self.forward_argmax(tokens))
+    }
+
+    fn kv_rows(&self) -> Result<KvRows> {
+        pollster::block_on(GpuEngine::kv_rows(self))
+    }
+
+    fn set_kv_rows(&mut self, kv: KvRows) -> Result<()> {
+        pollster::block_on(GpuEngine::set_kv_rows(self, kv))
     }
 
     fn forward_sample(&mut self, tokens: &[u32], args: &SampleArgs) -> Result<super::generate::Step> {

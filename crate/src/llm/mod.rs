@@ -11,6 +11,7 @@ pub mod gpu_engine;
 pub mod model;
 pub mod openai;
 pub mod sampler;
+pub mod saved;
 pub mod sources;
 pub mod streamed;
 pub mod template;
