@@ -267,3 +267,73 @@ test('a GGUF URL opened for WebGPU streams its tensors to the GPU: wasm memory s
   expect(got.after - got.before).toBeLessThan(0.55 * size);
   expect(Object.values(got.mix as Record<string, number>).reduce((a, b) => a + b, 0)).toBeGreaterThan(size * 0.9);
 });
+
+test('a chat saved to OPFS survives a page reload: restored on WebGPU or the CPU (either way round), it replies as the uninterrupted one without computing its prompt again', async ({ page }) => {
+  test.setTimeout(240_000);
+  const pairs = [['gpu', 'cpu'], ['cpu', 'gpu'], ['gpu', 'gpu']] as const;
+  const before = await page.evaluate(async ({ template, pairs }) => {
+    const folder = async (template: string) => {
+      const files = [];
+      for (const name of ['config.json', 'model.f32.safetensors', 'tokenizer.json']) {
+        files.push(new File([await (await fetch(`/golden/tiny-llama/${name}`)).blob()], name));
+      }
+      files.push(new File([template], 'tokenizer_config.json'));
+      return files;
+    };
+    const out = [];
+    for (const [from] of pairs) {
+      const chat = await window.loom.openChat(await folder(template), { device: from });
+      const first = await chat.send('Hello, ', { temperature: 0, maxTokens: 16 });
+      const state = await chat.save({ meta: { from } });
+      const w = await (await (await navigator.storage.getDirectory()).getFileHandle(`chat-${from}.loomchat`, { create: true })).createWritable();
+      await w.write(state);
+      await w.close();
+      const next = await chat.send('world', { temperature: 0, maxTokens: 8 });
+      out.push({ device: chat.device, first: [...first.ids], next: [...next.ids], reused: next.reusedTokens, bytes: state.size });
+      await chat.dispose();
+    }
+    return out;
+  }, { template: TEMPLATE, pairs });
+  expect(before.map((b) => b.first)).toEqual(pairs.map(() => greedy('safetensors_f32', 1)));
+
+  await page.reload();
+  await ready(page);
+  const after = await page.evaluate(async ({ template, pairs }) => {
+    const folder = async (template: string) => {
+      const files = [];
+      for (const name of ['config.json', 'model.f32.safetensors', 'tokenizer.json']) {
+        files.push(new File([await (await fetch(`/golden/tiny-llama/${name}`)).blob()], name));
+      }
+      files.push(new File([template], 'tokenizer_config.json'));
+      return files;
+    };
+    const out = [];
+    for (const [from, to] of pairs) {
+      const state = await (await (await navigator.storage.getDirectory()).getFileHandle(`chat-${from}.loomchat`)).getFile();
+      const chat = await window.loom.openChat(await folder(template), { device: to, restore: state });
+      const next = await chat.send('world', { temperature: 0, maxTokens: 8 });
+      out.push({ device: chat.device, meta: chat.restored?.meta, history: chat.history.length, next: [...next.ids], reused: next.reusedTokens });
+      await chat.dispose();
+    }
+    // Another model's state (the same shape, float16 weights) opens nothing.
+    const files = await folder(template);
+    files[1] = new File([await (await fetch('/golden/tiny-llama/model.f16.safetensors')).blob()], 'model.f16.safetensors');
+    const state = await (await (await navigator.storage.getDirectory()).getFileHandle('chat-gpu.loomchat')).getFile();
+    const refused = await window.loom.openChat(files, { device: 'cpu', restore: state }).then(
+      () => 'opened',
+      (e) => `${e.code}: ${e.message}`,
+    );
+    return { out, refused };
+  }, { template: TEMPLATE, pairs });
+  pairs.forEach(([from, to], i) => {
+    const b = before[i];
+    const a = after.out[i];
+    expect(a.device, `${from} → ${to}`).toBe(to);
+    expect(a.meta).toEqual({ from });
+    expect(a.history).toBe(4);
+    expect(a.next, `${from} → ${to}`).toEqual(b.next);
+    expect(a.reused, `${from} → ${to}`).toBe(b.reused);
+    expect(a.reused).toBeGreaterThanOrEqual(7);
+  });
+  expect(after.refused).toMatch(/^model_mismatch: .*another model/);
+});

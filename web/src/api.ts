@@ -6,7 +6,7 @@ import { openAIChat } from './openai.js';
 import type { WireSource } from './source.js';
 import type { ChatOpenOptions, RawReply, WireChatSource, WireSendOptions } from './engine.js';
 import type {
-  CacheEntry, ChatMessage, ChatModelInfo, ChatReply, ChatSession, ChatSource, ChatStream, ConvertOptions, FitCheckOptions, FitReport,
+  CacheEntry, ChatMessage, ChatModelInfo, ChatReply, RestoredChat, ChatSession, ChatSource, ChatStream, ConvertOptions, FitCheckOptions, FitReport,
   ForwardOptions, ForwardResult, GpuInfo, Inspection, LoomModel, LossReport, ModelDiff, OpenAIChat, OpenChatOptions,
   OpenOptions, Progress, SendOptions, Source, StopReason, TensorPreview, TensorStats,
 } from './types.js';
@@ -167,6 +167,7 @@ class Chat implements ChatSession {
   /** Calls on one session run in order: each waits for the one before. */
   private queue: Promise<unknown> = Promise.resolve();
   private messages: ChatMessage[] = [];
+  restored?: RestoredChat;
   readonly chat: OpenAIChat = openAIChat(this);
 
   constructor(
@@ -306,6 +307,27 @@ class Chat implements ChatSession {
     );
   }
 
+  save(opts: { meta?: unknown } = {}): Promise<Blob> {
+    let meta: string | undefined;
+    try {
+      meta = opts.meta === undefined ? undefined : JSON.stringify(opts.meta);
+    } catch (e) {
+      return Promise.reject(new LoomError('invalid_input', `save(): meta must be a JSON value (${String(e)})`));
+    }
+    return this.enqueue(() => call<Blob>(this.transport, 'chatSave', [this.id, meta]));
+  }
+
+  restore(state: Blob | ArrayBuffer | Uint8Array): Promise<RestoredChat> {
+    if (!(state instanceof Blob || state instanceof ArrayBuffer || state instanceof Uint8Array)) {
+      return Promise.reject(new LoomError('invalid_input', 'restore() takes the Blob (or bytes) that save() made'));
+    }
+    return this.enqueue(async () => {
+      const r = await call<RestoredChat>(this.transport, 'chatRestore', [this.id, state]);
+      this.messages = r.history;
+      return r;
+    });
+  }
+
   dispose(): Promise<void> {
     return this.enqueue(() => call(this.transport, 'chatDispose', [this.id]));
   }
@@ -433,7 +455,16 @@ export function createApi(transport: Transport, resolveUrl: (url: string | URL) 
         id: number; name: string; device: 'gpu' | 'cpu'; adapter?: string; fallbackReason?: string; warning?: string;
         info: ChatModelInfo;
       }>(transport, 'chatOpen', [wire, wireOpts], opts);
-      return new Chat(transport, r.id, r.name, r.device, r.info, r.adapter, r.fallbackReason, r.warning);
+      const session = new Chat(transport, r.id, r.name, r.device, r.info, r.adapter, r.fallbackReason, r.warning);
+      if (opts.restore !== undefined) {
+        try {
+          session.restored = await session.restore(opts.restore);
+        } catch (e) {
+          await session.dispose().catch(() => undefined);
+          throw e;
+        }
+      }
+      return session;
     },
     gpuInfo: () => call(transport, 'gpuInfo', []),
     memoryBytes: () => call(transport, 'memoryBytes', []),

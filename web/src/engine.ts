@@ -59,6 +59,8 @@ interface RawChat {
   adoptEngine(other: RawChat): void;
   loseDevice(): string;
   finish(): RawReply;
+  save(meta?: string): Promise<Uint8Array>;
+  restore(bytes: Uint8Array): Promise<string>;
   free(): void;
 }
 export type WireSendOptions = Omit<SendOptions, 'onToken' | 'signal'>;
@@ -755,6 +757,21 @@ async function chatSend(id: number, input: ChatMessage[] | string, opts: WireSen
   return { reply, history: c.chat.history() };
 }
 
+/** A chat's conversation and KV cache as a Blob (crate/src/llm/saved.rs). */
+async function chatSave(id: number, meta: string | undefined): Promise<Blob> {
+  const c = getChat(id);
+  const bytes = await (c.device === 'gpu' ? gpuTurn(() => c.chat.save(meta)) : c.chat.save(meta));
+  return new Blob([bytes as Uint8Array<ArrayBuffer>], { type: 'application/x-loom-chat' });
+}
+
+async function chatRestore(id: number, state: Blob | ArrayBuffer | Uint8Array) {
+  const c = getChat(id);
+  const bytes =
+    state instanceof Blob ? new Uint8Array(await state.arrayBuffer()) : state instanceof ArrayBuffer ? new Uint8Array(state) : state;
+  const meta = await (c.device === 'gpu' ? gpuTurn(() => c.chat.restore(bytes)) : c.chat.restore(bytes));
+  return { history: c.chat.history(), meta: JSON.parse(meta) as unknown };
+}
+
 /** Every call the page can make. Arguments are what crosses postMessage (structured clone). */
 const methods = {
   inspect: (ctx: CallContext, src: WireSource, opts: EngineOptions) => inspect(src, opts, ctx),
@@ -793,6 +810,8 @@ const methods = {
   chatTemplate: async (_: CallContext, id: number, messages: ChatMessage[], addGenerationPrompt: boolean) =>
     getChat(id).chat.applyTemplate(messages, addGenerationPrompt),
   chatReset: async (_: CallContext, id: number) => getChat(id).chat.reset(),
+  chatSave: (_: CallContext, id: number, meta?: string) => chatSave(id, meta),
+  chatRestore: (_: CallContext, id: number, state: Blob | ArrayBuffer | Uint8Array) => chatRestore(id, state),
   chatDispose: async (_: CallContext, id: number) => {
     chats.get(id)?.chat.free();
     chats.delete(id);

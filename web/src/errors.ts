@@ -14,6 +14,7 @@ export type LoomErrorCode =
   | 'gpu_self_test'
   | 'template'
   | 'context_full'
+  | 'model_mismatch'
   | 'aborted'
   | 'quota'
   | 'network'
@@ -21,7 +22,7 @@ export type LoomErrorCode =
 
 const CODES: ReadonlySet<string> = new Set<LoomErrorCode>([
   'bad_format', 'unsupported_dtype', 'unsupported', 'invalid_input', 'invalid_network', 'lossy', 'no_webgpu',
-  'device_lost', 'out_of_memory', 'gpu', 'gpu_self_test', 'template', 'context_full', 'aborted', 'quota', 'network', 'internal',
+  'device_lost', 'out_of_memory', 'gpu', 'gpu_self_test', 'template', 'context_full', 'model_mismatch', 'aborted', 'quota', 'network', 'internal',
 ]);
 
 export class LoomError extends Error {

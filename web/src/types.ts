@@ -205,6 +205,18 @@ export interface OpenChatOptions {
   /** KV-cache positions on the GPU (default: the model's context, at most 4096). */
   context?: number;
   name?: string;
+  /** A chat `ChatSession.save()` wrote on this model: the session starts with its conversation and KV cache
+   * (`ChatSession.restored`), on either device. Another model's is refused with `model_mismatch`, damaged bytes
+   * with `bad_format`, and no session opens then. */
+  restore?: Blob | ArrayBuffer | Uint8Array;
+}
+
+/** What a restored chat brought back. */
+export interface RestoredChat {
+  /** The conversation, as `history` now holds it. */
+  history: ChatMessage[];
+  /** What `save({meta})` was given (`null` without). */
+  meta: unknown;
 }
 
 export interface SendOptions {
@@ -380,6 +392,16 @@ export interface ChatSession {
   detokenize(ids: Uint32Array | number[], opts?: { skipSpecial?: boolean }): Promise<string>;
   /** The model's chat template applied to `messages` (the assistant's turn opened unless told otherwise). */
   applyTemplate(messages: ChatMessage[], opts?: { addGenerationPrompt?: boolean }): Promise<string>;
+  /** The conversation and the KV cache that holds it, as a Blob (`application/x-loom-chat`) that `restore` or
+   * `openChat(source, {restore})` continues later on this model, on either device, without computing the
+   * conversation again (a page reload, another tab). `meta` (any JSON value: an app's settings) is kept with it.
+   * Its size is the KV cache's: layers × 2 × KV width × 4 bytes a position. */
+  save(opts?: { meta?: unknown }): Promise<Blob>;
+  /** Continues a saved chat of this model in this session, replacing its conversation. Another model's is refused
+   * with `model_mismatch` and damaged bytes with `bad_format`; either leaves the session as it was. */
+  restore(state: Blob | ArrayBuffer | Uint8Array): Promise<RestoredChat>;
+  /** What `openChat(…, {restore})` brought back. */
+  readonly restored?: RestoredChat;
   /** Frees the model (wasm memory or GPU buffers); later calls reject with `invalid_input`. */
   dispose(): Promise<void>;
 }

@@ -238,3 +238,47 @@ test("OpenAI's chat.completions.create: a reply and a stream in OpenAI's shapes,
   }
   await chat.dispose();
 });
+
+test('save() and openChat({restore}): the chat goes on where it was, without computing it again; foreign or damaged states are refused', async () => {
+  const prompt = textOf(tinyExpected.prompts[1]);
+  const first = await openChat(tinyFolder(), { device: 'cpu' });
+  const reply = await first.send(prompt, { temperature: 0, maxTokens: 16 });
+  assert.deepEqual([...reply.ids], greedyIds('safetensors_f32', 1));
+  const meta = { temperature: 0.5, system: 'ünïcode ✓', list: [1, 2.5, null] };
+  const state = await first.save({ meta });
+  assert.ok(state instanceof Blob);
+  assert.equal(state.type, 'application/x-loom-chat');
+  const uninterrupted = await first.send('and', { temperature: 0, maxTokens: 6 });
+
+  const restored = await openChat(tinyFolder(), { device: 'cpu', restore: state });
+  assert.deepEqual(restored.restored, { history: restored.history, meta });
+  assert.deepEqual(restored.history, [
+    { role: 'user', content: prompt },
+    { role: 'assistant', content: reply.text },
+  ]);
+  const next = await restored.send('and', { temperature: 0, maxTokens: 6 });
+  assert.deepEqual([...next.ids], [...uninterrupted.ids]);
+  assert.equal(next.reusedTokens, uninterrupted.reusedTokens);
+  // What the restored cache holds and the new prompt shares (the reply's bytes are not all valid UTF-8, so its text
+  // templates to other ids than were generated: the shared prefix is the prompt, as in the uninterrupted session).
+  assert.ok(next.reusedTokens >= tinyExpected.prompts[1].length, `reused ${next.reusedTokens}`);
+  // The same conversation computed afresh gives the same reply.
+  const fresh = await openChat(tinyFolder(), { device: 'cpu' });
+  const again = await fresh.send([...restored.history.slice(0, 2), { role: 'user', content: 'and' }], { temperature: 0, maxTokens: 6 });
+  assert.equal(again.reusedTokens, 0);
+  assert.deepEqual([...again.ids], [...next.ids]);
+
+  // Another model's state (other weights, same shape), damaged bytes, something else: refused, no session opens,
+  // and a session that refuses one keeps its conversation.
+  await rejectsWith(openChat(tinyFolder('model.f16.safetensors'), { device: 'cpu', restore: state }), 'model_mismatch', /another model/);
+  const bytes = new Uint8Array(await state.arrayBuffer());
+  const cut = bytes.slice(0, bytes.length - 100);
+  await rejectsWith(openChat(tinyFolder(), { device: 'cpu', restore: cut }), 'bad_format', /saved chat/);
+  const flipped = bytes.slice();
+  flipped[flipped.length >> 1] ^= 1;
+  await rejectsWith(fresh.restore(flipped), 'bad_format', /checksum/);
+  await rejectsWith(fresh.restore('not a state'), 'invalid_input', /save\(\)/);
+  await rejectsWith(first.save({ meta: { n: 1n } }), 'invalid_input', /JSON/);
+  assert.equal(fresh.history.length, 4);
+  for (const c of [first, restored, fresh]) await c.dispose();
+});

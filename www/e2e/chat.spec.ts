@@ -183,3 +183,56 @@ test('a GGUF open in the inspector: "Chat with this model" opens it on the Chat 
   await expect(lastReply(page)).toHaveAttribute('data-done', 'true', { timeout: 120_000 });
   await expect(lastReply(page)).toContainText('Paris');
 });
+
+test('the last conversation is kept in OPFS: after a reload the page offers it, resumes it with its KV cache (nothing recomputed), and a damaged one is refused with the model still usable', async ({ page }) => {
+  test.setTimeout(240_000);
+  await openChatPage(page, 'cpu');
+  await ask(page, france.user_message, { maxTokens: 16 });
+  await expect(lastReply(page)).toHaveAttribute('data-done', 'true', { timeout: 120_000 });
+  const first = await lastReply(page).locator('.bubble-body').innerText();
+  // Kept after the reply (the page marks how many messages it kept).
+  await expect(page.getByTestId('chat-page')).toHaveAttribute('data-kept', '2', { timeout: 30_000 });
+
+  await page.reload();
+  await page.locator('body[data-app="ready"]').waitFor();
+  const bar = page.getByTestId('chat-resume');
+  await expect(bar).toBeVisible();
+  await expect(bar).toContainText(/SmolLM2.*2 messages/);
+  await page.getByTestId('device-choice').selectOption('cpu');
+  await page.getByTestId('chat-resume-button').click();
+  await expect(page.getByTestId('chat-page')).toHaveAttribute('data-resumed', '2', { timeout: 120_000 });
+  await expect(page.getByTestId('user-message')).toHaveText([france.user_message]);
+  await expect(page.getByTestId('assistant-message').locator('.bubble-body')).toHaveText([first]);
+  await expect(page.getByTestId('temperature')).toHaveValue('0');
+  // The next turn computes only what is new: the first turn's prompt and reply come from the restored cache.
+  await ask(page, 'And of Italy?', { maxTokens: 8 });
+  await expect(page.getByTestId('assistant-message')).toHaveCount(2);
+  await expect(lastReply(page)).toHaveAttribute('data-done', 'true', { timeout: 120_000 });
+  const reused = Number(await lastReply(page).getByTestId('reply-stats').getAttribute('data-reused'));
+  expect(reused).toBeGreaterThan(france.n_prompt_tokens);
+  await expect(page.getByTestId('chat-page')).toHaveAttribute('data-kept', '4', { timeout: 30_000 });
+
+  // A damaged kept conversation: the page says so and the open model goes on.
+  await page.evaluate(async () => {
+    const dir = await (await navigator.storage.getDirectory()).getDirectoryHandle('loom-chat');
+    const file = await (await dir.getFileHandle('last.loomchat')).getFile();
+    const bytes = new Uint8Array(await file.arrayBuffer());
+    bytes[bytes.length >> 1] ^= 1;
+    const w = await (await dir.getFileHandle('last.loomchat')).createWritable();
+    await w.write(bytes);
+    await w.close();
+  });
+  await page.reload();
+  await page.locator('body[data-app="ready"]').waitFor();
+  await page.getByTestId('device-choice').selectOption('cpu');
+  await page.getByTestId('chat-resume-button').click();
+  await expect(page.getByTestId('chat-error')).toContainText('checksum', { timeout: 120_000 });
+  await expect(page.getByTestId('chat-page')).toHaveAttribute('data-state', 'ready');
+  await expect(page.getByTestId('assistant-message')).toHaveCount(0);
+  // Forgotten on request.
+  await page.getByTestId('chat-forget-button').click();
+  await expect(bar).toBeHidden();
+  await page.reload();
+  await page.locator('body[data-app="ready"]').waitFor();
+  await expect(page.getByTestId('chat-resume')).toBeHidden();
+});

@@ -3,7 +3,7 @@
 // are Markdown rendered by markdown-it with raw HTML off, so a model's output can never become markup.
 import MarkdownIt from 'markdown-it';
 import { fitCheck, openChat } from 'loom-wasm';
-import type { ChatMessage, ChatSession, ChatSource, FitReport, Progress } from 'loom-wasm';
+import type { ChatMessage, ChatSession, ChatSource, FitReport, Progress, RestoredChat } from 'loom-wasm';
 import { byId, fill, h } from './dom';
 import { PHASES, bytes } from './format';
 import { showErrorIn } from './errors';
@@ -39,6 +39,10 @@ const temperature = byId<HTMLInputElement>('temperature');
 const topP = byId<HTMLInputElement>('top-p');
 const seed = byId<HTMLInputElement>('seed');
 const maxTokens = byId<HTMLInputElement>('max-tokens');
+const resumeBar = byId('chat-resume');
+const resumeText = byId('chat-resume-text');
+const resumeButton = byId<HTMLButtonElement>('chat-resume-button');
+const forgetButton = byId<HTMLButtonElement>('chat-forget-button');
 
 interface Opened {
   session: ChatSession;
@@ -95,6 +99,7 @@ export async function openModel(source: ChatSource, name: string, integrity?: st
   showError(null);
   const old = current;
   current = undefined;
+  shownKept = undefined;
   setBusy(false);
   void old?.session.dispose().catch(() => undefined);
   page.dataset.state = 'loading';
@@ -132,6 +137,7 @@ export async function openModel(source: ChatSource, name: string, integrity?: st
     }
     setBusy(false);
     promptBox.focus();
+    void offerResume();
   } catch (e) {
     if (abort.signal.aborted) return;
     status(null);
@@ -252,6 +258,8 @@ async function send(text: string): Promise<void> {
       messages.push({ role: 'assistant', content: shown });
       paint();
     }
+    stats.dataset.reused = String(reply.reusedTokens);
+    void keepConversation(opened).catch((e) => console.warn('loom: the conversation was not kept', e));
     const speed = reply.tokensPerSecond > 0 ? `${reply.tokensPerSecond.toFixed(1)} tok/s` : '';
     stats.textContent = [
       `${reply.ids.length} tokens`,
@@ -273,6 +281,142 @@ async function send(text: string): Promise<void> {
     if (replying === abort) replying = undefined;
     setBusy(false);
   }
+}
+
+/** The last conversation, kept in this browser's private storage (OPFS) after every reply: the package's saved
+ * chat (the KV cache with it, so a resumed chat computes only the new message) and what the page needs to offer it
+ * back after a reload. */
+interface Kept {
+  name: string;
+  url?: string;
+  integrity?: string;
+  messages: number;
+  savedAt: number;
+  bytes: number;
+}
+/** The page's settings, kept with the conversation. */
+interface Settings {
+  system: string;
+  temperature: string;
+  topP: string;
+  seed: string;
+  maxTokens: string;
+}
+const KEPT_DIR = 'loom-chat';
+/** When the kept conversation on show was saved: it is this page's own, not one to offer. */
+let shownKept: number | undefined;
+
+async function keptDir(create: boolean): Promise<FileSystemDirectoryHandle | undefined> {
+  try {
+    return await (await navigator.storage.getDirectory()).getDirectoryHandle(KEPT_DIR, { create });
+  } catch {
+    return undefined;
+  }
+}
+
+/** Writes a file whole: a writable stream replaces the old file only when it closes, so a cut write keeps the last. */
+async function writeKept(dir: FileSystemDirectoryHandle, name: string, data: Blob): Promise<void> {
+  const w = await (await dir.getFileHandle(name, { create: true })).createWritable();
+  await w.write(data);
+  await w.close();
+}
+
+async function readKept(): Promise<{ kept: Kept; state: File } | undefined> {
+  const dir = await keptDir(false);
+  if (!dir) return undefined;
+  try {
+    const kept = JSON.parse(await (await (await dir.getFileHandle('last.json')).getFile()).text()) as Kept;
+    const state = await (await dir.getFileHandle('last.loomchat')).getFile();
+    return { kept, state };
+  } catch {
+    return undefined;
+  }
+}
+
+async function keepConversation(opened: Opened): Promise<void> {
+  const settings: Settings = {
+    system: systemBox.value,
+    temperature: temperature.value,
+    topP: topP.value,
+    seed: seed.value,
+    maxTokens: maxTokens.value,
+  };
+  const state = await opened.session.save({ meta: settings });
+  const dir = await keptDir(true);
+  if (!dir || current !== opened) return;
+  await writeKept(dir, 'last.loomchat', state);
+  const kept: Kept = {
+    name: opened.name,
+    url: typeof opened.source === 'string' ? opened.source : undefined,
+    integrity: opened.integrity,
+    messages: messages.length,
+    savedAt: Date.now(),
+    bytes: state.size,
+  };
+  await writeKept(dir, 'last.json', new Blob([JSON.stringify(kept)], { type: 'application/json' }));
+  shownKept = kept.savedAt;
+  resumeBar.hidden = true;
+  page.dataset.kept = String(kept.messages);
+}
+
+/** Offers the kept conversation back: in one click for a model the page can open by itself (a URL) or the one open
+ * now; otherwise it says which model to open. */
+async function offerResume(): Promise<void> {
+  const k = await readKept();
+  if (k?.kept.savedAt === shownKept) return;
+  if (!k) {
+    resumeBar.hidden = true;
+    return;
+  }
+  const { name, messages: n, savedAt, bytes: size } = k.kept;
+  const ready = current?.name === name || k.kept.url !== undefined;
+  const when = new Date(savedAt).toLocaleString();
+  resumeText.textContent =
+    `Your last conversation with ${name} (${n} messages, ${when}, ${bytes(size)} with its KV cache) is kept in this browser` +
+    (ready ? '.' : `: open ${name} again to resume it.`);
+  resumeButton.hidden = false;
+  resumeButton.disabled = !ready || replying !== undefined;
+  forgetButton.hidden = false;
+  resumeBar.hidden = false;
+}
+
+async function resume(): Promise<void> {
+  const k = await readKept();
+  if (!k) return offerResume();
+  showError(null);
+  if (current?.name !== k.kept.name && k.kept.url) await openModel(k.kept.url, k.kept.name, k.kept.integrity);
+  const opened = current;
+  if (!opened || opened.name !== k.kept.name || replying) return;
+  try {
+    const restored = await opened.session.restore(k.state);
+    if (current === opened) showRestored(restored, k.kept);
+  } catch (e) {
+    // A conversation of another model or a damaged file: said, and the open model goes on as it was.
+    if (current === opened) showError(e);
+  }
+}
+
+function showRestored(r: RestoredChat, kept: Kept): void {
+  const settings = r.meta as Partial<Settings> | null;
+  const fields: [HTMLInputElement | HTMLTextAreaElement, string | undefined][] = [
+    [systemBox, settings?.system],
+    [temperature, settings?.temperature],
+    [topP, settings?.topP],
+    [seed, settings?.seed],
+    [maxTokens, settings?.maxTokens],
+  ];
+  for (const [input, value] of fields) if (typeof value === 'string') input.value = value;
+  // The page sends the system prompt from its box: the rest is the conversation shown.
+  messages = r.history.filter((m) => m.role === 'user' || m.role === 'assistant');
+  log.replaceChildren();
+  for (const m of messages) bubble(m.role as 'user' | 'assistant', m.content);
+  resumeText.textContent = `Resumed your conversation with ${kept.name} from ${new Date(kept.savedAt).toLocaleString()}: its KV cache was restored, so only your next message is computed.`;
+  resumeButton.hidden = true;
+  forgetButton.hidden = true;
+  resumeBar.hidden = false;
+  shownKept = kept.savedAt;
+  page.dataset.resumed = String(messages.length);
+  promptBox.focus();
 }
 
 /** Stop: the reply ends here and now on the page; the worker ends it after the token it is computing. */
@@ -331,6 +475,16 @@ for (const id of ['chat-file-input', 'chat-folder-input']) {
     dropOnChat(files, id === 'chat-folder-input' ? files[0]?.webkitRelativePath.split('/')[0] : undefined);
   });
 }
+
+resumeButton.addEventListener('click', () => void resume());
+forgetButton.addEventListener('click', () => {
+  resumeBar.hidden = true;
+  void navigator.storage
+    .getDirectory()
+    .then((root) => root.removeEntry(KEPT_DIR, { recursive: true }))
+    .catch(() => undefined);
+});
+void offerResume();
 
 initBench(() => current && { source: current.source, name: current.name, integrity: current.integrity });
 window.addEventListener('hashchange', route);

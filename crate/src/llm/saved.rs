@@ -7,7 +7,7 @@
 //! then the SHA-256 of everything before it. Rows are the same whichever engine wrote them, so a chat saved on the
 //! GPU restores on the CPU and back.
 
-use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use super::config::ModelConfig;
@@ -144,7 +144,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// The header's account of the model, for the error that names a mismatch.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 struct ModelShape {
     arch: String,
     layers: usize,
@@ -163,8 +163,8 @@ impl ModelShape {
     }
 }
 
-#[derive(Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// The header, written and read through `serde_json::Value` by hand: a derived (de)serializer would add more to the
+/// wasm than the whole of this module.
 struct Header {
     fingerprint: String,
     model: ModelShape,
@@ -173,7 +173,108 @@ struct Header {
     len: usize,
     kv_dim: usize,
     from: Vec<usize>,
-    meta: serde_json::Value,
+    meta: Value,
+}
+
+const FIELDS: [&str; 8] = [
+    "fingerprint",
+    "model",
+    "history",
+    "cached",
+    "len",
+    "kv_dim",
+    "from",
+    "meta",
+];
+
+impl Header {
+    fn to_json(&self) -> Value {
+        let object =
+            |pairs: Vec<(&str, Value)>| Value::Object(pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect());
+        let m = &self.model;
+        let messages = self.history.iter().map(|c| {
+            object(vec![
+                ("role", c.role.clone().into()),
+                ("content", c.content.clone().into()),
+            ])
+        });
+        object(vec![
+            ("fingerprint", self.fingerprint.clone().into()),
+            (
+                "model",
+                object(vec![
+                    ("arch", m.arch.clone().into()),
+                    ("layers", m.layers.into()),
+                    ("hidden", m.hidden.into()),
+                    ("vocab", m.vocab.into()),
+                ]),
+            ),
+            ("history", Value::Array(messages.collect())),
+            ("cached", self.cached.iter().map(|&id| Value::from(id)).collect()),
+            ("len", self.len.into()),
+            ("kv_dim", self.kv_dim.into()),
+            ("from", self.from.iter().map(|&f| Value::from(f)).collect()),
+            ("meta", self.meta.clone()),
+        ])
+    }
+
+    fn from_json(v: Value) -> Result<Header> {
+        let bad = |what: &str| LoomError::SavedChat(format!("its header's {what} is missing or malformed"));
+        let Value::Object(o) = v else {
+            return Err(bad("object"));
+        };
+        if let Some(k) = o.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+            return Err(LoomError::SavedChat(format!("its header has an unknown field \"{k}\"")));
+        }
+        let count = |v: &Value| v.as_u64().and_then(|n| usize::try_from(n).ok());
+        let field = |o: &Map<String, Value>, k: &str| o.get(k).and_then(count).ok_or_else(|| bad(k));
+        let text = |o: &Map<String, Value>, k: &str| o.get(k).and_then(Value::as_str).map(String::from);
+        let list = |k: &str| match o.get(k) {
+            Some(Value::Array(a)) => Ok(a),
+            _ => Err(bad(k)),
+        };
+        let cached = list("cached")?
+            .iter()
+            .map(|v| v.as_u64().and_then(|n| u32::try_from(n).ok()))
+            .collect::<Option<Vec<u32>>>()
+            .ok_or_else(|| bad("cached"))?;
+        let from = list("from")?
+            .iter()
+            .map(count)
+            .collect::<Option<Vec<usize>>>()
+            .ok_or_else(|| bad("from"))?;
+        let history = list("history")?
+            .iter()
+            .map(|m| {
+                let m = m.as_object()?;
+                let message = ChatMessage {
+                    role: text(m, "role")?,
+                    content: text(m, "content")?,
+                };
+                (m.len() == 2).then_some(message)
+            })
+            .collect::<Option<Vec<ChatMessage>>>()
+            .ok_or_else(|| bad("history"))?;
+        let model = match o.get("model") {
+            Some(Value::Object(m)) => ModelShape {
+                arch: text(m, "arch").ok_or_else(|| bad("model"))?,
+                layers: field(m, "layers")?,
+                hidden: field(m, "hidden")?,
+                vocab: field(m, "vocab")?,
+            },
+            _ => return Err(bad("model")),
+        };
+        Ok(Header {
+            fingerprint: text(&o, "fingerprint").ok_or_else(|| bad("fingerprint"))?,
+            model,
+            history,
+            cached,
+            len: field(&o, "len")?,
+            kv_dim: field(&o, "kv_dim")?,
+            from,
+            meta: o.get("meta").cloned().ok_or_else(|| bad("meta"))?,
+        })
+    }
 }
 
 /// A saved chat: the conversation, the ids its KV cache holds and those keys and values.
@@ -185,19 +286,13 @@ pub struct SavedChat {
     pub cached: Vec<u32>,
     pub kv: KvRows,
     /// The caller's own (an app's settings), kept as given.
-    pub meta: serde_json::Value,
+    pub meta: Value,
     /// The model it was read as saved from (none for one built here).
     saved_from: Option<ModelShape>,
 }
 
 impl SavedChat {
-    pub fn new(
-        fingerprint: String,
-        history: Vec<ChatMessage>,
-        cached: Vec<u32>,
-        kv: KvRows,
-        meta: serde_json::Value,
-    ) -> SavedChat {
+    pub fn new(fingerprint: String, history: Vec<ChatMessage>, cached: Vec<u32>, kv: KvRows, meta: Value) -> SavedChat {
         SavedChat {
             fingerprint,
             history,
@@ -220,7 +315,7 @@ impl SavedChat {
             from: self.kv.layers.iter().map(|l| l.from).collect(),
             meta: self.meta.clone(),
         };
-        let header = serde_json::to_vec(&header).map_err(|e| json_err("saved chat header", e))?;
+        let header = serde_json::to_vec(&header.to_json()).map_err(|e| json_err("saved chat header", e))?;
         let values: usize = self.kv.layers.iter().map(|l| l.k.len() + l.v.len()).sum();
         let mut out = Vec::with_capacity(16 + header.len() + 4 * values + 32);
         out.extend_from_slice(MAGIC);
@@ -276,7 +371,8 @@ impl SavedChat {
             ));
         }
         let header_end = 16 + header_len as usize;
-        let h: Header = serde_json::from_slice(&bytes[16..header_end]).map_err(|e| json_err("saved chat header", e))?;
+        let h: Value = serde_json::from_slice(&bytes[16..header_end]).map_err(|e| json_err("saved chat header", e))?;
+        let h = Header::from_json(h)?;
         let bad = |m: String| Err(LoomError::SavedChat(m));
         if h.cached.len() != h.len {
             return bad(format!("{} cached ids for {} positions", h.cached.len(), h.len));
@@ -292,7 +388,8 @@ impl SavedChat {
             .iter()
             .try_fold(0u64, |sum, &f| {
                 ((h.len - f) as u64)
-                    .checked_mul(2 * h.kv_dim as u64)
+                    .checked_mul(h.kv_dim as u64)
+                    .and_then(|n| n.checked_mul(2))
                     .and_then(|n| sum.checked_add(n))
             })
             .and_then(|n| n.checked_mul(4))
