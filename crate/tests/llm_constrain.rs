@@ -7,23 +7,15 @@ mod llm_util;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
+use llm_util::smollm2;
 use loom_wasm::llm::constrain::Constraint;
 use loom_wasm::llm::generate::{GenerateOptions, Session, StopReason};
 use loom_wasm::llm::model::LlmModel;
 use loom_wasm::llm::sampler::SamplingParams;
 use loom_wasm::llm::template::ChatMessage;
 use serde_json::{json, Value};
-
-fn smollm2() -> &'static LlmModel {
-    static MODEL: OnceLock<LlmModel> = OnceLock::new();
-    MODEL.get_or_init(|| {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
-        assert!(path.exists(), "{} is missing: run scripts/setup.sh", path.display());
-        LlmModel::open(&path).unwrap()
-    })
-}
 
 fn options(constraint: Constraint, max_tokens: usize) -> GenerateOptions {
     GenerateOptions {

@@ -9,7 +9,7 @@ mod llm_util;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use llm_util::{golden, ids, json, tiny_expected, CASES_ABS, CASES_REL, TINY_CPU_BLOCKS, TINY_GPU};
+use llm_util::{golden, ids, json, smollm2, tiny_expected, CASES_ABS, CASES_REL, TINY_CPU_BLOCKS, TINY_GPU};
 use loom_wasm::llm::engine::Engine;
 use loom_wasm::llm::generate::{GenerateOptions, Session};
 use loom_wasm::llm::gpu_engine::GpuEngine;
@@ -158,15 +158,6 @@ fn windowed_caches_restore_after_trimming_and_wrapping() {
             }
         }
     }
-}
-
-fn smollm2() -> &'static LlmModel {
-    static MODEL: OnceLock<LlmModel> = OnceLock::new();
-    MODEL.get_or_init(|| {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
-        assert!(path.exists(), "{} is missing: run scripts/setup.sh", path.display());
-        LlmModel::open(&path).unwrap()
-    })
 }
 
 fn greedy(max_tokens: usize) -> GenerateOptions {

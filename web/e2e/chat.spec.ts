@@ -271,8 +271,9 @@ test('a GGUF URL opened for WebGPU streams its tensors to the GPU: wasm memory s
 test('a chat saved to OPFS survives a page reload: restored on WebGPU or the CPU (either way round), it replies as the uninterrupted one without computing its prompt again', async ({ page }) => {
   test.setTimeout(240_000);
   const pairs = [['gpu', 'cpu'], ['cpu', 'gpu'], ['gpu', 'gpu']] as const;
-  const before = await page.evaluate(async ({ template, pairs }) => {
-    const folder = async (template: string) => {
+  // The tiny Llama's folder as Files, in the page before and after the reload.
+  await page.addInitScript(() => {
+    window.tinyFolder = async (template: string) => {
       const files = [];
       for (const name of ['config.json', 'model.f32.safetensors', 'tokenizer.json']) {
         files.push(new File([await (await fetch(`/golden/tiny-llama/${name}`)).blob()], name));
@@ -280,6 +281,11 @@ test('a chat saved to OPFS survives a page reload: restored on WebGPU or the CPU
       files.push(new File([template], 'tokenizer_config.json'));
       return files;
     };
+  });
+  await page.reload();
+  await ready(page);
+  const before = await page.evaluate(async ({ template, pairs }) => {
+    const folder = window.tinyFolder;
     const out = [];
     for (const [from] of pairs) {
       const chat = await window.loom.openChat(await folder(template), { device: from });
@@ -299,14 +305,7 @@ test('a chat saved to OPFS survives a page reload: restored on WebGPU or the CPU
   await page.reload();
   await ready(page);
   const after = await page.evaluate(async ({ template, pairs }) => {
-    const folder = async (template: string) => {
-      const files = [];
-      for (const name of ['config.json', 'model.f32.safetensors', 'tokenizer.json']) {
-        files.push(new File([await (await fetch(`/golden/tiny-llama/${name}`)).blob()], name));
-      }
-      files.push(new File([template], 'tokenizer_config.json'));
-      return files;
-    };
+    const folder = window.tinyFolder;
     const out = [];
     for (const [from, to] of pairs) {
       const state = await (await (await navigator.storage.getDirectory()).getFileHandle(`chat-${from}.loomchat`)).getFile();

@@ -4,8 +4,9 @@
 //! The bytes: `LOOMCHAT`, a u32 version, a u32 header length, the header (JSON: the model's fingerprint and
 //! shape, the messages, the cached ids, the first position each layer keeps, the caller's `meta`), then each
 //! layer's kept keys and values as little-endian f32 rows (`[position][kv_heads × head_dim]`, keys then values),
-//! then the SHA-256 of everything before it. Rows are the same whichever engine wrote them, so a chat saved on the
-//! GPU restores on the CPU and back.
+//! then the SHA-256 of everything before it (the rows are copied as they lie in memory: every target this builds for
+//! is little-endian). Rows are the same whichever engine wrote them, so a chat saved on the GPU restores on the CPU
+//! and back.
 
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
@@ -16,6 +17,10 @@ use super::weights::Matrix;
 use crate::error::{json_err, LoomError, Result};
 
 const MAGIC: &[u8; 8] = b"LOOMCHAT";
+const _: () = assert!(
+    cfg!(target_endian = "little"),
+    "saved chats copy f32 rows as little-endian bytes"
+);
 const VERSION: u32 = 1;
 /// The header holds the messages: far below this however long a conversation gets within a context.
 const MAX_HEADER: u64 = 64 << 20;
@@ -323,9 +328,8 @@ impl SavedChat {
         out.extend_from_slice(&(header.len() as u32).to_le_bytes());
         out.extend_from_slice(&header);
         for l in &self.kv.layers {
-            for x in l.k.iter().chain(&l.v) {
-                out.extend_from_slice(&x.to_le_bytes());
-            }
+            out.extend_from_slice(bytemuck::cast_slice(&l.k));
+            out.extend_from_slice(bytemuck::cast_slice(&l.v));
         }
         let digest = Sha256::digest(&out);
         out.extend_from_slice(&digest);
@@ -401,10 +405,12 @@ impl SavedChat {
                 data.len()
             ));
         }
-        let mut floats = data
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")));
-        let mut take = |n: usize| floats.by_ref().take(n).collect::<Vec<f32>>();
+        let mut at = 0;
+        let mut take = |n: usize| {
+            let rows: Vec<f32> = bytemuck::pod_collect_to_vec(&data[at..at + 4 * n]);
+            at += 4 * n;
+            rows
+        };
         let layers = h
             .from
             .iter()

@@ -337,11 +337,7 @@ impl Tokenizer {
     /// as their text. Special tokens are `0xFF` then their text (llguidance's marker: they never match grammar
     /// text); ids past the vocabulary (padding rows) are empty, which a grammar never allows.
     pub fn token_bytes(&self, rows: usize) -> Vec<Vec<u8>> {
-        let byte_level = self
-            .inner
-            .get_decoder()
-            .and_then(|d| serde_json::to_string(d).ok())
-            .is_some_and(|d| d.contains("\"ByteLevel\""));
+        let byte_level = self.inner.get_decoder().is_some_and(has_byte_level);
         let from_unicode: HashMap<char, u8> = gpt2_byte_chars().into_iter().map(|(b, c)| (c, b)).collect();
         let added = self.inner.get_added_tokens_decoder();
         (0..rows as u32)
@@ -387,6 +383,15 @@ impl Tokenizer {
             prefix_offset: 0,
             read_offset: 0,
         }
+    }
+}
+
+/// Whether `d` (or a decoder of its sequence) maps GPT-2's byte characters back to bytes.
+fn has_byte_level(d: &DecoderWrapper) -> bool {
+    match d {
+        DecoderWrapper::ByteLevel(_) => true,
+        DecoderWrapper::Sequence(s) => s.get_decoders().iter().any(has_byte_level),
+        _ => false,
     }
 }
 

@@ -9,6 +9,16 @@ use loom_wasm::llm::engine::Engine;
 use loom_wasm::llm::model::LlmModel;
 use serde_json::Value;
 
+/// SmolLM2-135M-Instruct, the Q4_1 GGUF `scripts/setup.sh` fetches, opened once per test binary.
+pub fn smollm2() -> &'static LlmModel {
+    static MODEL: std::sync::OnceLock<LlmModel> = std::sync::OnceLock::new();
+    MODEL.get_or_init(|| {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
+        assert!(path.exists(), "{} is missing: run scripts/setup.sh", path.display());
+        LlmModel::open(&path).unwrap()
+    })
+}
+
 pub fn golden() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/golden")
 }
