@@ -30,7 +30,7 @@ const TS_TYPES: &'static str = r#"
 export interface ChatModelInfo {
   format: "gguf" | "hf" | "entity"; arch: string; layers: number; hidden: number; heads: number; kv_heads: number;
   head_dim: number; ffn: number; vocab: number; context: number; weight_bytes: number;
-  block_types: Record<string, number>; has_template: boolean;
+  block_types: Record<string, number>; has_template: boolean; built_in_template?: string;
 }
 export interface ChatMessageObject { role: string; content: string }
 export interface RawSendOptions {
@@ -171,10 +171,13 @@ struct ChatInfo {
     /// Bytes of matrices per block type (Q4_K, F32, ...): the quantization mix.
     block_types: BTreeMap<String, u64>,
     has_template: bool,
+    /// The family template in use because the files carry none ("gemma").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    built_in_template: Option<&'static str>,
 }
 
 impl ChatInfo {
-    fn new(format: ModelFormat, c: &ModelConfig, has_template: bool) -> ChatInfo {
+    fn new(format: ModelFormat, c: &ModelConfig, chat: &ChatFormat) -> ChatInfo {
         ChatInfo {
             format: match format {
                 ModelFormat::Gguf => "gguf",
@@ -192,7 +195,8 @@ impl ChatInfo {
             context: c.context,
             weight_bytes: 0,
             block_types: BTreeMap::new(),
-            has_template,
+            has_template: chat.has_template(),
+            built_in_template: chat.built_in_template(),
         }
     }
 
@@ -203,7 +207,7 @@ impl ChatInfo {
     }
 
     fn of(model: &LlmModel, conversation: &Conversation) -> ChatInfo {
-        let mut info = ChatInfo::new(model.format, &model.config, conversation.format().has_template());
+        let mut info = ChatInfo::new(model.format, &model.config, conversation.format());
         for m in model.weights.matrices() {
             info.add(m);
         }
@@ -365,8 +369,8 @@ impl JsChat {
             let (sizes, context) = stream_args(sizes, context)?;
             let reader = JsReader(read);
             let model = StreamedModel::open(&names, &sizes, &reader).await.map_err(js_error)?;
-            let format = ChatFormat::of(model.tokenizer().map_err(js_error)?).map_err(js_error)?;
-            let mut info = ChatInfo::new(model.format, &model.config, format.has_template());
+            let format = ChatFormat::of(model.tokenizer().map_err(js_error)?, model.config.arch).map_err(js_error)?;
+            let mut info = ChatInfo::new(model.format, &model.config, &format);
             let mut fingerprint = Fingerprint::new(&model.config);
             let gpu = shared_gpu().await.map_err(js_error)?;
             let mut builder = GpuEngineBuilder::new(gpu, &model.config, context);

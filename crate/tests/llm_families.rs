@@ -532,3 +532,46 @@ fn a_streamed_phi3_reads_what_the_whole_load_reads() {
         }
     });
 }
+
+/// A Gemma model whose files carry no chat template (as the real Gemma 3 270M GGUF) chats in Gemma's format: every
+/// conversation renders as llama.cpp's built-in `gemma` template writes it (`testdata/templates/built-in-gemma.json`,
+/// from `scripts/gen_builtin_template_cases.py`), the prompt ids are BOS and that text's ids, and a reply ends at
+/// `<end_of_turn>`. A model of another family without a template still has none.
+#[test]
+fn a_gemma_without_a_chat_template_uses_gemmas_format() {
+    use loom_wasm::llm::generate::{ChatFormat, Conversation, GenerateOptions};
+    use loom_wasm::llm::template::ChatMessage;
+    let model = LlmModel::open(&gemma3_dir().join("model.f32.gguf")).unwrap();
+    let format = ChatFormat::new(&model).unwrap();
+    assert_eq!(format.built_in_template(), Some("gemma"));
+    let cases = json(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/templates/built-in-gemma.json"));
+    for case in cases["cases"].as_array().unwrap() {
+        let messages: Vec<ChatMessage> = serde_json::from_value(case["messages"].clone()).unwrap();
+        let add = case["add_generation_prompt"].as_bool().unwrap();
+        let want = case["text"].as_str().unwrap();
+        assert_eq!(format.apply_template(&messages, add).unwrap(), want, "{messages:?}");
+        if add {
+            let tokenizer = format.tokenizer().unwrap();
+            let mut ids = vec![tokenizer.bos_id().unwrap()];
+            ids.extend(tokenizer.encode(want, false).unwrap());
+            assert_eq!(format.chat_prompt(&messages).unwrap(), ids);
+        }
+    }
+    // `<end_of_turn>` ends a reply: the stop id of the first step when the engine picks it.
+    let end = format.tokenizer().unwrap().token_to_id("<end_of_turn>").unwrap();
+    let mut conversation = Conversation::new(&model).unwrap();
+    let opts = GenerateOptions::default();
+    let prompt = format
+        .chat_prompt(&[ChatMessage {
+            role: "user".into(),
+            content: "hi".into(),
+        }])
+        .unwrap();
+    let (mut reply, _) = conversation.begin(&prompt, &opts, model.config.context).unwrap();
+    reply.accept(loom_wasm::llm::generate::Step::Id(end)).unwrap();
+    assert_eq!(reply.stop_reason(), Some(loom_wasm::llm::generate::StopReason::Eos));
+
+    let llama = LlmModel::open(&llm_util::golden().join("tiny-llama/model.q4_0.gguf")).unwrap();
+    let format = ChatFormat::new(&llama).unwrap();
+    assert!(!format.has_template() && format.built_in_template().is_none());
+}

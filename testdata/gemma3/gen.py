@@ -161,13 +161,16 @@ def write_gguf(path, gemma2=False):
     # A SentencePiece vocabulary as Gemma's ("llama" in GGUF): control tokens, the 256 byte tokens, then pieces.
     pieces = ["▁", "▁t", "▁a", "he", "in", "er", "an", "▁the", "on", "re"] + [chr(ord("a") + i) for i in range(26)]
     pieces += [p for p in ("▁" + chr(ord("a") + i) for i in range(26)) if p not in pieces]
-    pieces = pieces[:VOCAB - 4 - 256]
-    tokens = ["<pad>", "<eos>", "<bos>", "<unk>"] + [f"<0x{b:02X}>" for b in range(256)] + pieces
+    # Gemma's turn markers last (control tokens, as in Gemma's vocabulary), and no chat template: as the real
+    # Gemma 3 270M GGUF, which chats through the Gemma template loom-wasm has built in.
+    turns = ["<start_of_turn>", "<end_of_turn>"]
+    pieces = pieces[:VOCAB - 4 - 256 - len(turns)]
+    tokens = ["<pad>", "<eos>", "<bos>", "<unk>"] + [f"<0x{b:02X}>" for b in range(256)] + pieces + turns
     assert len(tokens) == VOCAB
     g.add_tokenizer_model("llama")
     g.add_token_list(tokens)
-    g.add_token_scores([0.0] * 260 + [-float(i) for i in range(len(pieces))])
-    g.add_token_types([3, 3, 3, 2] + [6] * 256 + [1] * len(pieces))
+    g.add_token_scores([0.0] * 260 + [-float(i) for i in range(len(pieces))] + [0.0] * len(turns))
+    g.add_token_types([3, 3, 3, 2] + [6] * 256 + [1] * len(pieces) + [3] * len(turns))
     g.add_bos_token_id(2)
     g.add_eos_token_id(1)
     g.add_unk_token_id(3)

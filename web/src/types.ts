@@ -279,6 +279,9 @@ export interface ChatModelInfo {
   /** Bytes of weight matrices per block type (Q4_K, Q6_K, F16 …): the quantization mix. */
   block_types: Record<string, number>;
   has_template: boolean;
+  /** The family's chat format in use because the files carry no template (`'gemma'`: Gemma's turns, as llama.cpp's
+   * built-in `gemma` template writes them). */
+  built_in_template?: string;
 }
 
 /** An async iterator of a reply's text pieces; `reply` resolves when it ends. */

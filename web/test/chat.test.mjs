@@ -282,3 +282,23 @@ test('save() and openChat({restore}): the chat goes on where it was, without com
   assert.equal(fresh.history.length, 4);
   for (const c of [first, restored, fresh]) await c.dispose();
 });
+
+test("a Gemma GGUF without a chat template chats in Gemma's format: llama.cpp's built-in gemma template, stopping at <end_of_turn>", async () => {
+  const gguf = new File([readFileSync(`${root}testdata/gemma3/model.f32.gguf`)], 'gemma3.gguf');
+  const cases = JSON.parse(readFileSync(`${root}testdata/templates/built-in-gemma.json`, 'utf8')).cases;
+  const chat = await openChat(gguf, { device: 'cpu' });
+  assert.equal(chat.info.arch, 'gemma3');
+  assert.equal(chat.info.has_template, true);
+  assert.equal(chat.info.built_in_template, 'gemma');
+  for (const c of cases) {
+    assert.equal(await chat.applyTemplate(c.messages, { addGenerationPrompt: c.add_generation_prompt }), c.text);
+  }
+  const reply = await chat.send('hi', { temperature: 0, maxTokens: 4 });
+  assert.equal(reply.promptTokens, (await chat.tokenize(cases[0].text.replace('What is the capital of France?', 'hi'))).length + 1);
+  await chat.dispose();
+  // Another family without a template still has none.
+  const llama = await openChat(new File([readFileSync(`${TINY}/model.q4_0.gguf`)], 'tiny.gguf'), { device: 'cpu' });
+  assert.equal(llama.info.has_template, false);
+  assert.equal(llama.info.built_in_template, undefined);
+  await llama.dispose();
+});

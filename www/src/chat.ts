@@ -171,6 +171,9 @@ function showModel(session: ChatSession, name: string): void {
     modelLine,
     h('b', { 'data-testid': 'chat-model-name' }, name),
     h('span', { class: 'muted' }, ` · ${i.arch}, ${i.layers} layers, ${bytes(i.weight_bytes)} of weights (${mix}), context ${i.context}`),
+    i.built_in_template
+      ? h('span', { class: 'muted', 'data-testid': 'chat-template-note' }, ` · the file has no chat template: ${i.built_in_template}'s format is used`)
+      : '',
   );
   deviceBadge.textContent = session.device === 'gpu' ? 'WebGPU' : 'CPU';
   deviceBadge.dataset.device = session.device;

@@ -145,6 +145,9 @@ pub(super) fn session(args: &ModelArgs) -> Result<Session> {
     let (model, engine) = load(args)?;
     let on_gpu = engine.device().starts_with("GPU");
     let mut session = Session::new(&model, engine)?;
+    if let Some(name) = session.format().built_in_template() {
+        eprintln!("loom: the model's files carry no chat template: using {name}'s format");
+    }
     if on_gpu {
         let (cfg, weights) = (model.config.clone(), model.weights.clone());
         session.on_device_lost(Box::new(move || {

@@ -5,6 +5,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use super::config::Arch;
 #[cfg(not(target_arch = "wasm32"))]
 use super::constrain::{Constraint, Grammar, GrammarVocab};
 use super::engine::Engine;
@@ -140,29 +141,73 @@ fn held_back(text: &str, stops: &[String]) -> usize {
 pub struct ChatFormat {
     tokenizer: std::result::Result<Arc<Tokenizer>, ModelFormat>,
     template: Option<Arc<ChatTemplate>>,
+    /// The family template used because the files carry none ([`BUILT_IN_GEMMA`]'s name), and the id that ends its
+    /// turns.
+    built_in: Option<(&'static str, u32)>,
 }
+
+/// Gemma's chat format, for a Gemma model whose files carry no template (the real Gemma 3 270M GGUF): the turns as
+/// llama.cpp's built-in `gemma` template writes them (`llama_chat_apply_template`; a system message opens the next
+/// user turn, both trimmed), BOS left to the tokenizer. Its replies end at `<end_of_turn>`.
+const BUILT_IN_GEMMA: &str = "{%- set system = namespace(text='') -%}\
+{%- for m in messages -%}\
+{%- if m.role == 'system' -%}{%- set system.text = system.text + (m.content | trim) -%}\
+{%- else -%}\
+{%- set role = 'model' if m.role == 'assistant' else m.role -%}\
+{{- '<start_of_turn>' + role + '\\n' -}}\
+{%- if system.text and role != 'model' -%}{{- system.text + '\\n\\n' -}}{%- set system.text = '' -%}{%- endif -%}\
+{{- (m.content | trim) + '<end_of_turn>\\n' -}}\
+{%- endif -%}\
+{%- endfor -%}\
+{%- if add_generation_prompt -%}{{- '<start_of_turn>model\\n' -}}{%- endif -%}";
 
 impl ChatFormat {
     pub fn new(model: &LlmModel) -> Result<ChatFormat> {
         match &model.tokenizer {
-            Some(t) => ChatFormat::of(t.clone()),
+            Some(t) => ChatFormat::of(t.clone(), model.config.arch),
             None => Ok(ChatFormat {
                 tokenizer: Err(model.format),
                 template: None,
+                built_in: None,
             }),
         }
     }
 
-    /// The tokenizer and the chat template it carries.
-    pub fn of(tokenizer: Arc<Tokenizer>) -> Result<ChatFormat> {
-        let template = match tokenizer.chat_template() {
+    /// The tokenizer and the chat template it carries; for a Gemma model (`arch`) whose tokenizer carries none but
+    /// has Gemma's turn tokens, Gemma's format.
+    pub fn of(tokenizer: Arc<Tokenizer>, arch: Arch) -> Result<ChatFormat> {
+        let mut built_in = None;
+        let source = match tokenizer.chat_template() {
+            Some(t) => Some(t),
+            None => {
+                let gemma = matches!(arch, Arch::Gemma2 | Arch::Gemma3);
+                let turns = (
+                    tokenizer.token_to_id("<start_of_turn>"),
+                    tokenizer.token_to_id("<end_of_turn>"),
+                );
+                match (gemma, turns) {
+                    (true, (Some(_), Some(end))) => {
+                        built_in = Some(("gemma", end));
+                        Some(BUILT_IN_GEMMA)
+                    }
+                    _ => None,
+                }
+            }
+        };
+        let template = match source {
             Some(t) => Some(Arc::new(ChatTemplate::new(t)?)),
             None => None,
         };
         Ok(ChatFormat {
             tokenizer: Ok(tokenizer),
             template,
+            built_in,
         })
+    }
+
+    /// The name of the family template in use because the files carry none (`"gemma"`), if one is.
+    pub fn built_in_template(&self) -> Option<&'static str> {
+        self.built_in.map(|(name, _)| name)
     }
 
     /// The tokenizer, or an error that says what is missing.
@@ -489,7 +534,8 @@ impl Conversation {
     /// a model of `rows` logits whose [`Fingerprint`] is `fingerprint`.
     pub fn of(format: ChatFormat, eos_ids: &[u32], rows: usize, fingerprint: String) -> Result<Conversation> {
         let mut eos_ids = eos_ids.to_vec();
-        let tokenizer_eos = format.tokenizer().map(|t| t.eos_ids()).unwrap_or_default();
+        let mut tokenizer_eos = format.tokenizer().map(|t| t.eos_ids()).unwrap_or_default();
+        tokenizer_eos.extend(format.built_in.map(|(_, end)| end));
         for id in tokenizer_eos {
             if !eos_ids.contains(&id) {
                 eos_ids.push(id);
