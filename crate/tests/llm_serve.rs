@@ -184,3 +184,104 @@ fn the_openai_python_client_against_loom_serve() {
     assert_eq!(v["named_stream"], serde_json::json!(["get_weather", "tool_calls"]));
     assert_eq!(v["after_tool"], serde_json::json!([true]));
 }
+
+const LOGPROBS_CLIENT: &str = r#"
+import json, sys
+import openai
+client = openai.OpenAI(base_url=sys.argv[1] + "/v1", api_key="none", max_retries=0)
+msgs = [{"role": "user", "content": sys.argv[2]}]
+r = client.chat.completions.create(model="m", messages=msgs, temperature=0, max_tokens=16, logprobs=True,
+                                   top_logprobs=5)
+content = r.choices[0].logprobs.content
+out = {"text": r.choices[0].message.content, "completion_tokens": r.usage.completion_tokens,
+       "tokens": [[t.token, t.logprob, t.bytes, [[a.token, a.logprob, a.bytes] for a in t.top_logprobs]]
+                  for t in content]}
+r = client.chat.completions.create(model="m", messages=msgs, temperature=0, max_tokens=16)
+out["plain_logprobs"] = r.choices[0].logprobs
+errors = []
+for kwargs in [dict(top_logprobs=3), dict(logprobs=True, top_logprobs=21), dict(logprobs=True, stream=True)]:
+    try:
+        client.chat.completions.create(model="m", messages=msgs, max_tokens=4, **kwargs)
+        errors.append("accepted")
+    except openai.BadRequestError as e:
+        errors.append([e.status_code, e.body.get("message", "") if isinstance(e.body, dict) else str(e.body)])
+out["errors"] = errors
+print(json.dumps(out))
+"#;
+
+/// `logprobs` through OpenAI's Python client: each token of the greedy reply to a golden prompt with its
+/// log-probability and top 5. Against the reference (`../shared/golden/smollm2`, llama_ref's logits, not ours): the
+/// first token's top 5 are the reference's top 5 in order, their log-probability differences are its logit
+/// differences (the normalisation cancels), and the tokens are its greedy reply. What cannot be honoured is a 400.
+#[test]
+fn logprobs_are_the_models_through_the_openai_client() {
+    let golden: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/golden/smollm2/expected.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    let case = &golden["cases"][0];
+    let reference = &case["results"]["gguf_dequant_f32"];
+    let (_server, url) = serve();
+    let question = case["user_message"].as_str().unwrap();
+    let out = Command::new("python3")
+        .args(["-c", LOGPROBS_CLIENT, &url, question])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let model = loom_wasm::llm::model::LlmModel::open(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),
+    )
+    .unwrap();
+    let tokenizer = model.tokenizer.as_ref().unwrap();
+    let ids = |v: &serde_json::Value| -> Vec<u32> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect()
+    };
+    let bytes = |v: &serde_json::Value| -> Vec<u8> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u8)
+            .collect()
+    };
+
+    // The reply's tokens are the reference's greedy ids, and spell its text.
+    let tokens = v["tokens"].as_array().unwrap();
+    let greedy = ids(&reference["greedy_ids"]);
+    assert_eq!(tokens.len(), greedy.len());
+    assert_eq!(v["completion_tokens"].as_u64().unwrap() as usize, greedy.len());
+    for (t, want) in tokens.iter().zip(tokenizer.bytes_of(&greedy)) {
+        assert_eq!(bytes(&t[2]), want, "{t}");
+        let top = t[3].as_array().unwrap();
+        assert_eq!(top.len(), 5);
+        // Greedy: the token is the likeliest, alternatives most likely first, all below 0, together at most 1.
+        assert_eq!((&t[0], &t[1]), (&top[0][0], &top[0][1]), "{t}");
+        let lps: Vec<f64> = top.iter().map(|a| a[1].as_f64().unwrap()).collect();
+        assert!(lps.windows(2).all(|w| w[0] >= w[1]) && lps[0] <= 0.0, "{t}");
+        assert!(lps.iter().map(|l| l.exp()).sum::<f64>() <= 1.0 + 1e-6, "{t}");
+    }
+    let joined: String = tokens.iter().map(|t| t[0].as_str().unwrap()).collect();
+    assert_eq!(joined, v["text"].as_str().unwrap());
+    // The first token's top 5 against the reference's logits at the last prompt position: the same ids in the same
+    // order (its margins are 0.08 and more), and the same differences within twice the golden bound of 0.01.
+    let top20 = reference["top20_last_prompt_position"].as_array().unwrap();
+    let want_ids: Vec<u32> = top20[..5].iter().map(|p| p[0].as_u64().unwrap() as u32).collect();
+    let first = tokens[0][3].as_array().unwrap();
+    for ((a, want), pair) in first.iter().zip(tokenizer.bytes_of(&want_ids)).zip(top20) {
+        assert_eq!(bytes(&a[2]), want, "{a}");
+        let ours = a[1].as_f64().unwrap() - first[0][1].as_f64().unwrap();
+        let theirs = pair[1].as_f64().unwrap() - top20[0][1].as_f64().unwrap();
+        assert!((ours - theirs).abs() <= 0.02, "{a}: {ours} against {theirs}");
+    }
+    assert_eq!(v["plain_logprobs"], serde_json::Value::Null);
+    let errors = v["errors"].as_array().unwrap();
+    for (e, says) in errors.iter().zip(["needs logprobs", "at most 20", "in a stream"]) {
+        assert_eq!(e[0], 400, "{e}");
+        assert!(e[1].as_str().unwrap().contains(says), "{says}: {e}");
+    }
+}

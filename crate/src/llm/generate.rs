@@ -30,6 +30,10 @@ pub struct GenerateOptions {
     /// What the reply must be (a JSON Schema, a regex, a grammar): natively for now.
     #[cfg(not(target_arch = "wasm32"))]
     pub constraint: Option<Constraint>,
+    /// Record each new token's log-probability with this many of the likeliest alternatives (natively for now:
+    /// `loom serve`'s `logprobs`).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub logprobs: Option<usize>,
 }
 
 impl Default for GenerateOptions {
@@ -42,6 +46,8 @@ impl Default for GenerateOptions {
             cancel: None,
             #[cfg(not(target_arch = "wasm32"))]
             constraint: None,
+            #[cfg(not(target_arch = "wasm32"))]
+            logprobs: None,
         }
     }
 }
@@ -87,6 +93,46 @@ pub struct Generation {
     pub prefill_s: f64,
     /// Seconds spent producing the new tokens after the first.
     pub decode_s: f64,
+    /// Each new token's log-probability, when [`GenerateOptions::logprobs`] asked for them.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub logprobs: Option<Vec<TokenLogprob>>,
+}
+
+/// A new token's log-probability under the model: the log-softmax of the step's logits as the model gives them
+/// (before penalties, temperature, filters or a grammar), with the likeliest ids and theirs, most likely first. The
+/// bytes are what each id adds to the text ([`Tokenizer::token_bytes`]; empty without a tokenizer).
+#[cfg(not(target_arch = "wasm32"))]
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprob {
+    pub id: u32,
+    pub bytes: Vec<u8>,
+    pub logprob: f32,
+    pub top: Vec<(u32, Vec<u8>, f32)>,
+}
+
+/// The log-softmax of `logits` at `id` and at the `k` likeliest ids (ties: the lower id first), in f64.
+#[cfg(not(target_arch = "wasm32"))]
+fn log_softmax_at(logits: &[f32], id: u32, k: usize) -> TokenLogprob {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let lse = max + logits.iter().map(|&l| (l as f64 - max).exp()).sum::<f64>().ln();
+    let lp = |i: usize| (logits[i] as f64 - lse) as f32;
+    let mut order: Vec<usize> = (0..logits.len()).collect();
+    let k = k.min(order.len());
+    if k > 0 {
+        order.select_nth_unstable_by(k - 1, |&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+        order.truncate(k);
+        order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+    }
+    TokenLogprob {
+        id,
+        bytes: Vec::new(),
+        logprob: lp(id as usize),
+        top: order
+            .into_iter()
+            .take(k)
+            .map(|i| (i as u32, Vec::new(), lp(i)))
+            .collect(),
+    }
 }
 
 impl Generation {
@@ -325,6 +371,9 @@ pub struct Reply {
     /// The constraint's state, when the reply has one.
     #[cfg(not(target_arch = "wasm32"))]
     grammar: Option<Grammar>,
+    /// How many alternatives each token's log-probability keeps, and those so far, when asked for.
+    #[cfg(not(target_arch = "wasm32"))]
+    logprobs: Option<(usize, Vec<TokenLogprob>)>,
     stop: Option<StopReason>,
     t0: f64,
     t1: Option<f64>,
@@ -354,7 +403,7 @@ impl Reply {
     /// picked itself.
     pub fn needs_logits(&self) -> bool {
         #[cfg(not(target_arch = "wasm32"))]
-        return self.grammar.is_some();
+        return self.grammar.is_some() || self.logprobs.is_some();
         #[cfg(target_arch = "wasm32")]
         false
     }
@@ -399,14 +448,24 @@ impl Reply {
             }
             Step::Id(id) => id,
             Step::Logits(mut logits) => {
+                // The model's own distribution, before the grammar and the sampler change the logits.
+                #[cfg(not(target_arch = "wasm32"))]
+                let raw = self.logprobs.as_ref().map(|_| logits.clone());
                 #[cfg(not(target_arch = "wasm32"))]
                 if let Some(g) = &mut self.grammar {
                     g.mask(&mut logits)?;
                 }
-                match self.drawn.take() {
+                let next = match self.drawn.take() {
                     Some(args) => Sampler::sample_with(&mut logits, &args),
                     None => self.sampler.sample(&mut logits, &self.context),
+                };
+                #[cfg(not(target_arch = "wasm32"))]
+                if let (Some(raw), Some((k, seen))) = (raw, &mut self.logprobs) {
+                    if !self.stop_ids.contains(&next) {
+                        seen.push(log_softmax_at(&raw, next, *k));
+                    }
                 }
+                next
             }
         };
         if self.stop_ids.contains(&next) {
@@ -494,6 +553,8 @@ impl Reply {
             reused_tokens: self.reused,
             prefill_s: t1 - self.t0,
             decode_s: now_s() - t1,
+            #[cfg(not(target_arch = "wasm32"))]
+            logprobs: self.logprobs.as_ref().map(|(_, seen)| seen.clone()),
         }
     }
 }
@@ -639,6 +700,8 @@ impl Conversation {
             stream: self.format.tokenizer().ok().map(|t| t.stream()),
             #[cfg(not(target_arch = "wasm32"))]
             grammar,
+            #[cfg(not(target_arch = "wasm32"))]
+            logprobs: opts.logprobs.map(|k| (k, Vec::new())),
             stop: None,
             t0: now_s(),
             t1: None,
@@ -809,7 +872,23 @@ impl Session {
         reply.resume_from(self.engine.truncate(keep));
         let result = self.drive(&mut reply, opts, on_text);
         self.conversation.settle(&reply);
-        result.map(|()| reply.generation())
+        #[allow(unused_mut)]
+        let mut g = result.map(|()| reply.generation())?;
+        #[cfg(not(target_arch = "wasm32"))]
+        if let (Some(seen), Ok(tokenizer)) = (&mut g.logprobs, self.conversation.format().tokenizer()) {
+            let ids: Vec<u32> = seen
+                .iter()
+                .flat_map(|t| std::iter::once(t.id).chain(t.top.iter().map(|a| a.0)))
+                .collect();
+            let mut bytes = tokenizer.bytes_of(&ids).into_iter();
+            for t in seen.iter_mut() {
+                t.bytes = bytes.next().unwrap_or_default();
+                for alt in &mut t.top {
+                    alt.1 = bytes.next().unwrap_or_default();
+                }
+            }
+        }
+        Ok(g)
     }
 
     fn drive(

@@ -176,9 +176,24 @@ impl ChatRequest {
         if self.n.is_some_and(|n| n != 1) {
             return unsupported("n", "more than one choice");
         }
-        if self.logprobs == Some(true) || self.top_logprobs.is_some_and(|n| n > 0) {
-            return unsupported("logprobs", "log-probabilities");
-        }
+        #[cfg_attr(target_arch = "wasm32", allow(unused_variables))]
+        let logprobs = match (self.logprobs, self.top_logprobs) {
+            (Some(true), Some(n)) if n > MAX_TOP_LOGPROBS => {
+                return Err(ApiError::bad(
+                    Some("top_logprobs"),
+                    format!("top_logprobs: at most {MAX_TOP_LOGPROBS}, got {n}"),
+                ))
+            }
+            (Some(true), _) if self.stream => return unsupported("logprobs", "log-probabilities in a stream"),
+            (Some(true), n) => Some(n.unwrap_or(0)),
+            (_, Some(n)) if n > 0 => {
+                return Err(ApiError::bad(
+                    Some("top_logprobs"),
+                    "top_logprobs: needs logprobs: true",
+                ))
+            }
+            _ => None,
+        };
         for (param, v) in [
             ("frequency_penalty", self.frequency_penalty),
             ("presence_penalty", self.presence_penalty),
@@ -323,6 +338,8 @@ impl ChatRequest {
                     ))
                 }
             },
+            #[cfg(not(target_arch = "wasm32"))]
+            logprobs,
             ..GenerateOptions::default()
         };
         Ok(ChatJob {
@@ -372,12 +389,35 @@ fn usage(g: &Generation) -> Value {
     json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
 }
 
+/// The most alternatives a token's `top_logprobs` lists (OpenAI's limit).
+const MAX_TOP_LOGPROBS: usize = 20;
+
+/// A reply's `logprobs` as OpenAI writes them (`null` when not asked for): each new token with its text, bytes and
+/// log-probability, and its `top_logprobs`.
+pub fn logprobs_json(g: &Generation) -> Value {
+    #[cfg(not(target_arch = "wasm32"))]
+    if let Some(seen) = &g.logprobs {
+        let entry = |bytes: &[u8], logprob: f32| json!({"token": String::from_utf8_lossy(bytes), "logprob": logprob, "bytes": bytes});
+        let content: Vec<Value> = seen
+            .iter()
+            .map(|t| {
+                let mut e = entry(&t.bytes, t.logprob);
+                e["top_logprobs"] = t.top.iter().map(|(_, b, lp)| entry(b, *lp)).collect();
+                e
+            })
+            .collect();
+        return json!({"content": content, "refusal": null});
+    }
+    let _ = g;
+    Value::Null
+}
+
 /// The whole reply as a `chat.completion`.
 pub fn completion(id: &str, model: &str, created: u64, g: &Generation) -> Value {
     json!({
         "id": id, "object": "chat.completion", "created": created, "model": model,
         "choices": [{"index": 0, "message": {"role": "assistant", "content": g.text, "refusal": null},
-            "logprobs": null, "finish_reason": finish_reason(g.stop_reason)}],
+            "logprobs": logprobs_json(g), "finish_reason": finish_reason(g.stop_reason)}],
         "usage": usage(g),
     })
 }
@@ -549,7 +589,7 @@ pub fn completion_with_calls(
     json!({
         "id": id, "object": "chat.completion", "created": created, "model": model,
         "choices": [{"index": 0, "message": {"role": "assistant", "content": content, "refusal": null,
-            "tool_calls": calls}, "logprobs": null, "finish_reason": "tool_calls"}],
+            "tool_calls": calls}, "logprobs": logprobs_json(g), "finish_reason": "tool_calls"}],
         "usage": usage(g),
     })
 }

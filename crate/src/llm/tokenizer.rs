@@ -337,11 +337,16 @@ impl Tokenizer {
     /// as their text. Special tokens are `0xFF` then their text (llguidance's marker: they never match grammar
     /// text); ids past the vocabulary (padding rows) are empty, which a grammar never allows.
     pub fn token_bytes(&self, rows: usize) -> Vec<Vec<u8>> {
+        self.bytes_of(&(0..rows as u32).collect::<Vec<u32>>())
+    }
+
+    /// What each of `ids` adds to decoded text, as [`Tokenizer::token_bytes`] reads it.
+    pub fn bytes_of(&self, ids: &[u32]) -> Vec<Vec<u8>> {
         let byte_level = self.inner.get_decoder().is_some_and(has_byte_level);
         let from_unicode: HashMap<char, u8> = gpt2_byte_chars().into_iter().map(|(b, c)| (c, b)).collect();
         let added = self.inner.get_added_tokens_decoder();
-        (0..rows as u32)
-            .map(|id| {
+        ids.iter()
+            .map(|&id| {
                 if let Some(t) = added.get(&id) {
                     let marker = if t.special { &[0xFFu8][..] } else { &[] };
                     return [marker, t.content.as_bytes()].concat();
