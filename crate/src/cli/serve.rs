@@ -241,7 +241,11 @@ async fn chat_completions(State(app): State<App>, body: Bytes) -> Response {
                         };
                         events.push(Ok(data(&openai::chunk(&id, &model, created, delta, None))));
                     }
-                    events.push(Ok(data(&openai::chunk(&id, &model, created, json!({}), Some(finish)))));
+                    // Log-probabilities, when asked for, come whole with the last chunk: the text pieces before it
+                    // are held back at stop strings, so they do not fall on token boundaries.
+                    let mut last = openai::chunk(&id, &model, created, json!({}), Some(finish));
+                    last["choices"][0]["logprobs"] = openai::logprobs_json(&g);
+                    events.push(Ok(data(&last)));
                     if include_usage {
                         events.push(Ok(data(&openai::usage_chunk(&id, &model, created, &g))));
                     }

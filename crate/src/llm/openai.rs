@@ -184,7 +184,6 @@ impl ChatRequest {
                     format!("top_logprobs: at most {MAX_TOP_LOGPROBS}, got {n}"),
                 ))
             }
-            (Some(true), _) if self.stream => return unsupported("logprobs", "log-probabilities in a stream"),
             (Some(true), n) => Some(n.unwrap_or(0)),
             (_, Some(n)) if n > 0 => {
                 return Err(ApiError::bad(
