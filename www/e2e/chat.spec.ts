@@ -232,6 +232,7 @@ test('the last conversation is kept in OPFS: after a reload the page offers it, 
   // Forgotten on request.
   await page.getByTestId('chat-forget-button').click();
   await expect(bar).toBeHidden();
+  await expect(page.getByTestId('chat-page')).toHaveAttribute('data-kept', 'none');
   await page.reload();
   await page.locator('body[data-app="ready"]').waitFor();
   await expect(page.getByTestId('chat-resume')).toBeHidden();

@@ -480,12 +480,14 @@ for (const id of ['chat-file-input', 'chat-folder-input']) {
 }
 
 resumeButton.addEventListener('click', () => void resume());
-forgetButton.addEventListener('click', () => {
+forgetButton.addEventListener('click', async () => {
   resumeBar.hidden = true;
-  void navigator.storage
+  await navigator.storage
     .getDirectory()
     .then((root) => root.removeEntry(KEPT_DIR, { recursive: true }))
     .catch(() => undefined);
+  // Gone from storage now (a reload right after no longer finds it).
+  page.dataset.kept = 'none';
 });
 void offerResume();
 
