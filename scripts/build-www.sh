@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds what the demo app needs, skipping what is up to date: the wasm core (scripts/build-pkg.sh → web/pkg) when
-# a Rust/WGSL source is newer than it, the npm package (web/dist) when its sources or the wasm are newer, then the
+# Builds what the demo app needs, skipping what is up to date: the wasm modules (scripts/build-pkg.sh) when
+# a Rust/WGSL source is newer than them, the npm package (web/dist) when its sources or the wasm are newer, then the
 # app itself (www/dist) with the sample network copied into it. Used by start.sh and test-www.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +14,7 @@ stale() {
   [ ! -e "$target" ] || [ -n "$(find "$@" -newer "$target" -type f -print -quit 2>/dev/null)" ]
 }
 
-wasm=web/pkg/loom_wasm_bg.wasm
+wasm=web/pkg-chat/loom_chat_bg.wasm   # build-pkg.sh builds it last
 if stale "$wasm" crate/src crate/Cargo.toml shaders Cargo.toml Cargo.lock; then
   log "wasm core (scripts/build-pkg.sh)"
   bash scripts/build-pkg.sh
@@ -24,7 +24,7 @@ for dir in web www; do
   [ -d "$dir/node_modules" ] || { echo "build-www: $dir/node_modules is missing: run scripts/setup.sh" >&2; exit 1; }
 done
 
-if stale web/dist/index.js web/src web/pkg web/scripts web/package.json web/tsconfig.json; then
+if stale web/dist/index.js web/src web/pkg web/pkg-chat web/scripts web/package.json web/tsconfig.json; then
   log "npm package (web/dist)"
   (cd web && node scripts/build.mjs)
 fi

@@ -16,7 +16,9 @@ fi
 cd web
 step "tsc → web/dist"
 node scripts/build.mjs
-echo "web: dist/pkg/loom_wasm_bg.wasm $(stat -c %s dist/pkg/loom_wasm_bg.wasm) bytes, $(gzip -9 -c dist/pkg/loom_wasm_bg.wasm | wc -c) gzipped"
+for wasm in dist/pkg/loom_wasm_bg.wasm dist/pkg-chat/loom_chat_bg.wasm; do
+  echo "web: $wasm $(stat -c %s $wasm) bytes, $(gzip -9 -c $wasm | wc -c) gzipped"
+done
 
 step "node tests"
 node --test test/*.test.mjs

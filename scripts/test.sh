@@ -24,6 +24,9 @@ cargo fmt --all --check
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 cargo clippy -p loom-wasm --lib --target wasm32-unknown-unknown -- -D warnings   # the wasm bindings build only there
+for half in inspector chat; do   # each npm wasm module is built with one of them alone (scripts/build-pkg.sh)
+  cargo clippy -p loom-wasm --lib --target wasm32-unknown-unknown --no-default-features --features $half -- -D warnings
+done
 
 step "fuzz targets compile (they run under cargo-fuzz, see fuzz/README.md; this catches API drift)"
 cargo check --manifest-path fuzz/Cargo.toml --bins --locked

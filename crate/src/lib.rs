@@ -19,8 +19,10 @@ pub mod stats;
 
 #[cfg(target_arch = "wasm32")]
 pub mod wasm;
-#[cfg(target_arch = "wasm32")]
+#[cfg(all(target_arch = "wasm32", feature = "chat"))]
 pub mod wasm_chat;
+#[cfg(all(target_arch = "wasm32", feature = "inspector"))]
+pub mod wasm_inspector;
 
 #[cfg(not(target_arch = "wasm32"))]
 pub mod cli;

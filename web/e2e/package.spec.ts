@@ -32,6 +32,26 @@ test('inspects every corpus .entity opened as a File as Loom\'s manifest says, i
   expect(await page.evaluate(() => (window as any).__mainThreadWasm)).toBe(0);
 });
 
+test('a page fetches only the wasm module it uses: inspecting and running never the chat\'s, chatting never the inspector\'s', async ({ page }) => {
+  const fetched = async () => (await page.request.get('/__wasm')).json();
+  await page.evaluate(async (u) => {
+    const model = await window.loom.open(new File([await (await fetch(u)).arrayBuffer()], 'loom.entity'));
+    await model.dispose();
+  }, url(entityCases[0]));
+  expect(await fetched()).toEqual(['/dist/pkg/loom_wasm_bg.wasm']);
+
+  await ready(page); // a new page: a new worker, nothing instantiated
+  await resetServer(page);
+  const ids = await page.evaluate(async () => {
+    const chat = await window.loom.openChat('/golden/tiny-llama/model.q8_0.gguf', { device: 'cpu' });
+    const ids = [...(await chat.tokenize('Hi'))];
+    await chat.dispose();
+    return ids;
+  });
+  expect(ids).toEqual([72, 105]);
+  expect(await fetched()).toEqual(['/dist/pkg-chat/loom_chat_bg.wasm']);
+});
+
 test('CPU forward in the browser is bit-exact with Loom on every corpus case', async ({ page }) => {
   const got = await page.evaluate(async (items) => {
     const hex = (a: Float32Array) => [...new Uint8Array(a.buffer, a.byteOffset, a.byteLength)].map((b) => b.toString(16).padStart(2, '0')).join('');

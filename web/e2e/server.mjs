@@ -27,6 +27,8 @@ const TYPES = { '.js': 'text/javascript', '.wasm': 'application/wasm', '.html': 
 
 /** What was asked and sent, per path; `cutNext` cuts the next model response after that many body bytes. */
 let log = [];
+/** The .wasm files fetched since the last reset, to see which of the package's modules a page loads. */
+let wasmFetched = [];
 let cutNext = null;
 let slow = false;
 
@@ -67,8 +69,10 @@ const server = createServer(async (req, res) => {
   const path = url.pathname;
   if (path === '/') return res.writeHead(200, { 'Content-Type': 'text/html' }).end(PAGE);
   if (path === '/__log') return res.writeHead(200, { 'Content-Type': 'application/json' }).end(JSON.stringify(log));
+  if (path === '/__wasm') return res.writeHead(200, { 'Content-Type': 'application/json' }).end(JSON.stringify(wasmFetched));
   if (path === '/__reset') {
     log = [];
+    wasmFetched = [];
     cutNext = null;
     slow = false;
     return res.end('ok');
@@ -86,6 +90,7 @@ const server = createServer(async (req, res) => {
   const entry = { path, range: req.headers.range ?? null, ifRange: req.headers['if-range'] ?? null, status: 200, sent: 0 };
   const isModel = !path.startsWith('/dist/');
   if (isModel) log.push(entry);
+  if (path.endsWith('.wasm')) wasmFetched.push(path);
   const headers = {
     'Content-Type': TYPES[extname(path)] ?? 'application/octet-stream',
     'Accept-Ranges': 'bytes',

@@ -1,6 +1,7 @@
 // The side that holds the wasm: a module Web Worker in browsers, the calling thread in Node. Every public call
 // arrives here as (method, args) and runs with its own progress callback and abort signal.
-import initWasm, * as bindings from './pkg/loom_wasm.js';
+import initInspector, * as inspectorGlue from './pkg/loom_wasm.js';
+import initChat, * as chatGlue from './pkg-chat/loom_chat.js';
 import { cacheAvailable, download, cachedBlob, listCache, deleteCached, clearCache, setCacheBackend } from './cache.js';
 import type { CacheBackend } from './cache.js';
 import { LoomError, throwIfAborted, toLoomError } from './errors.js';
@@ -11,7 +12,7 @@ import type {
   Progress, SendOptions, TensorPreview, TensorStats,
 } from './types.js';
 
-/** The wasm-bindgen exports this file uses (crate/src/wasm.rs). Errors are thrown as `{code, message}`. */
+/** The inspector module's `Model` (crate/src/wasm_inspector.rs). Errors are thrown as `{code, message}`. */
 interface RawModel {
   inspection(): Inspection;
   tensorStats(name: string, bins: number): TensorStats;
@@ -87,7 +88,24 @@ export interface RawReply {
   tokensPerSecond: number;
   prefillTokensPerSecond: number;
 }
-interface Raw {
+/** What both wasm modules export (crate/src/wasm.rs). */
+interface RawShared {
+  gpuInfo(): Promise<GpuInfo>;
+  memoryBytes(): number;
+  breakGpuKernel(prefix: string | null | undefined): Promise<void>;
+  loseGpuDevice(): void;
+}
+/** The inspector's module, `loom_wasm` (crate/src/wasm_inspector.rs). */
+interface RawInspector extends RawShared {
+  inspectHeader(prefix: Uint8Array, totalLen: number): Inspection;
+  Model: {
+    fromBytes(bytes: Uint8Array, name?: string): RawModel;
+    fromFiles(names: string[], files: Uint8Array[]): RawModel;
+  };
+  GpuStream: { begin(prefix: Uint8Array, totalLen: number, name?: string): Promise<RawGpuStream> };
+}
+/** The chat module, `loom_chat` (crate/src/wasm_chat.rs). */
+interface RawChatModule extends RawShared {
   Chat: {
     open(names: string[], files: Uint8Array[]): RawChat;
     openGpu(
@@ -103,18 +121,12 @@ interface Raw {
       context?: number,
     ): Promise<RawFit>;
   };
-  inspectHeader(prefix: Uint8Array, totalLen: number): Inspection;
-  gpuInfo(): Promise<GpuInfo>;
-  memoryBytes(): number;
-  breakGpuKernel(prefix: string | null | undefined): Promise<void>;
-  loseGpuDevice(): void;
-  Model: {
-    fromBytes(bytes: Uint8Array, name?: string): RawModel;
-    fromFiles(names: string[], files: Uint8Array[]): RawModel;
-  };
-  GpuStream: { begin(prefix: Uint8Array, totalLen: number, name?: string): Promise<RawGpuStream> };
 }
-const raw = bindings as unknown as Raw;
+interface RawModules {
+  inspector: RawInspector;
+  chat: RawChatModule;
+}
+export type WasmName = keyof RawModules;
 
 export interface CallContext {
   onProgress: (p: Progress) => void;
@@ -129,14 +141,21 @@ export interface EngineOptions {
   load?: 'full' | 'gpu';
 }
 
-/** How the wasm module is obtained: the default fetches it next to the glue (`new URL(…, import.meta.url)`). */
-let loadWasm: () => Promise<unknown> = () => initWasm();
-let wasmReady: Promise<unknown> | undefined;
+/** The package's two wasm modules (scripts/build-pkg.sh), each instantiated on first use: a page that only inspects
+ * never fetches the chat's, and a chat never the inspector's. Their glue is imported statically (15 kB gzipped
+ * each), so that bundlers need no code splitting in the worker. */
+const glue: { [K in WasmName]: { init: () => Promise<unknown>; bindings: unknown } } = {
+  inspector: { init: () => initInspector(), bindings: inspectorGlue },
+  chat: { init: () => initChat(), bindings: chatGlue },
+};
+/** How a wasm module is obtained: the default fetches it next to its glue (`new URL(…, import.meta.url)`). */
+let loadWasm: (name: WasmName) => Promise<unknown> = (name) => glue[name].init();
+const wasmReady: Partial<Record<WasmName, Promise<RawShared>>> = {};
 /** Node: `file:` URLs and paths become lazily read Blobs (fs.openAsBlob). */
 let openFileUrl: ((url: string) => Promise<Blob>) | undefined;
 
 export function configureEngine(opts: {
-  loadWasm?: () => Promise<unknown>;
+  loadWasm?: (name: WasmName) => Promise<unknown>;
   openFileUrl?: (url: string) => Promise<Blob>;
   cacheBackend?: CacheBackend;
 }): void {
@@ -145,12 +164,25 @@ export function configureEngine(opts: {
   if (opts.cacheBackend) setCacheBackend(opts.cacheBackend);
 }
 
-function ready(): Promise<unknown> {
-  wasmReady ??= loadWasm().catch((e) => {
-    wasmReady = undefined;
-    throw new LoomError('internal', `could not load loom-wasm's WebAssembly module: ${toLoomError(e).message}`);
-  });
-  return wasmReady;
+function ready<K extends WasmName>(name: K): Promise<RawModules[K]> {
+  let loading = wasmReady[name];
+  if (!loading) {
+    loading = loadWasm(name).then(
+      () => glue[name].bindings as RawShared,
+      (e) => {
+        delete wasmReady[name];
+        throw new LoomError('internal', `could not load loom-wasm's ${name} WebAssembly module: ${toLoomError(e).message}`);
+      },
+    );
+    wasmReady[name] = loading;
+  }
+  return loading as Promise<RawModules[K]>;
+}
+
+/** The modules instantiated so far. */
+async function loadedModules(): Promise<RawShared[]> {
+  const loaded = await Promise.allSettled(Object.values(wasmReady));
+  return loaded.flatMap((m) => (m.status === 'fulfilled' ? [m.value] : []));
 }
 
 /** A model held whole in WebAssembly memory, or one whose weights were streamed to the GPU (read again from
@@ -219,8 +251,8 @@ async function gpuHeaderReader(src: WireSource, opts: EngineOptions, ctx: CallCo
 }
 
 async function inspect(src: WireSource, opts: EngineOptions, ctx: CallContext): Promise<Inspection> {
-  const [reader] = await Promise.all([openReader(src, opts, ctx.signal), ready()]);
-  const out = await withHeader(reader, ctx, (prefix) => raw.inspectHeader(prefix, reader.size));
+  const [reader, wasm] = await Promise.all([openReader(src, opts, ctx.signal), ready('inspector')]);
+  const out = await withHeader(reader, ctx, (prefix) => wasm.inspectHeader(prefix, reader.size));
   out.bytes_read = reader.bytesRead;
   return out;
 }
@@ -247,11 +279,11 @@ async function withHeader<T>(reader: ByteReader, ctx: CallContext, parse: (prefi
 
 async function open(src: WireSource, opts: EngineOptions, ctx: CallContext) {
   if (opts.load === 'gpu') return openGpu(src, opts, ctx);
-  const [bytes] = await Promise.all([loadBytes(src, opts, ctx), ready()]);
+  const [bytes, wasm] = await Promise.all([loadBytes(src, opts, ctx), ready('inspector')]);
   throwIfAborted(ctx.signal);
   const name = opts.name ?? defaultName(src);
   ctx.onProgress({ phase: 'parse', loaded: 0, total: bytes.length });
-  const model = raw.Model.fromBytes(bytes, name);
+  const model = wasm.Model.fromBytes(bytes, name);
   ctx.onProgress({ phase: 'parse', loaded: bytes.length, total: bytes.length });
   return register(model, name);
 }
@@ -270,10 +302,10 @@ function gpuTurn<T>(call: () => Promise<T>): Promise<T> {
 /** `load: 'gpu'`: the header, then each blob read from the source and fed to the GPU (`upload` progress in bytes
  * of weights); the wasm heap holds the header and one blob at a time. */
 async function openGpu(src: WireSource, opts: EngineOptions, ctx: CallContext) {
-  const [header] = await Promise.all([gpuHeaderReader(src, opts, ctx), ready()]);
+  const [header, wasm] = await Promise.all([gpuHeaderReader(src, opts, ctx), ready('inspector')]);
   const name = opts.name ?? defaultName(src);
   // The header first: another format, a bad header or no WebGPU is refused before any weights are read.
-  const stream = await withHeader(header, ctx, (prefix) => gpuTurn(() => raw.GpuStream.begin(prefix, header.size, name))).catch((e) => {
+  const stream = await withHeader(header, ctx, (prefix) => gpuTurn(() => wasm.GpuStream.begin(prefix, header.size, name))).catch((e) => {
     const err = toLoomError(e);
     if (err.code !== 'no_webgpu') throw err;
     throw new LoomError('no_webgpu', `load: 'gpu' needs WebGPU (${err.message}); open with load: 'full' to run on the CPU`);
@@ -331,13 +363,13 @@ async function readFiles(files: File[], ctx: CallContext): Promise<Uint8Array[]>
 }
 
 async function openFiles(files: File[], opts: EngineOptions, ctx: CallContext) {
-  await ready();
+  const wasm = await ready('inspector');
   const total = files.reduce((s, f) => s + f.size, 0);
   const contents = await readFiles(files, ctx);
   const names = files.map((f) => (f as File & { webkitRelativePath?: string }).webkitRelativePath || f.name);
   const name = opts.name ?? commonFolder(names);
   ctx.onProgress({ phase: 'parse', loaded: 0, total });
-  const model = raw.Model.fromFiles(names, contents);
+  const model = wasm.Model.fromFiles(names, contents);
   ctx.onProgress({ phase: 'parse', loaded: total, total });
   return register(model, name);
 }
@@ -392,7 +424,7 @@ async function forward(
   let fallbackReason: string | undefined;
   let out: RawForward | undefined;
   if (device === 'gpu') {
-    const info = await gpuInfo();
+    const info = await gpuInfo('inspector');
     if (!info.available) fallbackReason = info.reason ?? 'WebGPU is not available';
   }
   if (device === 'gpu' && fallbackReason === undefined) {
@@ -433,13 +465,14 @@ function convert(id: number, opts: ConvertOptions & { allowLossy?: boolean }, ct
   return { blob: new Blob([bytes as Uint8Array<ArrayBuffer>], { type }), loss };
 }
 
-async function gpuInfo(): Promise<GpuInfo> {
+/** Whether WebGPU works for `module`'s device (each module holds its own). */
+async function gpuInfo(module: WasmName): Promise<GpuInfo> {
   const gpu = (globalThis as { navigator?: { gpu?: unknown } }).navigator?.gpu;
   if (!gpu) return { available: false, reason: 'WebGPU is not available here (navigator.gpu is missing)' };
-  await ready();
+  const wasm = await ready(module);
   let info: GpuInfo;
   try {
-    info = await raw.gpuInfo();
+    info = await wasm.gpuInfo();
   } catch (e) {
     return { available: false, reason: toLoomError(e).message };
   }
@@ -544,7 +577,7 @@ function yieldToEvents(): Promise<void> {
 /** Where a chat may run, asked before anything is read: the GPU with its adapter, or the CPU and why. */
 async function chatDevice(opts: ChatOpenOptions): Promise<{ gpu: boolean; reason?: string }> {
   if (opts.device === 'cpu') return { gpu: false };
-  const info = await gpuInfo();
+  const info = await gpuInfo('chat');
   if (!info.available) return { gpu: false, reason: info.reason ?? 'WebGPU is not available' };
   if (opts.device === 'auto' && info.software) {
     return { gpu: false, reason: `WebGPU runs on a software adapter here (${info.adapter ?? 'unknown'}), slower than the CPU engine` };
@@ -590,8 +623,9 @@ async function chatStreamGpu(src: WireChatSource, opts: ChatOpenOptions, ctx: Ca
     ctx.onProgress({ phase: 'upload', loaded: Math.min(loaded, total), total });
     return bytes;
   };
+  const wasm = await ready('chat');
   return gpuTurn(() =>
-    raw.Chat.openGpu(
+    wasm.Chat.openGpu(
       names,
       readers.map((r) => r.size),
       read,
@@ -603,7 +637,7 @@ async function chatStreamGpu(src: WireChatSource, opts: ChatOpenOptions, ctx: Ca
 /** The fit check: the model's headers through header-only readers (a URL by Range, never downloaded), then the
  * storage a kept download would need. */
 async function chatFit(src: WireChatSource, opts: { cache: boolean; context?: number }, ctx: CallContext): Promise<FitReport> {
-  await ready();
+  const wasm = await ready('chat');
   let names: string[];
   let readers: ByteReader[];
   let storageNeeded = 0;
@@ -624,7 +658,7 @@ async function chatFit(src: WireChatSource, opts: { cache: boolean; context?: nu
     bytesRead += length;
     return readers[file].read(offset, length, ctx.signal);
   };
-  const fit = await gpuTurn(() => raw.Chat.fit(names, readers.map((r) => r.size), read, opts.context));
+  const fit = await gpuTurn(() => wasm.Chat.fit(names, readers.map((r) => r.size), read, opts.context));
   let storage: FitReport['storage'] = null;
   const estimate = (globalThis as { navigator?: { storage?: { estimate?(): Promise<{ quota?: number; usage?: number }> } } })
     .navigator?.storage?.estimate;
@@ -653,7 +687,7 @@ async function chatFit(src: WireChatSource, opts: { cache: boolean; context?: nu
 }
 
 async function chatOpen(src: WireChatSource, opts: ChatOpenOptions, ctx: CallContext) {
-  await ready();
+  const wasm = await ready('chat');
   const files = 'files' in src && Array.isArray(src.files) ? src : undefined;
   const name = opts.name ?? (files ? (files.names.length === 1 ? files.names[0] : commonFolder(files.names)) : defaultName(src as WireSource));
   const where = await chatDevice(opts);
@@ -688,7 +722,7 @@ async function chatOpen(src: WireChatSource, opts: ChatOpenOptions, ctx: CallCon
   throwIfAborted(ctx.signal);
   const total = contents.reduce((s, b) => s + b.length, 0);
   ctx.onProgress({ phase: 'parse', loaded: 0, total });
-  const chat = raw.Chat.open(names, contents);
+  const chat = wasm.Chat.open(names, contents);
   contents = [];
   ctx.onProgress({ phase: 'parse', loaded: total, total });
   if (ctx.signal.aborted) {
@@ -710,7 +744,7 @@ async function registerChat(
   let adapter: string | undefined;
   let warning: string | undefined;
   if (device === 'gpu') {
-    const gpu = await gpuInfo();
+    const gpu = await gpuInfo('chat');
     adapter = gpu.adapter || chat.device();
     // Asked for by name ('gpu'), a software adapter runs; say what that costs, as 'auto' does when it passes it by.
     if (gpu.software) warning = `WebGPU runs on a software adapter here (${adapter}), slower than the CPU engine`;
@@ -816,11 +850,9 @@ const methods = {
     chats.get(id)?.chat.free();
     chats.delete(id);
   },
-  gpuInfo: () => gpuInfo(),
-  memoryBytes: async () => {
-    await ready();
-    return raw.memoryBytes();
-  },
+  // The module already working (chat first), else the chat's: the one a GPU check is mostly for.
+  gpuInfo: () => gpuInfo(wasmReady.chat || !wasmReady.inspector ? 'chat' : 'inspector'),
+  memoryBytes: async () => (await loadedModules()).reduce((sum, m) => sum + m.memoryBytes(), 0),
   cacheList: () => listCache(),
   cacheDelete: (_: CallContext, url: string) => deleteCached(url),
   cacheClear: () => clearCache(),
@@ -831,13 +863,11 @@ const methods = {
     testLoseGpuDevice?: boolean,
   ) => {
     setCacheBackend(cacheBackend);
-    if (testBreakGpuKernel !== undefined) {
-      await ready();
-      await raw.breakGpuKernel(testBreakGpuKernel);
-    }
-    if (testLoseGpuDevice) {
-      await ready();
-      raw.loseGpuDevice();
+    // The test hooks reach both modules' devices.
+    const both = testBreakGpuKernel !== undefined || testLoseGpuDevice ? await Promise.all([ready('inspector'), ready('chat')]) : [];
+    for (const wasm of both) {
+      if (testBreakGpuKernel !== undefined) await wasm.breakGpuKernel(testBreakGpuKernel);
+      if (testLoseGpuDevice) wasm.loseGpuDevice();
     }
   },
 };

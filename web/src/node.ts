@@ -5,7 +5,8 @@ import { isAbsolute, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { createApi } from './api.js';
 import { configureEngine, handle } from './engine.js';
-import { initSync } from './pkg/loom_wasm.js';
+import { initSync as initInspector } from './pkg/loom_wasm.js';
+import { initSync as initChat } from './pkg-chat/loom_chat.js';
 
 export { LoomError } from './errors.js';
 export type { LoomErrorCode } from './errors.js';
@@ -13,7 +14,10 @@ export type { CacheBackend } from './cache.js';
 export type * from './types.js';
 
 configureEngine({
-  loadWasm: async () => initSync({ module: await readFile(new URL('./pkg/loom_wasm_bg.wasm', import.meta.url)) }),
+  loadWasm: async (name) => {
+    const [init, file] = name === 'chat' ? [initChat, './pkg-chat/loom_chat_bg.wasm'] : [initInspector, './pkg/loom_wasm_bg.wasm'];
+    init({ module: await readFile(new URL(file, import.meta.url)) });
+  },
   openFileUrl: (url) => openAsBlob(fileURLToPath(url)),
   cacheBackend: 'none',
 });

@@ -250,6 +250,6 @@ test('npm pack puts the LICENSE in the tarball, next to dist/ and the README', (
   const web = fileURLToPath(new URL('..', import.meta.url));
   const [pack] = JSON.parse(execFileSync('npm', ['pack', '--dry-run', '--json', '--silent'], { cwd: web, encoding: 'utf8' }));
   const files = pack.files.map((f) => f.path);
-  for (const f of ['LICENSE', 'README.md', 'package.json', 'dist/index.js', 'dist/pkg/loom_wasm_bg.wasm']) assert.ok(files.includes(f), `${f} not in ${files}`);
+  for (const f of ['LICENSE', 'README.md', 'package.json', 'dist/index.js', 'dist/pkg/loom_wasm_bg.wasm', 'dist/pkg-chat/loom_chat_bg.wasm']) assert.ok(files.includes(f), `${f} not in ${files}`);
   assert.equal(pack.files.find((f) => f.path === 'LICENSE').size, readFileSync(new URL('../../LICENSE', import.meta.url)).length);
 });
