@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds the npm package's two wasm modules, web/pkg (the inspector's) and web/pkg-chat (the chat's): `wasm-pack
-# build --target web --release` (cargo → wasm-bindgen → wasm-opt from the repo root's npm `binaryen`), then prints
-# each raw and gzipped .wasm size and fails when one exceeds 1.5 MB gzipped. `scripts/setup.sh` installs wasm-pack and binaryen.
+# Builds the npm package's three wasm modules: web/pkg (the inspector's), web/pkg-chat (the chat's) and
+# web/pkg-grammar (the grammar engine, grammar/): `wasm-pack build --target web --release` (cargo → wasm-bindgen →
+# wasm-opt from the repo root's npm `binaryen`), then prints each raw and gzipped .wasm size and fails when one
+# exceeds 1.5 MB gzipped. `scripts/setup.sh` installs wasm-pack and binaryen.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PWD/node_modules/.bin:$PATH"
@@ -19,19 +20,22 @@ size_crates="tokenizers minijinja minijinja-contrib fancy-regex regex regex-auto
   wasm-bindgen-futures"
 size_config=()
 for crate in $size_crates; do size_config+=(--config "profile.release.package.$crate.opt-level=\"z\""); done
-# Two modules from the one crate, each under the size limit: the inspector's (web/pkg/loom_wasm) and the chat's
-# (web/pkg-chat/loom_chat). A page loads only the one it uses.
-build() { # feature, out dir, out name
+# Each module under the size limit, and a page loads only those it uses: from this crate the inspector's
+# (web/pkg/loom_wasm) and the chat's (web/pkg-chat/loom_chat); the grammar engine (grammar/, llguidance) only once
+# a reply is constrained.
+build() { # crate, out dir, out name, cargo arguments
+  local crate=$1 dir=$2 name=$3
+  shift 3
   CARGO_PROFILE_RELEASE_LTO=fat CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1 CARGO_PROFILE_RELEASE_OPT_LEVEL=s \
-    wasm-pack build crate --target web --release --out-dir "../web/$2" --out-name "$3" \
-    -- --no-default-features --features "$1" "${size_config[@]}"
+    wasm-pack build "$crate" --target web --release --out-dir "../web/$dir" --out-name "$name" -- "$@"
 }
-build inspector pkg loom_wasm
-build chat pkg-chat loom_chat
+build crate pkg loom_wasm --no-default-features --features inspector "${size_config[@]}"
+build crate pkg-chat loom_chat --no-default-features --features chat "${size_config[@]}"
+build grammar pkg-grammar loom_grammar
 
 limit=1500000
 status=0
-for wasm in web/pkg/loom_wasm_bg.wasm web/pkg-chat/loom_chat_bg.wasm; do
+for wasm in web/pkg/loom_wasm_bg.wasm web/pkg-chat/loom_chat_bg.wasm web/pkg-grammar/loom_grammar_bg.wasm; do
   raw=$(stat -c %s "$wasm")
   gz=$(gzip -9 -c "$wasm" | wc -c)
   echo "build-pkg: $wasm $raw bytes raw, $gz bytes gzipped (limit $limit)"

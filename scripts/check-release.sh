@@ -12,7 +12,8 @@ have=$(awk -F'"' '/^version = / { print $2; exit }' crate/Cargo.toml)
 grep -q "^## \[$want\]" CHANGELOG.md || { echo "check-release: CHANGELOG.md has no [$want] section" >&2; exit 1; }
 (cd web && npm publish --dry-run 2>&1 | grep -E '^npm (notice (name|version|package size|total files)|error)|^\+ ')
 # --allow-dirty: a checkout being tested may hold uncommitted work; CI's clean clone has none.
-if ! out=$(cargo publish --dry-run -p loom-wasm --allow-dirty 2>&1); then
+# The grammar library with it: loom-wasm depends on it by version, so the two are packaged (and verified) together.
+if ! out=$(cargo publish --dry-run -p loom-grammar -p loom-wasm --allow-dirty 2>&1); then
   echo "$out" >&2
   echo "check-release: cargo publish --dry-run failed" >&2
   exit 1

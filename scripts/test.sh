@@ -23,7 +23,7 @@ cargo fmt --all --check
 
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
-cargo clippy -p loom-wasm --lib --target wasm32-unknown-unknown -- -D warnings   # the wasm bindings build only there
+cargo clippy -p loom-wasm -p loom-grammar --lib --target wasm32-unknown-unknown -- -D warnings   # the wasm bindings build only there
 for half in inspector chat; do   # each npm wasm module is built with one of them alone (scripts/build-pkg.sh)
   cargo clippy -p loom-wasm --lib --target wasm32-unknown-unknown --no-default-features --features $half -- -D warnings
 done

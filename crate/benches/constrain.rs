@@ -24,7 +24,7 @@ fn main() {
     let mut eos = model.eos_ids.clone();
     eos.extend(tokenizer.eos_ids());
     let t = Instant::now();
-    let vocab = GrammarVocab::new(&tokenizer, model.config.vocab, &eos).unwrap();
+    let vocab = GrammarVocab::new(tokenizer.token_bytes(model.config.vocab), model.config.vocab, &eos).unwrap();
     let vocab_ms = t.elapsed().as_secs_f64() * 1e3;
     let cases = [
         (

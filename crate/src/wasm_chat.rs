@@ -127,10 +127,12 @@ impl ChatEngine {
         }
     }
 
-    /// Runs `tokens` and picks the next id per `draw` (`None`: the argmax); the GPU is awaited (pollster cannot
-    /// block in a browser) and draws on the device when it can.
-    async fn step(&mut self, tokens: &[u32], draw: Option<&SampleArgs>) -> crate::Result<Step> {
+    /// Runs `tokens` and picks the next id per `draw` (`None`: the argmax), or hands back the logits when `logits`
+    /// (a masked reply); the GPU is awaited (pollster cannot block in a browser) and draws on the device when it can.
+    async fn step(&mut self, tokens: &[u32], draw: Option<&SampleArgs>, logits: bool) -> crate::Result<Step> {
         Ok(match (self, draw) {
+            (ChatEngine::Cpu(e), _) if logits => Step::Logits(e.forward(tokens, false)?),
+            (ChatEngine::Gpu(e), _) if logits => Step::Logits(e.forward_logits(tokens, false).await?),
             (ChatEngine::Cpu(e), None) => Step::Id(e.forward_greedy(tokens)?),
             (ChatEngine::Cpu(e), Some(args)) => e.forward_sample(tokens, args)?,
             (ChatEngine::Gpu(e), None) => Step::Id(e.forward_argmax(tokens).await?),
@@ -268,6 +270,8 @@ struct SendOptions {
     stop: Option<Vec<String>>,
     /// Drop the oldest turns when the conversation outgrows the context (default), or fail with `context_full`.
     truncate: Option<bool>,
+    /// The worker masks each step's logits with a grammar (`step(mask)`).
+    constrained: Option<bool>,
 }
 
 /// `openGpu` and `fit`'s file lengths and KV positions (0 or none: the engine's default).
@@ -312,6 +316,7 @@ impl SendOptions {
             sampling,
             max_tokens: count(self.max_tokens, "maxTokens", GenerateOptions::default().max_tokens)?,
             stop_strings: self.stop.clone().unwrap_or_default(),
+            masked: self.constrained.unwrap_or(false),
             ..GenerateOptions::default()
         })
     }
@@ -649,9 +654,52 @@ impl JsChat {
         })
     }
 
-    /// Runs one engine step of the reply: resolves to `{text, done}`, the text that step adds.
-    #[wasm_bindgen(unchecked_return_type = "Promise<{ text: string; done: boolean }>")]
-    pub fn step(&self) -> js_sys::Promise {
+    /// What the grammar module needs of the model, packed for `GrammarVocab`'s constructor (grammar/src/wasm.rs):
+    /// little-endian u32s `rows`, the count of end ids, those ids, then each row's id as its length and bytes.
+    #[wasm_bindgen(js_name = grammarWords)]
+    pub fn grammar_words(&self) -> JsResult<Vec<u8>> {
+        self.with(|s| {
+            let (words, eos) = s.conversation.grammar_words()?;
+            let mut out = Vec::new();
+            let mut put = |n: usize| out.extend_from_slice(&(n as u32).to_le_bytes());
+            put(words.len());
+            put(eos.len());
+            eos.iter().for_each(|&id| put(id as usize));
+            for w in &words {
+                out.extend_from_slice(&(w.len() as u32).to_le_bytes());
+                out.extend_from_slice(w);
+            }
+            Ok(out)
+        })
+    }
+
+    /// Drops the reply in progress after an error outside the engine (its grammar failed): the conversation goes
+    /// back to before its message, as after a failed step.
+    pub fn abandon(&self) -> JsResult<()> {
+        self.with(|s| {
+            if let Some(turn) = s.turn.take() {
+                s.conversation.settle(&turn.reply);
+                s.conversation.history = turn.history_before;
+            }
+            Ok(())
+        })
+    }
+
+    /// Ends a constrained reply whose grammar is complete; returns text still held back.
+    pub fn complete(&self) -> JsResult<String> {
+        self.with(|s| {
+            Ok(s.turn
+                .as_mut()
+                .map(|t| t.reply.stop_for(StopReason::Complete))
+                .unwrap_or_default())
+        })
+    }
+
+    /// Runs one engine step of the reply: resolves to `{text, done, id}`, the text that step adds and the id it
+    /// drew (none when the reply ended instead). A constrained reply (`constrained` in `begin`'s options) passes its
+    /// grammar's `mask` (bit `id % 32` of word `id / 32`: the ids allowed next).
+    #[wasm_bindgen(unchecked_return_type = "Promise<{ text: string; done: boolean; id?: number }>")]
+    pub fn step(&self, mask: Option<Vec<u32>>) -> js_sys::Promise {
         let slot = self.slot.clone();
         wasm_bindgen_futures::future_to_promise(async move {
             let mut state = take(&slot)?;
@@ -662,14 +710,26 @@ impl JsChat {
                     .as_mut()
                     .ok_or_else(|| LoomError::InvalidInput("no reply was begun".into()))?;
                 if turn.reply.input().is_none() {
-                    return Ok((String::new(), true));
+                    return Ok((String::new(), true, None));
                 }
-                let draw = turn.reply.draw();
+                let masked = turn.reply.needs_logits();
+                if masked != mask.is_some() {
+                    return Err(LoomError::InvalidInput(
+                        "a mask goes with each step of a constrained reply, and only there".into(),
+                    ));
+                }
+                let drawn = turn.reply.generated().len();
+                let draw = if masked { None } else { turn.reply.draw() };
                 let input = turn.reply.input().unwrap_or_default();
-                let step = s.engine.step(input, draw.as_ref()).await?;
-                let text = turn.reply.accept(step)?;
+                let step = s.engine.step(input, draw.as_ref(), masked).await?;
+                let text = match &mask {
+                    Some(mask) => turn.reply.accept_masked(step, mask)?,
+                    None => turn.reply.accept(step)?,
+                };
                 s.conversation.settle(&turn.reply);
-                Ok((text, turn.reply.input().is_none()))
+                let ids = turn.reply.generated();
+                let id = (ids.len() > drawn).then(|| ids[ids.len() - 1]);
+                Ok((text, turn.reply.input().is_none(), id))
             }
             .await;
             let lost = matches!(result, Err(LoomError::GpuDeviceLost(_)));
@@ -686,10 +746,13 @@ impl JsChat {
             if lost {
                 crate::wasm::forget_gpu();
             }
-            let (text, done) = result.map_err(js_error)?;
+            let (text, done, id) = result.map_err(js_error)?;
             let o = js_sys::Object::new();
             crate::wasm::set(&o, "text", &text.into());
             crate::wasm::set(&o, "done", &done.into());
+            if let Some(id) = id {
+                crate::wasm::set(&o, "id", &id.into());
+            }
             Ok(o.into())
         })
     }

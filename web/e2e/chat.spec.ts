@@ -56,6 +56,38 @@ test('an HF folder from a directory handle chats in the worker; greedy ids equal
   expect(got.gpu).toEqual({ device: 'gpu', format: 'hf', ids: want, pieces: (got.gpu as any).pieces, history: 2 });
 });
 
+test('a constrained reply: the grammar module is fetched by the first one only; on WebGPU and the CPU the tiny Llama answers within the regex, the same ids', async ({ page }) => {
+  test.setTimeout(180_000);
+  await resetServer(page);
+  const fetched = async () => (await page.request.get('/__wasm')).json();
+  const run = (constraint: boolean) =>
+    page.evaluate(async ([template, constraint]) => {
+      const files = await Promise.all(['config.json', 'model.f32.safetensors', 'tokenizer.json'].map(async (name) =>
+        new File([await (await fetch(`/golden/tiny-llama/${name}`)).blob()], name)));
+      files.push(new File([template as string], 'tokenizer_config.json'));
+      const out: Record<string, unknown> = {};
+      for (const device of ['cpu', 'gpu'] as const) {
+        const chat = await window.loom.openChat(files, { device });
+        const opts = constraint ? { constraint: { type: 'regex' as const, pattern: '[a-z]{5}' } } : {};
+        const r = await chat.send('Hello, ', { temperature: 0, maxTokens: 16, ...opts });
+        out[device] = { device: chat.device, text: r.text, ids: [...r.ids], stop: r.stopReason };
+        await chat.dispose();
+      }
+      return out;
+    }, [TEMPLATE, constraint] as const);
+  const plain = await run(false);
+  expect(await fetched()).toEqual(['/dist/pkg-chat/loom_chat_bg.wasm']);
+  const held = await run(true);
+  expect(await fetched()).toEqual(['/dist/pkg-chat/loom_chat_bg.wasm', '/dist/pkg-grammar/loom_grammar_bg.wasm']);
+  const cpu = held.cpu as { device: string; text: string; ids: number[]; stop: string };
+  expect(cpu.device).toBe('cpu');
+  expect(cpu.text).toMatch(/^[a-z]{5}$/);
+  expect(cpu.stop).toBe('complete');
+  expect(held.gpu).toEqual({ ...cpu, device: 'gpu' });
+  // Unconstrained, the same model says something else: the grammar did the holding.
+  expect((plain.cpu as { text: string }).text).not.toMatch(/^[a-z]{5}$/);
+});
+
 test('the GPU self-test at open: a kernel made wrong on purpose sends the chat to the CPU with the kernel named; the reply is the golden', async ({ page }) => {
   test.setTimeout(180_000);
   const got = await page.evaluate(async (template) => {

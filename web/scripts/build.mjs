@@ -1,14 +1,15 @@
-// Builds dist/: the wasm-bindgen output from pkg/ and pkg-chat/ (scripts/build-pkg.sh at the repo root) plus the compiled TS, and
+// Builds dist/: the wasm-bindgen output of the three modules (scripts/build-pkg.sh at the repo root) plus the compiled TS, and
 // copies the repository's LICENSE next to package.json, where `npm pack` takes it into the tarball.
 import { cpSync, existsSync, readdirSync, rmSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
 const web = fileURLToPath(new URL('..', import.meta.url));
-// The two wasm modules (scripts/build-pkg.sh): their glue, types and .wasm only, not wasm-pack's package.json/README.
+// The wasm modules (scripts/build-pkg.sh): their glue, types and .wasm only, not wasm-pack's package.json/README.
 const modules = [
   ['pkg', 'loom_wasm'],
   ['pkg-chat', 'loom_chat'],
+  ['pkg-grammar', 'loom_grammar'],
 ];
 for (const [dir, name] of modules) {
   if (!existsSync(`${web}${dir}/${name}_bg.wasm`)) {

@@ -6,7 +6,7 @@ import { openAIChat } from './openai.js';
 import type { WireSource } from './source.js';
 import type { ChatOpenOptions, RawReply, WireChatSource, WireSendOptions } from './engine.js';
 import type {
-  CacheEntry, ChatMessage, ChatModelInfo, ChatReply, RestoredChat, ChatSession, ChatSource, ChatStream, ConvertOptions, FitCheckOptions, FitReport,
+  CacheEntry, ChatConstraint, ChatMessage, ChatModelInfo, ChatReply, RestoredChat, ChatSession, ChatSource, ChatStream, ConvertOptions, FitCheckOptions, FitReport,
   ForwardOptions, ForwardResult, GpuInfo, Inspection, LoomModel, LossReport, ModelDiff, OpenAIChat, OpenChatOptions,
   OpenOptions, Progress, SendOptions, Source, StopReason, TensorPreview, TensorStats,
 } from './types.js';
@@ -160,7 +160,31 @@ function wireSendOptions(opts: SendOptions): WireSendOptions {
     }
     out.stop = [...opts.stop];
   }
+  if (opts.constraint !== undefined) out.constraint = wireConstraint(opts.constraint);
   return out;
+}
+
+/** A constraint as the grammar module takes it: its kind and its text. */
+function wireConstraint(c: ChatConstraint): { kind: string; source: string } {
+  const text = (v: unknown, what: string): string => {
+    if (typeof v !== 'string') throw new LoomError('invalid_input', `constraint.${what} must be a string`);
+    return v;
+  };
+  switch (c?.type) {
+    case 'json_schema':
+      if (typeof c.schema !== 'boolean' && (typeof c.schema !== 'object' || c.schema === null)) {
+        throw new LoomError('invalid_input', 'constraint.schema must be a JSON Schema (an object or a boolean)');
+      }
+      return { kind: 'json_schema', source: JSON.stringify(c.schema) };
+    case 'json_object':
+      return { kind: 'json_object', source: '' };
+    case 'regex':
+      return { kind: 'regex', source: text(c.pattern, 'pattern') };
+    case 'lark':
+      return { kind: 'lark', source: text(c.grammar, 'grammar') };
+    default:
+      throw new LoomError('invalid_input', `constraint.type must be json_schema, json_object, regex or lark, got ${JSON.stringify((c as { type?: unknown })?.type)}`);
+  }
 }
 
 class Chat implements ChatSession {

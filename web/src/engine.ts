@@ -2,6 +2,7 @@
 // arrives here as (method, args) and runs with its own progress callback and abort signal.
 import initInspector, * as inspectorGlue from './pkg/loom_wasm.js';
 import initChat, * as chatGlue from './pkg-chat/loom_chat.js';
+import initGrammar, * as grammarGlue from './pkg-grammar/loom_grammar.js';
 import { cacheAvailable, download, cachedBlob, listCache, deleteCached, clearCache, setCacheBackend } from './cache.js';
 import type { CacheBackend } from './cache.js';
 import { LoomError, throwIfAborted, toLoomError } from './errors.js';
@@ -54,8 +55,11 @@ interface RawChat {
   applyTemplate(messages: ChatMessage[], addGenerationPrompt: boolean): string;
   history(): ChatMessage[];
   reset(): void;
-  begin(input: ChatMessage[] | string, opts: WireSendOptions): number;
-  step(): Promise<{ text: string; done: boolean }>;
+  begin(input: ChatMessage[] | string, opts: Omit<WireSendOptions, 'constraint'> & { constrained?: boolean }): number;
+  step(mask?: Uint32Array): Promise<{ text: string; done: boolean; id?: number }>;
+  grammarWords(): Uint8Array;
+  complete(): string;
+  abandon(): void;
   cancel(): string;
   adoptEngine(other: RawChat): void;
   loseDevice(): string;
@@ -64,7 +68,10 @@ interface RawChat {
   restore(bytes: Uint8Array): Promise<string>;
   free(): void;
 }
-export type WireSendOptions = Omit<SendOptions, 'onToken' | 'signal'>;
+export type WireSendOptions = Omit<SendOptions, 'onToken' | 'signal' | 'constraint'> & {
+  /** The grammar module's kind and text (`json_schema`, `json_object`, `regex`, `lark`). */
+  constraint?: { kind: string; source: string };
+};
 /** `Chat.fit`'s result (crate/src/wasm_chat.rs). */
 interface RawFit {
   arch: string;
@@ -122,9 +129,14 @@ interface RawChatModule extends RawShared {
     ): Promise<RawFit>;
   };
 }
+/** The grammar engine's module, `loom_grammar` (grammar/: llguidance), for constrained replies. */
+type GrammarModule = typeof grammarGlue;
+type GrammarVocab = InstanceType<GrammarModule['GrammarVocab']>;
+type Grammar = ReturnType<GrammarVocab['start']>;
 interface RawModules {
   inspector: RawInspector;
   chat: RawChatModule;
+  grammar: GrammarModule;
 }
 export type WasmName = keyof RawModules;
 
@@ -141,16 +153,17 @@ export interface EngineOptions {
   load?: 'full' | 'gpu';
 }
 
-/** The package's two wasm modules (scripts/build-pkg.sh), each instantiated on first use: a page that only inspects
- * never fetches the chat's, and a chat never the inspector's. Their glue is imported statically (15 kB gzipped
- * each), so that bundlers need no code splitting in the worker. */
+/** The package's wasm modules (scripts/build-pkg.sh), each instantiated on first use: a page that only inspects
+ * never fetches the chat's, a chat never the inspector's, and only a constrained reply the grammar engine. Their
+ * glue is imported statically (15 kB gzipped at most), so that bundlers need no code splitting in the worker. */
 const glue: { [K in WasmName]: { init: () => Promise<unknown>; bindings: unknown } } = {
   inspector: { init: () => initInspector(), bindings: inspectorGlue },
   chat: { init: () => initChat(), bindings: chatGlue },
+  grammar: { init: () => initGrammar(), bindings: grammarGlue },
 };
 /** How a wasm module is obtained: the default fetches it next to its glue (`new URL(…, import.meta.url)`). */
 let loadWasm: (name: WasmName) => Promise<unknown> = (name) => glue[name].init();
-const wasmReady: Partial<Record<WasmName, Promise<RawShared>>> = {};
+const wasmReady: Partial<Record<WasmName, Promise<unknown>>> = {};
 /** Node: `file:` URLs and paths become lazily read Blobs (fs.openAsBlob). */
 let openFileUrl: ((url: string) => Promise<Blob>) | undefined;
 
@@ -168,7 +181,7 @@ function ready<K extends WasmName>(name: K): Promise<RawModules[K]> {
   let loading = wasmReady[name];
   if (!loading) {
     loading = loadWasm(name).then(
-      () => glue[name].bindings as RawShared,
+      () => glue[name].bindings,
       (e) => {
         delete wasmReady[name];
         throw new LoomError('internal', `could not load loom-wasm's ${name} WebAssembly module: ${toLoomError(e).message}`);
@@ -180,8 +193,8 @@ function ready<K extends WasmName>(name: K): Promise<RawModules[K]> {
 }
 
 /** The modules instantiated so far. */
-async function loadedModules(): Promise<RawShared[]> {
-  const loaded = await Promise.allSettled(Object.values(wasmReady));
+async function loadedModules(): Promise<{ memoryBytes(): number }[]> {
+  const loaded = await Promise.allSettled(Object.values(wasmReady) as Promise<{ memoryBytes(): number }>[]);
   return loaded.flatMap((m) => (m.status === 'fulfilled' ? [m.value] : []));
 }
 
@@ -466,7 +479,7 @@ function convert(id: number, opts: ConvertOptions & { allowLossy?: boolean }, ct
 }
 
 /** Whether WebGPU works for `module`'s device (each module holds its own). */
-async function gpuInfo(module: WasmName): Promise<GpuInfo> {
+async function gpuInfo(module: 'inspector' | 'chat'): Promise<GpuInfo> {
   const gpu = (globalThis as { navigator?: { gpu?: unknown } }).navigator?.gpu;
   if (!gpu) return { available: false, reason: 'WebGPU is not available here (navigator.gpu is missing)' };
   const wasm = await ready(module);
@@ -532,6 +545,8 @@ interface OpenChat {
   name: string;
   /** Opens the model again on a new GPU device (after this one was lost), read again from its source. */
   reopen?: () => Promise<RawChat>;
+  /** The model's vocabulary in the grammar module, built by its first constrained reply. */
+  vocab?: GrammarVocab;
 }
 
 /** Devices a reply may lose, one after another, before it ends with `device_lost`. */
@@ -752,40 +767,82 @@ async function registerChat(
   return { id, name, device, adapter, fallbackReason, warning, info: chat.info() };
 }
 
-/** Generates a reply, streaming its text through `ctx.onToken`; an aborted signal ends it (`cancelled`). */
-async function chatSend(id: number, input: ChatMessage[] | string, opts: WireSendOptions, ctx: CallContext) {
+/** A grammar error as the package's: the grammar module throws plain Errors. */
+function constraintError(e: unknown): LoomError {
+  return new LoomError('invalid_input', `constraint: ${e instanceof Error ? e.message : String(e)}`);
+}
+
+/** A grammar for one reply of `c`, compiled before any token (the module and the model's vocabulary load once). */
+async function startGrammar(c: OpenChat, constraint: { kind: string; source: string }): Promise<Grammar> {
+  const g = await ready('grammar');
+  try {
+    c.vocab ??= new g.GrammarVocab(c.chat.grammarWords());
+    return c.vocab.start(constraint.kind, constraint.source);
+  } catch (e) {
+    throw constraintError(e);
+  }
+}
+
+/** Generates a reply, streaming its text through `ctx.onToken`; an aborted signal ends it (`cancelled`). A
+ * constrained one takes its grammar's mask into each step and hands the drawn id back to the grammar. */
+async function chatSend(id: number, input: ChatMessage[] | string, wire: WireSendOptions, ctx: CallContext) {
   const c = getChat(id);
-  const step = () => (c.device === 'gpu' ? gpuTurn(() => c.chat.step()) : c.chat.step());
-  c.chat.begin(input, opts);
+  const { constraint, ...opts } = wire;
+  const grammar = constraint ? await startGrammar(c, constraint) : undefined;
+  const step = (mask?: Uint32Array) => (c.device === 'gpu' ? gpuTurn(() => c.chat.step(mask)) : c.chat.step(mask));
+  c.chat.begin(input, grammar ? { ...opts, constrained: true } : opts);
   let devicesLost = 0;
-  for (;;) {
-    if (ctx.signal.aborted) {
-      const rest = c.chat.cancel();
-      if (rest) ctx.onToken?.(rest);
-      break;
-    }
-    let stepped: { text: string; done: boolean };
-    try {
-      stepped = await step();
-    } catch (e) {
-      if (toLoomError(e).code !== 'device_lost' || c.device !== 'gpu') throw e;
-      // A new device with the weights uploaded again: the conversation and the reply so far run again on it and
-      // the reply goes on; with none, it ends here with the text so far.
-      devicesLost++;
-      const fresh = devicesLost <= REOPENS_PER_REPLY && c.reopen ? await c.reopen().catch(() => undefined) : undefined;
-      if (fresh) {
-        c.chat.adoptEngine(fresh);
-        fresh.free();
-        continue;
+  try {
+    for (;;) {
+      if (ctx.signal.aborted) {
+        const rest = c.chat.cancel();
+        if (rest) ctx.onToken?.(rest);
+        break;
       }
-      const rest = c.chat.loseDevice();
-      if (rest) ctx.onToken?.(rest);
-      break;
+      let stepped: { text: string; done: boolean; id?: number };
+      try {
+        let mask: Uint32Array | undefined;
+        try {
+          mask = grammar?.mask();
+        } catch (e) {
+          c.chat.abandon();
+          throw constraintError(e);
+        }
+        stepped = await step(mask);
+      } catch (e) {
+        if (toLoomError(e).code !== 'device_lost' || c.device !== 'gpu') throw e;
+        // A new device with the weights uploaded again: the conversation and the reply so far run again on it and
+        // the reply goes on; with none, it ends here with the text so far.
+        devicesLost++;
+        const fresh = devicesLost <= REOPENS_PER_REPLY && c.reopen ? await c.reopen().catch(() => undefined) : undefined;
+        if (fresh) {
+          c.chat.adoptEngine(fresh);
+          fresh.free();
+          continue;
+        }
+        const rest = c.chat.loseDevice();
+        if (rest) ctx.onToken?.(rest);
+        break;
+      }
+      let { text, done } = stepped;
+      if (grammar && stepped.id !== undefined) {
+        try {
+          grammar.accept(stepped.id);
+        } catch (e) {
+          c.chat.abandon();
+          throw constraintError(e);
+        }
+        if (grammar.isDone()) {
+          text += c.chat.complete();
+          done = true;
+        }
+      }
+      if (text) ctx.onToken?.(text);
+      if (done) break;
+      if (c.device === 'cpu') await yieldToEvents();
     }
-    const { text, done } = stepped;
-    if (text) ctx.onToken?.(text);
-    if (done) break;
-    if (c.device === 'cpu') await yieldToEvents();
+  } finally {
+    grammar?.free();
   }
   const reply = { ...c.chat.finish(), devicesLost };
   return { reply, history: c.chat.history() };
@@ -847,6 +904,7 @@ const methods = {
   chatSave: (_: CallContext, id: number, meta?: string) => chatSave(id, meta),
   chatRestore: (_: CallContext, id: number, state: Blob | ArrayBuffer | Uint8Array) => chatRestore(id, state),
   chatDispose: async (_: CallContext, id: number) => {
+    chats.get(id)?.vocab?.free();
     chats.get(id)?.chat.free();
     chats.delete(id);
   },

@@ -7,6 +7,7 @@ import { createApi } from './api.js';
 import { configureEngine, handle } from './engine.js';
 import { initSync as initInspector } from './pkg/loom_wasm.js';
 import { initSync as initChat } from './pkg-chat/loom_chat.js';
+import { initSync as initGrammar } from './pkg-grammar/loom_grammar.js';
 
 export { LoomError } from './errors.js';
 export type { LoomErrorCode } from './errors.js';
@@ -15,7 +16,11 @@ export type * from './types.js';
 
 configureEngine({
   loadWasm: async (name) => {
-    const [init, file] = name === 'chat' ? [initChat, './pkg-chat/loom_chat_bg.wasm'] : [initInspector, './pkg/loom_wasm_bg.wasm'];
+    const [init, file] = {
+      inspector: [initInspector, './pkg/loom_wasm_bg.wasm'] as const,
+      chat: [initChat, './pkg-chat/loom_chat_bg.wasm'] as const,
+      grammar: [initGrammar, './pkg-grammar/loom_grammar_bg.wasm'] as const,
+    }[name];
     init({ module: await readFile(new URL(file, import.meta.url)) });
   },
   openFileUrl: (url) => openAsBlob(fileURLToPath(url)),

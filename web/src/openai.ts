@@ -3,7 +3,7 @@
 // conversation, and answers in OpenAI's shapes, so code written for the `openai` package runs on an open model.
 import { LoomError } from './errors.js';
 import type {
-  ChatMessage, ChatReply, ChatSession, ChatStream, OpenAIChat, OpenAIChatCompletion, OpenAIChatCompletionChunk,
+  ChatConstraint, ChatMessage, ChatReply, ChatSession, ChatStream, OpenAIChat, OpenAIChatCompletion, OpenAIChatCompletionChunk,
   OpenAIChatParams, OpenAIFinishReason, SendOptions, StopReason,
 } from './types.js';
 
@@ -30,8 +30,17 @@ export function readRequest(p: OpenAIChatParams): { messages: ChatMessage[]; opt
   if ((p.presence_penalty ?? 0) !== 0) unsupported('presence_penalty', 'a penalty other than 0');
   if (p.logit_bias && Object.keys(p.logit_bias).length > 0) unsupported('logit_bias', 'a logit bias');
   if (p.tools && p.tools.length > 0) unsupported('tools', 'tool calling');
-  if (p.response_format && p.response_format.type !== 'text') {
-    unsupported('response_format', `${p.response_format.type} output in the browser (loom serve has it)`);
+  let constraint: ChatConstraint | undefined;
+  const format = p.response_format;
+  if (format?.type === 'json_object') constraint = { type: 'json_object' };
+  else if (format?.type === 'json_schema') {
+    const schema = (format as { json_schema?: { schema?: object } }).json_schema?.schema;
+    if (schema !== undefined && (typeof schema !== 'object' || schema === null)) {
+      throw new LoomError('invalid_input', 'response_format.json_schema.schema: a JSON Schema is an object');
+    }
+    constraint = { type: 'json_schema', schema: schema ?? {} };
+  } else if (format && format.type !== 'text') {
+    throw new LoomError('invalid_input', `response_format: unknown type ${JSON.stringify(format.type)} (text, json_object, json_schema)`);
   }
   if (p.messages.length === 0) throw new LoomError('invalid_input', 'messages: at least one message is needed');
   const messages = p.messages.map((m, i): ChatMessage => {
@@ -64,6 +73,7 @@ export function readRequest(p: OpenAIChatParams): { messages: ChatMessage[]; opt
     stop,
   };
   if (p.seed != null) opts.seed = p.seed;
+  if (constraint) opts.constraint = constraint;
   return { messages, opts };
 }
 

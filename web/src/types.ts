@@ -240,10 +240,23 @@ export interface SendOptions {
   stop?: string[];
   /** Stops the reply: `send` resolves at once with the text so far and `stopReason: 'cancelled'`. */
   signal?: AbortSignal;
+  /** What the reply must be: each token is drawn from those the grammar allows, and the reply ends
+   * (`stopReason: 'complete'`) where nothing more can follow. The grammar engine (llguidance) is a WebAssembly module
+   * of its own, loaded on the first constrained reply. A schema or grammar it cannot compile is `invalid_input`
+   * before any token. */
+  constraint?: ChatConstraint;
 }
 
+/** A JSON Schema (draft 2020-12; an unknown keyword is refused by name, never ignored), any JSON object, a regular
+ * expression the whole reply matches, or a Lark grammar (llguidance's dialect). */
+export type ChatConstraint =
+  | { type: 'json_schema'; schema: object | boolean }
+  | { type: 'json_object' }
+  | { type: 'regex'; pattern: string }
+  | { type: 'lark'; grammar: string };
+
 /** `device_lost`: the GPU device was lost and none came back; the text so far is the reply. */
-export type StopReason = 'eos' | 'stop' | 'max_tokens' | 'cancelled' | 'context_full' | 'device_lost';
+export type StopReason = 'eos' | 'stop' | 'max_tokens' | 'cancelled' | 'context_full' | 'device_lost' | 'complete';
 
 export interface ChatReply {
   text: string;
@@ -299,8 +312,9 @@ export interface OpenAIMessageParam {
 }
 
 /** OpenAI's Chat Completions request, as far as it is read: the `openai` package's
- * `ChatCompletionCreateParams` is one. A field this runtime cannot honour (`n` > 1, log-probabilities, penalties,
- * a logit bias, tools, a `response_format` other than text in the browser) is refused with `unsupported`. */
+ * `ChatCompletionCreateParams` is one. `response_format` `json_object` and `json_schema` hold the reply to JSON
+ * (`constraint`). A field this runtime cannot honour (`n` > 1, log-probabilities, penalties, a logit bias, tools in
+ * the browser) is refused with `unsupported`. */
 export interface OpenAIChatParams {
   messages: ReadonlyArray<OpenAIMessageParam>;
   model?: string;
@@ -320,7 +334,11 @@ export interface OpenAIChatParams {
   logit_bias?: Record<string, number> | null;
   tools?: ReadonlyArray<unknown>;
   tool_choice?: unknown;
-  response_format?: { type: string };
+  response_format?:
+    | { type: 'text' }
+    | { type: 'json_object' }
+    | { type: 'json_schema'; json_schema: { name: string; schema?: Record<string, unknown>; strict?: boolean | null; description?: string } }
+    | { type: string };
 }
 
 export type OpenAIFinishReason = 'stop' | 'length';

@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 import { rejectsWith } from './assert.mjs';
 import { createHash } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { openChat } from 'loom-wasm';
 
@@ -228,7 +229,8 @@ test("OpenAI's chat.completions.create: a reply and a stream in OpenAI's shapes,
     [{ messages, logprobs: true }, 'unsupported', /logprobs/],
     [{ messages, presence_penalty: 0.5 }, 'unsupported', /presence_penalty/],
     [{ messages, tools: [{ type: 'function', function: { name: 'f' } }] }, 'unsupported', /tools/],
-    [{ messages, response_format: { type: 'json_object' } }, 'unsupported', /response_format/],
+    [{ messages, response_format: { type: 'grammar' } }, 'invalid_input', /response_format: unknown type "grammar"/],
+    [{ messages, response_format: { type: 'json_schema', json_schema: { name: 'x', schema: 'object' } } }, 'invalid_input', /JSON Schema is an object/],
     [{ messages: [{ role: 'tool', content: 'x', tool_call_id: '1' }] }, 'unsupported', /tool result/],
     [{ messages: [{ role: 'wizard', content: 'x' }] }, 'invalid_input', /unknown role/],
     [{ messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }] }, 'invalid_input', /image_url/],
@@ -301,4 +303,92 @@ test("a Gemma GGUF without a chat template chats in Gemma's format: llama.cpp's 
   assert.equal(llama.info.has_template, false);
   assert.equal(llama.info.built_in_template, undefined);
   await llama.dispose();
+});
+
+/** PyPI jsonschema's verdict on each `{schema, text}`: 'ok' or why not (outside truth, not our grammar engine). */
+function jsonschemaVerdicts(checks) {
+  const script = `import json, sys, jsonschema
+out = []
+for c in json.load(sys.stdin):
+    try:
+        jsonschema.validate(json.loads(c['text']), c['schema'])
+        out.append('ok')
+    except Exception as e:
+        out.append(repr(e)[:300] + ' in ' + c['text'])
+print(json.dumps(out))`;
+  return JSON.parse(execFileSync('python3', ['-c', script], { input: JSON.stringify(checks), encoding: 'utf8' }));
+}
+
+test('constraint: SmolLM2 replies held to JSON Schemas are valid for jsonschema, regexes match whole, a Lark grammar gives one of its sentences; what cannot compile is invalid_input before any token', async (t) => {
+  if (!existsSync(SMOL_GGUF)) return t.skip('models/ is missing: run scripts/setup.sh');
+  const chat = await openChat(SMOL_GGUF, { device: 'cpu' });
+  const greedy = { temperature: 0, maxTokens: 160 };
+  // Bounded strings and numbers, so that a 135M model that would repeat a digit forever still completes.
+  const cases = [
+    ['Describe the capital of France.', { type: 'object', properties: { city: { type: 'string', maxLength: 20 },
+      country: { type: 'string', maxLength: 20 }, population: { type: 'integer', minimum: 0, maximum: 99999999 } },
+      required: ['city', 'country', 'population'], additionalProperties: false }],
+    ['List three fruits.', { type: 'array', items: { type: 'string', minLength: 1, maxLength: 16 }, minItems: 3, maxItems: 3 }],
+    ['Make up a product code and a person.', { type: 'object', properties: {
+      code: { type: 'string', pattern: '^[A-Z]{3}-[0-9]{4}$' }, owner: { $ref: '#/$defs/person' } },
+      required: ['code', 'owner'], additionalProperties: false,
+      $defs: { person: { type: 'object', properties: { name: { type: 'string', maxLength: 20 },
+        age: { type: 'integer', minimum: 18, maximum: 99 } }, required: ['name', 'age'], additionalProperties: false } } }],
+  ];
+  const checks = [];
+  for (const [user, schema] of cases) {
+    await chat.reset();
+    let streamed = '';
+    const r = await chat.send(user, { ...greedy, constraint: { type: 'json_schema', schema }, onToken: (s) => (streamed += s) });
+    assert.equal(r.stopReason, 'complete', `${user}: ${r.text}`);
+    assert.equal(streamed, r.text);
+    checks.push({ schema, text: r.text });
+  }
+  assert.deepEqual(jsonschemaVerdicts(checks), ['ok', 'ok', 'ok']);
+
+  for (const pattern of ['[0-9]{4}', '(yes|no)', '[A-Z][a-z]{1,11}, [A-Z][a-z]{1,11}']) {
+    await chat.reset();
+    const r = await chat.send('When did World War II end, and where?', { temperature: 0, maxTokens: 24, constraint: { type: 'regex', pattern } });
+    assert.equal(r.stopReason, 'complete', `${pattern}: ${r.text}`);
+    assert.match(r.text, new RegExp(`^(?:${pattern})$`));
+  }
+  await chat.reset();
+  const obj = await chat.send('Describe a cat as JSON.', { temperature: 0, maxTokens: 200, constraint: { type: 'json_object' } });
+  assert.equal(obj.stopReason, 'complete', obj.text);
+  assert.equal(typeof JSON.parse(obj.text), 'object');
+  await chat.reset();
+  const lark = 'start: answer "."\nanswer: "Paris" | "London" | "Rome"\n';
+  const capital = await chat.send('What is the capital of France?', { temperature: 0, maxTokens: 8, constraint: { type: 'lark', grammar: lark } });
+  assert.ok(['Paris.', 'London.', 'Rome.'].includes(capital.text), capital.text);
+  // Sampled, not greedy: the draw is still from what the grammar allows.
+  await chat.reset();
+  const sampled = await chat.send('Pick a number.', { temperature: 1.2, seed: 7, maxTokens: 24, constraint: { type: 'regex', pattern: '[1-9][0-9]?' } });
+  assert.match(sampled.text, /^[1-9][0-9]?$/);
+
+  await chat.reset();
+  for (const [constraint, says] of [
+    [{ type: 'json_schema', schema: { type: 'object', properties: { a: { type: 'string', minLenght: 3 } } } }, /#\/properties\/a: unknown JSON Schema keyword "minLenght"/],
+    [{ type: 'json_schema', schema: { type: 'strnig' } }, /strnig/],
+    [{ type: 'json_schema', schema: 'object' }, /constraint.schema must be a JSON Schema/],
+    [{ type: 'regex', pattern: '[0-9' }, /regex/],
+    [{ type: 'lark', grammar: 'start: (' }, /constraint/],
+    [{ type: 'yaml' }, /constraint.type must be/],
+  ]) {
+    await rejectsWith(chat.send('Hello', { temperature: 0, maxTokens: 8, constraint }), 'invalid_input', says);
+    assert.deepEqual(chat.history, [], 'nothing was added to the conversation');
+  }
+  // The session goes on unconstrained, as before.
+  const plain = await chat.send('Hello', { temperature: 0, maxTokens: 4 });
+  assert.equal(plain.ids.length, 4);
+
+  // OpenAI's response_format: json_schema and json_object.
+  await chat.reset();
+  const schema = cases[0][1];
+  const c = await chat.chat.completions.create({
+    messages: [{ role: 'user', content: cases[0][0] }], temperature: 0, max_tokens: 160,
+    response_format: { type: 'json_schema', json_schema: { name: 'capital', schema, strict: true } },
+  });
+  assert.equal(c.choices[0].finish_reason, 'stop');
+  assert.deepEqual(jsonschemaVerdicts([{ schema, text: c.choices[0].message.content }]), ['ok']);
+  await chat.dispose();
 });

@@ -27,13 +27,16 @@ pub struct GenerateOptions {
     pub stop_strings: Vec<String>,
     /// Set from another thread (Ctrl-C, a stop button) to end the reply after the current token.
     pub cancel: Option<Arc<AtomicBool>>,
-    /// What the reply must be (a JSON Schema, a regex, a grammar): natively for now.
+    /// What the reply must be (a JSON Schema, a regex, a grammar), natively.
     #[cfg(not(target_arch = "wasm32"))]
     pub constraint: Option<Constraint>,
     /// Record each new token's log-probability with this many of the likeliest alternatives (natively for now:
     /// `loom serve`'s `logprobs`).
     #[cfg(not(target_arch = "wasm32"))]
     pub logprobs: Option<usize>,
+    /// The caller masks each step's logits itself ([`Reply::accept_masked`]: the browser's grammar module), so the
+    /// engine hands back logits, never an id it picked.
+    pub masked: bool,
 }
 
 impl Default for GenerateOptions {
@@ -48,6 +51,7 @@ impl Default for GenerateOptions {
             constraint: None,
             #[cfg(not(target_arch = "wasm32"))]
             logprobs: None,
+            masked: false,
         }
     }
 }
@@ -374,6 +378,8 @@ pub struct Reply {
     /// How many alternatives each token's log-probability keeps, and those so far, when asked for.
     #[cfg(not(target_arch = "wasm32"))]
     logprobs: Option<(usize, Vec<TokenLogprob>)>,
+    /// The caller masks the logits ([`GenerateOptions::masked`]).
+    masked: bool,
     stop: Option<StopReason>,
     t0: f64,
     t1: Option<f64>,
@@ -403,9 +409,33 @@ impl Reply {
     /// picked itself.
     pub fn needs_logits(&self) -> bool {
         #[cfg(not(target_arch = "wasm32"))]
-        return self.grammar.is_some() || self.logprobs.is_some();
+        return self.masked || self.grammar.is_some() || self.logprobs.is_some();
         #[cfg(target_arch = "wasm32")]
-        false
+        self.masked
+    }
+
+    /// [`Reply::accept`] for a reply whose grammar runs elsewhere (the browser's grammar module): `allowed` is its
+    /// mask, bit `id % 32` of word `id / 32`; every other id's logit is −∞ before the draw.
+    pub fn accept_masked(&mut self, step: Step, allowed: &[u32]) -> Result<String> {
+        let Step::Logits(mut logits) = step else {
+            return Err(LoomError::InvalidInput("a masked reply draws from the logits".into()));
+        };
+        for (id, l) in logits.iter_mut().enumerate() {
+            if allowed.get(id / 32).is_none_or(|w| (w >> (id % 32)) & 1 == 0) {
+                *l = f32::NEG_INFINITY;
+            }
+        }
+        if logits.iter().all(|&l| l == f32::NEG_INFINITY) {
+            return Err(LoomError::InvalidInput(
+                "constraint: no token can continue the reply".into(),
+            ));
+        }
+        self.accept(Step::Logits(logits))
+    }
+
+    /// The new ids so far.
+    pub fn generated(&self) -> &[u32] {
+        self.new_ids()
     }
 
     /// Runs the prompt from position `kept` (what the engine still holds after its truncation: fewer than the
@@ -565,7 +595,6 @@ pub struct Conversation {
     format: ChatFormat,
     eos_ids: Vec<u32>,
     /// Logits per step (the model's vocabulary rows), which a grammar's vocabulary spans.
-    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
     rows: usize,
     /// The vocabulary as the grammar engine sees it, built by the first constrained reply.
     #[cfg(not(target_arch = "wasm32"))]
@@ -618,12 +647,18 @@ impl Conversation {
         &self.format
     }
 
+    /// What a grammar engine needs of the model: each of its rows' ids as bytes
+    /// ([`Tokenizer::token_bytes`]) and the ids that end a reply.
+    pub fn grammar_words(&self) -> Result<(Vec<Vec<u8>>, &[u32])> {
+        Ok((self.format.tokenizer()?.token_bytes(self.rows), &self.eos_ids))
+    }
+
     /// The grammar engine's view of the vocabulary, built once.
     #[cfg(not(target_arch = "wasm32"))]
     fn grammar_vocab(&mut self) -> Result<GrammarVocab> {
         if self.grammar_vocab.is_none() {
-            let tokenizer = self.format.tokenizer()?;
-            self.grammar_vocab = Some(GrammarVocab::new(tokenizer, self.rows, &self.eos_ids)?);
+            let (words, eos_ids) = self.grammar_words()?;
+            self.grammar_vocab = Some(GrammarVocab::new(words, self.rows, eos_ids)?);
         }
         Ok(self.grammar_vocab.clone().expect("built above"))
     }
@@ -702,6 +737,7 @@ impl Conversation {
             grammar,
             #[cfg(not(target_arch = "wasm32"))]
             logprobs: opts.logprobs.map(|k| (k, Vec::new())),
+            masked: opts.masked,
             stop: None,
             t0: now_s(),
             t1: None,
