@@ -6,6 +6,7 @@
 use std::path::Path;
 use std::time::Instant;
 
+use loom_wasm::gpu::mask_logits;
 use loom_wasm::llm::constrain::{Constraint, GrammarVocab};
 use loom_wasm::llm::engine::Engine;
 use loom_wasm::llm::generate::{GenerateOptions, Session};
@@ -68,7 +69,7 @@ fn main() {
         let (mut mask_us, mut max_mask_us, mut decode_us) = (Vec::new(), 0f64, Vec::new());
         for &id in &g.ids {
             let t = Instant::now();
-            grammar.mask(&mut logits).unwrap();
+            mask_logits(&mut logits, &grammar.mask_words().unwrap());
             grammar.accept(id).unwrap();
             let us = t.elapsed().as_secs_f64() * 1e6;
             mask_us.push(us);

@@ -127,12 +127,25 @@ impl ChatEngine {
         }
     }
 
-    /// Runs `tokens` and picks the next id per `draw` (`None`: the argmax), or hands back the logits when `logits`
-    /// (a masked reply); the GPU is awaited (pollster cannot block in a browser) and draws on the device when it can.
-    async fn step(&mut self, tokens: &[u32], draw: Option<&SampleArgs>, logits: bool) -> crate::Result<Step> {
+    /// Runs `tokens` and picks the next id per `draw` (`None`: the argmax), among the ids `allowed` when a grammar
+    /// masks the step; the GPU is awaited (pollster cannot block in a browser) and picks on the device when it can
+    /// (one id read back), the CPU engine hands a masked step's logits back.
+    async fn step(
+        &mut self,
+        tokens: &[u32],
+        draw: Option<&SampleArgs>,
+        allowed: Option<&[u32]>,
+    ) -> crate::Result<Step> {
+        if let Some(allowed) = allowed {
+            return Ok(match self {
+                ChatEngine::Cpu(e) => Step::Logits(e.forward(tokens, false)?),
+                ChatEngine::Gpu(e) if draw.is_none_or(GpuEngine::samples) => {
+                    Step::Id(e.forward_masked(tokens, draw, allowed).await?)
+                }
+                ChatEngine::Gpu(e) => Step::Logits(e.forward_logits(tokens, false).await?),
+            });
+        }
         Ok(match (self, draw) {
-            (ChatEngine::Cpu(e), _) if logits => Step::Logits(e.forward(tokens, false)?),
-            (ChatEngine::Gpu(e), _) if logits => Step::Logits(e.forward_logits(tokens, false).await?),
             (ChatEngine::Cpu(e), None) => Step::Id(e.forward_greedy(tokens)?),
             (ChatEngine::Cpu(e), Some(args)) => e.forward_sample(tokens, args)?,
             (ChatEngine::Gpu(e), None) => Step::Id(e.forward_argmax(tokens).await?),
@@ -712,16 +725,15 @@ impl JsChat {
                 if turn.reply.input().is_none() {
                     return Ok((String::new(), true, None));
                 }
-                let masked = turn.reply.needs_logits();
-                if masked != mask.is_some() {
+                if turn.reply.caller_masks() != mask.is_some() {
                     return Err(LoomError::InvalidInput(
                         "a mask goes with each step of a constrained reply, and only there".into(),
                     ));
                 }
                 let drawn = turn.reply.generated().len();
-                let draw = if masked { None } else { turn.reply.draw() };
+                let draw = turn.reply.draw();
                 let input = turn.reply.input().unwrap_or_default();
-                let step = s.engine.step(input, draw.as_ref(), masked).await?;
+                let step = s.engine.step(input, draw.as_ref(), mask.as_deref()).await?;
                 let text = match &mask {
                     Some(mask) => turn.reply.accept_masked(step, mask)?,
                     None => turn.reply.accept(step)?,

@@ -219,7 +219,7 @@ fn the_gpu_engine_gives_the_cpu_engines_constrained_reply() {
     };
     let cpu = run(Box::new(model.cpu_engine()));
     let engine = pollster::block_on(loom_wasm::llm::gpu_engine::GpuEngine::new(
-        gpu,
+        gpu.clone(),
         &model.config,
         &model.weights,
         None,
@@ -233,6 +233,47 @@ fn the_gpu_engine_gives_the_cpu_engines_constrained_reply() {
         cpu.0
     );
     assert_eq!(on_gpu, cpu);
+
+    // A masked decode step on the GPU is one submit and one id read back, greedy or sampled; the id is the CPU's
+    // pick from the masked logits.
+    let mut engine = pollster::block_on(loom_wasm::llm::gpu_engine::GpuEngine::new(
+        gpu.clone(),
+        &model.config,
+        &model.weights,
+        None,
+    ))
+    .unwrap();
+    let mut cpu_engine = model.cpu_engine();
+    let mut logits = loom_wasm::llm::engine::Engine::forward(&mut cpu_engine, &prompt, false).unwrap();
+    pollster::block_on(engine.forward_logits(&prompt[..prompt.len() - 1], false)).unwrap();
+    let vowels: Vec<u32> = (0..model.config.vocab.div_ceil(32))
+        .map(|w| {
+            (0..32)
+                .filter(|b| b"aeiou".contains(&((w * 32 + b) as u8)) && w < 8)
+                .fold(0, |m, b| m | 1 << b)
+        })
+        .collect();
+    let last = &prompt[prompt.len() - 1..];
+    let id = pollster::block_on(engine.forward_masked(last, None, &vowels)).unwrap();
+    let stats = engine.last_call();
+    assert_eq!((stats.submits, stats.bytes_read_back), (1, 4), "{stats:?}");
+    loom_wasm::gpu::mask_logits(&mut logits, &vowels);
+    assert_eq!(id, loom_wasm::gpu::first_argmax(&logits));
+    assert!(b"aeiou".contains(&(id as u8)), "{id}");
+    engine.truncate(prompt.len() - 1);
+    let args = loom_wasm::gpu::SampleArgs {
+        temperature: 1.5,
+        top_k: 40,
+        top_p: 0.95,
+        min_p: 0.0,
+        u: 9_000_000,
+        repetition_penalty: 1.0,
+        penalized: Vec::new(),
+    };
+    let drawn = pollster::block_on(engine.forward_masked(last, Some(&args), &vowels)).unwrap();
+    let stats = engine.last_call();
+    assert_eq!((stats.submits, stats.bytes_read_back), (1, 4), "{stats:?}");
+    assert_eq!(drawn, loom_wasm::llm::sampler::Sampler::sample_with(&mut logits, &args));
 }
 
 /// The bytes each id stands for (what the grammar engine matches text against) equal llguidance's own reading of

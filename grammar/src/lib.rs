@@ -267,17 +267,6 @@ impl Grammar {
         Ok(allowed)
     }
 
-    /// Sets the logits of every id the grammar does not allow next to −∞.
-    pub fn mask(&mut self, logits: &mut [f32]) -> Result<(), Error> {
-        let allowed = self.allowed()?;
-        for (id, l) in logits.iter_mut().enumerate().take(self.rows) {
-            if !allowed.is_allowed(id as u32) {
-                *l = f32::NEG_INFINITY;
-            }
-        }
-        Ok(())
-    }
-
     /// The ids the grammar allows next as a bitmask over the model's rows: bit `id % 32` of word `id / 32`.
     pub fn mask_words(&mut self) -> Result<Vec<u32>, Error> {
         let allowed = self.allowed()?;

@@ -17,10 +17,10 @@ pub use loom::{
     MHA_MAX_SEQ,
 };
 pub use ops::{
-    binding_parts, first_argmax, packed_values, rope_table, Argmax, AttendArgs, Attention, Elementwise, Embedding,
-    EmbeddingTable, GpuTensor, KvCache, MatVec, MatVecOptions, Norm, PackedWeights, Packing, Pointwise, Rope,
-    RowLayout, Rows, Sample, SampleArgs, Softmax, GPU_GGML_TYPES, GPU_SAMPLE_MAX, LAYER_NORM_EPS, MAX_WEIGHT_BINDINGS,
-    RMS_NORM_EPS,
+    binding_parts, first_argmax, is_allowed, mask_logits, packed_values, rope_table, Argmax, AttendArgs, Attention,
+    Elementwise, Embedding, EmbeddingTable, GpuTensor, KvCache, LogitMask, MatVec, MatVecOptions, Norm, PackedWeights,
+    Packing, Pointwise, Rope, RowLayout, Rows, Sample, SampleArgs, Softmax, GPU_GGML_TYPES, GPU_SAMPLE_MAX,
+    LAYER_NORM_EPS, MAX_WEIGHT_BINDINGS, RMS_NORM_EPS,
 };
 
 pub use ops::kernel::{Arena, Recorder};

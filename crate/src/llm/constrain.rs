@@ -35,9 +35,9 @@ impl GrammarVocab {
 pub struct Grammar(loom_grammar::Grammar);
 
 impl Grammar {
-    /// Sets the logits of every id the grammar does not allow next to −∞.
-    pub fn mask(&mut self, logits: &mut [f32]) -> Result<()> {
-        self.0.mask(logits).map_err(constraint_err)
+    /// The ids the grammar allows next: bit `id % 32` of word `id / 32`, over the model's rows.
+    pub fn mask_words(&mut self) -> Result<Vec<u32>> {
+        self.0.mask_words().map_err(constraint_err)
     }
 
     /// Takes the id that was drawn.

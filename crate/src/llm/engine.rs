@@ -37,6 +37,12 @@ pub trait Engine {
     fn forward_sample(&mut self, tokens: &[u32], _args: &SampleArgs) -> Result<Step> {
         Ok(Step::Logits(self.forward(tokens, false)?))
     }
+    /// Runs `tokens` and picks the next id among those `allowed` (a grammar's mask: bit `id % 32` of word `id / 32`)
+    /// by argmax (`draw` is `None`) or per `draw`, where the engine can (the GPU: one id read back); else returns
+    /// the last logits for the caller to mask.
+    fn forward_masked(&mut self, tokens: &[u32], _draw: Option<&SampleArgs>, _allowed: &[u32]) -> Result<Step> {
+        Ok(Step::Logits(self.forward(tokens, false)?))
+    }
     /// The keys and values cached, as a saved chat carries them (the same rows from every engine).
     fn kv_rows(&self) -> Result<KvRows>;
     /// Replaces the cache with saved rows of this model. Rows that do not fit it are an error that changes nothing;

@@ -15,6 +15,7 @@ use super::saved::{Fingerprint, SavedChat};
 use super::template::{ChatMessage, ChatTemplate};
 use super::tokenizer::Tokenizer;
 use crate::error::{LoomError, Result};
+use crate::gpu::{is_allowed, mask_logits};
 
 #[derive(Clone, Debug)]
 pub struct GenerateOptions {
@@ -405,32 +406,36 @@ impl Reply {
         Some(args)
     }
 
-    /// Whether the engine must hand back the logits (a constrained reply masks them before the draw), never an id it
-    /// picked itself.
+    /// Whether the engine must hand back the logits (log-probabilities are taken from them), never an id it picked
+    /// itself.
     pub fn needs_logits(&self) -> bool {
         #[cfg(not(target_arch = "wasm32"))]
-        return self.masked || self.grammar.is_some() || self.logprobs.is_some();
+        return self.logprobs.is_some();
         #[cfg(target_arch = "wasm32")]
+        false
+    }
+
+    /// Whether the caller passes each step's mask ([`GenerateOptions::masked`]).
+    pub fn caller_masks(&self) -> bool {
         self.masked
     }
 
-    /// [`Reply::accept`] for a reply whose grammar runs elsewhere (the browser's grammar module): `allowed` is its
-    /// mask, bit `id % 32` of word `id / 32`; every other id's logit is −∞ before the draw.
+    /// The ids the reply's grammar allows next (bit `id % 32` of word `id / 32`), for the engine to pick among
+    /// ([`Engine::forward_masked`]) and [`Reply::accept_masked`]; `None` without a grammar here (in the browser the
+    /// grammar module has the mask).
+    pub fn allowed(&mut self) -> Result<Option<Vec<u32>>> {
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Some(g) = &mut self.grammar {
+            return g.mask_words().map(Some);
+        }
+        Ok(None)
+    }
+
+    /// [`Reply::accept`] for a step taken under the mask `allowed` ([`Reply::allowed`], or the browser's grammar
+    /// module's): an id the engine picked must be one it allows; from logits, every other id's is −∞ before the
+    /// draw.
     pub fn accept_masked(&mut self, step: Step, allowed: &[u32]) -> Result<String> {
-        let Step::Logits(mut logits) = step else {
-            return Err(LoomError::InvalidInput("a masked reply draws from the logits".into()));
-        };
-        for (id, l) in logits.iter_mut().enumerate() {
-            if allowed.get(id / 32).is_none_or(|w| (w >> (id % 32)) & 1 == 0) {
-                *l = f32::NEG_INFINITY;
-            }
-        }
-        if logits.iter().all(|&l| l == f32::NEG_INFINITY) {
-            return Err(LoomError::InvalidInput(
-                "constraint: no token can continue the reply".into(),
-            ));
-        }
-        self.accept(Step::Logits(logits))
+        self.take(step, Some(allowed))
     }
 
     /// The new ids so far.
@@ -462,6 +467,11 @@ impl Reply {
     /// Takes the engine's output for [`Reply::input`] and returns the text that can be shown now (text that may
     /// be the start of a stop string is held back until the next token says).
     pub fn accept(&mut self, step: Step) -> Result<String> {
+        let allowed = self.allowed()?;
+        self.take(step, allowed.as_deref())
+    }
+
+    fn take(&mut self, step: Step, allowed: Option<&[u32]>) -> Result<String> {
         if self.stop.is_some() {
             return Err(LoomError::InvalidInput("this reply has ended".into()));
         }
@@ -473,17 +483,28 @@ impl Reply {
         let next = match step {
             Step::Id(_) if self.needs_logits() => {
                 return Err(LoomError::InvalidInput(
-                    "a constrained reply draws from the logits".into(),
+                    "log-probabilities are taken from the logits".into(),
                 ))
             }
-            Step::Id(id) => id,
+            Step::Id(id) => {
+                if allowed.is_some_and(|a| !is_allowed(a, id as usize)) {
+                    return Err(LoomError::Gpu(format!(
+                        "the device picked id {id}, which the constraint does not allow"
+                    )));
+                }
+                id
+            }
             Step::Logits(mut logits) => {
                 // The model's own distribution, before the grammar and the sampler change the logits.
                 #[cfg(not(target_arch = "wasm32"))]
                 let raw = self.logprobs.as_ref().map(|_| logits.clone());
-                #[cfg(not(target_arch = "wasm32"))]
-                if let Some(g) = &mut self.grammar {
-                    g.mask(&mut logits)?;
+                if let Some(allowed) = allowed {
+                    mask_logits(&mut logits, allowed);
+                    if logits.iter().all(|&l| l == f32::NEG_INFINITY) {
+                        return Err(LoomError::InvalidInput(
+                            "constraint: no token can continue the reply".into(),
+                        ));
+                    }
                 }
                 let next = match self.drawn.take() {
                     Some(args) => Sampler::sample_with(&mut logits, &args),
@@ -940,11 +961,13 @@ impl Session {
                 reply.cancel()
             } else {
                 let draw = reply.draw();
+                let allowed = reply.allowed()?;
                 let logits = reply.needs_logits();
                 let Some(input) = reply.input() else { break };
-                let out = match logits {
-                    true => self.engine.forward(input, false).map(Step::Logits),
-                    false => step(self.engine.as_mut(), input, draw.as_ref()),
+                let out = match (logits, &allowed) {
+                    (true, _) => self.engine.forward(input, false).map(Step::Logits),
+                    (false, Some(allowed)) => self.engine.forward_masked(input, draw.as_ref(), allowed),
+                    (false, None) => step(self.engine.as_mut(), input, draw.as_ref()),
                 };
                 let out = match out {
                     Err(LoomError::GpuDeviceLost(_)) => {
@@ -973,9 +996,10 @@ impl Session {
                 };
                 // A stop that came while the step ran drops its token: nothing shows after the stop. (The engine
                 // cached more than the reply says; the next turn's truncation drops it.)
-                match cancelled() {
-                    true => reply.cancel(),
-                    false => reply.accept(out)?,
+                match (cancelled(), &allowed) {
+                    (true, _) => reply.cancel(),
+                    (false, Some(allowed)) => reply.accept_masked(out, allowed)?,
+                    (false, None) => reply.accept(out)?,
                 }
             };
             if !text.is_empty() && !on_text(&text) {

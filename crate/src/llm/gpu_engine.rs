@@ -22,8 +22,9 @@ use super::weights::{BlockWeights, Matrix, ModelWeights};
 use crate::cpu::ops::{self, RopePairs};
 use crate::error::{LoomError, Result};
 use crate::gpu::{
-    binding_parts, Arena, Argmax, AttendArgs, Attention, Elementwise, Gpu, GpuTensor, KvCache, MatVec, MatVecOptions,
-    Norm, PackedWeights, Packing, Recorder, Rope, RowLayout, Rows, Sample, GPU_SAMPLE_MAX, MAX_WEIGHT_BINDINGS,
+    binding_parts, Arena, Argmax, AttendArgs, Attention, Elementwise, Gpu, GpuTensor, KvCache, LogitMask, MatVec,
+    MatVecOptions, Norm, PackedWeights, Packing, Recorder, Rope, RowLayout, Rows, Sample, GPU_SAMPLE_MAX,
+    MAX_WEIGHT_BINDINGS,
 };
 
 /// Prompt tokens per submit: bounds the activation buffers of a long prompt.
@@ -189,6 +190,7 @@ struct Kernels {
     elementwise: Elementwise,
     argmax: Argmax,
     sample: Sample,
+    mask: LogitMask,
 }
 
 /// What a chunk hands back.
@@ -204,6 +206,9 @@ enum Output {
     Greedy,
     /// The id drawn from the last token's logits by `sample.wgsl` (the engine's `draw`).
     Sampled,
+    /// [`Output::Greedy`] and [`Output::Sampled`] among the ids a grammar allows (`mask.wgsl` first).
+    MaskedGreedy,
+    MaskedSampled,
 }
 
 /// The decoder on a GPU.
@@ -229,6 +234,8 @@ pub struct GpuEngine {
     /// The draw of the step in flight (for [`Output::Sampled`]) and the buffer of its penalised ids.
     draw: Option<SampleArgs>,
     draw_ids: wgpu::Buffer,
+    /// The allowed ids of a masked step, written before it runs ([`GpuEngine::forward_masked`]).
+    allowed: wgpu::Buffer,
 }
 
 /// Uploads small f32 vectors (norms, biases).
@@ -402,8 +409,10 @@ impl GpuEngineBuilder {
             elementwise: Elementwise::new(g)?,
             argmax: Argmax::new(g)?,
             sample: Sample::new(g)?,
+            mask: LogitMask::new(g)?,
         };
         let draw_ids = Sample::ids_buffer(g).await?;
+        let allowed = LogitMask::buffer(g, cfg.vocab).await?;
         let mut caches = Vec::with_capacity(cfg.n_layers);
         for l in 0..cfg.n_layers {
             let rows = kv_rows(&cfg, l, cfg.context);
@@ -428,6 +437,7 @@ impl GpuEngineBuilder {
             last: GpuCallStats::default(),
             draw: None,
             draw_ids,
+            allowed,
         })
     }
 }
@@ -646,6 +656,36 @@ impl GpuEngine {
         let bytes = self.run(tokens, Output::Sampled).await;
         self.draw = None;
         let bytes = bytes?;
+        Ok(u32::from_le_bytes(bytes[..4].try_into().expect("4 bytes read back")))
+    }
+
+    /// Runs `tokens` and returns the next token among those `allowed` (bit `id % 32` of word `id / 32`, one bit per
+    /// vocabulary id): the argmax (`draw` is `None`) or the draw per `draw`, picked on the GPU after the mask (one id
+    /// read back), as the CPU picks it from logits that [`crate::gpu::mask_logits`] masked.
+    pub async fn forward_masked(&mut self, tokens: &[u32], draw: Option<&SampleArgs>, allowed: &[u32]) -> Result<u32> {
+        if allowed.len() != self.cfg.vocab.div_ceil(32) {
+            return Err(LoomError::InvalidInput(format!(
+                "a mask of {} words for a vocabulary of {}",
+                allowed.len(),
+                self.cfg.vocab
+            )));
+        }
+        LogitMask::write(&self.gpu, &self.allowed, allowed)?;
+        let bytes = match draw {
+            None => self.run(tokens, Output::MaskedGreedy).await?,
+            Some(args) => {
+                if !GpuEngine::samples(args) {
+                    return Err(LoomError::InvalidInput(format!(
+                        "GPU sampling takes top-k 1..={GPU_SAMPLE_MAX} and at most {GPU_SAMPLE_MAX} penalised ids"
+                    )));
+                }
+                Sample::write_ids(&self.gpu, &self.draw_ids, args);
+                self.draw = Some(args.clone());
+                let bytes = self.run(tokens, Output::MaskedSampled).await;
+                self.draw = None;
+                bytes?
+            }
+        };
         Ok(u32::from_le_bytes(bytes[..4].try_into().expect("4 bytes read back")))
     }
 
@@ -993,13 +1033,16 @@ impl GpuEngine {
                 capped
             }
         };
+        if matches!(out, Output::MaskedGreedy | Output::MaskedSampled) {
+            k.mask.encode(rec, logits.rows(), &self.allowed)?;
+        }
         let id = match out {
-            Output::Greedy => {
+            Output::Greedy | Output::MaskedGreedy => {
                 let id = GpuTensor::scratch(rec, vec![1])?;
                 k.argmax.encode(rec, logits.rows(), id.rows())?;
                 id
             }
-            Output::Sampled => {
+            Output::Sampled | Output::MaskedSampled => {
                 let args = self
                     .draw
                     .as_ref()
@@ -1052,6 +1095,22 @@ impl super::engine::Engine for GpuEngine {
         use super::generate::Step;
         Ok(if GpuEngine::samples(args) {
             Step::Id(pollster::block_on(self.forward_sampled(tokens, args))?)
+        } else {
+            Step::Logits(self.forward(tokens, false)?)
+        })
+    }
+
+    fn forward_masked(
+        &mut self,
+        tokens: &[u32],
+        draw: Option<&SampleArgs>,
+        allowed: &[u32],
+    ) -> Result<super::generate::Step> {
+        use super::generate::Step;
+        Ok(if draw.is_none_or(GpuEngine::samples) {
+            Step::Id(pollster::block_on(GpuEngine::forward_masked(
+                self, tokens, draw, allowed,
+            ))?)
         } else {
             Step::Logits(self.forward(tokens, false)?)
         })

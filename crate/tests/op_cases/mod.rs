@@ -47,7 +47,8 @@ pub mod softmax;
 pub mod views;
 
 use loom_wasm::gpu::{
-    Argmax, Attention, Conv, Elementwise, Embedding, Gpu, KMeans, MatVec, Norm, Recurrent, Rope, Sample, Softmax,
+    Argmax, Attention, Conv, Elementwise, Embedding, Gpu, KMeans, LogitMask, MatVec, Norm, Recurrent, Rope, Sample,
+    Softmax,
 };
 
 on_each_device!(every_kernel_compiles);
@@ -64,6 +65,7 @@ pub async fn every_kernel_compiles(gpu: &Gpu) {
     Embedding::new(gpu).unwrap();
     Argmax::new(gpu).unwrap();
     Sample::new(gpu).unwrap();
+    LogitMask::new(gpu).unwrap();
     Rope::new(gpu).unwrap();
     Attention::new(gpu).unwrap();
     Conv::new(gpu).unwrap();
@@ -72,7 +74,7 @@ pub async fn every_kernel_compiles(gpu: &Gpu) {
     if let Err(e) = gpu.check_pipelines().await {
         panic!("a kernel does not compile: {e}");
     }
-    note!("matvec, norm, elementwise, softmax, embedding, argmax, sample, rope, attention, conv, recurrent, kmeans: all compile");
+    note!("matvec, norm, elementwise, softmax, embedding, argmax, sample, mask, rope, attention, conv, recurrent, kmeans: all compile");
 }
 
 /// The wgpu device every native case shares (Vulkan: Mesa lavapipe without a GPU).

@@ -1,13 +1,18 @@
 //! `shaders/sample.wgsl` against its CPU twin `Sampler::sample_with` (repetition penalty, temperature, top-k,
 //! top-p, min-p, then the draw of 24 random bits): the same id for every draw, over vocabularies up to Qwen's, with
-//! ties at the top-k threshold, NaN and infinities.
+//! ties at the top-k threshold, NaN and infinities. And `shaders/mask.wgsl` (a grammar's allowed ids) before the
+//! argmax and the draw against its CPU twin `mask_logits` before theirs.
 
-use loom_wasm::gpu::{Gpu, Sample, SampleArgs};
+use loom_wasm::gpu::{first_argmax, mask_logits, Argmax, Gpu, LogitMask, Sample, SampleArgs};
 use loom_wasm::llm::sampler::Sampler;
 
 use super::harness::data;
 
-on_each_device!(sampling_matches_the_cpu_twin, sampling_ties_nan_and_infinities);
+on_each_device!(
+    sampling_matches_the_cpu_twin,
+    sampling_ties_nan_and_infinities,
+    masked_picks_match_the_cpu_twin
+);
 
 fn args(
     temperature: f32,
@@ -95,4 +100,57 @@ pub async fn sampling_ties_nan_and_infinities(gpu: &Gpu) {
         Sampler::sample_with(&mut all_nan.clone(), &a)
     );
     note!("ties: {checked} draws identical");
+}
+
+/// Masks of every density (one id, a few, a random half, all but one, all) over vocabularies up to Qwen's: the GPU's
+/// argmax and draws after `mask.wgsl` are the CPU's after `mask_logits`, always an allowed id.
+pub async fn masked_picks_match_the_cpu_twin(gpu: &Gpu) {
+    let (mask, argmax, sample) = (
+        LogitMask::new(gpu).unwrap(),
+        Argmax::new(gpu).unwrap(),
+        Sample::new(gpu).unwrap(),
+    );
+    let mut checked = 0;
+    for n in [300, 49_152, 151_936] {
+        let logits = data(n as u64 + 5, n, -8.0, 8.0);
+        let words = n.div_ceil(32);
+        let random = data(n as u64 + 6, n, 0.0, 1.0);
+        let allow = |keep: &dyn Fn(usize) -> bool| -> Vec<u32> {
+            let mut w = vec![0u32; words];
+            for id in (0..n).filter(|&id| keep(id)) {
+                w[id / 32] |= 1 << (id % 32);
+            }
+            w
+        };
+        let best = first_argmax(&logits) as usize;
+        let masks = [
+            ("one id", allow(&|id| id == n / 3)),
+            ("a few", allow(&|id| id % 997 == 5)),
+            ("half", allow(&|id| random[id] < 0.5)),
+            ("all but the best", allow(&|id| id != best)),
+            ("all", allow(&|_| true)),
+        ];
+        for (name, allowed) in &masks {
+            let mut cpu = logits.clone();
+            mask_logits(&mut cpu, allowed);
+            let on_gpu = mask.run(gpu, &logits, allowed).await.unwrap();
+            let ids = argmax.run(gpu, &on_gpu, n).await.unwrap();
+            assert_eq!(ids, vec![first_argmax(&cpu)], "{name} {n}: argmax");
+            for (temperature, top_k, top_p, min_p) in [(0.0, 1, 1.0, 0.0), (1.0, 40, 0.9, 0.05), (2.5, 256, 1.0, 0.0)] {
+                for u in [0, 5_000_000, 16_777_215] {
+                    let a = args(temperature, top_k, top_p, min_p, 1.3, vec![1, 7, (n / 3) as u32], u);
+                    let want = Sampler::sample_with(&mut cpu.clone(), &a);
+                    let got = sample.run(gpu, &on_gpu, &a).await.unwrap();
+                    assert_eq!(got, want, "{name} {n}: {a:?}");
+                    assert_eq!(
+                        (allowed[got as usize / 32] >> (got % 32)) & 1,
+                        1,
+                        "{name} {n}: {got} is not allowed"
+                    );
+                    checked += 1;
+                }
+            }
+        }
+    }
+    note!("masked argmax and draws: {checked} identical to the CPU twin");
 }

@@ -25,7 +25,7 @@ pub use matvec::{
 };
 pub use norm::{Norm, LAYER_NORM_EPS, RMS_NORM_EPS};
 pub use rope::{rope_table, Rope};
-pub use sample::{Sample, SampleArgs, GPU_SAMPLE_MAX};
+pub use sample::{is_allowed, mask_logits, LogitMask, Sample, SampleArgs, GPU_SAMPLE_MAX};
 pub use softmax::{Softmax, SoftmaxVariant};
 pub use tensor::{GpuTensor, Rows};
 
