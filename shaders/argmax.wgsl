@@ -24,8 +24,12 @@ var<workgroup> best_ok: array<u32, LANES>;
 // The lowest finite f32 (−3.40282347e38, which Tint refuses as a decimal: a hair past f32), as a hex literal.
 const LOWEST: f32 = -0x1.fffffep+127f;
 
-// Takes x[base + i] if it beats the lane's best (the lane visits its indices in increasing order).
+// Takes x[base + i] if it beats the lane's best (the lane visits its indices in increasing order). NaN is told by its
+// bits, not by comparisons, which a compiler may assume NaN-free (a grammar's mask writes NaN: mask.wgsl).
 fn consider(xi: f32, i: u32, v: ptr<function, f32>, idx: ptr<function, u32>, found: ptr<function, bool>) {
+    if (bitcast<u32>(xi) & 0x7fffffffu) > 0x7f800000u {
+        return;
+    }
     if (*found && xi > *v) || (!*found && xi >= LOWEST) {
         *v = xi;
         *idx = i;

@@ -1,11 +1,12 @@
 // A grammar's mask on one row of logits, before the argmax or the draw: every id whose bit is clear (bit id % 32 of
 // word id / 32 of `allowed`) becomes NaN, which argmax.wgsl and sample.wgsl both leave out, as their CPU twins leave
 // out the −∞ that `mask_logits` (crate/src/gpu/ops/sample.rs) writes: such an id never wins and takes no
-// probability. The NaN is written as bits (WGSL has no NaN constant). One thread an id, over a 2-D grid.
+// probability. The NaN's bits come in the parameters: WGSL has no NaN constant, and Tint refuses one made by a
+// constant bitcast. One thread an id, over a 2-D grid.
 
 struct Params {
     n: u32,
-    _p0: u32,
+    nan_bits: u32,
     _p1: u32,
     _p2: u32,
 }
@@ -25,6 +26,6 @@ fn mask(
         return;
     }
     if ((allowed[id / 32u] >> (id % 32u)) & 1u) == 0u {
-        logits[id] = bitcast<f32>(0x7fc00000u);
+        logits[id] = bitcast<f32>(p.nan_bits);
     }
 }

@@ -18,6 +18,7 @@ use crate::llm::engine::{CpuEngine, Engine, KvCache};
 use crate::llm::generate::{ChatFormat, Conversation, GenerateOptions, Reply, Step, StopReason};
 use crate::llm::gpu_engine::{engine_context, GpuEngine, GpuEngineBuilder, GpuFit};
 use crate::llm::model::{LlmModel, ModelFormat};
+use crate::llm::openai::MAX_TOP_LOGPROBS;
 use crate::llm::sampler::{SampleArgs, SamplingParams};
 use crate::llm::saved::{Fingerprint, KvRows};
 use crate::llm::streamed::StreamedModel;
@@ -129,13 +130,21 @@ impl ChatEngine {
 
     /// Runs `tokens` and picks the next id per `draw` (`None`: the argmax), among the ids `allowed` when a grammar
     /// masks the step; the GPU is awaited (pollster cannot block in a browser) and picks on the device when it can
-    /// (one id read back), the CPU engine hands a masked step's logits back.
+    /// (one id read back), the CPU engine hands a masked step's logits back. With `logits` (log-probabilities are
+    /// asked for) it hands the logits back whatever the step.
     async fn step(
         &mut self,
         tokens: &[u32],
         draw: Option<&SampleArgs>,
         allowed: Option<&[u32]>,
+        logits: bool,
     ) -> crate::Result<Step> {
+        if logits {
+            return Ok(Step::Logits(match self {
+                ChatEngine::Cpu(e) => e.forward(tokens, false)?,
+                ChatEngine::Gpu(e) => e.forward_logits(tokens, false).await?,
+            }));
+        }
         if let Some(allowed) = allowed {
             return Ok(match self {
                 ChatEngine::Cpu(e) => Step::Logits(e.forward(tokens, false)?),
@@ -285,6 +294,8 @@ struct SendOptions {
     truncate: Option<bool>,
     /// The worker masks each step's logits with a grammar (`step(mask)`).
     constrained: Option<bool>,
+    /// Each new token's log-probability with this many alternatives (0 to 20), as OpenAI's `top_logprobs`.
+    logprobs: Option<f64>,
 }
 
 /// `openGpu` and `fit`'s file lengths and KV positions (0 or none: the engine's default).
@@ -330,6 +341,17 @@ impl SendOptions {
             max_tokens: count(self.max_tokens, "maxTokens", GenerateOptions::default().max_tokens)?,
             stop_strings: self.stop.clone().unwrap_or_default(),
             masked: self.constrained.unwrap_or(false),
+            logprobs: match self.logprobs {
+                None => None,
+                Some(_) => match count(self.logprobs, "logprobs", 0)? {
+                    n @ 0..=MAX_TOP_LOGPROBS => Some(n),
+                    n => {
+                        return Err(LoomError::InvalidInput(format!(
+                            "logprobs: at most {MAX_TOP_LOGPROBS} alternatives, got {n}"
+                        )))
+                    }
+                },
+            },
             ..GenerateOptions::default()
         })
     }
@@ -733,7 +755,8 @@ impl JsChat {
                 let drawn = turn.reply.generated().len();
                 let draw = turn.reply.draw();
                 let input = turn.reply.input().unwrap_or_default();
-                let step = s.engine.step(input, draw.as_ref(), mask.as_deref()).await?;
+                let logits = turn.reply.needs_logits();
+                let step = s.engine.step(input, draw.as_ref(), mask.as_deref(), logits).await?;
                 let text = match &mask {
                     Some(mask) => turn.reply.accept_masked(step, mask)?,
                     None => turn.reply.accept(step)?,
@@ -815,7 +838,7 @@ impl JsChat {
                 .ok_or_else(|| LoomError::InvalidInput("no reply was begun".into()))?;
             turn.reply.cancel();
             s.conversation.settle(&turn.reply);
-            let g = turn.reply.generation();
+            let g = s.conversation.generation(&turn.reply);
             s.conversation.history.push(ChatMessage {
                 role: "assistant".into(),
                 content: g.text.clone(),
@@ -833,6 +856,27 @@ impl JsChat {
         set("decodeMs", (g.decode_s * 1000.0).into());
         set("tokensPerSecond", g.tokens_per_s().into());
         set("prefillTokensPerSecond", g.prefill_tokens_per_s().into());
+        // OpenAI's `logprobs.content`: each token's text, log-probability, bytes and `top_logprobs`.
+        if let Some(seen) = &g.logprobs {
+            let entry = |bytes: &[u8], logprob: f32| {
+                let e = js_sys::Object::new();
+                crate::wasm::set(&e, "token", &String::from_utf8_lossy(bytes).as_ref().into());
+                crate::wasm::set(&e, "logprob", &f64::from(logprob).into());
+                let bytes: js_sys::Array = bytes.iter().map(|&b| JsValue::from(b)).collect();
+                crate::wasm::set(&e, "bytes", &bytes.into());
+                e
+            };
+            let content: js_sys::Array = seen
+                .iter()
+                .map(|t| {
+                    let e = entry(&t.bytes, t.logprob);
+                    let top: js_sys::Array = t.top.iter().map(|(_, b, lp)| entry(b, *lp)).collect();
+                    crate::wasm::set(&e, "top_logprobs", &top.into());
+                    e
+                })
+                .collect();
+            set("logprobs", content.into());
+        }
         Ok(o.into())
     }
 }

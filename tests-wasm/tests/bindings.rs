@@ -1,11 +1,12 @@
-//! The JavaScript bindings (`loom_wasm::wasm`) in headless Chromium: `Model.forwardGpu` on WebGPU (SwiftShader)
-//! against `Model.forwardCpu` and Loom's output, the model kept between GPU calls, a concurrent call refused, and
-//! `inspectHeader` over growing prefixes. The Node tests (`tests-wasm/node/`) cover the rest of the API.
+//! The JavaScript bindings (`loom_wasm::wasm`, `loom_wasm::wasm_inspector`) in headless Chromium:
+//! `Model.forwardGpu` on WebGPU (SwiftShader) against `Model.forwardCpu` and Loom's output, the model kept between GPU
+//! calls, a concurrent call refused, and `inspectHeader` over growing prefixes. The Node tests (`tests-wasm/node/`) cover the rest of the API.
 #![cfg(target_arch = "wasm32")]
 
 use js_sys::{Float32Array, Reflect};
 use loom_wasm::gpu::GPU_TOLERANCE;
-use loom_wasm::wasm::{gpu_info, inspect_header, JsModel};
+use loom_wasm::wasm::gpu_info;
+use loom_wasm::wasm_inspector::{inspect_header, JsModel};
 use serde_json::Value;
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;

@@ -161,6 +161,12 @@ function wireSendOptions(opts: SendOptions): WireSendOptions {
     out.stop = [...opts.stop];
   }
   if (opts.constraint !== undefined) out.constraint = wireConstraint(opts.constraint);
+  const top = opts.topLogprobs ?? 0;
+  if (typeof top !== 'number' || !Number.isInteger(top) || top < 0 || top > 20) {
+    throw new LoomError('invalid_input', `topLogprobs must be a whole number from 0 to 20, got ${JSON.stringify(opts.topLogprobs)}`);
+  }
+  if (opts.logprobs) out.logprobs = top;
+  else if (top > 0) throw new LoomError('invalid_input', 'topLogprobs needs logprobs: true');
   return out;
 }
 

@@ -9,7 +9,7 @@ import { LoomError, throwIfAborted, toLoomError } from './errors.js';
 import { BlobReader, BytesReader, HttpReader, concat, defaultName, readAll } from './source.js';
 import type { ByteReader, WireSource } from './source.js';
 import type {
-  ChatMessage, ChatModelInfo, ConvertOptions, FitReport, ForwardResult, GpuInfo, Inspection, LossReport, ModelDiff,
+  ChatMessage, ChatModelInfo, ChatTokenLogprob, ConvertOptions, FitReport, ForwardResult, GpuInfo, Inspection, LossReport, ModelDiff,
   Progress, SendOptions, TensorPreview, TensorStats,
 } from './types.js';
 
@@ -68,7 +68,9 @@ interface RawChat {
   restore(bytes: Uint8Array): Promise<string>;
   free(): void;
 }
-export type WireSendOptions = Omit<SendOptions, 'onToken' | 'signal' | 'constraint'> & {
+export type WireSendOptions = Omit<SendOptions, 'onToken' | 'signal' | 'constraint' | 'logprobs' | 'topLogprobs'> & {
+  /** Log-probabilities with this many alternatives a token. */
+  logprobs?: number;
   /** The grammar module's kind and text (`json_schema`, `json_object`, `regex`, `lark`). */
   constraint?: { kind: string; source: string };
 };
@@ -94,6 +96,7 @@ export interface RawReply {
   decodeMs: number;
   tokensPerSecond: number;
   prefillTokensPerSecond: number;
+  logprobs?: ChatTokenLogprob[];
 }
 /** What both wasm modules export (crate/src/wasm.rs). */
 interface RawShared {

@@ -25,7 +25,6 @@ export function readRequest(p: OpenAIChatParams): { messages: ChatMessage[]; opt
     throw new LoomError('invalid_input', 'chat.completions.create() takes {messages: [...], ...}');
   }
   if (p.n != null && p.n !== 1) unsupported('n', 'more than one choice');
-  if (p.logprobs || (p.top_logprobs ?? 0) > 0) unsupported('logprobs', 'log-probabilities');
   if ((p.frequency_penalty ?? 0) !== 0) unsupported('frequency_penalty', 'a penalty other than 0');
   if ((p.presence_penalty ?? 0) !== 0) unsupported('presence_penalty', 'a penalty other than 0');
   if (p.logit_bias && Object.keys(p.logit_bias).length > 0) unsupported('logit_bias', 'a logit bias');
@@ -74,7 +73,22 @@ export function readRequest(p: OpenAIChatParams): { messages: ChatMessage[]; opt
   };
   if (p.seed != null) opts.seed = p.seed;
   if (constraint) opts.constraint = constraint;
+  if (p.top_logprobs != null && p.top_logprobs > 0 && !p.logprobs) {
+    throw new LoomError('invalid_input', 'top_logprobs: needs logprobs: true');
+  }
+  if (p.top_logprobs != null && (!Number.isInteger(p.top_logprobs) || p.top_logprobs < 0 || p.top_logprobs > 20)) {
+    throw new LoomError('invalid_input', `top_logprobs: a whole number from 0 to 20, got ${p.top_logprobs}`);
+  }
+  if (p.logprobs) {
+    opts.logprobs = true;
+    opts.topLogprobs = p.top_logprobs ?? 0;
+  }
   return { messages, opts };
+}
+
+/** A reply's `logprobs` as OpenAI writes them (`null` when not asked for). */
+function logprobs(r: ChatReply): OpenAIChatCompletion['choices'][0]['logprobs'] {
+  return r.logprobs ? { content: r.logprobs, refusal: null } : null;
 }
 
 function usage(r: ChatReply) {
@@ -96,7 +110,7 @@ export function openAIChat(session: ChatSession): OpenAIChat {
       const r = await session.send(messages, { ...opts, signal: req.signal });
       const completion: OpenAIChatCompletion = {
         id, object: 'chat.completion', created, model,
-        choices: [{ index: 0, message: { role: 'assistant', content: r.text, refusal: null }, logprobs: null,
+        choices: [{ index: 0, message: { role: 'assistant', content: r.text, refusal: null }, logprobs: logprobs(r),
           finish_reason: finishReason(r.stopReason) }],
         usage: usage(r),
       };
@@ -104,15 +118,21 @@ export function openAIChat(session: ChatSession): OpenAIChat {
     }
     const includeUsage = params.stream_options?.include_usage === true;
     const stream: ChatStream = session.stream(messages, { ...opts, signal: req.signal });
-    const chunk = (delta: OpenAIChatCompletionChunk['choices'][0]['delta'], finish: OpenAIFinishReason | null): OpenAIChatCompletionChunk => ({
+    const chunk = (
+      delta: OpenAIChatCompletionChunk['choices'][0]['delta'],
+      finish: OpenAIFinishReason | null,
+      lp: OpenAIChatCompletionChunk['choices'][0]['logprobs'] = null,
+    ): OpenAIChatCompletionChunk => ({
       id, object: 'chat.completion.chunk', created, model,
-      choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }],
+      choices: [{ index: 0, delta, logprobs: lp, finish_reason: finish }],
     });
     async function* chunks(): AsyncGenerator<OpenAIChatCompletionChunk> {
       yield chunk({ role: 'assistant', content: '' }, null);
       for await (const text of stream) yield chunk({ content: text }, null);
       const r = await stream.reply;
-      yield chunk({}, finishReason(r.stopReason));
+      // The text pieces are held back at stop strings and do not fall on token boundaries: the log-probabilities
+      // come whole with the last chunk.
+      yield chunk({}, finishReason(r.stopReason), logprobs(r));
       if (includeUsage) yield { id, object: 'chat.completion.chunk', created, model, choices: [], usage: usage(r) };
     }
     return chunks();

@@ -245,6 +245,20 @@ export interface SendOptions {
    * of its own, loaded on the first constrained reply. A schema or grammar it cannot compile is `invalid_input`
    * before any token. */
   constraint?: ChatConstraint;
+  /** Each new token's log-probability under the model (the log-softmax of its logits, before penalties, temperature,
+   * filters or a constraint) in the reply's `logprobs`. */
+  logprobs?: boolean;
+  /** With `logprobs`, the likeliest alternatives of each token to list too (0 to 20). */
+  topLogprobs?: number;
+}
+
+/** A token's log-probability and its likeliest alternatives', as OpenAI's `ChatCompletionTokenLogprob` (the bytes
+ * are what the token adds to the text; `token` is them as UTF-8, lossily). */
+export interface ChatTokenLogprob {
+  token: string;
+  logprob: number;
+  bytes: number[];
+  top_logprobs: Array<{ token: string; logprob: number; bytes: number[] }>;
 }
 
 /** A JSON Schema (draft 2020-12; an unknown keyword is refused by name, never ignored), any JSON object, a regular
@@ -274,6 +288,8 @@ export interface ChatReply {
   /** GPU devices lost during the reply: each time the model was opened again on a new one (its weights uploaded
    * again from the source) and the conversation and the reply so far computed again before it went on. */
   devicesLost: number;
+  /** With `logprobs`: each new token's (an end-of-turn token has none, as OpenAI's). */
+  logprobs?: ChatTokenLogprob[];
 }
 
 export interface ChatModelInfo {
@@ -352,7 +368,7 @@ export interface OpenAIChatCompletion {
   choices: Array<{
     index: number;
     message: { role: 'assistant'; content: string | null; refusal: string | null };
-    logprobs: null;
+    logprobs: { content: ChatTokenLogprob[] | null; refusal: null } | null;
     finish_reason: OpenAIFinishReason;
   }>;
   usage: { prompt_tokens: number; completion_tokens: number; total_tokens: number };
@@ -369,7 +385,7 @@ export interface OpenAIChatCompletionChunk {
   choices: Array<{
     index: number;
     delta: { role?: 'assistant'; content?: string | null };
-    logprobs: null;
+    logprobs: { content: ChatTokenLogprob[] | null; refusal: null } | null;
     finish_reason: OpenAIFinishReason | null;
   }>;
   usage?: { prompt_tokens: number; completion_tokens: number; total_tokens: number } | null;

@@ -226,7 +226,6 @@ test("OpenAI's chat.completions.create: a reply and a stream in OpenAI's shapes,
   assert.ok(chunks.every((c) => c.id === chunks[0].id && c.object === 'chat.completion.chunk'));
   for (const [params, code, says] of [
     [{ messages, n: 2 }, 'unsupported', /n:/],
-    [{ messages, logprobs: true }, 'unsupported', /logprobs/],
     [{ messages, presence_penalty: 0.5 }, 'unsupported', /presence_penalty/],
     [{ messages, tools: [{ type: 'function', function: { name: 'f' } }] }, 'unsupported', /tools/],
     [{ messages, response_format: { type: 'grammar' } }, 'invalid_input', /response_format: unknown type "grammar"/],
@@ -390,5 +389,65 @@ test('constraint: SmolLM2 replies held to JSON Schemas are valid for jsonschema,
   });
   assert.equal(c.choices[0].finish_reason, 'stop');
   assert.deepEqual(jsonschemaVerdicts([{ schema, text: c.choices[0].message.content }]), ['ok']);
+  await chat.dispose();
+});
+
+test("logprobs: SmolLM2's greedy reply with each token's log-probability and top 5, the first token's as the reference's logits say; streamed whole with the last chunk; bad counts refused", async (t) => {
+  if (!existsSync(SMOL_GGUF)) return t.skip('models/ is missing: run scripts/setup.sh');
+  const golden = JSON.parse(readFileSync(SMOL_GOLDEN, 'utf8'));
+  const c = golden.cases[0];
+  const ref = c.results.gguf_dequant_f32;
+  // The whole greedy reply (the SmolLM2 test above holds the wasm engine to it for this prompt).
+  const n = ref.greedy_ids.length;
+  const chat = await openChat(SMOL_GGUF, { device: 'cpu' });
+  const messages = [{ role: 'user', content: c.user_message }];
+  const r = await chat.chat.completions.create({ messages, temperature: 0, max_tokens: n, logprobs: true, top_logprobs: 5 });
+  const content = r.choices[0].logprobs.content;
+  assert.equal(content.length, n);
+  const reply = await chat.send(messages, { temperature: 0, maxTokens: n });
+  assert.deepEqual([...reply.ids], ref.greedy_ids.slice(0, n));
+  for (const [i, tok] of content.entries()) {
+    // Greedy: the token is the likeliest; alternatives most likely first, below 0, together at most 1.
+    assert.equal(tok.token, await chat.detokenize([ref.greedy_ids[i]]), `token ${i}`);
+    assert.deepEqual(tok.bytes, [...new TextEncoder().encode(tok.token)]);
+    assert.equal(tok.top_logprobs.length, 5);
+    assert.deepEqual([tok.top_logprobs[0].token, tok.top_logprobs[0].logprob], [tok.token, tok.logprob]);
+    const lps = tok.top_logprobs.map((a) => a.logprob);
+    assert.ok(lps.every((l, j) => l <= 0 && (j === 0 || lps[j - 1] >= l)), `${lps}`);
+    assert.ok(lps.reduce((s, l) => s + Math.exp(l), 0) <= 1 + 1e-6);
+  }
+  assert.equal(content.map((tok) => tok.token).join(''), r.choices[0].message.content);
+  // The first token's top 5 are the reference's at the last prompt position, in its order (margins of 0.08 and
+  // more), with its logit differences (the normalisation cancels) within twice the golden bound of 0.01.
+  const top20 = ref.top20_last_prompt_position;
+  const first = content[0].top_logprobs;
+  for (const [j, alt] of first.entries()) {
+    assert.equal(alt.token, await chat.detokenize([top20[j][0]]), `alternative ${j}`);
+    const ours = alt.logprob - first[0].logprob;
+    const theirs = top20[j][1] - top20[0][1];
+    assert.ok(Math.abs(ours - theirs) <= 0.02, `alternative ${j}: ${ours} against ${theirs}`);
+  }
+  const plain = await chat.chat.completions.create({ messages, temperature: 0, max_tokens: 4 });
+  assert.equal(plain.choices[0].logprobs, null);
+  // Streamed: nothing before the last chunk, then the same tokens and values.
+  const chunks = [];
+  for await (const ch of await chat.chat.completions.create({ messages, temperature: 0, max_tokens: n, logprobs: true, top_logprobs: 5, stream: true })) chunks.push(ch);
+  const withLogprobs = chunks.filter((ch) => ch.choices[0]?.logprobs);
+  assert.equal(withLogprobs.length, 1);
+  assert.equal(withLogprobs[0].choices[0].finish_reason, 'length');
+  const streamed = withLogprobs[0].choices[0].logprobs.content;
+  assert.deepEqual(streamed.map((tok) => tok.token), content.map((tok) => tok.token));
+  for (const [i, tok] of streamed.entries()) assert.ok(Math.abs(tok.logprob - content[i].logprob) <= 0.01, `${i}`);
+  // The package's own options: the same.
+  const own = await chat.send(messages, { temperature: 0, maxTokens: 2, logprobs: true, topLogprobs: 2 });
+  assert.equal(own.logprobs.length, 2);
+  assert.equal(own.logprobs[0].top_logprobs.length, 2);
+  for (const [params, says] of [
+    [{ messages, top_logprobs: 3 }, /needs logprobs/],
+    [{ messages, logprobs: true, top_logprobs: 21 }, /0 to 20/],
+  ]) {
+    await rejectsWith(chat.chat.completions.create(params), 'invalid_input', says);
+  }
+  await rejectsWith(chat.send('Hi', { topLogprobs: 2 }), 'invalid_input', /needs logprobs/);
   await chat.dispose();
 });

@@ -31,9 +31,8 @@ pub struct GenerateOptions {
     /// What the reply must be (a JSON Schema, a regex, a grammar), natively.
     #[cfg(not(target_arch = "wasm32"))]
     pub constraint: Option<Constraint>,
-    /// Record each new token's log-probability with this many of the likeliest alternatives (natively for now:
-    /// `loom serve`'s `logprobs`).
-    #[cfg(not(target_arch = "wasm32"))]
+    /// Record each new token's log-probability with this many of the likeliest alternatives (OpenAI's `logprobs`
+    /// and `top_logprobs`).
     pub logprobs: Option<usize>,
     /// The caller masks each step's logits itself ([`Reply::accept_masked`]: the browser's grammar module), so the
     /// engine hands back logits, never an id it picked.
@@ -50,7 +49,6 @@ impl Default for GenerateOptions {
             cancel: None,
             #[cfg(not(target_arch = "wasm32"))]
             constraint: None,
-            #[cfg(not(target_arch = "wasm32"))]
             logprobs: None,
             masked: false,
         }
@@ -99,14 +97,12 @@ pub struct Generation {
     /// Seconds spent producing the new tokens after the first.
     pub decode_s: f64,
     /// Each new token's log-probability, when [`GenerateOptions::logprobs`] asked for them.
-    #[cfg(not(target_arch = "wasm32"))]
     pub logprobs: Option<Vec<TokenLogprob>>,
 }
 
 /// A new token's log-probability under the model: the log-softmax of the step's logits as the model gives them
 /// (before penalties, temperature, filters or a grammar), with the likeliest ids and theirs, most likely first. The
 /// bytes are what each id adds to the text ([`Tokenizer::token_bytes`]; empty without a tokenizer).
-#[cfg(not(target_arch = "wasm32"))]
 #[derive(Clone, Debug, PartialEq)]
 pub struct TokenLogprob {
     pub id: u32,
@@ -116,7 +112,6 @@ pub struct TokenLogprob {
 }
 
 /// The log-softmax of `logits` at `id` and at the `k` likeliest ids (ties: the lower id first), in f64.
-#[cfg(not(target_arch = "wasm32"))]
 fn log_softmax_at(logits: &[f32], id: u32, k: usize) -> TokenLogprob {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
     let lse = max + logits.iter().map(|&l| (l as f64 - max).exp()).sum::<f64>().ln();
@@ -377,7 +372,6 @@ pub struct Reply {
     #[cfg(not(target_arch = "wasm32"))]
     grammar: Option<Grammar>,
     /// How many alternatives each token's log-probability keeps, and those so far, when asked for.
-    #[cfg(not(target_arch = "wasm32"))]
     logprobs: Option<(usize, Vec<TokenLogprob>)>,
     /// The caller masks the logits ([`GenerateOptions::masked`]).
     masked: bool,
@@ -409,10 +403,7 @@ impl Reply {
     /// Whether the engine must hand back the logits (log-probabilities are taken from them), never an id it picked
     /// itself.
     pub fn needs_logits(&self) -> bool {
-        #[cfg(not(target_arch = "wasm32"))]
-        return self.logprobs.is_some();
-        #[cfg(target_arch = "wasm32")]
-        false
+        self.logprobs.is_some()
     }
 
     /// Whether the caller passes each step's mask ([`GenerateOptions::masked`]).
@@ -496,7 +487,6 @@ impl Reply {
             }
             Step::Logits(mut logits) => {
                 // The model's own distribution, before the grammar and the sampler change the logits.
-                #[cfg(not(target_arch = "wasm32"))]
                 let raw = self.logprobs.as_ref().map(|_| logits.clone());
                 if let Some(allowed) = allowed {
                     mask_logits(&mut logits, allowed);
@@ -510,7 +500,6 @@ impl Reply {
                     Some(args) => Sampler::sample_with(&mut logits, &args),
                     None => self.sampler.sample(&mut logits, &self.context),
                 };
-                #[cfg(not(target_arch = "wasm32"))]
                 if let (Some(raw), Some((k, seen))) = (raw, &mut self.logprobs) {
                     if !self.stop_ids.contains(&next) {
                         seen.push(log_softmax_at(&raw, next, *k));
@@ -604,7 +593,6 @@ impl Reply {
             reused_tokens: self.reused,
             prefill_s: t1 - self.t0,
             decode_s: now_s() - t1,
-            #[cfg(not(target_arch = "wasm32"))]
             logprobs: self.logprobs.as_ref().map(|(_, seen)| seen.clone()),
         }
     }
@@ -666,6 +654,25 @@ impl Conversation {
 
     pub fn format(&self) -> &ChatFormat {
         &self.format
+    }
+
+    /// The reply's result, its log-probabilities' tokens written out as bytes.
+    pub fn generation(&self, reply: &Reply) -> Generation {
+        let mut g = reply.generation();
+        if let (Some(seen), Ok(tokenizer)) = (&mut g.logprobs, self.format.tokenizer()) {
+            let ids: Vec<u32> = seen
+                .iter()
+                .flat_map(|t| std::iter::once(t.id).chain(t.top.iter().map(|a| a.0)))
+                .collect();
+            let mut bytes = tokenizer.bytes_of(&ids).into_iter();
+            for t in seen.iter_mut() {
+                t.bytes = bytes.next().unwrap_or_default();
+                for alt in &mut t.top {
+                    alt.1 = bytes.next().unwrap_or_default();
+                }
+            }
+        }
+        g
     }
 
     /// What a grammar engine needs of the model: each of its rows' ids as bytes
@@ -756,7 +763,6 @@ impl Conversation {
             stream: self.format.tokenizer().ok().map(|t| t.stream()),
             #[cfg(not(target_arch = "wasm32"))]
             grammar,
-            #[cfg(not(target_arch = "wasm32"))]
             logprobs: opts.logprobs.map(|k| (k, Vec::new())),
             masked: opts.masked,
             stop: None,
@@ -929,23 +935,7 @@ impl Session {
         reply.resume_from(self.engine.truncate(keep));
         let result = self.drive(&mut reply, opts, on_text);
         self.conversation.settle(&reply);
-        #[allow(unused_mut)]
-        let mut g = result.map(|()| reply.generation())?;
-        #[cfg(not(target_arch = "wasm32"))]
-        if let (Some(seen), Ok(tokenizer)) = (&mut g.logprobs, self.conversation.format().tokenizer()) {
-            let ids: Vec<u32> = seen
-                .iter()
-                .flat_map(|t| std::iter::once(t.id).chain(t.top.iter().map(|a| a.0)))
-                .collect();
-            let mut bytes = tokenizer.bytes_of(&ids).into_iter();
-            for t in seen.iter_mut() {
-                t.bytes = bytes.next().unwrap_or_default();
-                for alt in &mut t.top {
-                    alt.1 = bytes.next().unwrap_or_default();
-                }
-            }
-        }
-        Ok(g)
+        result.map(|()| self.conversation.generation(&reply))
     }
 
     fn drive(

@@ -176,7 +176,6 @@ impl ChatRequest {
         if self.n.is_some_and(|n| n != 1) {
             return unsupported("n", "more than one choice");
         }
-        #[cfg_attr(target_arch = "wasm32", allow(unused_variables))]
         let logprobs = match (self.logprobs, self.top_logprobs) {
             (Some(true), Some(n)) if n > MAX_TOP_LOGPROBS => {
                 return Err(ApiError::bad(
@@ -337,7 +336,6 @@ impl ChatRequest {
                     ))
                 }
             },
-            #[cfg(not(target_arch = "wasm32"))]
             logprobs,
             ..GenerateOptions::default()
         };
@@ -389,12 +387,11 @@ fn usage(g: &Generation) -> Value {
 }
 
 /// The most alternatives a token's `top_logprobs` lists (OpenAI's limit).
-const MAX_TOP_LOGPROBS: usize = 20;
+pub const MAX_TOP_LOGPROBS: usize = 20;
 
 /// A reply's `logprobs` as OpenAI writes them (`null` when not asked for): each new token with its text, bytes and
 /// log-probability, and its `top_logprobs`.
 pub fn logprobs_json(g: &Generation) -> Value {
-    #[cfg(not(target_arch = "wasm32"))]
     if let Some(seen) = &g.logprobs {
         let entry = |bytes: &[u8], logprob: f32| json!({"token": String::from_utf8_lossy(bytes), "logprob": logprob, "bytes": bytes});
         let content: Vec<Value> = seen
@@ -407,7 +404,6 @@ pub fn logprobs_json(g: &Generation) -> Value {
             .collect();
         return json!({"content": content, "refusal": null});
     }
-    let _ = g;
     Value::Null
 }
 

@@ -171,7 +171,8 @@ impl LogitMask {
         }
         check_values("logit mask", allowed, u64::from(n).div_ceil(32))?;
         let g = grid_for(rec.gpu(), u64::from(n), 256, "logit mask")?;
-        dispatch(rec, &self.pipeline, &[n], &[(1, logits.buffer), (2, allowed)], g);
+        let nan = f32::NAN.to_bits();
+        dispatch(rec, &self.pipeline, &[n, nan], &[(1, logits.buffer), (2, allowed)], g);
         Ok(())
     }
 
