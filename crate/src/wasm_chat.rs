@@ -18,7 +18,7 @@ use crate::llm::engine::{CpuEngine, Engine, KvCache};
 use crate::llm::generate::{ChatFormat, Conversation, GenerateOptions, Reply, Step, StopReason};
 use crate::llm::gpu_engine::{engine_context, GpuEngine, GpuEngineBuilder, GpuFit};
 use crate::llm::model::{LlmModel, ModelFormat};
-use crate::llm::openai::MAX_TOP_LOGPROBS;
+use crate::llm::openai::{parse_chat_request, parse_tool_calls, MAX_TOP_LOGPROBS};
 use crate::llm::sampler::{SampleArgs, SamplingParams};
 use crate::llm::saved::{Fingerprint, KvRows};
 use crate::llm::streamed::StreamedModel;
@@ -170,6 +170,9 @@ impl ChatEngine {
 struct Turn {
     reply: Reply,
     history_before: Vec<ChatMessage>,
+    /// An OpenAI request's tools offered to the model and the request's id: the reply is read for calls at
+    /// `finish`.
+    calls: Option<(serde_json::Value, String)>,
 }
 
 struct ChatState {
@@ -678,7 +681,11 @@ impl JsChat {
                 Ok((mut reply, keep)) => {
                     reply.resume_from(s.engine.truncate(keep));
                     let n = reply.prompt_len() as u32;
-                    s.turn = Some(Turn { reply, history_before });
+                    s.turn = Some(Turn {
+                        reply,
+                        history_before,
+                        calls: None,
+                    });
                     Ok(n)
                 }
                 Err(e) => {
@@ -687,6 +694,68 @@ impl JsChat {
                 }
             }
         })
+    }
+
+    /// Begins the reply to an OpenAI Chat Completions request (its JSON body), checked as `loom serve` checks one
+    /// (what cannot be honoured is `unsupported`, what is malformed `invalid_input`, each naming the field): its
+    /// messages (tool calls and results included) replace the conversation, its tools go to the chat template, its
+    /// sampling and limits apply. Returns `{stream, includeUsage, constraint?}`: the worker holds the reply to
+    /// `constraint` (`{kind, source}`, for the grammar module: `response_format`, or a required tool call) with
+    /// `step(mask)`; `finish` reads tool calls out of the reply, named after `id`.
+    #[wasm_bindgen(js_name = beginOpenAI)]
+    pub fn begin_openai(&self, body: &str, id: String) -> JsResult<JsValue> {
+        let job = parse_chat_request(body.as_bytes()).and_then(|r| r.job()).map_err(|e| {
+            let o = js_sys::Object::new();
+            crate::wasm::set(&o, "code", &e.code.into());
+            crate::wasm::set(&o, "message", &e.message.into());
+            JsValue::from(o)
+        })?;
+        let out = self.with(|s| {
+            let constraint = job.constraint(s.conversation.format().tags_tool_calls());
+            let options = GenerateOptions {
+                masked: constraint.is_some(),
+                ..job.options.clone()
+            };
+            let prompt = s
+                .conversation
+                .format()
+                .chat_prompt_json(&job.messages, job.tools.as_ref())?;
+            let history_before = std::mem::replace(
+                &mut s.conversation.history,
+                job.messages
+                    .iter()
+                    .map(|m| ChatMessage {
+                        role: m["role"].as_str().unwrap_or_default().into(),
+                        content: m["content"].as_str().unwrap_or_default().into(),
+                    })
+                    .collect(),
+            );
+            match s.conversation.begin(&prompt, &options, s.engine.context()) {
+                Ok((mut reply, keep)) => {
+                    reply.resume_from(s.engine.truncate(keep));
+                    s.turn = Some(Turn {
+                        reply,
+                        history_before,
+                        calls: job.tools.clone().map(|t| (t, id)),
+                    });
+                    Ok(constraint)
+                }
+                Err(e) => {
+                    s.conversation.history = history_before;
+                    Err(e)
+                }
+            }
+        })?;
+        let o = js_sys::Object::new();
+        crate::wasm::set(&o, "stream", &job.stream.into());
+        crate::wasm::set(&o, "includeUsage", &job.include_usage.into());
+        if let Some(constraint) = out {
+            let c = js_sys::Object::new();
+            crate::wasm::set(&c, "kind", &constraint.kind.into());
+            crate::wasm::set(&c, "source", &constraint.source.into());
+            crate::wasm::set(&o, "constraint", &c.into());
+        }
+        Ok(o.into())
     }
 
     /// What the grammar module needs of the model, packed for `GrammarVocab`'s constructor (grammar/src/wasm.rs):
@@ -831,7 +900,7 @@ impl JsChat {
     /// The ended reply, added to the history as the assistant's message.
     #[wasm_bindgen(unchecked_return_type = "RawReply")]
     pub fn finish(&self) -> JsResult<JsValue> {
-        let g = self.with(|s| {
+        let (g, calls) = self.with(|s| {
             let mut turn = s
                 .turn
                 .take()
@@ -843,7 +912,10 @@ impl JsChat {
                 role: "assistant".into(),
                 content: g.text.clone(),
             });
-            Ok(g)
+            let calls = turn
+                .calls
+                .and_then(|(tools, id)| parse_tool_calls(&g.text, &tools, &id));
+            Ok((g, calls))
         })?;
         let o = js_sys::Object::new();
         let set = |k: &str, v: JsValue| crate::wasm::set(&o, k, &v);
@@ -856,6 +928,13 @@ impl JsChat {
         set("decodeMs", (g.decode_s * 1000.0).into());
         set("tokensPerSecond", g.tokens_per_s().into());
         set("prefillTokensPerSecond", g.prefill_tokens_per_s().into());
+        // An OpenAI request's tool calls, as `message.tool_calls` (`content`: the text before them).
+        if let Some((before, calls)) = calls {
+            let c = js_sys::Object::new();
+            crate::wasm::set(&c, "content", &before.into());
+            crate::wasm::set(&c, "calls", &js_sys::JSON::parse(&calls.to_string())?);
+            set("toolCalls", c.into());
+        }
         // OpenAI's `logprobs.content`: each token's text, log-probability, bytes and `top_logprobs`.
         if let Some(seen) = &g.logprobs {
             let entry = |bytes: &[u8], logprob: f32| {

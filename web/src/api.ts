@@ -3,8 +3,9 @@ import type { CacheBackend } from './cache.js';
 import type { Method } from './engine.js';
 import { LoomError, abortError } from './errors.js';
 import { openAIChat } from './openai.js';
+import type { OpenAIReply } from './openai.js';
 import type { WireSource } from './source.js';
-import type { ChatOpenOptions, RawReply, WireChatSource, WireSendOptions } from './engine.js';
+import type { ChatInput, ChatOpenOptions, RawReply, WireChatSource, WireSendOptions } from './engine.js';
 import type {
   CacheEntry, ChatConstraint, ChatMessage, ChatModelInfo, ChatReply, RestoredChat, ChatSession, ChatSource, ChatStream, ConvertOptions, FitCheckOptions, FitReport,
   ForwardOptions, ForwardResult, GpuInfo, Inspection, LoomModel, LossReport, ModelDiff, OpenAIChat, OpenChatOptions,
@@ -226,29 +227,43 @@ class Chat implements ChatSession {
       checkMessages(input);
       const wire = wireSendOptions(opts);
       const wireInput = typeof input === 'string' ? input : input.map((m) => ({ role: m.role, content: m.content }));
-      const { signal, onToken } = opts;
-      return this.enqueue(async () => {
-        if (signal?.aborted) throw abortError('send()');
-        const report = (t: string) => {
-          try {
-            onToken?.(t);
-          } catch (e) {
-            console.error('loom-wasm: an onToken callback threw', e);
-          }
-        };
-        const { result, interrupt } = this.transport.start('chatSend', [this.id, wireInput, wire], () => {}, report);
-        signal?.addEventListener('abort', interrupt, { once: true });
-        try {
-          const { reply, history } = (await result) as { reply: RawReply & { devicesLost: number }; history: ChatMessage[] };
-          this.messages = history;
-          return { ...reply, stopReason: reply.stopReason as StopReason };
-        } finally {
-          signal?.removeEventListener('abort', interrupt);
-        }
-      });
+      return this.exchange(wireInput, wire, opts);
     } catch (e) {
       return Promise.reject(e);
     }
+  }
+
+  /** `chat.completions.create`'s reply (src/openai.ts): the request's JSON, checked and begun by the chat module. */
+  sendOpenAI(body: string, requestId: string, opts: { signal?: AbortSignal; onToken?: (text: string) => void }): Promise<OpenAIReply> {
+    return this.exchange({ openai: body, requestId }, {}, opts);
+  }
+
+  /** Runs one reply in the worker, in turn with the session's other calls. */
+  private exchange(
+    wireInput: ChatInput,
+    wire: WireSendOptions,
+    opts: { signal?: AbortSignal; onToken?: (text: string) => void },
+  ): Promise<OpenAIReply> {
+    const { signal, onToken } = opts;
+    return this.enqueue(async () => {
+      if (signal?.aborted) throw abortError('send()');
+      const report = (t: string) => {
+        try {
+          onToken?.(t);
+        } catch (e) {
+          console.error('loom-wasm: an onToken callback threw', e);
+        }
+      };
+      const { result, interrupt } = this.transport.start('chatSend', [this.id, wireInput, wire], () => {}, report);
+      signal?.addEventListener('abort', interrupt, { once: true });
+      try {
+        const { reply, history } = (await result) as { reply: RawReply & { devicesLost: number }; history: ChatMessage[] };
+        this.messages = history;
+        return { ...reply, stopReason: reply.stopReason as StopReason };
+      } finally {
+        signal?.removeEventListener('abort', interrupt);
+      }
+    });
   }
 
   stream(input: ChatMessage[] | string, opts: Omit<SendOptions, 'onToken'> = {}): ChatStream {

@@ -9,7 +9,7 @@ import { LoomError, throwIfAborted, toLoomError } from './errors.js';
 import { BlobReader, BytesReader, HttpReader, concat, defaultName, readAll } from './source.js';
 import type { ByteReader, WireSource } from './source.js';
 import type {
-  ChatMessage, ChatModelInfo, ChatTokenLogprob, ConvertOptions, FitReport, ForwardResult, GpuInfo, Inspection, LossReport, ModelDiff,
+  ChatMessage, ChatModelInfo, ChatTokenLogprob, ConvertOptions, OpenAIToolCall, FitReport, ForwardResult, GpuInfo, Inspection, LossReport, ModelDiff,
   Progress, SendOptions, TensorPreview, TensorStats,
 } from './types.js';
 
@@ -66,8 +66,17 @@ interface RawChat {
   finish(): RawReply;
   save(meta?: string): Promise<Uint8Array>;
   restore(bytes: Uint8Array): Promise<string>;
+  beginOpenAI(body: string, requestId: string): OpenAIPlan;
   free(): void;
 }
+/** What `beginOpenAI` made of an OpenAI request. */
+interface OpenAIPlan {
+  stream: boolean;
+  includeUsage: boolean;
+  constraint?: { kind: string; source: string };
+}
+/** A reply's input: a user message, a whole conversation, or an OpenAI Chat Completions request (its JSON). */
+export type ChatInput = ChatMessage[] | string | { openai: string; requestId: string };
 export type WireSendOptions = Omit<SendOptions, 'onToken' | 'signal' | 'constraint' | 'logprobs' | 'topLogprobs'> & {
   /** Log-probabilities with this many alternatives a token. */
   logprobs?: number;
@@ -97,6 +106,8 @@ export interface RawReply {
   tokensPerSecond: number;
   prefillTokensPerSecond: number;
   logprobs?: ChatTokenLogprob[];
+  /** An OpenAI request's tool calls: the text before them and the calls in OpenAI's shape. */
+  toolCalls?: { content: string; calls: OpenAIToolCall[] };
 }
 /** What both wasm modules export (crate/src/wasm.rs). */
 interface RawShared {
@@ -788,12 +799,27 @@ async function startGrammar(c: OpenChat, constraint: { kind: string; source: str
 
 /** Generates a reply, streaming its text through `ctx.onToken`; an aborted signal ends it (`cancelled`). A
  * constrained one takes its grammar's mask into each step and hands the drawn id back to the grammar. */
-async function chatSend(id: number, input: ChatMessage[] | string, wire: WireSendOptions, ctx: CallContext) {
+async function chatSend(id: number, input: ChatInput, wire: WireSendOptions, ctx: CallContext) {
   const c = getChat(id);
   const { constraint, ...opts } = wire;
-  const grammar = constraint ? await startGrammar(c, constraint) : undefined;
+  let grammar: Grammar | undefined;
+  let plan: OpenAIPlan | undefined;
+  if (typeof input === 'object' && 'openai' in input) {
+    // The chat module checks the request and begins its reply; its constraint comes from the request.
+    plan = c.chat.beginOpenAI(input.openai, input.requestId);
+    if (plan.constraint) {
+      try {
+        grammar = await startGrammar(c, plan.constraint);
+      } catch (e) {
+        c.chat.abandon();
+        throw e;
+      }
+    }
+  } else {
+    grammar = constraint ? await startGrammar(c, constraint) : undefined;
+    c.chat.begin(input, grammar ? { ...opts, constrained: true } : opts);
+  }
   const step = (mask?: Uint32Array) => (c.device === 'gpu' ? gpuTurn(() => c.chat.step(mask)) : c.chat.step(mask));
-  c.chat.begin(input, grammar ? { ...opts, constrained: true } : opts);
   let devicesLost = 0;
   try {
     for (;;) {
@@ -895,7 +921,7 @@ const methods = {
   },
   chatOpen: (ctx: CallContext, src: WireChatSource, opts: ChatOpenOptions) => chatOpen(src, opts, ctx),
   chatFit: (ctx: CallContext, src: WireChatSource, opts: { cache: boolean; context?: number }) => chatFit(src, opts, ctx),
-  chatSend: (ctx: CallContext, id: number, input: ChatMessage[] | string, opts: WireSendOptions) =>
+  chatSend: (ctx: CallContext, id: number, input: ChatInput, opts: WireSendOptions) =>
     chatSend(id, input, opts, ctx),
   chatTokenize: async (_: CallContext, id: number, text: string, addSpecial: boolean) =>
     getChat(id).chat.tokenize(text, addSpecial),

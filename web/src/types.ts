@@ -325,12 +325,23 @@ export interface OpenAIMessageParam {
   role: string;
   content?: string | ReadonlyArray<{ type: string; text?: string }> | null;
   name?: string;
+  /** An assistant message's calls (function calls are read), and a tool message's answer to one. */
+  tool_calls?: ReadonlyArray<{ id: string; type: string; function?: { name: string; arguments: string } }>;
+  tool_call_id?: string;
+}
+
+/** A function call the model made (`message.tool_calls`), as OpenAI writes one: `arguments` is JSON text. */
+export interface OpenAIToolCall {
+  id: string;
+  type: 'function';
+  function: { name: string; arguments: string };
 }
 
 /** OpenAI's Chat Completions request, as far as it is read: the `openai` package's
- * `ChatCompletionCreateParams` is one. `response_format` `json_object` and `json_schema` hold the reply to JSON
- * (`constraint`). A field this runtime cannot honour (`n` > 1, log-probabilities, penalties, a logit bias, tools in
- * the browser) is refused with `unsupported`. */
+ * `ChatCompletionCreateParams` is one. The chat module checks it as `loom serve` does: `response_format`
+ * `json_object` and `json_schema` hold the reply to JSON (`constraint`); `tools` go to the model's chat template and
+ * its calls come back as `tool_calls` (`tool_choice` `required` or a named function holds the reply to a valid
+ * call); a field this runtime cannot honour (`n` > 1, penalties, a logit bias) is refused with `unsupported`. */
 export interface OpenAIChatParams {
   messages: ReadonlyArray<OpenAIMessageParam>;
   model?: string;
@@ -350,6 +361,10 @@ export interface OpenAIChatParams {
   logit_bias?: Record<string, number> | null;
   tools?: ReadonlyArray<unknown>;
   tool_choice?: unknown;
+  parallel_tool_calls?: boolean | null;
+  user?: string;
+  metadata?: Record<string, string> | null;
+  store?: boolean | null;
   response_format?:
     | { type: 'text' }
     | { type: 'json_object' }
@@ -357,7 +372,7 @@ export interface OpenAIChatParams {
     | { type: string };
 }
 
-export type OpenAIFinishReason = 'stop' | 'length';
+export type OpenAIFinishReason = 'stop' | 'length' | 'tool_calls';
 
 /** A whole reply in OpenAI's shape (assignable to the `openai` package's `ChatCompletion`). */
 export interface OpenAIChatCompletion {
@@ -367,7 +382,7 @@ export interface OpenAIChatCompletion {
   model: string;
   choices: Array<{
     index: number;
-    message: { role: 'assistant'; content: string | null; refusal: string | null };
+    message: { role: 'assistant'; content: string | null; refusal: string | null; tool_calls?: OpenAIToolCall[] };
     logprobs: { content: ChatTokenLogprob[] | null; refusal: null } | null;
     finish_reason: OpenAIFinishReason;
   }>;
@@ -384,7 +399,7 @@ export interface OpenAIChatCompletionChunk {
   model: string;
   choices: Array<{
     index: number;
-    delta: { role?: 'assistant'; content?: string | null };
+    delta: { role?: 'assistant'; content?: string | null; tool_calls?: Array<OpenAIToolCall & { index: number }> };
     logprobs: { content: ChatTokenLogprob[] | null; refusal: null } | null;
     finish_reason: OpenAIFinishReason | null;
   }>;

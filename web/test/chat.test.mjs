@@ -227,10 +227,10 @@ test("OpenAI's chat.completions.create: a reply and a stream in OpenAI's shapes,
   for (const [params, code, says] of [
     [{ messages, n: 2 }, 'unsupported', /n:/],
     [{ messages, presence_penalty: 0.5 }, 'unsupported', /presence_penalty/],
-    [{ messages, tools: [{ type: 'function', function: { name: 'f' } }] }, 'unsupported', /tools/],
-    [{ messages, response_format: { type: 'grammar' } }, 'invalid_input', /response_format: unknown type "grammar"/],
-    [{ messages, response_format: { type: 'json_schema', json_schema: { name: 'x', schema: 'object' } } }, 'invalid_input', /JSON Schema is an object/],
-    [{ messages: [{ role: 'tool', content: 'x', tool_call_id: '1' }] }, 'unsupported', /tool result/],
+    [{ messages, response_format: { type: 'grammar' } }, 'invalid_input', /response_format|grammar/],
+    [{ messages, response_format: { type: 'json_schema', json_schema: { name: 'x', schema: 'object' } } }, 'invalid_input', /schema/],
+    [{ messages: [{ role: 'tool', content: 'x' }] }, 'invalid_input', /tool_call_id/],
+    [{ messages, frobnicate: 1 }, 'invalid_input', /frobnicate/],
     [{ messages: [{ role: 'wizard', content: 'x' }] }, 'invalid_input', /unknown role/],
     [{ messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }] }, 'invalid_input', /image_url/],
     [{ messages: [] }, 'invalid_input', /at least one/],
@@ -444,10 +444,59 @@ test("logprobs: SmolLM2's greedy reply with each token's log-probability and top
   assert.equal(own.logprobs[0].top_logprobs.length, 2);
   for (const [params, says] of [
     [{ messages, top_logprobs: 3 }, /needs logprobs/],
-    [{ messages, logprobs: true, top_logprobs: 21 }, /0 to 20/],
+    [{ messages, logprobs: true, top_logprobs: 21 }, /at most 20/],
   ]) {
     await rejectsWith(chat.chat.completions.create(params), 'invalid_input', says);
   }
   await rejectsWith(chat.send('Hi', { topLogprobs: 2 }), 'invalid_input', /needs logprobs/);
+  await chat.dispose();
+});
+
+test('tools through chat.completions: a required call is a call of a tool of the request whose arguments its schema accepts (jsonschema), streamed or not; the call and its result go back as messages; bad tool requests are typed errors', async (t) => {
+  if (!existsSync(SMOL_GGUF)) return t.skip('models/ is missing: run scripts/setup.sh');
+  const chat = await openChat(SMOL_GGUF, { device: 'cpu' });
+  const weather = { type: 'object', properties: { city: { type: 'string', maxLength: 24 }, unit: { enum: ['celsius', 'fahrenheit'] } },
+    required: ['city', 'unit'], additionalProperties: false };
+  const time = { type: 'object', properties: { zone: { type: 'string', maxLength: 24 } }, required: ['zone'] };
+  const tools = [
+    { type: 'function', function: { name: 'get_weather', description: 'The weather now.', parameters: weather } },
+    { type: 'function', function: { name: 'get_time', parameters: time } },
+  ];
+  const ask = [{ role: 'user', content: 'What is the weather in Paris?' }];
+  const r = await chat.chat.completions.create({ messages: ask, tools, tool_choice: 'required', temperature: 0, max_tokens: 80 });
+  assert.equal(r.choices[0].finish_reason, 'tool_calls');
+  const [call] = r.choices[0].message.tool_calls;
+  assert.equal(call.type, 'function');
+  assert.ok(['get_weather', 'get_time'].includes(call.function.name), call.function.name);
+  const schema = call.function.name === 'get_weather' ? weather : time;
+  assert.deepEqual(jsonschemaVerdicts([{ schema, text: call.function.arguments }]), ['ok']);
+
+  // A named call, streamed: one chunk with the call (its index, id and arguments), then the finish reason.
+  const chunks = [];
+  for await (const c of await chat.chat.completions.create({ messages: ask, tools, temperature: 0, max_tokens: 80,
+    tool_choice: { type: 'function', function: { name: 'get_weather' } }, stream: true })) chunks.push(c);
+  const calls = chunks.flatMap((c) => c.choices.flatMap((ch) => ch.delta.tool_calls ?? []));
+  assert.equal(calls.length, 1);
+  assert.equal(calls[0].index, 0);
+  assert.equal(calls[0].function.name, 'get_weather');
+  assert.deepEqual(jsonschemaVerdicts([{ schema: weather, text: calls[0].function.arguments }]), ['ok']);
+  assert.equal(chunks.at(-1).choices[0].finish_reason, 'tool_calls');
+
+  // The call and its result go back; the model answers (as text, or another call).
+  const follow = [...ask,
+    { role: 'assistant', content: null, tool_calls: [{ id: call.id, type: 'function', function: { name: 'get_weather', arguments: JSON.stringify({ city: 'Paris', unit: 'celsius' }) } }] },
+    { role: 'tool', tool_call_id: call.id, content: JSON.stringify({ temperature: 21 }) }];
+  const after = await chat.chat.completions.create({ messages: follow, tools, temperature: 0, max_tokens: 30 });
+  assert.ok(['stop', 'length', 'tool_calls'].includes(after.choices[0].finish_reason));
+  assert.deepEqual(chat.history.map((m) => m.role), ['user', 'assistant', 'tool', 'assistant']);
+
+  for (const [params, says] of [
+    [{ messages: ask, tools, tool_choice: { type: 'function', function: { name: 'nope' } } }, /names no tool/],
+    [{ messages: ask, tools: [{ type: 'function', function: { description: 'no name' } }] }, /no name|name/],
+    [{ messages: ask, tools, tool_choice: 'required', response_format: { type: 'json_object' } }, /own format/],
+  ]) {
+    await rejectsWith(chat.chat.completions.create(params), 'invalid_input', says);
+    await rejectsWith(chat.chat.completions.create({ ...params, stream: true }), 'invalid_input', says);
+  }
   await chat.dispose();
 });

@@ -19,7 +19,7 @@ use tokio::sync::mpsc as tmpsc;
 
 use super::llm::{session, ModelArgs};
 use crate::error::{LoomError, Result};
-use crate::llm::generate::Generation;
+use crate::llm::generate::{GenerateOptions, Generation};
 use crate::llm::openai::{self, ApiError, ChatJob};
 
 /// Largest request body: far above any chat a small model's context holds; larger is a 413.
@@ -77,6 +77,7 @@ pub fn run(args: &ModelArgs, host: &str, port: u16) -> Result<std::process::Exit
                 status: 404,
                 message: "no such endpoint".into(),
                 param: None,
+                code: "invalid_input",
             })
         })
         .layer(DefaultBodyLimit::max(MAX_BODY))
@@ -113,19 +114,30 @@ fn engine_thread(args: &ModelArgs, inbox: mpsc::Receiver<Job>, ready: mpsc::Send
         let result = match job.work {
             Work::Chat(chat) => {
                 // A required call is held to the tool's schema, in the family's tags where it has them.
-                let mut options = chat.options.clone();
-                if let Some(c) = openai::call_constraint(&chat, session.format().tags_tool_calls()) {
-                    options.constraint = Some(c);
-                }
-                session
-                    .format()
-                    .chat_prompt_json(&chat.messages, chat.tools.as_ref())
-                    .and_then(|prompt| session.generate(&prompt, &options, &mut on_text))
+                let constraint = chat.constraint(session.format().tags_tool_calls());
+                constraint.map(|c| c.parse()).transpose().and_then(|constraint| {
+                    let options = GenerateOptions {
+                        constraint,
+                        ..chat.options.clone()
+                    };
+                    let prompt = session.format().chat_prompt_json(&chat.messages, chat.tools.as_ref())?;
+                    session.generate(&prompt, &options, &mut on_text)
+                })
             }
-            Work::Completion { prompt, job } => session
-                .format()
-                .encode_prompt(&prompt)
-                .and_then(|ids| session.generate(&ids, &job.options, &mut on_text)),
+            Work::Completion { prompt, job } => {
+                job.format
+                    .as_ref()
+                    .map(|c| c.parse())
+                    .transpose()
+                    .and_then(|constraint| {
+                        let options = GenerateOptions {
+                            constraint,
+                            ..job.options.clone()
+                        };
+                        let ids = session.format().encode_prompt(&prompt)?;
+                        session.generate(&ids, &options, &mut on_text)
+                    })
+            }
         };
         let _ = job.out.send(Piece::Done(result.map_err(ApiError::from)));
     }
@@ -158,6 +170,7 @@ fn submit(app: &App, work: Work) -> std::result::Result<tmpsc::UnboundedReceiver
         status: 500,
         message: "the engine thread ended".into(),
         param: None,
+        code: "internal",
     })?;
     Ok(rx)
 }
@@ -173,6 +186,7 @@ async fn finish(mut rx: tmpsc::UnboundedReceiver<Piece>) -> std::result::Result<
         status: 500,
         message: "the reply ended without a result".into(),
         param: None,
+        code: "internal",
     })
 }
 

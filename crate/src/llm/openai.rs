@@ -94,6 +94,8 @@ pub struct ApiError {
     pub status: u16,
     pub message: String,
     pub param: Option<&'static str>,
+    /// The package's error code for it ([`LoomError::code`]'s): `invalid_input`, `unsupported`, ….
+    pub code: &'static str,
 }
 
 impl ApiError {
@@ -102,6 +104,7 @@ impl ApiError {
             status: 400,
             message: message.into(),
             param,
+            code: "invalid_input",
         }
     }
 
@@ -125,6 +128,7 @@ impl From<LoomError> for ApiError {
             status,
             message: e.to_string(),
             param: None,
+            code: e.code(),
         }
     }
 }
@@ -139,6 +143,8 @@ pub struct ChatJob {
     pub tools: Option<Value>,
     /// Must the reply be a call: `None` (the model chooses), any of the tools, or this one.
     pub must_call: Option<MustCall>,
+    /// What `response_format` asks the reply to be (see [`ChatJob::constraint`]).
+    pub format: Option<ConstraintText>,
     pub options: GenerateOptions,
     pub stream: bool,
     pub include_usage: bool,
@@ -168,10 +174,10 @@ impl ChatRequest {
     /// an unknown role, a malformed tool, tool choice or tool message.
     pub fn job(self) -> std::result::Result<ChatJob, ApiError> {
         let unsupported = |param: &'static str, what: &str| {
-            Err(ApiError::bad(
-                Some(param),
-                format!("{param}: {what} is not supported by this server"),
-            ))
+            Err(ApiError {
+                code: "unsupported",
+                ..ApiError::bad(Some(param), format!("{param}: {what} is not supported by loom-wasm"))
+            })
         };
         if self.n.is_some_and(|n| n != 1) {
             return unsupported("n", "more than one choice");
@@ -278,7 +284,10 @@ impl ChatRequest {
                             (kind, _) => {
                                 return Err(ApiError::bad(
                                     Some("messages"),
-                                    format!("messages: a content part of type {kind:?} (only text is read)"),
+                                    format!(
+                                        "messages: a content part of type {} (only text is read)",
+                                        kind.map_or("none".to_string(), |k| format!("{k:?}"))
+                                    ),
                                 ))
                             }
                         }
@@ -318,6 +327,16 @@ impl ChatRequest {
             Some(Stop::Many(v)) if v.len() <= 4 => v,
             Some(Stop::Many(_)) => return Err(ApiError::bad(Some("stop"), "stop: at most 4 sequences")),
         };
+        let format = match (&must_call, self.response_format) {
+            (None, f) => constraint(f)?,
+            (Some(_), None | Some(ResponseFormat::Text)) => None,
+            (Some(_), Some(_)) => {
+                return Err(ApiError::bad(
+                    Some("response_format"),
+                    "response_format: a required tool call is its own format",
+                ))
+            }
+        };
         let options = GenerateOptions {
             sampling,
             max_tokens: self
@@ -325,17 +344,6 @@ impl ChatRequest {
                 .or(self.max_tokens)
                 .unwrap_or(DEFAULT_MAX_TOKENS),
             stop_strings,
-            #[cfg(not(target_arch = "wasm32"))]
-            constraint: match (&must_call, self.response_format) {
-                (None, f) => constraint(f)?,
-                (Some(_), None | Some(ResponseFormat::Text)) => None,
-                (Some(_), Some(_)) => {
-                    return Err(ApiError::bad(
-                        Some("response_format"),
-                        "response_format: a required tool call is its own format",
-                    ))
-                }
-            },
             logprobs,
             ..GenerateOptions::default()
         };
@@ -343,6 +351,7 @@ impl ChatRequest {
             messages,
             tools: offer.then(|| Value::Array(tools.iter().map(Tool::template).collect())),
             must_call,
+            format,
             options,
             stream: self.stream,
             include_usage: self.stream_options.is_some_and(|o| o.include_usage),
@@ -350,14 +359,39 @@ impl ChatRequest {
     }
 }
 
-#[cfg(not(target_arch = "wasm32"))]
-fn constraint(f: Option<ResponseFormat>) -> std::result::Result<Option<super::constrain::Constraint>, ApiError> {
-    use super::constrain::Constraint;
+/// A constraint as the grammar engine reads it: its kind (`json_schema`, `json_object`, `regex`, `lark`) and its text
+/// (natively `Constraint::parse`; in the browser the grammar module, which the chat module does not link).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConstraintText {
+    pub kind: &'static str,
+    pub source: String,
+}
+
+impl ConstraintText {
+    fn json_schema(schema: &Value) -> ConstraintText {
+        ConstraintText {
+            kind: "json_schema",
+            source: schema.to_string(),
+        }
+    }
+
+    /// The constraint itself.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn parse(&self) -> crate::Result<super::constrain::Constraint> {
+        super::constrain::Constraint::parse(self.kind, &self.source)
+            .map_err(|e| LoomError::InvalidInput(format!("constraint: {e}")))
+    }
+}
+
+fn constraint(f: Option<ResponseFormat>) -> std::result::Result<Option<ConstraintText>, ApiError> {
     Ok(match f {
         None | Some(ResponseFormat::Text) => None,
-        Some(ResponseFormat::JsonObject) => Some(Constraint::JsonObject),
+        Some(ResponseFormat::JsonObject) => Some(ConstraintText {
+            kind: "json_object",
+            source: String::new(),
+        }),
         Some(ResponseFormat::JsonSchema { json_schema }) => match json_schema.schema {
-            Some(schema) => Some(Constraint::JsonSchema(schema)),
+            Some(schema) => Some(ConstraintText::json_schema(&schema)),
             None => {
                 return Err(ApiError::bad(
                     Some("response_format"),
@@ -498,12 +532,17 @@ fn template_calls(calls: &Value) -> std::result::Result<Value, ApiError> {
     Ok(Value::Array(out))
 }
 
+impl ChatJob {
+    /// What the reply must be: a required call ([`call_constraint`]) or the response format's JSON.
+    pub fn constraint(&self, tagged: bool) -> Option<ConstraintText> {
+        call_constraint(self, tagged).or_else(|| self.format.clone())
+    }
+}
+
 /// The constraint of a required call: one of the job's tools (or the one it names) as `{"name", "arguments"}` JSON
 /// whose arguments follow that tool's schema, inside `<tool_call>` tags when the family writes calls so (`tagged`:
 /// Hermes, Qwen).
-#[cfg(not(target_arch = "wasm32"))]
-pub fn call_constraint(job: &ChatJob, tagged: bool) -> Option<super::constrain::Constraint> {
-    use super::constrain::Constraint;
+pub fn call_constraint(job: &ChatJob, tagged: bool) -> Option<ConstraintText> {
     let must = job.must_call.as_ref()?;
     let tools = job.tools.as_ref()?.as_array()?;
     let schemas: Vec<Value> = tools
@@ -526,10 +565,11 @@ pub fn call_constraint(job: &ChatJob, tagged: bool) -> Option<super::constrain::
         _ => json!({"anyOf": schemas, "x-guidance": {"whitespace_flexible": false}}),
     };
     Some(match tagged {
-        true => Constraint::Lark(format!(
-            "start: \"<tool_call>\\n\" call \"\\n</tool_call>\"\ncall: %json {schema}\n"
-        )),
-        false => Constraint::JsonSchema(schema),
+        true => ConstraintText {
+            kind: "lark",
+            source: format!("start: \"<tool_call>\\n\" call \"\\n</tool_call>\"\ncall: %json {schema}\n"),
+        },
+        false => ConstraintText::json_schema(&schema),
     })
 }
 
