@@ -821,7 +821,7 @@ impl JsChat {
                         "a mask goes with each step of a constrained reply, and only there".into(),
                     ));
                 }
-                let drawn = turn.reply.generated().len();
+                let drawn = turn.reply.new_ids().len();
                 let draw = turn.reply.draw();
                 let input = turn.reply.input().unwrap_or_default();
                 let logits = turn.reply.needs_logits();
@@ -831,7 +831,7 @@ impl JsChat {
                     None => turn.reply.accept(step)?,
                 };
                 s.conversation.settle(&turn.reply);
-                let ids = turn.reply.generated();
+                let ids = turn.reply.new_ids();
                 let id = (ids.len() > drawn).then(|| ids[ids.len() - 1]);
                 Ok((text, turn.reply.input().is_none(), id))
             }

@@ -3,6 +3,7 @@ import type { CacheBackend } from './cache.js';
 import type { Method } from './engine.js';
 import { LoomError, abortError } from './errors.js';
 import { openAIChat } from './openai.js';
+import { pieceStream } from './stream.js';
 import type { OpenAIReply } from './openai.js';
 import type { WireSource } from './source.js';
 import type { ChatInput, ChatOpenOptions, RawReply, WireChatSource, WireSendOptions } from './engine.js';
@@ -267,55 +268,7 @@ class Chat implements ChatSession {
   }
 
   stream(input: ChatMessage[] | string, opts: Omit<SendOptions, 'onToken'> = {}): ChatStream {
-    const pieces: string[] = [];
-    let ended = false;
-    let failure: unknown;
-    let wake: (() => void) | undefined;
-    const stop = new AbortController();
-    const outer = opts.signal;
-    if (outer?.aborted) stop.abort();
-    outer?.addEventListener('abort', () => stop.abort(), { once: true });
-    const reply = this.send(input, {
-      ...opts,
-      signal: stop.signal,
-      onToken: (t) => {
-        pieces.push(t);
-        wake?.();
-      },
-    });
-    reply.then(
-      () => {
-        ended = true;
-        wake?.();
-      },
-      (e) => {
-        failure = e;
-        ended = true;
-        wake?.();
-      },
-    );
-    return {
-      reply,
-      async *[Symbol.asyncIterator]() {
-        try {
-          for (;;) {
-            if (pieces.length) {
-              yield pieces.shift()!;
-              continue;
-            }
-            if (ended) {
-              if (failure !== undefined) throw failure;
-              return;
-            }
-            await new Promise<void>((r) => (wake = r));
-            wake = undefined;
-          }
-        } finally {
-          // Leaving the loop early (break, an exception in its body) stops the reply.
-          if (!ended) stop.abort();
-        }
-      },
-    };
+    return pieceStream((signal, onToken) => this.send(input, { ...opts, signal, onToken }), opts.signal);
   }
 
   reset(): Promise<void> {

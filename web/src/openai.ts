@@ -3,6 +3,7 @@
 // ignored) and runs it with the request's whole conversation and tools; the answer comes back in OpenAI's shapes,
 // so code written for the `openai` package runs on an open model.
 import { LoomError } from './errors.js';
+import { pieceStream } from './stream.js';
 import type {
   ChatReply, OpenAIChat, OpenAIChatCompletion, OpenAIChatCompletionChunk, OpenAIChatParams, OpenAIFinishReason,
   OpenAIToolCall, StopReason,
@@ -70,46 +71,12 @@ export function openAIChat(session: OpenAISession): OpenAIChat {
     // With tools offered the reply is read for calls once it is whole: it then comes in one piece, as from
     // `loom serve`.
     const whole = Array.isArray(params.tools) && params.tools.length > 0;
-    const pieces: string[] = [];
-    let wake: (() => void) | undefined;
-    let ended = false;
-    let begun: () => void = () => {};
-    const started = new Promise<void>((r) => (begun = r));
-    const stop = new AbortController();
-    const outer = req.signal;
-    if (outer?.aborted) stop.abort();
-    outer?.addEventListener('abort', () => stop.abort(), { once: true });
-    const reply = session.sendOpenAI(body, id, {
-      signal: stop.signal,
-      onToken: (t) => {
-        begun();
-        if (whole) return;
-        pieces.push(t);
-        wake?.();
-      },
-    });
-    const settled = reply.then(
-      () => undefined,
-      () => undefined,
-    ).finally(() => {
-      ended = true;
-      begun();
-      wake?.();
-    });
+    const pieces = pieceStream((signal, onToken) => session.sendOpenAI(body, id, { signal, onToken }), req.signal);
     async function* chunks(): AsyncGenerator<OpenAIChatCompletionChunk> {
       try {
         yield chunk({ role: 'assistant', content: '' }, null);
-        for (;;) {
-          if (pieces.length) {
-            yield chunk({ content: pieces.shift()! }, null);
-            continue;
-          }
-          if (ended) break;
-          await new Promise<void>((r) => (wake = r));
-          wake = undefined;
-        }
-        await settled;
-        const r = await reply;
+        for await (const text of pieces) if (!whole) yield chunk({ content: text }, null);
+        const r = await pieces.reply;
         if (r.toolCalls) {
           const calls = r.toolCalls.calls.map((c, index) => ({ index, ...c }));
           yield chunk({ content: r.toolCalls.content || null, tool_calls: calls }, null);
@@ -124,13 +91,12 @@ export function openAIChat(session: OpenAISession): OpenAIChat {
         }
       } finally {
         // Leaving the loop early (break, an exception in its body) stops the reply.
-        if (!ended) stop.abort();
+        pieces.stop();
       }
     }
     // Returned once the reply is under way: a request the chat module refuses rejects here, as OpenAI's client
     // rejects before its stream, not in the middle of the iteration.
-    await started;
-    if (ended) await reply;
+    await pieces.begun;
     return chunks();
   }
   return { completions: { create } } as OpenAIChat;

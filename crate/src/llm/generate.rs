@@ -429,11 +429,6 @@ impl Reply {
         self.take(step, Some(allowed))
     }
 
-    /// The new ids so far.
-    pub fn generated(&self) -> &[u32] {
-        self.new_ids()
-    }
-
     /// Runs the prompt from position `kept` (what the engine still holds after its truncation: fewer than the
     /// shared prefix where a windowed cache lost what the prompt's next position reads).
     pub fn resume_from(&mut self, kept: usize) {
@@ -560,7 +555,8 @@ impl Reply {
         false
     }
 
-    fn new_ids(&self) -> &[u32] {
+    /// The new ids so far.
+    pub fn new_ids(&self) -> &[u32] {
         &self.context[self.prompt_len..]
     }
 

@@ -632,8 +632,7 @@ impl GpuEngine {
 
     /// Runs `tokens` and returns the greedy next token, picked on the GPU (one id read back).
     pub async fn forward_argmax(&mut self, tokens: &[u32]) -> Result<u32> {
-        let bytes = self.run(tokens, Output::Greedy).await?;
-        Ok(u32::from_le_bytes(bytes[..4].try_into().expect("4 bytes read back")))
+        self.run_id(tokens, Output::Greedy, None).await
     }
 
     /// Whether [`GpuEngine::forward_sampled`] takes `args` (top-k and the penalised ids within what one workgroup
@@ -646,17 +645,7 @@ impl GpuEngine {
     /// Runs `tokens` and returns the next token drawn per `args` on the GPU (one id read back), as
     /// `Sampler::sample_with` draws it from the logits.
     pub async fn forward_sampled(&mut self, tokens: &[u32], args: &SampleArgs) -> Result<u32> {
-        if !GpuEngine::samples(args) {
-            return Err(LoomError::InvalidInput(format!(
-                "GPU sampling takes top-k 1..={GPU_SAMPLE_MAX} and at most {GPU_SAMPLE_MAX} penalised ids"
-            )));
-        }
-        Sample::write_ids(&self.gpu, &self.draw_ids, args);
-        self.draw = Some(args.clone());
-        let bytes = self.run(tokens, Output::Sampled).await;
-        self.draw = None;
-        let bytes = bytes?;
-        Ok(u32::from_le_bytes(bytes[..4].try_into().expect("4 bytes read back")))
+        self.run_id(tokens, Output::Sampled, Some(args)).await
     }
 
     /// Runs `tokens` and returns the next token among those `allowed` (bit `id % 32` of word `id / 32`, one bit per
@@ -671,21 +660,28 @@ impl GpuEngine {
             )));
         }
         LogitMask::write(&self.gpu, &self.allowed, allowed)?;
-        let bytes = match draw {
-            None => self.run(tokens, Output::MaskedGreedy).await?,
-            Some(args) => {
-                if !GpuEngine::samples(args) {
-                    return Err(LoomError::InvalidInput(format!(
-                        "GPU sampling takes top-k 1..={GPU_SAMPLE_MAX} and at most {GPU_SAMPLE_MAX} penalised ids"
-                    )));
-                }
-                Sample::write_ids(&self.gpu, &self.draw_ids, args);
-                self.draw = Some(args.clone());
-                let bytes = self.run(tokens, Output::MaskedSampled).await;
-                self.draw = None;
-                bytes?
-            }
+        let out = match draw {
+            None => Output::MaskedGreedy,
+            Some(_) => Output::MaskedSampled,
         };
+        self.run_id(tokens, out, draw).await
+    }
+
+    /// Runs `tokens` for an id picked on the GPU (`out`: greedy or sampled, masked or not) and reads it back; a
+    /// draw's penalised ids are written and the draw kept for the step's recording.
+    async fn run_id(&mut self, tokens: &[u32], out: Output, draw: Option<&SampleArgs>) -> Result<u32> {
+        if let Some(args) = draw {
+            if !GpuEngine::samples(args) {
+                return Err(LoomError::InvalidInput(format!(
+                    "GPU sampling takes top-k 1..={GPU_SAMPLE_MAX} and at most {GPU_SAMPLE_MAX} penalised ids"
+                )));
+            }
+            Sample::write_ids(&self.gpu, &self.draw_ids, args);
+        }
+        self.draw = draw.cloned();
+        let bytes = self.run(tokens, out).await;
+        self.draw = None;
+        let bytes = bytes?;
         Ok(u32::from_le_bytes(bytes[..4].try_into().expect("4 bytes read back")))
     }
 
