@@ -14,9 +14,11 @@
 //   computed online over chunks of 256 positions (rescaling the running sum and output when the max grows);
 //   out = Σ e·v / Σ e (the dot products and the weighted sums in four interleaved partial sums, whose loads
 //   overlap: one sum at a time was latency-bound on GPUs). Any head_dim: the scores sum the query in chunks of 256
-//   dims staged in shared memory, and workgroup z writes output dims 256·z .. 256·z + 255 (wider heads recompute the scores once per chunk). A head
-//   past the last KV head (heads not a multiple of kv_heads) reads the cache as Loom's flat
-//   [pos][kv_heads·head_dim] layout would, i.e. into the next position's row.
+//   dims staged in shared memory, and workgroup z writes output dims 256·z .. 256·z + 255 (wider heads recompute
+//   the scores once per chunk). A head past the last KV head (heads not a multiple of kv_heads) reads the cache as
+//   Loom's flat [pos][kv_heads·head_dim] layout would, i.e. into the next position's row.
+// attend_split + attend_combine: the same, each query's positions split into `splits` runs, each run a workgroup of
+//   its own writing its softmax state (max, sum, weighted values), then combined (flash-decoding).
 
 struct Params {
     tokens: u32,
@@ -36,7 +38,8 @@ struct Params {
     kv_stride: u32,
     k_offset: u32,
     v_offset: u32,
-    _p2: u32,
+    // attend_split, attend_combine: the runs each query's positions are split into.
+    splits: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -50,6 +53,9 @@ struct Params {
 @group(0) @binding(6) var<storage, read> k_cache: array<f32>;
 @group(0) @binding(7) var<storage, read> v_cache: array<f32>;
 @group(0) @binding(8) var<storage, read_write> out: array<f32>;
+// split attention's per-split softmax states
+@group(0) @binding(9) var<storage, read_write> part_w: array<f32>;
+@group(0) @binding(10) var<storage, read> part_r: array<f32>;
 
 const CHUNK: u32 = 256u;
 const HEAD_CHUNK: u32 = 256u;
@@ -93,22 +99,25 @@ fn kv_at(pos: u32, kvh: u32, i: u32) -> u32 {
     return ((e / p.head_dim) * p.max_seq + f / kv_w) * p.head_dim + e % p.head_dim;
 }
 
-@compute @workgroup_size(64)
-fn attend(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lane: u32) {
-    let h = wg.x;
-    let t = wg.y;
-    let d0 = wg.z * HEAD_CHUNK; // the output dims this workgroup writes start here
+// Softmax state of one query over a run of its positions: the running max, the sum of e^(score − m), and the
+// e-weighted sums of the values for output dims d0 + lane + 64·k.
+struct Partial {
+    m: f32,
+    l: f32,
+    acc: vec4<f32>,
+}
+
+// Query `t` of head `h` over its positions [lo, hi) (chunks of CHUNK, the online softmax across them), for output
+// dims d0 + lane + 64·k.
+fn attend_positions(h: u32, t: u32, d0: u32, lo: u32, hi: u32, lane: u32) -> Partial {
     let hd = p.head_dim;
-    let n = p.pos0 + t + 1u;
     let kvh = h / (p.heads / p.kv_heads);
     let qb = (p.first + t) * p.q_stride + h * hd;
-
     var m = -1e9;
     var l = 0.0;
     var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
-    let first = select(0u, n - p.window, p.window != 0u && n > p.window);
-    for (var c0 = first; c0 < n; c0 += CHUNK) {
-        let cn = min(CHUNK, n - c0);
+    for (var c0 = lo; c0 < hi; c0 += CHUNK) {
+        let cn = min(CHUNK, hi - c0);
         // Scores of this chunk's positions, the query staged HEAD_CHUNK dims at a time (one stage when hd ≤ 256).
         for (var j = lane; j < cn; j += 64u) {
             sc[j] = 0.0;
@@ -184,11 +193,79 @@ fn attend(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index)
         m = m_new;
         workgroupBarrier();
     }
-    let ob = (p.first + t) * p.out_stride + h * hd;
+    return Partial(m, l, vec4<f32>(acc[0], acc[1], acc[2], acc[3]));
+}
+
+// The positions query t sees: [first, n).
+fn query_span(t: u32) -> vec2<u32> {
+    let n = p.pos0 + t + 1u;
+    let first = select(0u, n - p.window, p.window != 0u && n > p.window);
+    return vec2<u32>(first, n);
+}
+
+// One workgroup per (head, token, chunk of output dims): each query over all its positions.
+@compute @workgroup_size(64)
+fn attend(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lane: u32) {
+    let span = query_span(wg.y);
+    let d0 = wg.z * HEAD_CHUNK;
+    let r = attend_positions(wg.x, wg.y, d0, span.x, span.y, lane);
+    let ob = (p.first + wg.y) * p.out_stride + wg.x * p.head_dim;
     for (var k = 0u; k < 4u; k++) {
         let d = d0 + lane + 64u * k;
-        if d < hd {
-            out[ob + d] = acc[k] / l;
+        if d < p.head_dim {
+            out[ob + d] = r.acc[k] / r.l;
         }
+    }
+}
+
+// Split attention (flash-decoding): one workgroup per (head, token, split, chunk of output dims), workgroup z being
+// split · chunks + chunk. Each takes one of `splits` equal runs of the query's positions and writes its softmax
+// state to `part_w`: per (token, head, split) a record of m, l and head_dim weighted sums. A decode step's one
+// query thus spreads over heads × splits workgroups instead of one per head walking every position.
+@compute @workgroup_size(64)
+fn attend_split(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lane: u32) {
+    let chunks = (p.head_dim + HEAD_CHUNK - 1u) / HEAD_CHUNK;
+    let s = wg.z / chunks;
+    let d0 = (wg.z % chunks) * HEAD_CHUNK;
+    let span = query_span(wg.y);
+    let run = (span.y - span.x + p.splits - 1u) / p.splits;
+    let lo = min(span.x + s * run, span.y);
+    let r = attend_positions(wg.x, wg.y, d0, lo, min(lo + run, span.y), lane);
+    let rb = ((wg.y * p.heads + wg.x) * p.splits + s) * (p.head_dim + 2u);
+    if d0 == 0u && lane == 0u {
+        part_w[rb] = r.m;
+        part_w[rb + 1u] = r.l;
+    }
+    for (var k = 0u; k < 4u; k++) {
+        let d = d0 + lane + 64u * k;
+        if d < p.head_dim {
+            part_w[rb + 2u + d] = r.acc[k];
+        }
+    }
+}
+
+// Combines the splits' states of each (head, token): out = Σ e^(m_s − M)·acc_s / Σ e^(m_s − M)·l_s with M the
+// largest m_s (an empty run has m = −1e9, l = 0 and adds nothing). One workgroup per (head, token, chunk of dims).
+@compute @workgroup_size(64)
+fn attend_combine(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lane: u32) {
+    let hd = p.head_dim;
+    let rb = (wg.y * p.heads + wg.x) * p.splits * (hd + 2u);
+    var big = -1e9;
+    for (var s = 0u; s < p.splits; s++) {
+        big = max(big, part_r[rb + s * (hd + 2u)]);
+    }
+    var l = 0.0;
+    for (var s = 0u; s < p.splits; s++) {
+        let b = rb + s * (hd + 2u);
+        l += exp(part_r[b] - big) * part_r[b + 1u];
+    }
+    let ob = (p.first + wg.y) * p.out_stride + wg.x * hd;
+    for (var d = wg.z * HEAD_CHUNK + lane; d < min(hd, (wg.z + 1u) * HEAD_CHUNK); d += 64u) {
+        var acc = 0.0;
+        for (var s = 0u; s < p.splits; s++) {
+            let b = rb + s * (hd + 2u);
+            acc += exp(part_r[b] - big) * part_r[b + 2u + d];
+        }
+        out[ob + d] = acc / l;
     }
 }

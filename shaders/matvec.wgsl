@@ -190,7 +190,7 @@ fn rsqrt_rows(squares: XV) -> XV {
 // x as it is.
 const NORM: bool = false;
 
-fn xv(i: u32) -> XV {
+fn x_in(i: u32) -> XV {
     return xv_raw(i);
 }
 
@@ -201,8 +201,25 @@ const NORM: bool = true;
 
 @group(0) @binding(7) var<storage, read> gamma: array<f32>;
 
-fn xv(i: u32) -> XV {
+fn x_in(i: u32) -> XV {
     return xv_raw(i) * gamma[i];
+}
+
+// @@ x_direct
+// The product reads column i of x (plain or normalized) where it is.
+fn xv(i: u32) -> XV {
+    return x_in(i);
+}
+
+// @@ x_tile
+// The product reads x from a tile of TILE columns staged in shared memory (`body_tiled`): column i is tile[i - k0].
+const TILE: u32 = 128u;
+
+var<workgroup> tile: array<XV, TILE>;
+var<private> k0: u32;
+
+fn xv(i: u32) -> XV {
+    return tile[i - k0];
 }
 
 // @@ half
@@ -949,6 +966,58 @@ fn matvec_rows(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_i
         }
     }
     store_row(o, acc, squares);
+}
+
+// @@ body_tiled
+// Prefill batches on GPUs: one lane per output row (64 rows per workgroup) over x staged TILE columns at a time in
+// shared memory, so that each column of the 16 batch rows is read from memory once per workgroup instead of once
+// per row, and each weight decoded serves the 16 batch rows. The host picks it where every row starts at a whole
+// unit (n_in and `first` multiples of EPU): then a part's columns never straddle a tile (units of up to 128
+// elements lie whole in one; the K-quants' 256-element units have parts of 32 consecutive columns).
+@compute @workgroup_size(64)
+fn matvec_tiled(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let o = (wg.x + wg.z * p.groups_x) * 64u + lid.x;
+    b0 = wg.y * BT;
+    var squares = XV();
+    if NORM {
+        partial_squares[lid.x] = lane_squares(lid.x, 64u);
+        workgroupBarrier();
+        for (var s = 32u; s > 0u; s >>= 1u) {
+            if lid.x < s {
+                partial_squares[lid.x] += partial_squares[lid.x + s];
+            }
+            workgroupBarrier();
+        }
+        squares = partial_squares[0];
+    }
+    let start = p.first + o * p.n_in;
+    let u0 = start / EPU;
+    var acc = XV();
+    // The loop counts in a local (uniform, for the barriers); xv reads the tile through the private k0.
+    for (var k = 0u; k < p.n_in; k += TILE) {
+        k0 = k;
+        workgroupBarrier();
+        // Column k0 + c of the BT batch rows (plain or normalized); 0 past the row.
+        for (var c = lid.x; c < TILE; c += 64u) {
+            var v = XV();
+            if k0 + c < p.n_in {
+                v = x_in(k0 + c);
+            }
+            tile[c] = v;
+        }
+        workgroupBarrier();
+        if o < p.n_out {
+            // Parts q of the row whose columns lie in [k0, k0 + TILE): unit q / SPU, part q % SPU.
+            let q_end = min(k0 + TILE, p.n_in) * SPU / EPU;
+            for (var q = k0 * SPU / EPU; q < q_end; q++) {
+                let u = q / SPU;
+                acc += part_dot(u0 + u, q % SPU, u * EPU);
+            }
+        }
+    }
+    if o < p.n_out {
+        store_row(o, acc, squares);
+    }
 }
 
 // @@ gather

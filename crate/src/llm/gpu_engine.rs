@@ -965,6 +965,7 @@ impl GpuEngine {
                 scale: c.block.attn_scale,
                 window: window.map_or(0, |w| u32::try_from(w).unwrap_or(u32::MAX)),
                 softcap: c.block.attn_softcap.unwrap_or(0.0),
+                split: true,
             };
             k.attention.encode_attend(rec, cache, qr, att.rows(), args)?;
             residual(&b.wo, &att, &b.bo, &b.post_attn_norm, Some(&b.ffn_norm), rec)?;

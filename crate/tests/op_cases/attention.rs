@@ -5,7 +5,7 @@
 //! - KV update: bit-identical (a copy), including a dispatch that wraps the cache;
 //! - attention: ≤ 1e-5 + 1e-4·|cpu| against the CPU's f64 scores / softmax / weighted sum, prefill and decode.
 
-use loom_wasm::gpu::{Attention, Gpu, KvCache, Recorder, Rope, Rows};
+use loom_wasm::gpu::{AttendArgs, Attention, Gpu, KvCache, Recorder, Rope, Rows};
 
 use super::harness::{close, data, MaxErr};
 use super::upload;
@@ -211,6 +211,7 @@ pub async fn attention_prefill_and_decode_match_the_cpu(gpu: &Gpu) {
     ] {
         let (qw, kv) = (heads * hd, kv_heads * hd);
         let cache = KvCache::new(gpu, kv_heads, hd, max_seq).await.unwrap();
+        let split_cache = KvCache::new(gpu, kv_heads, hd, max_seq).await.unwrap();
         let mut cpu = RefCache {
             k: vec![0.0; max_seq * kv],
             v: vec![0.0; max_seq * kv],
@@ -229,22 +230,29 @@ pub async fn attention_prefill_and_decode_match_the_cpu(gpu: &Gpu) {
             let v = data(seed + 2, tokens * kv, -1.0, 1.0);
             cpu.write(&k, &v, pos);
             let want = cpu.attend(&q, heads, hd, pos, window, f64::from(cap));
-            let got = att
-                .run(gpu, &cache, &q, &k, &v, heads, pos, window as u32, cap)
-                .await
-                .unwrap();
-            let what = if step == 0 { "prefill" } else { "decode" };
-            let e = close(
-                &format!(
-                    "attention {what} {tokens} at {pos} ({heads} heads / {kv_heads} kv × {hd}, {max_seq} rows, \
-                     window {window}, cap {cap})"
-                ),
-                &got,
-                &want,
-                ABS,
-                REL,
-            );
-            worst.abs = worst.abs.max(e.abs);
+            // Both kernels: one workgroup per query and head, and the positions split over workgroups.
+            for (cache, split) in [(&cache, false), (&split_cache, true)] {
+                let args = AttendArgs {
+                    pos0: pos as u32,
+                    scale: (1.0 / (hd as f64).sqrt()) as f32,
+                    window: window as u32,
+                    softcap: cap,
+                    split,
+                };
+                let got = att.run(gpu, cache, &q, &k, &v, heads, args).await.unwrap();
+                let what = if step == 0 { "prefill" } else { "decode" };
+                let e = close(
+                    &format!(
+                        "attention {what} {tokens} at {pos} ({heads} heads / {kv_heads} kv × {hd}, {max_seq} rows, \
+                         window {window}, cap {cap}, split {split})"
+                    ),
+                    &got,
+                    &want,
+                    ABS,
+                    REL,
+                );
+                worst.abs = worst.abs.max(e.abs);
+            }
             pos += tokens;
         }
         note!("  worst |err| {:.3e}", worst.abs);

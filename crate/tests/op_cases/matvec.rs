@@ -425,6 +425,9 @@ pub async fn ggml_blocks_match_their_cpu_twin(gpu: &Gpu) {
             (80, 12, 3, Activation::Linear),
             (1024, 7, 5, Activation::GELU),
             (96, 9, 35, Activation::Silu),
+            // Prefill tiles on GPUs: several tiles of x, the last one partial, over more than 64 rows.
+            (320, 130, 21, Activation::Linear),
+            (768, 66, 17, Activation::Linear),
         ] {
             let bytes = random_blocks(t, (n_in * n_out).div_ceil(t.block_len()), (n_in + n_out) as u64);
             check_blocks(gpu, p, &bytes, (n_in, n_out, batch), act, &format!("{t}")).await;

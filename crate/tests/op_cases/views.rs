@@ -41,6 +41,7 @@ pub async fn ops_refuse_views_that_do_not_fit(gpu: &Gpu) {
         scale: 1.0,
         window: 0,
         softcap: 0.0,
+        split: false,
     };
     let eps = 1e-6;
     let mut rec = Recorder::new(gpu);

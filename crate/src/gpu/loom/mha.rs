@@ -312,6 +312,7 @@ impl Mha {
                 scale,
                 window: 0,
                 softcap: 0.0,
+                split: false,
             };
             self.attention.encode_attend(rec, &self.cache, queries, out, args)?;
         }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::kernel::{check_binding, dispatch, dispatch_3d, grid_for, storage_f32, u32_dim};
-use super::{Rows, REDUCE_WGSL};
+use super::{GpuTensor, Rows, REDUCE_WGSL};
 use crate::error::{LoomError, Result};
 use crate::gpu::Gpu;
 use crate::gpu::Recorder;
@@ -73,12 +73,24 @@ pub struct AttendArgs {
     pub window: u32,
     /// Soft-capped scores (Gemma 2): each scaled score becomes `cap · tanh(score / cap)`; 0 for none.
     pub softcap: f32,
+    /// Split each query's positions into runs attended by workgroups of their own, then combine them
+    /// (flash-decoding): one dispatch more, for the LLM engine, whose decode step would otherwise walk its whole
+    /// context in one workgroup per head.
+    pub split: bool,
 }
+
+/// The most runs a query's positions are split into, and the fewest positions a run is worth.
+const MAX_SPLITS: u32 = 32;
+const RUN_POSITIONS: u32 = 32;
+/// Split workgroups a dispatch aims at (queries × heads × splits): enough to fill a GPU.
+const SPLIT_WORKGROUPS: u32 = 4096;
 
 /// The KV-update and attention kernels.
 pub struct Attention {
     kv_update: Arc<wgpu::ComputePipeline>,
     attend: Arc<wgpu::ComputePipeline>,
+    attend_split: Arc<wgpu::ComputePipeline>,
+    attend_combine: Arc<wgpu::ComputePipeline>,
 }
 
 impl Attention {
@@ -87,6 +99,8 @@ impl Attention {
         Ok(Attention {
             kv_update: gpu.pipeline("attention_kv_update", &source, "kv_update")?,
             attend: gpu.pipeline("attention_attend", &source, "attend")?,
+            attend_split: gpu.pipeline("attention_attend_split", &source, "attend_split")?,
+            attend_combine: gpu.pipeline("attention_attend_combine", &source, "attend_combine")?,
         })
     }
 
@@ -170,6 +184,21 @@ impl Attention {
                 q.rows
             )));
         }
+        // Splits: the dispatch's shape fixes how many at most (so that a decode step's scratch and dispatches stay
+        // the same from step to step); the positions the last query sees, how many are used now.
+        // Splits: at most what the scratch binding holds.
+        let record = 4 * u64::from(q.rows) * u64::from(heads) * (u64::from(hd) + 2);
+        let fit = (gpu.limits.max_storage_buffer_binding_size / record).min(u64::from(MAX_SPLITS)) as u32;
+        let max_splits = if args.split {
+            (SPLIT_WORKGROUPS / (q.rows * heads).max(1))
+                .clamp(1, MAX_SPLITS)
+                .min(fit.max(1))
+        } else {
+            1
+        };
+        let last = args.pos0.saturating_add(q.rows);
+        let span = if args.window == 0 { last } else { last.min(args.window) };
+        let splits = span.div_ceil(RUN_POSITIONS).clamp(1, max_splits);
         let words = [
             q.rows,
             q.row0,
@@ -183,21 +212,48 @@ impl Attention {
             args.scale.to_bits(),
             args.window,
             args.softcap.to_bits(),
+            0,
+            0,
+            0,
+            splits,
         ];
+        if max_splits == 1 {
+            dispatch_3d(
+                rec,
+                &self.attend,
+                &words,
+                &[(5, q.buffer), (6, &cache.k), (7, &cache.v), (8, out.buffer)],
+                (heads, q.rows, chunks),
+            );
+            return Ok(());
+        }
+        if chunks * max_splits > max {
+            return Err(LoomError::Unsupported(format!(
+                "attention over heads of {hd} in {max_splits} runs exceeds {max} workgroups per dimension"
+            )));
+        }
+        let shape = [q.rows, heads, max_splits, hd + 2].map(|d| d as usize).to_vec();
+        let part = GpuTensor::scratch(rec, shape)?;
         dispatch_3d(
             rec,
-            &self.attend,
+            &self.attend_split,
             &words,
-            &[(5, q.buffer), (6, &cache.k), (7, &cache.v), (8, out.buffer)],
+            &[(5, q.buffer), (6, &cache.k), (7, &cache.v), (9, &part.buffer)],
+            (heads, q.rows, chunks * splits),
+        );
+        dispatch_3d(
+            rec,
+            &self.attend_combine,
+            &words,
+            &[(8, out.buffer), (10, &part.buffer)],
             (heads, q.rows, chunks),
         );
         Ok(())
     }
 
     /// One-shot: writes the `k`, `v` rows of `tokens = q.len() / (heads·head_dim)` tokens into `cache` at positions
-    /// `pos0..`, then attends each query to the positions up to its own (the latest `window` of them, 0 for all;
-    /// scores soft-capped at `softcap`, 0 for none).
-    /// `pos0 = 0` is a prefill; a later call with one token is a decode step. Returns `[tokens][heads·head_dim]`.
+    /// `args.pos0..`, then attends each query as `args` say. `pos0 = 0` is a prefill; a later call with one token is
+    /// a decode step. Returns `[tokens][heads·head_dim]`.
     #[allow(clippy::too_many_arguments)]
     pub async fn run(
         &self,
@@ -207,9 +263,7 @@ impl Attention {
         k: &[f32],
         v: &[f32],
         heads: usize,
-        pos0: usize,
-        window: u32,
-        softcap: f32,
+        args: AttendArgs,
     ) -> Result<Vec<f32>> {
         let hd = cache.head_dim as usize;
         let (qw, kvw) = (heads * hd, cache.kv_heads as usize * hd);
@@ -227,7 +281,7 @@ impl Attention {
         let kb = storage_f32(gpu, "k", k, k.len()).await?;
         let vb = storage_f32(gpu, "v", v, v.len()).await?;
         let ob = gpu.output("attention out", 4 * q.len() as u64).await?;
-        let (tokens, pos0) = (u32_dim(tokens, "tokens")?, u32_dim(pos0, "position")?);
+        let tokens = u32_dim(tokens, "tokens")?;
         let mut rec = Recorder::new(gpu);
         let kv_w = cache.kv_heads * cache.head_dim;
         self.encode_kv_update(
@@ -235,14 +289,8 @@ impl Attention {
             cache,
             Rows::new(&kb, tokens, kv_w),
             Rows::new(&vb, tokens, kv_w),
-            pos0,
+            args.pos0,
         )?;
-        let args = AttendArgs {
-            pos0,
-            scale: (1.0 / (hd as f64).sqrt()) as f32,
-            window,
-            softcap,
-        };
         let q_w = u32_dim(qw, "q row")?;
         self.encode_attend(
             &mut rec,

@@ -86,6 +86,17 @@ impl Packing {
         }
     }
 
+    /// Elements per unit (the shader's `EPU`): the smallest run of elements whose bytes are self-contained.
+    fn unit_elements(self, shader_f16: bool) -> usize {
+        match self {
+            Packing::Loom(DType::Float16) if shader_f16 => 2,
+            Packing::Loom(dt) if dt.bits() == 64 => 1,
+            Packing::Loom(dt) => 32 / dt.bits(),
+            Packing::LoomQ4_0 => q4_0::BLOCK,
+            Packing::Ggml(t) => t.block_len(),
+        }
+    }
+
     pub(crate) fn key(self) -> String {
         match self {
             Packing::Loom(dt) => dt.name().to_string(),
@@ -161,6 +172,7 @@ impl Packing {
             s.push_str(section("xv_vector"));
         }
         s.push_str(section(if norm { "x_norm" } else { "x_plain" }));
+        s.push_str(section(if body == "body_tiled" { "x_tile" } else { "x_direct" }));
         // float16 on the shader-f16 path reads its words as pairs of halves.
         let ty = if shader_f16 { "vec2<f16>" } else { "u32" };
         for k in 0..parts {
@@ -479,7 +491,7 @@ impl MatVec {
             shader_f16: shader_f16 && packing.has_halves(),
             layout: RowLayout::for_adapter(gpu),
         };
-        kernel.pipeline(gpu, 1, 1, false)?;
+        kernel.pipeline(gpu, 1, 1, false, false)?;
         Ok(kernel)
     }
 
@@ -513,8 +525,26 @@ impl MatVec {
         self.shader_f16
     }
 
-    fn pipeline(&self, gpu: &Gpu, parts: usize, bt: u32, norm: bool) -> Result<Arc<wgpu::ComputePipeline>> {
+    /// Whether a product with `bt` batch rows a workgroup runs `body_tiled` (one lane per row over x staged in
+    /// shared memory): prefill batches on GPUs, where every row of `w` starts at a whole unit.
+    fn tiled(&self, w: &PackedWeights, bt: u32) -> bool {
+        let epu = self.packing.unit_elements(self.shader_f16);
+        bt == 16
+            && self.layout != RowLayout::Lane
+            && w.n_in.is_multiple_of(epu)
+            && (w.first as usize).is_multiple_of(epu)
+    }
+
+    fn pipeline(
+        &self,
+        gpu: &Gpu,
+        parts: usize,
+        bt: u32,
+        norm: bool,
+        tiled: bool,
+    ) -> Result<Arc<wgpu::ComputePipeline>> {
         let (body, entry) = match self.layout {
+            _ if tiled => ("body_tiled", "matvec_tiled"),
             RowLayout::Workgroup => ("body", "matvec"),
             RowLayout::Subgroups => ("body_subgroups", "matvec_subgroups"),
             RowLayout::Lane => ("body_rows", "matvec_rows"),
@@ -565,18 +595,20 @@ impl MatVec {
         }
         let max = gpu.limits.max_compute_workgroups_per_dimension;
         let n_out = w.n_out as u32;
-        let row_groups = match self.layout {
-            RowLayout::Workgroup | RowLayout::Subgroups => n_out,
-            RowLayout::Lane => n_out.div_ceil(64),
-        };
-        let groups_x = row_groups.clamp(1, max);
-        let groups_z = row_groups.div_ceil(groups_x).max(1);
         // Batch rows per workgroup, each decoded weight serving all of them: 4 for a few rows, 16 for a prefill.
         let bt = match batch {
             0 | 1 => 1,
             2..=4 => 4,
             _ => 16,
         };
+        let tiled = self.tiled(w, bt);
+        let row_groups = match self.layout {
+            _ if tiled => n_out.div_ceil(64),
+            RowLayout::Workgroup | RowLayout::Subgroups => n_out,
+            RowLayout::Lane => n_out.div_ceil(64),
+        };
+        let groups_x = row_groups.clamp(1, max);
+        let groups_z = row_groups.div_ceil(groups_x).max(1);
         let groups_y = batch.div_ceil(bt);
         if groups_z > max || groups_y > max {
             return Err(LoomError::Unsupported(format!(
@@ -587,7 +619,7 @@ impl MatVec {
             return Ok(());
         }
         let gamma = options.norm.map(|(g, _)| g);
-        let pipeline = self.pipeline(gpu, w.parts.len(), bt, gamma.is_some())?;
+        let pipeline = self.pipeline(gpu, w.parts.len(), bt, gamma.is_some(), tiled)?;
         let words = w.params(act.id(), groups_x, batch, &options);
         let buffers = w.bindings(x.buffer, y.buffer, gamma);
         gpu.note_weight_bytes(w.view_bytes());

@@ -12,7 +12,8 @@ use crate::cpu::ops::{self, RopePairs, Scores};
 use crate::dtype::{self, q4_0};
 use crate::error::{LoomError, Result};
 use crate::gpu::{
-    packed_values, Gpu, KvCache, MatVec, MatVecOptions, PackedWeights, Packing, Pointwise, Recorder, Rows, SampleArgs,
+    packed_values, AttendArgs, Gpu, KvCache, MatVec, MatVecOptions, PackedWeights, Packing, Pointwise, Recorder, Rows,
+    SampleArgs,
 };
 use crate::llm::config::{FfnAct, RopeStyle};
 use crate::llm::sampler::Sampler;
@@ -333,7 +334,21 @@ async fn kernel_checks(engine: &GpuEngine) -> Result<Vec<KernelCheck>> {
     let cache = KvCache::new(gpu, 1, hd, 8).await?;
     let got = k
         .attention
-        .run(gpu, &cache, &q, &kk, &v, heads, 0, window, cap.unwrap_or(0.0))
+        .run(
+            gpu,
+            &cache,
+            &q,
+            &kk,
+            &v,
+            heads,
+            AttendArgs {
+                pos0: 0,
+                scale: 1.0 / (hd as f32).sqrt(),
+                window,
+                softcap: cap.unwrap_or(0.0),
+                split: true,
+            },
+        )
         .await?;
     let rule = Scores {
         scale: 1.0 / (hd as f32).sqrt(),
