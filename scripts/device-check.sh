@@ -14,7 +14,8 @@
 # measured copy bandwidth) and the logs beside it. It takes about 3 minutes on an H100.
 # Environment: OUT (default target/device-check), SHAPES (all, or e.g. tiny on a CPU adapter), TYPES,
 # PREFILL_TOKENS (512), DECODE_TOKENS (64), RUNS (2), FOLD_NORMS (0, 1 or both; default: the engine's choice),
-# CASES (a pattern: only the GPU op cases it matches).
+# CASES (a pattern: only the GPU op cases it matches), BASE_TYPES (the types of the baseline run, when
+# .devcheck/bin/device_check_base is there: an earlier commit's device_check, its commit in .devcheck/base-commit).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 dc=.devcheck
@@ -94,6 +95,15 @@ timeout 300 "$dc/bin/device_check" --shapes "${SHAPES:-all}" --types "${TYPES:-q
     >"$OUT/shapes.json" 2>"$OUT/device_check.log"
 echo "device_check exit $?"
 tail -n 25 "$OUT/device_check.log"
+# A baseline: the device_check of an earlier commit put into .devcheck/bin by hand (same harness, older engine), run
+# on the same machine in the same session so that the two compare.
+if [ -x "$dc/bin/device_check_base" ]; then
+    echo "=== baseline device_check ($(cat "$dc/base-commit" 2>/dev/null))"
+    timeout 300 "$dc/bin/device_check_base" --shapes "${SHAPES:-all}" --types "${BASE_TYPES:-${TYPES:-q4_0,q4_1,q8_0,q4_k_m,f16}}" \
+        --prefill-tokens "${PREFILL_TOKENS:-512}" --decode-tokens "${DECODE_TOKENS:-64}" --runs "${RUNS:-2}" \
+        >"$OUT/shapes-base.json" 2>"$OUT/device_check_base.log"
+    echo "baseline exit $?"
+fi
 
 python3 - "$OUT" "$dc" "$started" <<'EOF'
 import json, re, sys, time
@@ -134,14 +144,20 @@ except OSError:
     smi = []
 report = {"nvidia_smi": smi, "op_cases": tests("gpu_ops"), "goldens": tests("llm_gpu"),
           "loom_generate": generate, **shapes, "seconds": int(time.time()) - started}
+try:
+    report["baseline"] = {"commit": open(f"{dc}/base-commit").read().strip(),
+                          "runs": json.load(open(f"{out}/shapes-base.json"))["runs"]}
+except (OSError, ValueError, KeyError):
+    pass
 json.dump(report, open(f"{out}/device-check.json", "w"), indent=1)
 print(json.dumps({k: report[k] for k in ("op_cases", "goldens", "seconds")}, indent=1))
-for r in report.get("runs", []):
+for r in report.get("runs", []) + [dict(r, type=r["type"] + " base") for r in report.get("baseline", {}).get("runs", [])]:
     if "error" in r:
         print(f"{r['shape']:>14} {r['type']:>7}  ERROR {r['error']}")
     else:
         print(f"{r['shape']:>14} {r['type']:>7}  decode {r['decode']['tok_s']:8.1f} tok/s  prefill "
-              f"{r['prefill']['tok_s']:9.1f} tok/s  {r['per_decoded_token']['dispatches']} dispatches/token  "
+              f"{r['prefill']['tok_s']:9.1f} tok/s  deep {r.get('decode_after_prompt', {}).get('tok_s', 0):7.1f}  "
+              f"{r['per_decoded_token']['dispatches']} dispatches/token  "
               f"folded {r['fold_norms']['decode']:d}/{r['fold_norms']['prefill']:d}  "
               f"gpu {r['decode']['gpu_ms_per_token']:.3f} ms/token")
 EOF

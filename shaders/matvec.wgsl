@@ -6,7 +6,8 @@
 // as raw u32 words, possibly split across several bindings (`word(i)` hides the split). They are decoded in the
 // kernel. The host (`crate/src/gpu/ops/matvec.rs`) assembles one module from the `// @@ name` sections below:
 //
-//   activation.wgsl · common · xv1 or xv4 with xv_vector, or xv16 · x_plain or x_norm · word(i) and its bindings
+//   activation.wgsl · common · xv1 or xv4 with xv_vector, or xv16 · x_plain, x_norm or x_glu · x_direct or x_tile ·
+//   word(i) and its bindings
 //   (generated) · constants (generated) · helpers (half, ints, field_*) · the encoding's decode function (`code`, `code64`)
 //   · its unit reader (packed, wide64, a block format) · body (or body_rows; or body, sg_* and body_subgroups)
 //
@@ -47,6 +48,8 @@ struct Params {
     norm_eps: f32,
     // Not 0: y += the result (a residual add), instead of y = the result.
     accumulate: u32,
+    // With the x_glu section: the gate's activation.
+    glu_act: u32,
 }
 
 const NO_BIAS: u32 = 0xFFFFFFFFu;
@@ -115,11 +118,15 @@ alias XV = f32;
 const BT: u32 = 1u;
 
 fn xv_raw(i: u32) -> XV {
-    return x[b0 * p.n_in + i];
+    return x[b0 * X_ROW * p.n_in + i];
 }
 
 fn component(v: XV, r: u32) -> f32 {
     return v;
+}
+
+fn act_rows(v: XV) -> XV {
+    return activate(v, p.glu_act);
 }
 
 // @@ xv4
@@ -132,13 +139,18 @@ fn xv_raw(i: u32) -> XV {
     var v = XV();
     for (var r = 0u; r < BT; r++) {
         let row = min(b0 + r, p.batch - 1u);
-        v[r] = select(0.0, x[row * p.n_in + i], b0 + r < p.batch);
+        v[r] = select(0.0, x[row * X_ROW * p.n_in + i], b0 + r < p.batch);
     }
     return v;
 }
 
 fn component(v: XV, r: u32) -> f32 {
     return v[r];
+}
+
+fn act_rows(v: XV) -> XV {
+    let a = p.glu_act;
+    return XV(activate(v.x, a), activate(v.y, a), activate(v.z, a), activate(v.w, a));
 }
 
 // @@ xv_vector
@@ -161,13 +173,21 @@ fn xv_raw(i: u32) -> XV {
     var v = XV();
     for (var r = 0u; r < BT; r++) {
         let row = min(b0 + r, p.batch - 1u);
-        v[r / 4u][r % 4u] = select(0.0, x[row * p.n_in + i], b0 + r < p.batch);
+        v[r / 4u][r % 4u] = select(0.0, x[row * X_ROW * p.n_in + i], b0 + r < p.batch);
     }
     return v;
 }
 
 fn component(v: XV, r: u32) -> f32 {
     return v[r / 4u][r % 4u];
+}
+
+fn act_rows(v: XV) -> XV {
+    var out = XV();
+    for (var r = 0u; r < BT; r++) {
+        out[r / 4u][r % 4u] = activate(v[r / 4u][r % 4u], p.glu_act);
+    }
+    return out;
 }
 
 // Component by component (`*` of matrices is their product).
@@ -189,6 +209,7 @@ fn rsqrt_rows(squares: XV) -> XV {
 // @@ x_plain
 // x as it is.
 const NORM: bool = false;
+const X_ROW: u32 = 1u;
 
 fn x_in(i: u32) -> XV {
     return xv_raw(i);
@@ -198,11 +219,22 @@ fn x_in(i: u32) -> XV {
 // x under RMSNorm with gain γ, folded into the product: y = (Σ x_i·γ_i·W_i) / √(mean(x²) + eps), the sum of
 // squares taken by the lanes beside the product (see `lane_squares`), so the norm costs no dispatch of its own.
 const NORM: bool = true;
+const X_ROW: u32 = 1u;
 
 @group(0) @binding(7) var<storage, read> gamma: array<f32>;
 
 fn x_in(i: u32) -> XV {
     return xv_raw(i) * gamma[i];
+}
+
+// @@ x_glu
+// x is a gated unit's product, read from rows of 2·n_in that hold its gate then its up projection (the gate|up
+// matvec's output): x_i = act(gate_i)·up_i, so the product costs no dispatch of its own.
+const NORM: bool = false;
+const X_ROW: u32 = 2u;
+
+fn x_in(i: u32) -> XV {
+    return mul_rows(act_rows(xv_raw(i)), xv_raw(p.n_in + i));
 }
 
 // @@ x_direct

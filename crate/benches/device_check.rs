@@ -7,7 +7,7 @@
 //!       [--decode-tokens 64] [--runs 2] [--seed 1] [--fold-norms 0|1|both]
 //!
 //! For each shape × type: upload time, prefill and greedy decode tok/s (wall clock, median of `runs` after a
-//! warm-up), dispatches and submits per decoded token, then one prefill and the decode steps again with timestamp
+//! warm-up; decode after a 16-token prompt and after the whole prefill prompt), dispatches and submits per decoded token, then one prefill and the decode steps again with timestamp
 //! queries on (where the adapter has them): GPU time per kernel per token and, for matvecs, the weight bytes/s it
 //! achieved against the device-to-device copy bandwidth measured first. The synthetic weights give meaningless
 //! tokens; the logits are only checked to be finite. Without arguments (as under `cargo test --all-targets`) it
@@ -339,7 +339,7 @@ fn run_one(
     let generate_ms = ms_since(t);
     let cfg = config(s);
     let t = Instant::now();
-    let context = Some(r.prefill.max(r.decode + 16) + 16);
+    let context = Some(r.prefill + r.decode + 16);
     let mut engine = pollster::block_on(GpuEngine::new(gpu.clone(), &cfg, &w, context))?;
     if let Some(fold) = fold {
         engine.set_fold_norms(fold);
@@ -389,6 +389,19 @@ fn run_one(
         }
     }
     let step = engine.last_call();
+    // Decode at depth: the same steps after the whole prompt, attention reading every position of it.
+    let mut deep_ms = Vec::new();
+    for run in 0..=r.runs {
+        engine.reset();
+        let mut next = pollster::block_on(engine.forward_argmax(&prompt))?;
+        let t = Instant::now();
+        for _ in 0..r.decode {
+            next = pollster::block_on(engine.forward_argmax(&[next]))?;
+        }
+        if run > 0 {
+            deep_ms.push(ms_since(t));
+        }
+    }
 
     // The same work again, timed per kernel on the GPU.
     gpu.set_profiling(true);
@@ -420,6 +433,8 @@ fn run_one(
         "decode": {"tokens": r.decode, "ms": decode_ms, "tok_s": r.decode as f64 / (d / 1e3),
                    "ms_per_token": ms_per_token, "gpu_ms_per_token": decode_gpu_ms,
                    "weight_gb_s": weight_bytes as f64 / (ms_per_token / 1e3) / 1e9},
+        "decode_after_prompt": {"context": r.prefill, "tokens": r.decode, "ms": deep_ms,
+                                "tok_s": r.decode as f64 / (median(&deep_ms) / 1e3)},
         "per_decoded_token": {"dispatches": step.dispatches, "submits": step.submits,
                               "bind_groups_created": step.bind_groups_created,
                               "bytes_read_back": step.bytes_read_back,

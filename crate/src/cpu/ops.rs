@@ -465,7 +465,6 @@ pub fn softmax(x: &mut [f32]) {
     }
 }
 
-/// SwiGLU's product in place: `gate = silu(gate) · up`.
 /// `gate = gelu_tanh(gate) · up` (GeGLU), with GELU's tanh approximation as PyTorch's `gelu(approximate="tanh")`:
 /// 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))); tanh(z) = 1 − 2/(e^{2z} + 1), which holds at ±∞ too.
 pub fn gelu_tanh_mul(gate: &mut [f32], up: &[f32]) {
@@ -484,6 +483,7 @@ pub fn gelu_tanh_mul(gate: &mut [f32], up: &[f32]) {
     }
 }
 
+/// SwiGLU's product in place: `gate = silu(gate) · up`.
 pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
     let mut e = [0f32; 64];
     for (gate, up) in gate.chunks_mut(64).zip(up.chunks(64)) {

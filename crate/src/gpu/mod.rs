@@ -19,7 +19,7 @@ pub use loom::{
 pub use ops::{
     binding_parts, first_argmax, is_allowed, mask_logits, packed_values, rope_table, Argmax, AttendArgs, Attention,
     Elementwise, Embedding, EmbeddingTable, GpuTensor, KvCache, LogitMask, MatVec, MatVecOptions, Norm, PackedWeights,
-    Packing, Pointwise, Rope, RowLayout, Rows, Sample, SampleArgs, Softmax, GPU_GGML_TYPES, GPU_SAMPLE_MAX,
+    Packing, Pointwise, Rope, RowLayout, Rows, Sample, SampleArgs, Softmax, XRead, GPU_GGML_TYPES, GPU_SAMPLE_MAX,
     LAYER_NORM_EPS, MAX_WEIGHT_BINDINGS, RMS_NORM_EPS,
 };
 
@@ -46,8 +46,8 @@ pub enum PipelineKey {
         parts: usize,
         /// Batch rows each workgroup serves.
         batch_rows: u32,
-        /// x is normalized as it is read (RMSNorm with a γ binding).
-        norm: bool,
+        /// How x is read (as it is, normalized, a gated unit's product).
+        x: XRead,
         entry: &'static str,
     },
 }
@@ -61,11 +61,11 @@ impl std::fmt::Display for PipelineKey {
                 shader_f16,
                 parts,
                 batch_rows,
-                norm,
+                x,
                 entry,
             } => {
                 let halves = if *shader_f16 { "f16" } else { "f32" };
-                let x = if *norm { "norm" } else { "x" };
+                let x = x.name();
                 write!(f, "matvec/{}/{halves}/{parts}/{batch_rows}/{x}/{entry}", packing.key())
             }
         }

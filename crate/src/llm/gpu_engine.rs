@@ -847,7 +847,7 @@ impl GpuEngine {
             None => {
                 let options = MatVecOptions {
                     norm: Some((gamma, c.rms_eps)),
-                    accumulate: false,
+                    ..MatVecOptions::default()
                 };
                 mv(m, &x, y, rec, options)
             }
@@ -855,8 +855,10 @@ impl GpuEngine {
         };
         // x += post(W·a + b), post a norm or nothing, and without folding the norm `next` of the new x (the next
         // projection's input). Post-norms never fold (`folds_norms`).
+        // `glu`: a is fused gate|up rows, the product read as g(gate)·up.
         let residual = |m: &PackedWeights,
                         a: &GpuTensor,
+                        glu: Option<crate::gpu::Pointwise>,
                         b: &Option<wgpu::Buffer>,
                         post: &Option<wgpu::Buffer>,
                         next: Option<&wgpu::Buffer>,
@@ -865,12 +867,17 @@ impl GpuEngine {
                 let options = MatVecOptions {
                     norm: None,
                     accumulate: true,
+                    glu,
                 };
                 mv(m, a, &x, rec, options)?;
                 bias(b, &x, h, rec)
             }
             Some((xn, proj)) => {
-                mv(m, a, proj, rec, MatVecOptions::default())?;
+                let options = MatVecOptions {
+                    glu,
+                    ..MatVecOptions::default()
+                };
+                mv(m, a, proj, rec, options)?;
                 bias(b, proj, h, rec)?;
                 let proj = match (post, &post_normed) {
                     (Some(gamma), Some(out)) => {
@@ -968,11 +975,13 @@ impl GpuEngine {
                 split: true,
             };
             k.attention.encode_attend(rec, cache, qr, att.rows(), args)?;
-            residual(&b.wo, &att, &b.bo, &b.post_attn_norm, Some(&b.ffn_norm), rec)?;
+            residual(&b.wo, &att, None, &b.bo, &b.post_attn_norm, Some(&b.ffn_norm), rec)?;
+            let next = self.blocks.get(l + 1).map(|next| &next.attn_norm);
             match &b.gate_up {
                 GateUp::Fused(w) => {
+                    // The down projection reads g(gate)·up from the fused rows as it goes.
                     project(w, &b.ffn_norm, &gate_up, rec)?;
-                    k.elementwise.encode_glu_rows(rec, gate_up.rows(), act.rows(), glu)?;
+                    residual(&b.down, &gate_up, Some(glu), &b.b_down, &b.post_ffn_norm, next, rec)?;
                 }
                 GateUp::Split {
                     gate: wg,
@@ -985,10 +994,9 @@ impl GpuEngine {
                     bias(b_gate, &gate, ffn, rec)?;
                     bias(b_up, &up, ffn, rec)?;
                     k.elementwise.encode_glu(rec, gate.rows(), up.rows(), act.rows(), glu)?;
+                    residual(&b.down, &act, None, &b.b_down, &b.post_ffn_norm, next, rec)?;
                 }
             }
-            let next = self.blocks.get(l + 1).map(|next| &next.attn_norm);
-            residual(&b.down, &act, &b.b_down, &b.post_ffn_norm, next, rec)?;
         }
         if out == Output::Nothing {
             return Ok(None);
@@ -1004,7 +1012,7 @@ impl GpuEngine {
         if fold {
             let options = MatVecOptions {
                 norm: Some((&self.final_norm, c.final_norm_eps)),
-                accumulate: false,
+                ..MatVecOptions::default()
             };
             head.encode_with(rec, last.rows(), &self.head, logits.rows(), identity, options)?;
         } else {

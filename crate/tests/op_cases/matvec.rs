@@ -34,6 +34,7 @@ on_each_device!(
     more_rows_than_one_dispatch_dimension,
     bad_inputs_are_errors,
     norm_and_residual_add_match_the_cpu_ops,
+    gated_unit_input_matches_the_cpu_product,
 );
 
 const ATOL: f32 = 1e-6;
@@ -868,6 +869,7 @@ pub async fn norm_and_residual_add_match_the_cpu_ops(gpu: &Gpu) {
                     let options = MatVecOptions {
                         norm: norm.then_some((&gamma_buffer, eps)),
                         accumulate,
+                        glu: None,
                     };
                     let mut recorder = Recorder::new(gpu);
                     let x_rows = Rows::new(&xb, batch as u32, n_in as u32);
@@ -884,6 +886,95 @@ pub async fn norm_and_residual_add_match_the_cpu_ops(gpu: &Gpu) {
                     assert_close(&got, &want, &mag, 2.0 * rtol(p), &what);
                 }
             }
+        }
+    }
+}
+
+/// x read as a gated unit's product from fused gate|up rows (`MatVecOptions::glu`: the down projection's input)
+/// against the CPU's SwiGLU/GeGLU (`ops::silu_mul`, `ops::gelu_tanh_mul`) then the product, with and without the
+/// residual add, over every kernel variant and batches of 1, 3 and 19 (1, 4 and 16 rows a workgroup, tiled on
+/// GPUs); rows of the wrong width and a norm with it are refused.
+pub async fn gated_unit_input_matches_the_cpu_product(gpu: &Gpu) {
+    let cases = [
+        (Packing::Loom(DType::Float32), 70usize, 9usize, Pointwise::Silu),
+        (Packing::Ggml(GgmlType::Q4_1), 160, 70, Pointwise::Silu),
+        (Packing::Ggml(GgmlType::Q8_0), 64, 5, Pointwise::Gelu),
+        (Packing::Ggml(GgmlType::Q6_K), 512, 7, Pointwise::Gelu),
+    ];
+    for (p, n_in, n_out, glu) in cases {
+        let bytes = match p {
+            Packing::Ggml(t) => random_blocks(t, (n_in * n_out).div_ceil(t.block_len()), (n_in + n_out) as u64),
+            _ => inputs(n_in * n_out, 5).iter().flat_map(|v| v.to_le_bytes()).collect(),
+        };
+        let w = packed_values(p, &bytes, 1.0, n_in * n_out).unwrap();
+        let packed = upload(gpu, p, &bytes, 1.0, n_in, n_out).await;
+        for batch in [1usize, 3, 19] {
+            let gate_up: Vec<f32> = inputs(2 * n_in * batch, 17 + batch as u64)
+                .iter()
+                .map(|v| 3.0 * v)
+                .collect();
+            let mut x = Vec::with_capacity(n_in * batch);
+            for row in gate_up.chunks(2 * n_in) {
+                let mut g = row[..n_in].to_vec();
+                match glu {
+                    Pointwise::Gelu => ops::gelu_tanh_mul(&mut g, &row[n_in..]),
+                    _ => ops::silu_mul(&mut g, &row[n_in..]),
+                }
+                x.extend(g);
+            }
+            let product = dense_f32(w.clone(), n_in, n_out, Activation::Linear)
+                .forward(&x, &[batch, n_in])
+                .unwrap()
+                .data;
+            let y0 = inputs(n_out * batch, 13 + batch as u64);
+            let mag: Vec<f32> = magnitudes(&x, &w, n_in, n_out)
+                .iter()
+                .zip(&y0)
+                .map(|(m, y)| m + y.abs())
+                .collect();
+            for accumulate in [false, true] {
+                let want: Vec<f32> = match accumulate {
+                    true => product.iter().zip(&y0).map(|(a, b)| a + b).collect(),
+                    false => product.clone(),
+                };
+                for (kernel, path) in kernels(gpu, p) {
+                    let xb = upload_f32(gpu, "gate|up", &gate_up).await;
+                    let yb = upload_f32(gpu, "y", &y0).await;
+                    let options = MatVecOptions {
+                        norm: None,
+                        accumulate,
+                        glu: Some(glu),
+                    };
+                    let mut recorder = Recorder::new(gpu);
+                    let x_rows = Rows::new(&xb, batch as u32, 2 * n_in as u32);
+                    let y_rows = Rows::new(&yb, batch as u32, n_out as u32);
+                    kernel
+                        .encode_with(&mut recorder, x_rows, &packed, y_rows, Pointwise::Identity, options)
+                        .unwrap();
+                    recorder.submit();
+                    let got = gpu.read_f32(&yb).await.unwrap();
+                    let what = format!("{p:?} {glu:?} {n_in}→{n_out} ×{batch}, add {accumulate} ({path})");
+                    assert_close(&got, &want, &mag, 2.0 * rtol(p), &what);
+                }
+            }
+        }
+        // Rows of n_in values, or a norm besides, are refused.
+        let xb = upload_f32(gpu, "x", &inputs(2 * n_in, 1)).await;
+        let yb = upload_f32(gpu, "y", &inputs(n_out, 1)).await;
+        let gamma = upload_f32(gpu, "gamma", &inputs(n_in, 1)).await;
+        let kernel = &kernels(gpu, p)[0].0;
+        let y_rows = Rows::new(&yb, 1, n_out as u32);
+        for (cols, norm) in [(n_in, false), (2 * n_in, true)] {
+            let options = MatVecOptions {
+                norm: norm.then_some((&gamma, 1e-5)),
+                accumulate: false,
+                glu: Some(glu),
+            };
+            let mut recorder = Recorder::new(gpu);
+            let x_rows = Rows::new(&xb, 1, cols as u32);
+            assert!(kernel
+                .encode_with(&mut recorder, x_rows, &packed, y_rows, Pointwise::Identity, options)
+                .is_err());
         }
     }
 }

@@ -34,6 +34,36 @@ pub struct MatVecOptions<'a> {
     pub norm: Option<(&'a wgpu::Buffer, f32)>,
     /// `y += act(W·x)` (a residual add) instead of `y = act(W·x)`.
     pub accumulate: bool,
+    /// x is a gated unit's product `g(gate)·up`, read from rows of `2·n_in` holding gate then up (a fused gate|up
+    /// matvec's output) with `g` this function: the product costs no dispatch of its own. CPU twin:
+    /// `cpu::ops` SwiGLU/GeGLU, then the product. Not with `norm`.
+    pub glu: Option<Pointwise>,
+}
+
+/// How the kernel reads x: as it is, under a folded RMSNorm, or as a gated unit's product.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum XRead {
+    Plain,
+    Norm,
+    Glu,
+}
+
+impl XRead {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            XRead::Plain => "x",
+            XRead::Norm => "norm",
+            XRead::Glu => "glu",
+        }
+    }
+
+    fn of(options: &MatVecOptions) -> XRead {
+        match (options.norm, options.glu) {
+            (Some(_), _) => XRead::Norm,
+            (None, Some(_)) => XRead::Glu,
+            (None, None) => XRead::Plain,
+        }
+    }
 }
 
 /// A section of `shaders/matvec.wgsl` (between `// @@ name` and the next marker).
@@ -156,7 +186,7 @@ impl Packing {
 
     /// The module for this encoding with `parts` weight bindings, computing `bt` (1, 4 or 16) batch rows at a time, with
     /// `body` (the `matvec` or `gather` entry point).
-    fn source(self, shader_f16: bool, parts: usize, bt: u32, norm: bool, body: &str) -> String {
+    fn source(self, shader_f16: bool, parts: usize, bt: u32, x: XRead, body: &str) -> String {
         let mut s = String::new();
         if shader_f16 {
             s.push_str("enable f16;\n\n");
@@ -171,7 +201,11 @@ impl Packing {
         if bt != 16 {
             s.push_str(section("xv_vector"));
         }
-        s.push_str(section(if norm { "x_norm" } else { "x_plain" }));
+        s.push_str(section(match x {
+            XRead::Plain => "x_plain",
+            XRead::Norm => "x_norm",
+            XRead::Glu => "x_glu",
+        }));
         s.push_str(section(if body == "body_tiled" { "x_tile" } else { "x_direct" }));
         // float16 on the shader-f16 path reads its words as pairs of halves.
         let ty = if shader_f16 { "vec2<f16>" } else { "u32" };
@@ -379,7 +413,7 @@ impl PackedWeights {
     }
 
     /// The kernel's parameter words (`Params` in the shader).
-    fn params(&self, act: u32, groups_x: u32, batch: u32, options: &MatVecOptions) -> [u32; 12] {
+    fn params(&self, act: u32, groups_x: u32, batch: u32, options: &MatVecOptions) -> [u32; 13] {
         [
             self.n_in as u32,
             self.n_out as u32,
@@ -393,6 +427,7 @@ impl PackedWeights {
             self.bias,
             options.norm.map_or(0.0, |(_, eps)| eps).to_bits(),
             u32::from(options.accumulate),
+            options.glu.map_or(0, Pointwise::id),
         ]
     }
 
@@ -491,7 +526,7 @@ impl MatVec {
             shader_f16: shader_f16 && packing.has_halves(),
             layout: RowLayout::for_adapter(gpu),
         };
-        kernel.pipeline(gpu, 1, 1, false, false)?;
+        kernel.pipeline(gpu, 1, 1, XRead::Plain, false)?;
         Ok(kernel)
     }
 
@@ -535,14 +570,7 @@ impl MatVec {
             && (w.first as usize).is_multiple_of(epu)
     }
 
-    fn pipeline(
-        &self,
-        gpu: &Gpu,
-        parts: usize,
-        bt: u32,
-        norm: bool,
-        tiled: bool,
-    ) -> Result<Arc<wgpu::ComputePipeline>> {
+    fn pipeline(&self, gpu: &Gpu, parts: usize, bt: u32, x: XRead, tiled: bool) -> Result<Arc<wgpu::ComputePipeline>> {
         let (body, entry) = match self.layout {
             _ if tiled => ("body_tiled", "matvec_tiled"),
             RowLayout::Workgroup => ("body", "matvec"),
@@ -554,14 +582,10 @@ impl MatVec {
             shader_f16: self.shader_f16,
             parts,
             batch_rows: bt,
-            norm,
+            x,
             entry,
         };
-        gpu.pipeline_with(
-            key,
-            || self.packing.source(self.shader_f16, parts, bt, norm, body),
-            entry,
-        )
+        gpu.pipeline_with(key, || self.packing.source(self.shader_f16, parts, bt, x, body), entry)
     }
 
     /// Records `y = act(W·x)` for each row of `x` (packed rows of `n_in` f32) into `y` (packed rows of `n_out`).
@@ -584,7 +608,13 @@ impl MatVec {
         x.flat("matvec input")?;
         y.flat("matvec output")?;
         let batch = x.rows;
-        if (x.cols as usize, y.rows, y.cols as usize) != (w.n_in, batch, w.n_out) {
+        let x_cols = if options.glu.is_some() { 2 * w.n_in } else { w.n_in };
+        if options.norm.is_some() && options.glu.is_some() {
+            return Err(LoomError::InvalidInput(
+                "a matvec with both a norm and a gated unit on x".into(),
+            ));
+        }
+        if (x.cols as usize, y.rows, y.cols as usize) != (x_cols, batch, w.n_out) {
             return Err(LoomError::InvalidInput(format!(
                 "matvec of {} × {} weights: input {x}, output {y}",
                 w.n_out, w.n_in
@@ -619,7 +649,7 @@ impl MatVec {
             return Ok(());
         }
         let gamma = options.norm.map(|(g, _)| g);
-        let pipeline = self.pipeline(gpu, w.parts.len(), bt, gamma.is_some(), tiled)?;
+        let pipeline = self.pipeline(gpu, w.parts.len(), bt, XRead::of(&options), tiled)?;
         let words = w.params(act.id(), groups_x, batch, &options);
         let buffers = w.bindings(x.buffer, y.buffer, gamma);
         gpu.note_weight_bytes(w.view_bytes());
@@ -651,10 +681,14 @@ impl MatVec {
             shader_f16: false,
             parts,
             batch_rows: 1,
-            norm: false,
+            x: XRead::Plain,
             entry: "gather",
         };
-        let pipeline = gpu.pipeline_with(key, || self.packing.source(false, parts, 1, false, "gather"), "gather")?;
+        let pipeline = gpu.pipeline_with(
+            key,
+            || self.packing.source(false, parts, 1, XRead::Plain, "gather"),
+            "gather",
+        )?;
         let g = grid_for(gpu, n, 64, "gather")?;
         let words = w.params(0, 0, batch, &MatVecOptions::default());
         let buffers = w.bindings(ids.buffer, y.buffer, None);

@@ -20,7 +20,7 @@ pub use attention::{AttendArgs, Attention, KvCache};
 pub use elementwise::Elementwise;
 pub use embedding::{Embedding, EmbeddingTable};
 pub use matvec::{
-    binding_parts, packed_values, MatVec, MatVecOptions, PackedWeights, Packing, RowLayout, GPU_GGML_TYPES,
+    binding_parts, packed_values, MatVec, MatVecOptions, PackedWeights, Packing, RowLayout, XRead, GPU_GGML_TYPES,
     MAX_WEIGHT_BINDINGS,
 };
 pub use norm::{Norm, LAYER_NORM_EPS, RMS_NORM_EPS};

@@ -154,8 +154,9 @@ fn matvec_twin(w: &[f32], x: &[f32], n_in: usize, n_out: usize) -> (Vec<f32>, Ve
 }
 
 /// The matvec of one packing: plain over 1, 3 and 17 rows (a decode step, and each batch variant), then with the RMSNorm
-/// folded in and the residual add (a decode step's variant), then the embedding gather.
-async fn matvec_checks(gpu: &Gpu, mv: &MatVec, eps: f32, rng: &mut Seeded) -> Result<Vec<KernelCheck>> {
+/// folded in and the residual add (a decode step's variant), with x a gated unit's product `glu(gate)·up` (the down
+/// projection's), then the embedding gather.
+async fn matvec_checks(gpu: &Gpu, mv: &MatVec, eps: f32, glu: Pointwise, rng: &mut Seeded) -> Result<Vec<KernelCheck>> {
     let p = mv.packing();
     let name = format!("matvec/{}", p.key());
     // 256 inputs: a whole number of blocks of every type.
@@ -182,6 +183,7 @@ async fn matvec_checks(gpu: &Gpu, mv: &MatVec, eps: f32, rng: &mut Seeded) -> Re
     let options = MatVecOptions {
         norm: Some((&gb, eps)),
         accumulate: true,
+        glu: None,
     };
     let (n_in32, n_out32) = (n_in as u32, n_out as u32);
     mv.encode_with(
@@ -200,6 +202,46 @@ async fn matvec_checks(gpu: &Gpu, mv: &MatVec, eps: f32, rng: &mut Seeded) -> Re
     let want: Vec<f32> = prod.iter().zip(&y0).map(|(p, y)| p + y).collect();
     let s: Vec<f32> = s.iter().zip(&y0).map(|(s, y)| s + y.abs()).collect();
     out.push(check(&format!("{name} (norm, +=)"), &got[..n_out], &want, Some(&s)));
+
+    // y += W·g(gate)·up from fused gate|up rows (the down projection's variant), over 1 and 17 rows.
+    for batch in [1, 17] {
+        let gate_up = rng.values(batch * 2 * n_in, -3.0, 3.0);
+        let y0 = rng.values(batch * n_out, -1.0, 1.0);
+        let xb = gpu.upload("self-test gate|up", bytemuck::cast_slice(&gate_up)).await?;
+        let yb = gpu.upload("self-test y", bytemuck::cast_slice(&y0)).await?;
+        let mut rec = Recorder::new(gpu);
+        let options = MatVecOptions {
+            norm: None,
+            accumulate: true,
+            glu: Some(glu),
+        };
+        let rows = batch as u32;
+        mv.encode_with(
+            &mut rec,
+            Rows::new(&xb, rows, 2 * n_in32),
+            &w,
+            Rows::new(&yb, rows, n_out32),
+            Pointwise::Identity,
+            options,
+        )?;
+        rec.submit();
+        let got = gpu.read_f32(&yb).await?;
+        let mut want = Vec::with_capacity(batch * n_out);
+        let mut sums = Vec::with_capacity(batch * n_out);
+        for (row, y_row) in gate_up.chunks(2 * n_in).zip(y0.chunks(n_out)) {
+            let (mut x, up) = (row[..n_in].to_vec(), &row[n_in..]);
+            glu_twin(glu, &mut x, up);
+            let (prod, s) = matvec_twin(&dense, &x, n_in, n_out);
+            want.extend(prod.iter().zip(y_row).map(|(p, y)| p + y));
+            sums.extend(s.iter().zip(y_row).map(|(s, y)| s + y.abs()));
+        }
+        out.push(check(
+            &format!("{name} (glu, +=) ×{batch}"),
+            &got[..want.len()],
+            &want,
+            Some(&sums),
+        ));
+    }
 
     // The embedding gather: rows 5, 0 and 7 of the matrix.
     let ids = [5u32, 0, 7];
@@ -221,6 +263,14 @@ async fn matvec_checks(gpu: &Gpu, mv: &MatVec, eps: f32, rng: &mut Seeded) -> Re
         .collect();
     out.push(check(&format!("{name} gather"), &got, &want, None));
     Ok(out)
+}
+
+/// The CPU's gated unit: `gate = g(gate)·up` for the engine's two functions.
+fn glu_twin(glu: Pointwise, gate: &mut [f32], up: &[f32]) {
+    match glu {
+        Pointwise::Gelu => ops::gelu_tanh_mul(gate, up),
+        _ => ops::silu_mul(gate, up),
+    }
 }
 
 impl GpuEngine {
@@ -261,8 +311,12 @@ async fn kernel_checks(engine: &GpuEngine) -> Result<Vec<KernelCheck>> {
     let mut out = Vec::new();
     let mut packings: Vec<&MatVec> = k.matvec.values().collect();
     packings.sort_by_key(|m| m.packing().key());
+    let glu = match c.block.ffn_act {
+        FfnAct::Silu => Pointwise::Silu,
+        FfnAct::GeluTanh => Pointwise::Gelu,
+    };
     for mv in packings {
-        out.extend(matvec_checks(gpu, mv, c.rms_eps, &mut rng).await?);
+        out.extend(matvec_checks(gpu, mv, c.rms_eps, glu, &mut rng).await?);
     }
 
     // RMSNorm over rows of the head dimension (the q/k norms' shape) and of 256.
@@ -380,40 +434,15 @@ async fn kernel_checks(engine: &GpuEngine) -> Result<Vec<KernelCheck>> {
     }
     out.push(check("attention_kv_update + attention_attend", &got, &want, None));
 
-    // The feed-forward's gated activation, from two buffers and from fused gate|up rows; a bias row added in
-    // place; a scale.
+    // The feed-forward's gated activation from two buffers (fused gate|up rows go through the matvec's glu); a
+    // bias row added in place; a scale.
     let width = 32;
     let gate = rng.values(2 * width, -4.0, 4.0);
     let up = rng.values(2 * width, -2.0, 2.0);
-    let act = match c.block.ffn_act {
-        FfnAct::Silu => Pointwise::Silu,
-        FfnAct::GeluTanh => Pointwise::Gelu,
-    };
     let mut want = gate.clone();
-    match c.block.ffn_act {
-        FfnAct::Silu => ops::silu_mul(&mut want, &up),
-        FfnAct::GeluTanh => ops::gelu_tanh_mul(&mut want, &up),
-    }
-    let got = k.elementwise.glu(gpu, &gate, &up, act).await?;
-    out.push(check(&format!("elementwise_swiglu ({act:?})"), &got, &want, None));
-    let gate_up: Vec<f32> = gate
-        .chunks(width)
-        .zip(up.chunks(width))
-        .flat_map(|(g, u)| g.iter().chain(u).copied())
-        .collect();
-    let y = vec![0.0; 2 * width];
-    let got = run_once(gpu, &[&gate_up, &y], &|rec, b| {
-        let (w, n) = (width as u32, 2);
-        k.elementwise
-            .encode_glu_rows(rec, Rows::new(&b[0], n, 2 * w), Rows::new(&b[1], n, w), act)
-    })
-    .await?;
-    out.push(check(
-        &format!("elementwise_swiglu_rows ({act:?})"),
-        &got[1],
-        &want,
-        None,
-    ));
+    glu_twin(glu, &mut want, &up);
+    let got = k.elementwise.glu(gpu, &gate, &up, glu).await?;
+    out.push(check(&format!("elementwise_swiglu ({glu:?})"), &got, &want, None));
     let bias = rng.values(width, -1.0, 1.0);
     let got = run_once(gpu, &[&gate, &bias], &|rec, b| {
         let w = width as u32;
