@@ -1001,9 +1001,10 @@ fn matvec_rows(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_i
 }
 
 // @@ body_tiled
-// Prefill batches on GPUs: one lane per output row (64 rows per workgroup) over x staged TILE columns at a time in
-// shared memory, so that each column of the 16 batch rows is read from memory once per workgroup instead of once
-// per row, and each weight decoded serves the 16 batch rows. The host picks it where every row starts at a whole
+// Prefill batches: one lane per output row (64 rows per workgroup) over x staged TILE columns at a time in shared
+// memory, so that each column of the 16 batch rows is read from memory once per workgroup instead of once per row,
+// and each weight decoded serves the 16 batch rows. CPU adapters also read a gated unit's product (x_glu) through
+// it at every batch size: its activations are then computed once per tile, not once per row. The host picks it where every row starts at a whole
 // unit (n_in and `first` multiples of EPU): then a part's columns never straddle a tile (units of up to 128
 // elements lie whole in one; the K-quants' 256-element units have parts of 32 consecutive columns).
 @compute @workgroup_size(64)

@@ -561,11 +561,11 @@ impl MatVec {
     }
 
     /// Whether a product with `bt` batch rows a workgroup runs `body_tiled` (one lane per row over x staged in
-    /// shared memory): prefill batches on GPUs, where every row of `w` starts at a whole unit.
-    fn tiled(&self, w: &PackedWeights, bt: u32) -> bool {
+    /// shared memory), where every row of `w` starts at a whole unit: prefill batches, and on CPU adapters a gated
+    /// unit's product (computed once per tile, not once per row: their lanes are rows).
+    fn tiled(&self, w: &PackedWeights, bt: u32, x: XRead) -> bool {
         let epu = self.packing.unit_elements(self.shader_f16);
-        bt == 16
-            && self.layout != RowLayout::Lane
+        (bt == 16 || self.layout == RowLayout::Lane && x == XRead::Glu)
             && w.n_in.is_multiple_of(epu)
             && (w.first as usize).is_multiple_of(epu)
     }
@@ -631,7 +631,7 @@ impl MatVec {
             2..=4 => 4,
             _ => 16,
         };
-        let tiled = self.tiled(w, bt);
+        let tiled = self.tiled(w, bt, XRead::of(&options));
         let row_groups = match self.layout {
             _ if tiled => n_out.div_ceil(64),
             RowLayout::Workgroup | RowLayout::Subgroups => n_out,
