@@ -2,8 +2,8 @@
 # The GPU device check: one command on a GPU machine (Vulkan, no network), with binaries built beforehand here.
 #
 #   bash scripts/device-check.sh --build     here: release `loom`, the device_check bench and the gpu_ops / llm_gpu
-#                                           test binaries (stripped), the tiny-llama goldens and the Vulkan loader
-#                                           packages, all into .devcheck/ (ignored; about 40 MB)
+#                                           test binaries (stripped, gzipped), the tiny-llama goldens and the Vulkan
+#                                           loader packages, all into .devcheck/ (ignored; about 15 MB)
 #   bash scripts/device-check.sh             there (the device tool: carry [".devcheck"]), or here on lavapipe
 #
 # No model file travels: device_check generates each model's weights from a seed at the real shapes of
@@ -39,12 +39,15 @@ if [ "${1:-}" = "--build" ]; then
     pwd > "$dc/build-root"
     # The device image may lack the Vulkan loader (the driver's ICD is there): Debian's, unpacked at run time.
     (cd "$dc/gl" && apt-get download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2 >/dev/null 2>&1) || echo "no Vulkan loader package fetched" >&2
+    # Compressed, so that they and the tree stay under the device tool's 64 MiB; unpacked there.
+    gzip -9 "$dc"/bin/*
     du -sh "$dc"
     exit 0
 fi
 
 OUT="${OUT:-$PWD/target/device-check}"
 mkdir -p "$OUT"
+for f in "$dc"/bin/*.gz; do [ -f "$f" ] && gunzip -f "$f"; done
 [ -x "$dc/bin/device_check" ] || { echo "run scripts/device-check.sh --build first" >&2; exit 1; }
 started=$(date +%s)
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
@@ -95,7 +98,8 @@ timeout 300 "$dc/bin/device_check" --shapes "${SHAPES:-all}" --types "${TYPES:-q
     >"$OUT/shapes.json" 2>"$OUT/device_check.log"
 echo "device_check exit $?"
 tail -n 25 "$OUT/device_check.log"
-# A baseline: the device_check of an earlier commit put into .devcheck/bin by hand (same harness, older engine), run
+# A baseline: the device_check of an earlier commit put into .devcheck/bin by hand (same harness, older engine; gzip
+# it beside the others), run
 # on the same machine in the same session so that the two compare.
 if [ -x "$dc/bin/device_check_base" ]; then
     echo "=== baseline device_check ($(cat "$dc/base-commit" 2>/dev/null))"
