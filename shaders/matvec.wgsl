@@ -1001,23 +1001,36 @@ fn matvec_rows(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_i
 }
 
 // @@ body_tiled
-// Prefill batches: one lane per output row (64 rows per workgroup) over x staged TILE columns at a time in shared
-// memory, so that each column of the 16 batch rows is read from memory once per workgroup instead of once per row,
-// and each weight decoded serves the 16 batch rows. CPU adapters also read a gated unit's product (x_glu) through
-// it at every batch size: its activations are then computed once per tile, not once per row. The host picks it where every row starts at a whole
-// unit (n_in and `first` multiples of EPU): then a part's columns never straddle a tile (units of up to 128
-// elements lie whole in one; the K-quants' 256-element units have parts of 32 consecutive columns).
+// Prefill batches: 64 / lpr output rows per workgroup, lpr lanes each (taking every lpr-th part of the row), over x
+// staged TILE columns at a time in shared memory, so that each column of the 16 batch rows is read from memory once
+// per workgroup instead of once per row, and each weight decoded serves the 16 batch rows. GPUs run 4 lanes a row
+// (`matvec_tiled`: 16 rows, a quarter of a row's parts each, so that a 64-token chunk still spreads over enough
+// workgroups), CPU adapters 1 (`matvec_tiled_lanes`: their lanes are SIMD lanes, neighbouring rows side by side).
+// CPU adapters also read a gated unit's product (x_glu) through it at every batch size: its activations are then
+// computed once per tile, not once per row. The host picks it where every row starts at a whole unit (n_in and
+// `first` multiples of EPU): then a part's columns never straddle a tile (units of up to 128 elements lie whole in
+// one; the K-quants' 256-element units have parts of 32 consecutive columns).
 @compute @workgroup_size(64)
 fn matvec_tiled(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
-    let o = (wg.x + wg.z * p.groups_x) * 64u + lid.x;
+    tiled(wg, lid.x, 4u);
+}
+
+@compute @workgroup_size(64)
+fn matvec_tiled_lanes(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    tiled(wg, lid.x, 1u);
+}
+
+fn tiled(wg: vec3<u32>, lane: u32, lpr: u32) {
+    let sub = lane % lpr;
+    let o = (wg.x + wg.z * p.groups_x) * (64u / lpr) + lane / lpr;
     b0 = wg.y * BT;
     var squares = XV();
     if NORM {
-        partial_squares[lid.x] = lane_squares(lid.x, 64u);
+        partial_squares[lane] = lane_squares(lane, 64u);
         workgroupBarrier();
         for (var s = 32u; s > 0u; s >>= 1u) {
-            if lid.x < s {
-                partial_squares[lid.x] += partial_squares[lid.x + s];
+            if lane < s {
+                partial_squares[lane] += partial_squares[lane + s];
             }
             workgroupBarrier();
         }
@@ -1030,8 +1043,8 @@ fn matvec_tiled(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_
     for (var k = 0u; k < p.n_in; k += TILE) {
         k0 = k;
         workgroupBarrier();
-        // Column k0 + c of the BT batch rows (plain or normalized); 0 past the row.
-        for (var c = lid.x; c < TILE; c += 64u) {
+        // Column k0 + c of the BT batch rows (plain, normalized or gated); 0 past the row.
+        for (var c = lane; c < TILE; c += 64u) {
             var v = XV();
             if k0 + c < p.n_in {
                 v = x_in(k0 + c);
@@ -1040,16 +1053,23 @@ fn matvec_tiled(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_
         }
         workgroupBarrier();
         if o < p.n_out {
-            // Parts q of the row whose columns lie in [k0, k0 + TILE): unit q / SPU, part q % SPU.
+            // This lane's parts q of the row whose columns lie in [k0, k0 + TILE): unit q / SPU, part q % SPU.
             let q_end = min(k0 + TILE, p.n_in) * SPU / EPU;
-            for (var q = k0 * SPU / EPU; q < q_end; q++) {
+            for (var q = k0 * SPU / EPU + sub; q < q_end; q += lpr) {
                 let u = q / SPU;
                 acc += part_dot(u0 + u, q % SPU, u * EPU);
             }
         }
     }
-    if o < p.n_out {
-        store_row(o, acc, squares);
+    // The row's lpr lane sums (partial_squares is free again: every lane read its total before the tiles).
+    partial_squares[lane] = acc;
+    workgroupBarrier();
+    if sub == 0u && o < p.n_out {
+        var sum = acc;
+        for (var s = 1u; s < lpr; s++) {
+            sum += partial_squares[lane + s];
+        }
+        store_row(o, sum, squares);
     }
 }
 

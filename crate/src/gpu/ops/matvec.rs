@@ -572,6 +572,7 @@ impl MatVec {
 
     fn pipeline(&self, gpu: &Gpu, parts: usize, bt: u32, x: XRead, tiled: bool) -> Result<Arc<wgpu::ComputePipeline>> {
         let (body, entry) = match self.layout {
+            RowLayout::Lane if tiled => ("body_tiled", "matvec_tiled_lanes"),
             _ if tiled => ("body_tiled", "matvec_tiled"),
             RowLayout::Workgroup => ("body", "matvec"),
             RowLayout::Subgroups => ("body_subgroups", "matvec_subgroups"),
@@ -633,9 +634,10 @@ impl MatVec {
         };
         let tiled = self.tiled(w, bt, XRead::of(&options));
         let row_groups = match self.layout {
-            _ if tiled => n_out.div_ceil(64),
-            RowLayout::Workgroup | RowLayout::Subgroups => n_out,
+            // body_tiled: 4 lanes a row on GPUs, 1 on CPU adapters.
             RowLayout::Lane => n_out.div_ceil(64),
+            _ if tiled => n_out.div_ceil(16),
+            RowLayout::Workgroup | RowLayout::Subgroups => n_out,
         };
         let groups_x = row_groups.clamp(1, max);
         let groups_z = row_groups.div_ceil(groups_x).max(1);
