@@ -1003,21 +1003,21 @@ fn matvec_rows(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_i
 // @@ body_tiled
 // Prefill batches: 64 / lpr output rows per workgroup, lpr lanes each (taking every lpr-th part of the row), over x
 // staged TILE columns at a time in shared memory, so that each column of the 16 batch rows is read from memory once
-// per workgroup instead of once per row, and each weight decoded serves the 16 batch rows. GPUs run 4 lanes a row
-// (`matvec_tiled`: 16 rows, a quarter of a row's parts each, so that a 64-token chunk still spreads over enough
-// workgroups), CPU adapters 1 (`matvec_tiled_lanes`: their lanes are SIMD lanes, neighbouring rows side by side).
-// CPU adapters also read a gated unit's product (x_glu) through it at every batch size: its activations are then
-// computed once per tile, not once per row. The host picks it where every row starts at a whole unit (n_in and
-// `first` multiples of EPU): then a part's columns never straddle a tile (units of up to 128 elements lie whole in
-// one; the K-quants' 256-element units have parts of 32 consecutive columns).
+// per workgroup instead of once per row, and each weight decoded serves the 16 batch rows. `matvec_tiled` runs a
+// lane a row (64 rows); `matvec_tiled_split` 4 lanes a row (16 rows, a quarter of a row's parts each), which the
+// host picks for products too small to fill a GPU with 64-row workgroups. CPU adapters also read a gated unit's
+// product (x_glu) through `matvec_tiled` at every batch size: its activations are then computed once per tile, not
+// once per row. The host picks these where every row starts at a whole unit (n_in and `first` multiples of EPU):
+// then a part's columns never straddle a tile (units of up to 128 elements lie whole in one; the K-quants'
+// 256-element units have parts of 32 consecutive columns).
 @compute @workgroup_size(64)
 fn matvec_tiled(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
-    tiled(wg, lid.x, 4u);
+    tiled(wg, lid.x, 1u);
 }
 
 @compute @workgroup_size(64)
-fn matvec_tiled_lanes(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
-    tiled(wg, lid.x, 1u);
+fn matvec_tiled_split(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    tiled(wg, lid.x, 4u);
 }
 
 fn tiled(wg: vec3<u32>, lane: u32, lpr: u32) {
