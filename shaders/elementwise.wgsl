@@ -5,6 +5,8 @@
 //   act:         y[i] = activate(a[i])
 //   swiglu:      y[i] = act(a[i]) · b[i]      (a gated unit's gate·up product, a = gate, b = up: SwiGLU with
 //                                            act = silu, GeGLU with act = tanh GELU)
+//   swiglu_rows: the same with gate and up side by side in `a`, rows of 2·nb (one matvec computed both):
+//                y[r·nb + j] = act(a[r·2nb + j]) · a[r·2nb + nb + j]
 //   scale:       y[i] *= factor               (a Parallel layer's avg)
 // f32 throughout: add is exact (the CPU adds in f32 too); act, swiglu and scale round differently from the CPU's f64.
 
@@ -53,6 +55,15 @@ fn swiglu(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups
     let i = flat(gid, nwg);
     if i < p.n {
         y[i] = activate(a[i], p.act) * b[i];
+    }
+}
+
+@compute @workgroup_size(256)
+fn swiglu_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat(gid, nwg);
+    if i < p.n {
+        let at = (i / p.nb) * 2u * p.nb + i % p.nb;
+        y[i] = activate(a[at], p.act) * a[at + p.nb];
     }
 }
 

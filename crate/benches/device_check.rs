@@ -422,6 +422,7 @@ fn run_one(
         "shape": s.name,
         "type": file,
         "fold_norms": {"decode": engine.folds_norms(1), "prefill": engine.folds_norms(r.prefill)},
+        "fuse_glu": {"decode": engine.fuses_glu(1), "prefill": engine.fuses_glu(r.prefill)},
         "block_types": mix,
         "weight_bytes": weight_bytes,
         "generate_ms": generate_ms,

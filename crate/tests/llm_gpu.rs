@@ -309,20 +309,25 @@ fn projections_fused_or_apart_match_the_cpu() {
     let mut cpu = model.cpu_engine();
     cpu.forward(&prompt, false).unwrap();
     let want_one = cpu.forward(&[5], false).unwrap();
-    // With the norms and residual adds as dispatches of their own, and folded into the matvecs.
-    for fold in [false, true] {
+    // With the norms and residual adds as dispatches of their own, and folded into the matvecs; the gated product
+    // a dispatch of its own, and read by the down projection.
+    for (fold, fuse_glu) in [(false, false), (true, true), (false, true), (true, false)] {
         let mut e = pollster::block_on(GpuEngine::new(gpu.clone(), &model.config, &model.weights, None)).unwrap();
         e.set_fold_norms(fold);
+        e.set_fuse_glu(fuse_glu);
         let got = e.forward(&prompt, true).unwrap();
         let worst = want.iter().zip(&got).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-        assert!(worst <= 1e-3, "folded {fold}: max |Δlogit| {worst}");
+        assert!(worst <= 1e-3, "folded {fold}, glu {fuse_glu}: max |Δlogit| {worst}");
         let got_one = e.forward(&[5], false).unwrap();
         let worst = want_one
             .iter()
             .zip(&got_one)
             .map(|(a, b)| (a - b).abs())
             .fold(0f32, f32::max);
-        assert!(worst <= 1e-3, "folded {fold}, decode step: max |Δlogit| {worst}");
+        assert!(
+            worst <= 1e-3,
+            "folded {fold}, glu {fuse_glu}, decode step: max |Δlogit| {worst}"
+        );
     }
 }
 
@@ -573,6 +578,7 @@ fn the_self_test_passes_and_names_each_kernel_made_wrong() {
         ("attention_attend", "attention_kv_update + attention_attend"),
         ("matvec/ggml_q4_1/f32/1/1/glu", "matvec/ggml_q4_1 (glu, +=) ×1"),
         ("matvec/ggml_q4_1/f32/1/16/glu", "matvec/ggml_q4_1 (glu, +=) ×17"),
+        ("elementwise_swiglu_rows", "elementwise_swiglu_rows"),
         ("elementwise_swiglu", "elementwise_swiglu (Silu)"),
         ("elementwise_add_inplace", "elementwise_add_inplace"),
         ("elementwise_scale", "elementwise_add_inplace + elementwise_scale"),

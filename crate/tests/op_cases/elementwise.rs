@@ -20,6 +20,7 @@ on_each_device!(
     grid_splits_past_the_workgroup_limit,
     activations_match_cpu_activate,
     swiglu_product_matches_loom_rounding,
+    swiglu_rows_of_a_fused_gate_up_match_the_split_product,
     geglu_product_matches_the_tanh_gelu,
     a_swiglu_layer_composed_on_the_gpu_matches_the_cpu_layer,
 );
@@ -135,6 +136,31 @@ pub async fn geglu_product_matches_the_tanh_gelu(gpu: &Gpu) {
         let mut cpu = g.clone();
         loom_wasm::cpu::ops::gelu_tanh_mul(&mut cpu, &u);
         close(&format!("GeGLU CPU twin ×{n}"), &cpu, &want, 1e-6, 1e-5);
+    }
+}
+
+/// The fused form (gate and up side by side in each row, as one gate|up matvec writes them) against the same
+/// rounding, and bit-identical to the product of the split halves.
+pub async fn swiglu_rows_of_a_fused_gate_up_match_the_split_product(gpu: &Gpu) {
+    let ew = Elementwise::new(gpu).unwrap();
+    for (rows, width) in [(1, 1), (1, 1536), (3, 300), (7, 257)] {
+        let gate_up = data((rows * width) as u64, 2 * rows * width, -6.0, 6.0);
+        let (gate, up): (Vec<f32>, Vec<f32>) = gate_up
+            .chunks_exact(2 * width)
+            .flat_map(|r| r[..width].iter().zip(&r[width..]).map(|(g, u)| (*g, *u)))
+            .unzip();
+        let want: Vec<f32> = gate
+            .iter()
+            .zip(&up)
+            .map(|(g, u)| {
+                let g = f64::from(*g);
+                (g * (1.0 / (1.0 + (-g).exp())) * f64::from(*u)) as f32
+            })
+            .collect();
+        let got = ew.swiglu_rows(gpu, &gate_up, width).await.unwrap();
+        close(&format!("SwiGLU rows {rows}×{width}"), &got, &want, 1e-6, 1e-5);
+        let split = ew.swiglu(gpu, &gate, &up).await.unwrap();
+        assert_eq!(got, split, "{rows}×{width}: fused and split differ");
     }
 }
 

@@ -20,6 +20,7 @@ pub struct Elementwise {
     add_inplace: Arc<wgpu::ComputePipeline>,
     act: Arc<wgpu::ComputePipeline>,
     swiglu: Arc<wgpu::ComputePipeline>,
+    swiglu_rows: Arc<wgpu::ComputePipeline>,
     scale: Arc<wgpu::ComputePipeline>,
 }
 
@@ -31,6 +32,7 @@ impl Elementwise {
             add_inplace: gpu.pipeline("elementwise_add_inplace", &source, "add_inplace")?,
             act: gpu.pipeline("elementwise_act", &source, "act")?,
             swiglu: gpu.pipeline("elementwise_swiglu", &source, "swiglu")?,
+            swiglu_rows: gpu.pipeline("elementwise_swiglu_rows", &source, "swiglu_rows")?,
             scale: gpu.pipeline("elementwise_scale", &source, "scale")?,
         })
     }
@@ -101,6 +103,29 @@ impl Elementwise {
         Ok(())
     }
 
+    /// Records SwiGLU's product from rows holding gate and up side by side (each row `width` gate values then
+    /// `width` up values: a fused gate|up matvec's output) into `y` (rows of `width`).
+    pub fn encode_swiglu_rows(&self, rec: &mut Recorder, gate_up: Rows, y: Rows) -> Result<()> {
+        self.encode_glu_rows(rec, gate_up, y, Pointwise::Silu)
+    }
+
+    /// [`Elementwise::encode_glu`] from rows holding gate and up side by side, as
+    /// [`Elementwise::encode_swiglu_rows`].
+    pub fn encode_glu_rows(&self, rec: &mut Recorder, gate_up: Rows, y: Rows, act: Pointwise) -> Result<()> {
+        gate_up.flat("SwiGLU product")?;
+        let n = y.flat("SwiGLU product")?;
+        if gate_up.rows != y.rows || u64::from(gate_up.cols) != 2 * u64::from(y.cols) {
+            return Err(LoomError::InvalidInput(format!("SwiGLU product of {gate_up} into {y}")));
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        let g = grid_for(rec.gpu(), u64::from(n), LANES, "SwiGLU product")?;
+        let buffers = [(1, gate_up.buffer), (3, y.buffer)];
+        dispatch(rec, &self.swiglu_rows, &[n, y.cols, act.id()], &buffers, g);
+        Ok(())
+    }
+
     /// Records `y[i] *= factor` (f32; Loom's Parallel `avg` multiplies by a float64 `1/n`).
     pub fn encode_scale(&self, rec: &mut Recorder, y: Rows, factor: f32) -> Result<()> {
         let n = y.flat("scale")?;
@@ -157,6 +182,27 @@ impl Elementwise {
             self.encode_glu(rec, view(gb), view(ub), view(yb), act)
         })
         .await
+    }
+
+    /// One-shot [`Elementwise::encode_swiglu_rows`]: `gate_up` holds rows of `width` gate values then `width` up
+    /// values.
+    pub async fn swiglu_rows(&self, gpu: &Gpu, gate_up: &[f32], width: usize) -> Result<Vec<f32>> {
+        if width == 0 || !gate_up.len().is_multiple_of(2 * width) {
+            return Err(LoomError::InvalidInput(format!(
+                "SwiGLU rows: {} values do not split into rows of 2 × {width}",
+                gate_up.len()
+            )));
+        }
+        let rows = u32_dim(gate_up.len() / (2 * width), "SwiGLU rows")?;
+        let cols = u32_dim(2 * width, "SwiGLU row")?;
+        let width = u32_dim(width, "SwiGLU width")?;
+        let mut y = self
+            .one_shot(gpu, gate_up, &[0.0], |rec, gb, _, yb| {
+                self.encode_swiglu_rows(rec, Rows::new(gb, rows, cols), Rows::new(yb, rows, width))
+            })
+            .await?;
+        y.truncate(gate_up.len() / 2);
+        Ok(y)
     }
 
     async fn one_shot(

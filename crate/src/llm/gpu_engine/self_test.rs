@@ -434,8 +434,8 @@ async fn kernel_checks(engine: &GpuEngine) -> Result<Vec<KernelCheck>> {
     }
     out.push(check("attention_kv_update + attention_attend", &got, &want, None));
 
-    // The feed-forward's gated activation from two buffers (fused gate|up rows go through the matvec's glu); a
-    // bias row added in place; a scale.
+    // The feed-forward's gated activation from two buffers and from fused gate|up rows (which the down projection
+    // reads itself where the FFN is narrow: the matvec's glu); a bias row added in place; a scale.
     let width = 32;
     let gate = rng.values(2 * width, -4.0, 4.0);
     let up = rng.values(2 * width, -2.0, 2.0);
@@ -443,6 +443,24 @@ async fn kernel_checks(engine: &GpuEngine) -> Result<Vec<KernelCheck>> {
     glu_twin(glu, &mut want, &up);
     let got = k.elementwise.glu(gpu, &gate, &up, glu).await?;
     out.push(check(&format!("elementwise_swiglu ({glu:?})"), &got, &want, None));
+    let gate_up: Vec<f32> = gate
+        .chunks(width)
+        .zip(up.chunks(width))
+        .flat_map(|(g, u)| g.iter().chain(u).copied())
+        .collect();
+    let y = vec![0.0; 2 * width];
+    let got = run_once(gpu, &[&gate_up, &y], &|rec, b| {
+        let (w, n) = (width as u32, 2);
+        k.elementwise
+            .encode_glu_rows(rec, Rows::new(&b[0], n, 2 * w), Rows::new(&b[1], n, w), glu)
+    })
+    .await?;
+    out.push(check(
+        &format!("elementwise_swiglu_rows ({glu:?})"),
+        &got[1],
+        &want,
+        None,
+    ));
     let bias = rng.values(width, -1.0, 1.0);
     let got = run_once(gpu, &[&gate, &bias], &|rec, b| {
         let w = width as u32;
