@@ -19,6 +19,10 @@
 //   Loom's flat [pos][kv_heads·head_dim] layout would, i.e. into the next position's row.
 // attend_split + attend_combine: the same, each query's positions split into `splits` runs, each run a workgroup of
 //   its own writing its softmax state (max, sum, weighted values), then combined (flash-decoding).
+// attend and attend_split with `update`: the dispatch's tokens' K and V rows are read from where kv_update would
+//   copy them (positions pos0.. of each query) and written into the cache by the first head of each KV group, so that
+//   the LLM engine needs no kv_update dispatch (the host does this only where no query reads a cache row the
+//   dispatch writes).
 
 struct Params {
     tokens: u32,
@@ -40,18 +44,21 @@ struct Params {
     v_offset: u32,
     // attend_split, attend_combine: the runs each query's positions are split into.
     splits: u32,
+    // attend, attend_split: not 0 when the dispatch also writes its tokens' K and V rows (k_new, v_new at
+    // kv_stride, k_offset, v_offset, token t at row first + t, as kv_update reads them) into the cache: the queries
+    // read positions pos0.. from those rows, the earlier ones from the cache.
+    update: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-// kv_update
+// kv_update, and attend with `update`
 @group(0) @binding(1) var<storage, read> k_new: array<f32>;
 @group(0) @binding(2) var<storage, read> v_new: array<f32>;
-@group(0) @binding(3) var<storage, read_write> k_cache_w: array<f32>;
-@group(0) @binding(4) var<storage, read_write> v_cache_w: array<f32>;
+// the caches (written by kv_update and by attend with `update`)
+@group(0) @binding(3) var<storage, read_write> k_cache: array<f32>;
+@group(0) @binding(4) var<storage, read_write> v_cache: array<f32>;
 // attend
 @group(0) @binding(5) var<storage, read> q: array<f32>;
-@group(0) @binding(6) var<storage, read> k_cache: array<f32>;
-@group(0) @binding(7) var<storage, read> v_cache: array<f32>;
 @group(0) @binding(8) var<storage, read_write> out: array<f32>;
 // split attention's per-split softmax states
 @group(0) @binding(9) var<storage, read_write> part_w: array<f32>;
@@ -75,8 +82,8 @@ fn kv_update(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgro
     let row = (p.pos0 + t) % p.max_seq;
     let dst = ((e / p.head_dim) * p.max_seq + row) * p.head_dim + e % p.head_dim;
     let src = (p.first + t) * p.kv_stride + e;
-    k_cache_w[dst] = k_new[src + p.k_offset];
-    v_cache_w[dst] = v_new[src + p.v_offset];
+    k_cache[dst] = k_new[src + p.k_offset];
+    v_cache[dst] = v_new[src + p.v_offset];
 }
 
 var<workgroup> qs: array<f32, HEAD_CHUNK>;
@@ -97,6 +104,41 @@ fn kv_at(pos: u32, kvh: u32, i: u32) -> u32 {
     let f = row * kv_w + kvh * p.head_dim + i;
     let e = f % kv_w;
     return ((e / p.head_dim) * p.max_seq + f / kv_w) * p.head_dim + e % p.head_dim;
+}
+
+// Whether position `pos` is one of this dispatch's tokens, read from their rows (attend with `update`).
+fn is_new(pos: u32) -> bool {
+    return p.update != 0u && pos >= p.pos0;
+}
+
+// Start of KV head `kvh`'s part of the row of position `pos` (≥ pos0) in the tokens' K or V rows.
+fn new_row(pos: u32, kvh: u32) -> u32 {
+    return (p.first + pos - p.pos0) * p.kv_stride + kvh * p.head_dim;
+}
+
+// Value dim d of KV head `kvh` at position `pos`: from the tokens' rows or the cache.
+fn v_value(pos: u32, kvh: u32, d: u32) -> f32 {
+    if is_new(pos) {
+        return v_new[new_row(pos, kvh) + p.v_offset + d];
+    }
+    return v_cache[kv_at(pos, kvh, d)];
+}
+
+// With `update`: the first head of each KV head's group writes token t's K and V rows for that KV head into the
+// cache (every query of this dispatch reads them from the tokens' rows, and none reads the cache row they replace:
+// that position is older than any query's window).
+fn write_new(h: u32, t: u32, lane: u32) {
+    let group = p.heads / p.kv_heads;
+    if p.update == 0u || h % group != 0u || t + p.max_seq < p.tokens {
+        return;
+    }
+    let kvh = h / group;
+    let dst = kv_row(p.pos0 + t, kvh);
+    let src = new_row(p.pos0 + t, kvh);
+    for (var e = lane; e < p.head_dim; e += 64u) {
+        k_cache[dst + e] = k_new[src + p.k_offset + e];
+        v_cache[dst + e] = v_new[src + p.v_offset + e];
+    }
 }
 
 // Softmax state of one query over a run of its positions: the running max, the sum of e^(score − m), and the
@@ -132,7 +174,18 @@ fn attend_positions(h: u32, t: u32, d0: u32, lo: u32, hi: u32, lane: u32) -> Par
             for (var j = lane; j < cn; j += 64u) {
                 var dot = 0.0;
                 var i = 0u;
-                if kvh < p.kv_heads {
+                if is_new(c0 + j) {
+                    let b = new_row(c0 + j, kvh) + p.k_offset + h0;
+                    var d = vec4<f32>(0.0);
+                    for (; i + 4u <= hn; i += 4u) {
+                        let qv = vec4<f32>(qs[i], qs[i + 1u], qs[i + 2u], qs[i + 3u]);
+                        d += qv * vec4<f32>(k_new[b + i], k_new[b + i + 1u], k_new[b + i + 2u], k_new[b + i + 3u]);
+                    }
+                    dot = (d.x + d.y) + (d.z + d.w);
+                    for (; i < hn; i++) {
+                        dot += qs[i] * k_new[b + i];
+                    }
+                } else if kvh < p.kv_heads {
                     // Four independent sums over the contiguous row, so that loads overlap.
                     let b = kv_row(c0 + j, kvh) + h0;
                     var d = vec4<f32>(0.0);
@@ -177,15 +230,15 @@ fn attend_positions(h: u32, t: u32, d0: u32, lo: u32, hi: u32, lane: u32) -> Par
                     for (; j + 4u <= cn; j += 4u) {
                         let e = vec4<f32>(sc[j], sc[j + 1u], sc[j + 2u], sc[j + 3u]);
                         a += e * vec4<f32>(
-                            v_cache[kv_row(c0 + j, kvh) + d],
-                            v_cache[kv_row(c0 + j + 1u, kvh) + d],
-                            v_cache[kv_row(c0 + j + 2u, kvh) + d],
-                            v_cache[kv_row(c0 + j + 3u, kvh) + d],
+                            v_value(c0 + j, kvh, d),
+                            v_value(c0 + j + 1u, kvh, d),
+                            v_value(c0 + j + 2u, kvh, d),
+                            v_value(c0 + j + 3u, kvh, d),
                         );
                     }
                 }
                 for (; j < cn; j++) {
-                    a.x += sc[j] * v_cache[kv_at(c0 + j, kvh, d)];
+                    a.x += sc[j] * v_value(c0 + j, kvh, d);
                 }
                 acc[k] = (a.x + a.y) + (a.z + a.w);
             }
@@ -209,6 +262,9 @@ fn attend(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index)
     let span = query_span(wg.y);
     let d0 = wg.z * HEAD_CHUNK;
     let r = attend_positions(wg.x, wg.y, d0, span.x, span.y, lane);
+    if wg.z == 0u {
+        write_new(wg.x, wg.y, lane);
+    }
     let ob = (p.first + wg.y) * p.out_stride + wg.x * p.head_dim;
     for (var k = 0u; k < 4u; k++) {
         let d = d0 + lane + 64u * k;
@@ -231,6 +287,9 @@ fn attend_split(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_
     let run = (span.y - span.x + p.splits - 1u) / p.splits;
     let lo = min(span.x + s * run, span.y);
     let r = attend_positions(wg.x, wg.y, d0, lo, min(lo + run, span.y), lane);
+    if wg.z == 0u {
+        write_new(wg.x, wg.y, lane);
+    }
     let rb = ((wg.y * p.heads + wg.x) * p.splits + s) * (p.head_dim + 2u);
     if d0 == 0u && lane == 0u {
         part_w[rb] = r.m;

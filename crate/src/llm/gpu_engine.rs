@@ -994,7 +994,6 @@ impl GpuEngine {
                 }
             };
             let cache = &self.caches[l];
-            k.attention.encode_kv_update(rec, cache, kr, vr, start as u32)?;
             let args = AttendArgs {
                 pos0: start as u32,
                 scale: c.block.attn_scale,
@@ -1002,7 +1001,9 @@ impl GpuEngine {
                 softcap: c.block.attn_softcap.unwrap_or(0.0),
                 split: true,
             };
-            k.attention.encode_attend(rec, cache, qr, att.rows(), args)?;
+            // The attention writes the chunk's K and V rows into the cache itself.
+            k.attention
+                .encode_attend(rec, cache, qr, Some((kr, vr)), att.rows(), args)?;
             residual(&b.wo, &att, None, &b.bo, &b.post_attn_norm, Some(&b.ffn_norm), rec)?;
             let next = self.blocks.get(l + 1).map(|next| &next.attn_norm);
             match &b.gate_up {

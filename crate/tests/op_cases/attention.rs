@@ -212,6 +212,8 @@ pub async fn attention_prefill_and_decode_match_the_cpu(gpu: &Gpu) {
         let (qw, kv) = (heads * hd, kv_heads * hd);
         let cache = KvCache::new(gpu, kv_heads, hd, max_seq).await.unwrap();
         let split_cache = KvCache::new(gpu, kv_heads, hd, max_seq).await.unwrap();
+        let fused_cache = KvCache::new(gpu, kv_heads, hd, max_seq).await.unwrap();
+        let fused_split_cache = KvCache::new(gpu, kv_heads, hd, max_seq).await.unwrap();
         let mut cpu = RefCache {
             k: vec![0.0; max_seq * kv],
             v: vec![0.0; max_seq * kv],
@@ -230,8 +232,14 @@ pub async fn attention_prefill_and_decode_match_the_cpu(gpu: &Gpu) {
             let v = data(seed + 2, tokens * kv, -1.0, 1.0);
             cpu.write(&k, &v, pos);
             let want = cpu.attend(&q, heads, hd, pos, window, f64::from(cap));
-            // Both kernels: one workgroup per query and head, and the positions split over workgroups.
-            for (cache, split) in [(&cache, false), (&split_cache, true)] {
+            // Both kernels (one workgroup per query and head, and the positions split over workgroups), after a KV
+            // update's dispatch and writing the tokens' K and V rows themselves.
+            for (cache, split, fused) in [
+                (&cache, false, false),
+                (&split_cache, true, false),
+                (&fused_cache, false, true),
+                (&fused_split_cache, true, true),
+            ] {
                 let args = AttendArgs {
                     pos0: pos as u32,
                     scale: (1.0 / (hd as f64).sqrt()) as f32,
@@ -239,12 +247,12 @@ pub async fn attention_prefill_and_decode_match_the_cpu(gpu: &Gpu) {
                     softcap: cap,
                     split,
                 };
-                let got = att.run(gpu, cache, &q, &k, &v, heads, args).await.unwrap();
+                let got = att.run(gpu, cache, &q, &k, &v, heads, args, fused).await.unwrap();
                 let what = if step == 0 { "prefill" } else { "decode" };
                 let e = close(
                     &format!(
                         "attention {what} {tokens} at {pos} ({heads} heads / {kv_heads} kv × {hd}, {max_seq} rows, \
-                         window {window}, cap {cap}, split {split})"
+                         window {window}, cap {cap}, split {split}, fused {fused})"
                     ),
                     &got,
                     &want,
@@ -252,6 +260,14 @@ pub async fn attention_prefill_and_decode_match_the_cpu(gpu: &Gpu) {
                     REL,
                 );
                 worst.abs = worst.abs.max(e.abs);
+            }
+            // The attention's own writes leave the cache as the KV update's dispatch does.
+            let want_cache = cache.read(gpu).await.unwrap();
+            for fused in [&fused_cache, &fused_split_cache] {
+                assert!(
+                    fused.read(gpu).await.unwrap() == want_cache,
+                    "the cache after {tokens} tokens at {pos} ({heads} heads / {kv_heads} kv × {hd}), fused"
+                );
             }
             pos += tokens;
         }

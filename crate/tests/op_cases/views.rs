@@ -134,13 +134,32 @@ pub async fn ops_refuse_views_that_do_not_fit(gpu: &Gpu) {
             &mut rec,
             &cache,
             Rows::new(&b32, 2, 16).columns(8, 8),
+            None,
             Rows::new(&b16, 2, 8),
             args,
         ),
     );
     refused(
         "attention of 2 query rows into 1",
-        att.encode_attend(&mut rec, &cache, Rows::new(&b16, 2, 8), Rows::new(&b32, 1, 8), args),
+        att.encode_attend(
+            &mut rec,
+            &cache,
+            Rows::new(&b16, 2, 8),
+            None,
+            Rows::new(&b32, 1, 8),
+            args,
+        ),
+    );
+    refused(
+        "attention writing K rows wider than the cache's",
+        att.encode_attend(
+            &mut rec,
+            &cache,
+            Rows::new(&b16, 2, 8),
+            Some((Rows::new(&b32, 2, 16), Rows::new(&b32, 2, 16))),
+            Rows::new(&b16, 2, 8),
+            args,
+        ),
     );
     rec.submit();
 }

@@ -314,7 +314,8 @@ impl Mha {
                 softcap: 0.0,
                 split: false,
             };
-            self.attention.encode_attend(rec, &self.cache, queries, out, args)?;
+            self.attention
+                .encode_attend(rec, &self.cache, queries, None, out, args)?;
         }
 
         // Output projection with its bias.

@@ -107,14 +107,7 @@ impl Attention {
     /// Records writing the rows of `k` and `v` (`kv_heads·head_dim` values each) into the cache at positions
     /// `pos0..`. The two may be columns of one buffer's rows (a fused q|k|v row): they share rows and stride.
     pub fn encode_kv_update(&self, rec: &mut Recorder, cache: &KvCache, k: Rows, v: Rows, pos0: u32) -> Result<()> {
-        k.check("KV update K")?;
-        v.check("KV update V")?;
-        let kv_w = u64::from(cache.kv_heads) * u64::from(cache.head_dim);
-        if u64::from(k.cols) != kv_w || (k.rows, k.cols, k.stride, k.row0) != (v.rows, v.cols, v.stride, v.row0) {
-            return Err(LoomError::InvalidInput(format!(
-                "KV update of rows of {kv_w} values: K {k}, V {v}"
-            )));
-        }
+        let (k, v) = self.check_kv_rows(cache, k, v)?;
         let n = k.len();
         if n == 0 {
             return Ok(());
@@ -145,11 +138,15 @@ impl Attention {
 
     /// Records causal attention of each row of `q` (whole heads of `head_dim`) against the cache into the same
     /// rows of `out`. Both start at column 0 of their buffer's rows and may be strided; they share their first row.
+    /// With `new_kv`, the queries' own K and V rows (as [`Attention::encode_kv_update`] takes them, sharing q's
+    /// rows) are written into the cache at positions `args.pos0..` first: by the attention dispatch itself where no
+    /// query reads a cache row this dispatch writes (its KV update's dispatch saved), else by a KV update before it.
     pub fn encode_attend(
         &self,
         rec: &mut Recorder,
         cache: &KvCache,
         q: Rows,
+        new_kv: Option<(Rows, Rows)>,
         out: Rows,
         args: AttendArgs,
     ) -> Result<()> {
@@ -184,9 +181,25 @@ impl Attention {
                 q.rows
             )));
         }
+        // The queries' K and V rows written by the attention itself: each query then reads positions pos0.. from
+        // them, so no cache row this dispatch writes may be one a query reads from the cache (no wrap within the
+        // positions a query sees: a whole cache, or a window's ring with room for the tokens).
+        let fused = match new_kv {
+            Some((k, v)) => {
+                let fits = args.pos0.saturating_add(q.rows) <= cache.max_seq
+                    || (args.window > 0 && args.window.saturating_add(q.rows) <= cache.max_seq);
+                if fits && heads.is_multiple_of(cache.kv_heads) && (k.row0, k.rows) == (q.row0, q.rows) {
+                    Some(self.check_kv_rows(cache, k, v)?)
+                } else {
+                    self.encode_kv_update(rec, cache, k, v, args.pos0)?;
+                    None
+                }
+            }
+            None => None,
+        };
         // Splits: the dispatch's shape fixes how many at most (so that a decode step's scratch and dispatches stay
-        // the same from step to step); the positions the last query sees, how many are used now.
-        // Splits: at most what the scratch binding holds.
+        // the same from step to step), and the scratch binding; the positions the last query sees, how many are
+        // used now.
         let record = 4 * u64::from(q.rows) * u64::from(heads) * (u64::from(hd) + 2);
         let fit = (gpu.limits.max_storage_buffer_binding_size / record).min(u64::from(MAX_SPLITS)) as u32;
         let max_splits = if args.split {
@@ -212,19 +225,19 @@ impl Attention {
             args.scale.to_bits(),
             args.window,
             args.softcap.to_bits(),
-            0,
-            0,
-            0,
+            fused.map_or(0, |(k, _)| k.stride),
+            fused.map_or(0, |(k, _)| k.col0),
+            fused.map_or(0, |(_, v)| v.col0),
             splits,
+            u32::from(fused.is_some()),
         ];
+        // Without an update the kernels still declare the new rows' bindings: q's buffer (read-only) stands in.
+        let (k_new, v_new) = fused.map_or((q.buffer, q.buffer), |(k, v)| (k.buffer, v.buffer));
+        let inputs = [(1, k_new), (2, v_new), (3, &cache.k), (4, &cache.v), (5, q.buffer)];
         if max_splits == 1 {
-            dispatch_3d(
-                rec,
-                &self.attend,
-                &words,
-                &[(5, q.buffer), (6, &cache.k), (7, &cache.v), (8, out.buffer)],
-                (heads, q.rows, chunks),
-            );
+            let mut buffers = inputs.to_vec();
+            buffers.push((8, out.buffer));
+            dispatch_3d(rec, &self.attend, &words, &buffers, (heads, q.rows, chunks));
             return Ok(());
         }
         if chunks * max_splits > max {
@@ -234,11 +247,13 @@ impl Attention {
         }
         let shape = [q.rows, heads, max_splits, hd + 2].map(|d| d as usize).to_vec();
         let part = GpuTensor::scratch(rec, shape)?;
+        let mut buffers = inputs.to_vec();
+        buffers.push((9, &part.buffer));
         dispatch_3d(
             rec,
             &self.attend_split,
             &words,
-            &[(5, q.buffer), (6, &cache.k), (7, &cache.v), (9, &part.buffer)],
+            &buffers,
             (heads, q.rows, chunks * splits),
         );
         dispatch_3d(
@@ -251,9 +266,23 @@ impl Attention {
         Ok(())
     }
 
+    /// Checks K and V rows for the cache: whole rows of `kv_heads·head_dim` values, the same rows and stride.
+    fn check_kv_rows<'a>(&self, cache: &KvCache, k: Rows<'a>, v: Rows<'a>) -> Result<(Rows<'a>, Rows<'a>)> {
+        k.check("KV update K")?;
+        v.check("KV update V")?;
+        let kv_w = u64::from(cache.kv_heads) * u64::from(cache.head_dim);
+        if u64::from(k.cols) != kv_w || (k.rows, k.cols, k.stride, k.row0) != (v.rows, v.cols, v.stride, v.row0) {
+            return Err(LoomError::InvalidInput(format!(
+                "KV update of rows of {kv_w} values: K {k}, V {v}"
+            )));
+        }
+        Ok((k, v))
+    }
+
     /// One-shot: writes the `k`, `v` rows of `tokens = q.len() / (heads·head_dim)` tokens into `cache` at positions
-    /// `args.pos0..`, then attends each query as `args` say. `pos0 = 0` is a prefill; a later call with one token is
-    /// a decode step. Returns `[tokens][heads·head_dim]`.
+    /// `args.pos0..`, then attends each query as `args` say; `fused`: the attention writes them itself where it can
+    /// (see [`Attention::encode_attend`]), else a KV update first. `pos0 = 0` is a prefill; a later call with one
+    /// token is a decode step. Returns `[tokens][heads·head_dim]`.
     #[allow(clippy::too_many_arguments)]
     pub async fn run(
         &self,
@@ -264,6 +293,7 @@ impl Attention {
         v: &[f32],
         heads: usize,
         args: AttendArgs,
+        fused: bool,
     ) -> Result<Vec<f32>> {
         let hd = cache.head_dim as usize;
         let (qw, kvw) = (heads * hd, cache.kv_heads as usize * hd);
@@ -284,18 +314,19 @@ impl Attention {
         let tokens = u32_dim(tokens, "tokens")?;
         let mut rec = Recorder::new(gpu);
         let kv_w = cache.kv_heads * cache.head_dim;
-        self.encode_kv_update(
-            &mut rec,
-            cache,
-            Rows::new(&kb, tokens, kv_w),
-            Rows::new(&vb, tokens, kv_w),
-            args.pos0,
-        )?;
+        let (k_rows, v_rows) = (Rows::new(&kb, tokens, kv_w), Rows::new(&vb, tokens, kv_w));
+        let new_kv = if fused {
+            Some((k_rows, v_rows))
+        } else {
+            self.encode_kv_update(&mut rec, cache, k_rows, v_rows, args.pos0)?;
+            None
+        };
         let q_w = u32_dim(qw, "q row")?;
         self.encode_attend(
             &mut rec,
             cache,
             Rows::new(&qb, tokens, q_w),
+            new_kv,
             Rows::new(&ob, tokens, q_w),
             args,
         )?;

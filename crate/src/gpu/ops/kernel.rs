@@ -22,9 +22,9 @@ use crate::cpu::Tensor;
 use crate::error::{LoomError, Result};
 use crate::gpu::{Count, Gpu};
 
-/// Words every parameter block is padded to: at least the largest `Params` struct of the kernels (48 bytes), so
-/// that trailing padding fields may be left out.
-const MIN_PARAM_WORDS: usize = 16;
+/// Words every parameter block is padded to: at least the largest `Params` struct of the kernels (attention's 17
+/// words, 80 bytes as a uniform), so that trailing fields a kernel does not read may be left out.
+const MIN_PARAM_WORDS: usize = 20;
 
 /// A uniform parameter block: 32-bit words (f32 values as their bits), zero-padded to a whole 16 bytes and to at
 /// least [`MIN_PARAM_WORDS`].

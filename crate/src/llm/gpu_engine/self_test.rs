@@ -25,7 +25,7 @@ const REL: f32 = 1e-4;
 /// One kernel's check: the largest difference from its CPU twin, and whether every value was within its bound.
 #[derive(Clone, Debug, PartialEq)]
 pub struct KernelCheck {
-    /// The kernel, by its pipeline name's stem (`matvec/ggml_q4_k ×1`, `norm_rms ×64`, `attention_kv_update + attention_attend`, ...).
+    /// The kernel, by its pipeline name's stem (`matvec/ggml_q4_k ×1`, `norm_rms ×64`, `attention_attend`, ...).
     pub kernel: String,
     pub max_error: f32,
     pub passed: bool,
@@ -402,6 +402,7 @@ async fn kernel_checks(engine: &GpuEngine) -> Result<Vec<KernelCheck>> {
                 softcap: cap.unwrap_or(0.0),
                 split: true,
             },
+            true,
         )
         .await?;
     let rule = Scores {
@@ -432,7 +433,7 @@ async fn kernel_checks(engine: &GpuEngine) -> Result<Vec<KernelCheck>> {
             );
         }
     }
-    out.push(check("attention_kv_update + attention_attend", &got, &want, None));
+    out.push(check("attention_attend", &got, &want, None));
 
     // The feed-forward's gated activation from two buffers and from fused gate|up rows (which the down projection
     // reads itself where the FFN is narrow: the matvec's glu); a bias row added in place; a scale.
