@@ -22,7 +22,8 @@
 // attend and attend_split with `update`: the dispatch's tokens' K and V rows are read from where kv_update would
 //   copy them (positions pos0.. of each query) and written into the cache by the first head of each KV group, so that
 //   the LLM engine needs no kv_update dispatch (the host does this only where no query reads a cache row the
-//   dispatch writes).
+//   dispatch writes); with `rope_pairs` the queries and those K rows are turned by RoPE as they are read, so that it
+//   needs no RoPE dispatch either.
 
 struct Params {
     tokens: u32,
@@ -48,6 +49,11 @@ struct Params {
     // kv_stride, k_offset, v_offset, token t at row first + t, as kv_update reads them) into the cache: the queries
     // read positions pos0.. from those rows, the earlier ones from the cache.
     update: u32,
+    // With `update`: the queries and the tokens' K rows are read unrotated and turned here by RoPE: `rope_pairs`
+    // pairs per head (0: none), paired (j, j + rope_pairs) or, with `rope_adjacent`, (2j, 2j + 1); token t's
+    // (cos, sin) of pair j at table[2·(t·rope_pairs + j)] (rope.wgsl's rotation and table).
+    rope_pairs: u32,
+    rope_adjacent: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -59,6 +65,7 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> v_cache: array<f32>;
 // attend
 @group(0) @binding(5) var<storage, read> q: array<f32>;
+@group(0) @binding(11) var<storage, read> rope_table: array<f32>;
 @group(0) @binding(8) var<storage, read_write> out: array<f32>;
 // split attention's per-split softmax states
 @group(0) @binding(9) var<storage, read_write> part_w: array<f32>;
@@ -106,6 +113,44 @@ fn kv_at(pos: u32, kvh: u32, i: u32) -> u32 {
     return ((e / p.head_dim) * p.max_seq + f / kv_w) * p.head_dim + e % p.head_dim;
 }
 
+// Element i of a head after RoPE at token t's angles (as is without RoPE or outside the rotated pairs), from its
+// value x and the value of the element it pairs with (read through `partner`, the pair's other index).
+fn rope_value(i: u32, x: f32, partner: f32, t: u32) -> f32 {
+    let r = p.rope_pairs;
+    if i >= 2u * r {
+        return x;
+    }
+    let j = select(i % r, i / 2u, p.rope_adjacent != 0u);
+    let first = select(i < r, (i & 1u) == 0u, p.rope_adjacent != 0u);
+    let at = 2u * (t * r + j);
+    let c = rope_table[at];
+    let s = rope_table[at + 1u];
+    return select(partner * s + x * c, x * c - partner * s, first);
+}
+
+// The index of the element head element i pairs with under RoPE (i itself outside the rotated pairs).
+fn rope_partner(i: u32) -> u32 {
+    let r = p.rope_pairs;
+    if i >= 2u * r {
+        return i;
+    }
+    if p.rope_adjacent != 0u {
+        return i ^ 1u;
+    }
+    return select(i + r, i - r, i >= r);
+}
+
+// Query element i (of the head starting at qb) of token t, turned by RoPE where the dispatch applies it.
+fn q_value(qb: u32, i: u32, t: u32) -> f32 {
+    return rope_value(i, q[qb + i], q[qb + rope_partner(i)], t);
+}
+
+// K element i of KV head `kvh` at position `pos` ≥ pos0, from the tokens' rows, turned by RoPE where applied.
+fn k_new_value(pos: u32, kvh: u32, i: u32) -> f32 {
+    let b = new_row(pos, kvh) + p.k_offset;
+    return rope_value(i, k_new[b + i], k_new[b + rope_partner(i)], pos - p.pos0);
+}
+
 // Whether position `pos` is one of this dispatch's tokens, read from their rows (attend with `update`).
 fn is_new(pos: u32) -> bool {
     return p.update != 0u && pos >= p.pos0;
@@ -136,7 +181,7 @@ fn write_new(h: u32, t: u32, lane: u32) {
     let dst = kv_row(p.pos0 + t, kvh);
     let src = new_row(p.pos0 + t, kvh);
     for (var e = lane; e < p.head_dim; e += 64u) {
-        k_cache[dst + e] = k_new[src + p.k_offset + e];
+        k_cache[dst + e] = k_new_value(p.pos0 + t, kvh, e);
         v_cache[dst + e] = v_new[src + p.v_offset + e];
     }
 }
@@ -168,22 +213,15 @@ fn attend_positions(h: u32, t: u32, d0: u32, lo: u32, hi: u32, lane: u32) -> Par
             let hn = min(HEAD_CHUNK, hd - h0);
             workgroupBarrier();
             for (var i = lane; i < hn; i += 64u) {
-                qs[i] = q[qb + h0 + i];
+                qs[i] = q_value(qb, h0 + i, t);
             }
             workgroupBarrier();
             for (var j = lane; j < cn; j += 64u) {
                 var dot = 0.0;
                 var i = 0u;
                 if is_new(c0 + j) {
-                    let b = new_row(c0 + j, kvh) + p.k_offset + h0;
-                    var d = vec4<f32>(0.0);
-                    for (; i + 4u <= hn; i += 4u) {
-                        let qv = vec4<f32>(qs[i], qs[i + 1u], qs[i + 2u], qs[i + 3u]);
-                        d += qv * vec4<f32>(k_new[b + i], k_new[b + i + 1u], k_new[b + i + 2u], k_new[b + i + 3u]);
-                    }
-                    dot = (d.x + d.y) + (d.z + d.w);
                     for (; i < hn; i++) {
-                        dot += qs[i] * k_new[b + i];
+                        dot += qs[i] * k_new_value(c0 + j, kvh, h0 + i);
                     }
                 } else if kvh < p.kv_heads {
                     // Four independent sums over the contiguous row, so that loads overlap.

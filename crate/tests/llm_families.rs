@@ -249,9 +249,10 @@ fn every_bias_kind_matches_the_float64_reference() {
     let next = pollster::block_on(e.forward_argmax(&[40, 45, 50])).unwrap();
     pollster::block_on(e.forward_argmax(&[next])).unwrap();
     // The gather, the first and final norms, the head and the argmax, and the blocks (attention's splits, which
-    // write the KV rows, and their combination one dispatch each; the unbiased blocks' fused gate|up read by the down projection as its
-    // gated product, the biased ones' product a dispatch of its own).
-    assert_eq!(e.last_call().dispatches, 5 + 2 * 9 + 2 * 21);
+    // turn q and k by RoPE and write the KV rows, and their combination one dispatch each; the unbiased blocks'
+    // fused gate|up read by the down projection as its gated product, the biased ones' product a dispatch of its
+    // own).
+    assert_eq!(e.last_call().dispatches, 5 + 2 * 8 + 2 * 19);
 }
 
 /// Mistral's window (6) over a 200-token sequence, 33 windows long, against the float64 reference's last logits

@@ -18,9 +18,9 @@ pub use loom::{
 };
 pub use ops::{
     binding_parts, first_argmax, is_allowed, mask_logits, packed_values, rope_table, Argmax, AttendArgs, Attention,
-    Elementwise, Embedding, EmbeddingTable, GpuTensor, KvCache, LogitMask, MatVec, MatVecOptions, Norm, PackedWeights,
-    Packing, Pointwise, Rope, RowLayout, Rows, Sample, SampleArgs, Softmax, XRead, GPU_GGML_TYPES, GPU_SAMPLE_MAX,
-    LAYER_NORM_EPS, MAX_WEIGHT_BINDINGS, RMS_NORM_EPS,
+    Elementwise, Embedding, EmbeddingTable, GpuTensor, KvCache, KvWrite, LogitMask, MatVec, MatVecOptions, NewKv, Norm,
+    PackedWeights, Packing, Pointwise, Rope, RopeIn, RowLayout, Rows, Sample, SampleArgs, Softmax, XRead,
+    GPU_GGML_TYPES, GPU_SAMPLE_MAX, LAYER_NORM_EPS, MAX_WEIGHT_BINDINGS, RMS_NORM_EPS,
 };
 
 pub use ops::kernel::{Arena, Recorder};

@@ -23,7 +23,7 @@ use crate::cpu::ops::{self, RopePairs};
 use crate::error::{LoomError, Result};
 use crate::gpu::{
     binding_parts, Arena, Argmax, AttendArgs, Attention, Elementwise, Gpu, GpuTensor, KvCache, LogitMask, MatVec,
-    MatVecOptions, Norm, PackedWeights, Packing, Recorder, Rope, RowLayout, Rows, Sample, GPU_SAMPLE_MAX,
+    MatVecOptions, NewKv, Norm, PackedWeights, Packing, Recorder, RopeIn, RowLayout, Rows, Sample, GPU_SAMPLE_MAX,
     MAX_WEIGHT_BINDINGS,
 };
 
@@ -190,7 +190,6 @@ enum GateUp {
 struct Kernels {
     matvec: HashMap<Packing, MatVec>,
     norm: Norm,
-    rope: Rope,
     attention: Attention,
     elementwise: Elementwise,
     argmax: Argmax,
@@ -411,7 +410,6 @@ impl GpuEngineBuilder {
         let k = Kernels {
             matvec,
             norm: Norm::new(g)?,
-            rope: Rope::new(g)?,
             attention: Attention::new(g)?,
             elementwise: Elementwise::new(g)?,
             argmax: Argmax::new(g)?,
@@ -948,18 +946,17 @@ impl GpuEngine {
             }
             let window = c.window(l);
             let table = c.layer_rope(l, &global_table, sliding_table.as_ref());
-            let rotates = c.rotates(l);
-            let rope = |t: Rows, rec: &mut Recorder| match rotates {
-                true => k.rope.encode_pairs(rec, t, &table.buffer, hd as u32, rot as u32, pairs),
-                false => Ok(()),
-            };
+            // RoPE turns q and k inside the attention, as it reads them.
+            let rope = (c.rotates(l) && rot > 0).then_some(RopeIn {
+                table: &table.buffer,
+                pairs: rot as u32,
+                style: pairs,
+            });
             // q, k and v: each a view of its own buffer, or columns of the fused q|k|v rows.
             let (qr, kr, vr) = match &b.qkv {
                 Qkv::Fused(w) => {
                     project(w, &b.attn_norm, &qkv, rec)?;
-                    // q's heads then k's sit side by side in each row: one RoPE dispatch turns both.
                     let rows = qkv.rows();
-                    rope(rows.columns(0, (qd + kvd) as u32), rec)?;
                     let (qd, kvd) = (qd as u32, kvd as u32);
                     (rows.columns(0, qd), rows.columns(qd, kvd), rows.columns(qd + kvd, kvd))
                 }
@@ -988,8 +985,6 @@ impl GpuEngine {
                         }
                         _ => (&q, &kk),
                     };
-                    rope(qr.rows(), rec)?;
-                    rope(kr.rows(), rec)?;
                     (qr.rows(), kr.rows(), v.rows())
                 }
             };
@@ -1002,8 +997,9 @@ impl GpuEngine {
                 split: true,
             };
             // The attention writes the chunk's K and V rows into the cache itself.
+            let new_kv = NewKv { k: kr, v: vr, rope };
             k.attention
-                .encode_attend(rec, cache, qr, Some((kr, vr)), att.rows(), args)?;
+                .encode_attend(rec, cache, qr, Some(new_kv), att.rows(), args)?;
             residual(&b.wo, &att, None, &b.bo, &b.post_attn_norm, Some(&b.ffn_norm), rec)?;
             let next = self.blocks.get(l + 1).map(|next| &next.attn_norm);
             match &b.gate_up {

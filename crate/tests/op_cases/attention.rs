@@ -5,7 +5,8 @@
 //! - KV update: bit-identical (a copy), including a dispatch that wraps the cache;
 //! - attention: ≤ 1e-5 + 1e-4·|cpu| against the CPU's f64 scores / softmax / weighted sum, prefill and decode.
 
-use loom_wasm::gpu::{AttendArgs, Attention, Gpu, KvCache, Recorder, Rope, Rows};
+use loom_wasm::cpu::ops::{self, RopeFreqs, RopePairs};
+use loom_wasm::gpu::{AttendArgs, Attention, Gpu, KvCache, KvWrite, Recorder, Rope, Rows};
 
 use super::harness::{close, data, MaxErr};
 use super::upload;
@@ -17,6 +18,7 @@ on_each_device!(
     rope_matches_the_cpu_rotation,
     kv_update_is_an_exact_copy_even_when_it_wraps,
     attention_prefill_and_decode_match_the_cpu,
+    rope_inside_attention_matches_rope_then_attention,
 );
 
 /// The CPU's RoPE on f32 values, in f64 (`crate::cpu` attention.rs).
@@ -247,7 +249,8 @@ pub async fn attention_prefill_and_decode_match_the_cpu(gpu: &Gpu) {
                     softcap: cap,
                     split,
                 };
-                let got = att.run(gpu, cache, &q, &k, &v, heads, args, fused).await.unwrap();
+                let write = if fused { KvWrite::Fused(None) } else { KvWrite::Update };
+                let got = att.run(gpu, cache, &q, &k, &v, heads, args, write).await.unwrap();
                 let what = if step == 0 { "prefill" } else { "decode" };
                 let e = close(
                     &format!(
@@ -273,4 +276,93 @@ pub async fn attention_prefill_and_decode_match_the_cpu(gpu: &Gpu) {
         }
         note!("  worst |err| {:.3e}", worst.abs);
     }
+}
+
+/// RoPE inside the attention (the LLM engine's: queries and the tokens' K rows read unrotated, the K rows written
+/// turned) against the CPU's RoPE (`ops::rope`) then its attention, whole and split, prefill then decode: rotate-half
+/// over every pair and over some (partial rotary, an odd head), adjacent pairs, a window; and refused where the
+/// tokens would wrap the cache (the attention could not write them itself).
+pub async fn rope_inside_attention_matches_rope_then_attention(gpu: &Gpu) {
+    let att = Attention::new(gpu).unwrap();
+    // (heads, kv_heads, head_dim, rotated pairs, pairing, prefill, decode steps, window)
+    for (heads, kv_heads, hd, rot, style, prefill, decode, window) in [
+        (4, 2, 16, 8, RopePairs::Half, 16, 3, 0),
+        (2, 2, 5, 2, RopePairs::Half, 7, 2, 0),
+        (2, 1, 16, 4, RopePairs::Adjacent, 40, 2, 0),
+        (4, 2, 16, 8, RopePairs::Adjacent, 16, 3, 5),
+        (1, 1, 256, 64, RopePairs::Half, 4, 1, 0),
+    ] {
+        let (qw, kv, max_seq) = (heads * hd, kv_heads * hd, 128);
+        let freqs = RopeFreqs::plain(10_000.0, 2 * rot);
+        let mut cpu = RefCache {
+            k: vec![0.0; max_seq * kv],
+            v: vec![0.0; max_seq * kv],
+            kv,
+            max_seq,
+        };
+        let caches = [
+            KvCache::new(gpu, kv_heads, hd, max_seq).await.unwrap(),
+            KvCache::new(gpu, kv_heads, hd, max_seq).await.unwrap(),
+        ];
+        let mut pos = 0;
+        for (step, tokens) in std::iter::once(prefill)
+            .chain(std::iter::repeat_n(1, decode))
+            .enumerate()
+        {
+            let seed = (step * 1000 + hd + 7) as u64;
+            let (q, k, v) = (
+                data(seed, tokens * qw, -2.0, 2.0),
+                data(seed + 1, tokens * kv, -2.0, 2.0),
+                data(seed + 2, tokens * kv, -1.0, 1.0),
+            );
+            let table: Vec<f32> = (pos..pos + tokens)
+                .flat_map(|p| freqs.cos_sin(p))
+                .flat_map(|(c, s)| [c, s])
+                .collect();
+            let (mut q_rot, mut k_rot) = (q.clone(), k.clone());
+            for (t, row) in q_rot.chunks_mut(qw).enumerate() {
+                ops::rope(row, hd, pos + t, &freqs, style);
+            }
+            for (t, row) in k_rot.chunks_mut(kv).enumerate() {
+                ops::rope(row, hd, pos + t, &freqs, style);
+            }
+            cpu.write(&k_rot, &v, pos);
+            let want = cpu.attend(&q_rot, heads, hd, pos, window, 0.0);
+            for (cache, split) in caches.iter().zip([false, true]) {
+                let args = AttendArgs {
+                    pos0: pos as u32,
+                    scale: (1.0 / (hd as f64).sqrt()) as f32,
+                    window: window as u32,
+                    softcap: 0.0,
+                    split,
+                };
+                let write = KvWrite::Fused(Some((&table, rot as u32, style)));
+                let got = att.run(gpu, cache, &q, &k, &v, heads, args, write).await.unwrap();
+                close(
+                    &format!(
+                        "RoPE ({rot} pairs, {style:?}) in attention, {tokens} at {pos} ({heads} heads / {kv_heads} \
+                         kv × {hd}, window {window}, split {split})"
+                    ),
+                    &got,
+                    &want,
+                    ABS,
+                    REL,
+                );
+            }
+            pos += tokens;
+        }
+    }
+    // 20 tokens into a cache of 16 rows: the attention cannot write them itself, so RoPE inside it is refused.
+    let cache = KvCache::new(gpu, 2, 4, 16).await.unwrap();
+    let (q, kv) = (data(1, 20 * 8, -1.0, 1.0), data(2, 20 * 8, -1.0, 1.0));
+    let table = vec![1.0f32; 20 * 2 * 2];
+    let args = AttendArgs {
+        pos0: 0,
+        scale: 0.5,
+        window: 0,
+        softcap: 0.0,
+        split: true,
+    };
+    let write = KvWrite::Fused(Some((&table, 2, RopePairs::Half)));
+    assert!(att.run(gpu, &cache, &q, &kv, &kv, 2, args, write).await.is_err());
 }

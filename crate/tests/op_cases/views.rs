@@ -4,7 +4,8 @@
 
 use loom_wasm::error::{LoomError, Result};
 use loom_wasm::gpu::{
-    AttendArgs, Attention, Elementwise, Gpu, KvCache, MatVec, Norm, PackedWeights, Pointwise, Recorder, Rope, Rows,
+    AttendArgs, Attention, Elementwise, Gpu, KvCache, MatVec, NewKv, Norm, PackedWeights, Pointwise, Recorder, Rope,
+    Rows,
 };
 use loom_wasm::network::f32_bytes;
 
@@ -156,7 +157,11 @@ pub async fn ops_refuse_views_that_do_not_fit(gpu: &Gpu) {
             &mut rec,
             &cache,
             Rows::new(&b16, 2, 8),
-            Some((Rows::new(&b32, 2, 16), Rows::new(&b32, 2, 16))),
+            Some(NewKv {
+                k: Rows::new(&b32, 2, 16),
+                v: Rows::new(&b32, 2, 16),
+                rope: None,
+            }),
             Rows::new(&b16, 2, 8),
             args,
         ),

@@ -5,7 +5,9 @@
 use std::sync::Arc;
 
 use super::kernel::{check_binding, dispatch, dispatch_3d, grid_for, storage_f32, u32_dim};
+use super::tensor::check_values;
 use super::{GpuTensor, Rows, REDUCE_WGSL};
+use crate::cpu::ops::RopePairs;
 use crate::error::{LoomError, Result};
 use crate::gpu::Gpu;
 use crate::gpu::Recorder;
@@ -85,6 +87,34 @@ const RUN_POSITIONS: u32 = 32;
 /// Split workgroups a dispatch aims at (queries × heads × splits): enough to fill a GPU.
 const SPLIT_WORKGROUPS: u32 = 4096;
 
+/// The tokens' own K and V rows an attention dispatch writes into the cache (see [`Attention::encode_attend`]).
+#[derive(Clone, Copy)]
+pub struct NewKv<'a> {
+    pub k: Rows<'a>,
+    pub v: Rows<'a>,
+    /// The queries and these K rows are read unrotated and turned by RoPE in the attention (its dispatch saved).
+    pub rope: Option<RopeIn<'a>>,
+}
+
+/// RoPE applied inside the attention, as [`crate::gpu::Rope::encode_pairs`] applies it: `pairs` pairs per head,
+/// paired as `style` says, with the dispatch's tokens' (cos, sin) in `table` (`[tokens][pairs]` pairs).
+#[derive(Clone, Copy)]
+pub struct RopeIn<'a> {
+    pub table: &'a wgpu::Buffer,
+    pub pairs: u32,
+    pub style: RopePairs,
+}
+
+/// How a one-shot attention ([`Attention::run`]) writes the tokens' K and V rows.
+#[derive(Clone, Copy)]
+pub enum KvWrite<'a> {
+    /// A KV update's dispatch first.
+    Update,
+    /// The attention itself, turning the queries and K rows by RoPE as it reads them if given: the tokens' (cos,
+    /// sin) table values, the pairs per head and their pairing.
+    Fused(Option<(&'a [f32], u32, RopePairs)>),
+}
+
 /// The KV-update and attention kernels.
 pub struct Attention {
     kv_update: Arc<wgpu::ComputePipeline>,
@@ -141,12 +171,13 @@ impl Attention {
     /// With `new_kv`, the queries' own K and V rows (as [`Attention::encode_kv_update`] takes them, sharing q's
     /// rows) are written into the cache at positions `args.pos0..` first: by the attention dispatch itself where no
     /// query reads a cache row this dispatch writes (its KV update's dispatch saved), else by a KV update before it.
+    /// With RoPE in `new_kv` the attention must write them itself (an error otherwise).
     pub fn encode_attend(
         &self,
         rec: &mut Recorder,
         cache: &KvCache,
         q: Rows,
-        new_kv: Option<(Rows, Rows)>,
+        new_kv: Option<NewKv>,
         out: Rows,
         args: AttendArgs,
     ) -> Result<()> {
@@ -185,11 +216,26 @@ impl Attention {
         // them, so no cache row this dispatch writes may be one a query reads from the cache (no wrap within the
         // positions a query sees: a whole cache, or a window's ring with room for the tokens).
         let fused = match new_kv {
-            Some((k, v)) => {
+            Some(NewKv { k, v, rope }) => {
                 let fits = args.pos0.saturating_add(q.rows) <= cache.max_seq
                     || (args.window > 0 && args.window.saturating_add(q.rows) <= cache.max_seq);
                 if fits && heads.is_multiple_of(cache.kv_heads) && (k.row0, k.rows) == (q.row0, q.rows) {
-                    Some(self.check_kv_rows(cache, k, v)?)
+                    let (k, v) = self.check_kv_rows(cache, k, v)?;
+                    if let Some(r) = rope {
+                        if r.pairs == 0 || 2 * u64::from(r.pairs) > u64::from(hd) {
+                            return Err(LoomError::InvalidInput(format!(
+                                "RoPE of {} pairs in heads of {hd}",
+                                r.pairs
+                            )));
+                        }
+                        check_values("RoPE table", r.table, 2 * u64::from(q.rows) * u64::from(r.pairs))?;
+                    }
+                    Some((k, v, rope))
+                } else if rope.is_some() {
+                    return Err(LoomError::InvalidInput(format!(
+                        "RoPE inside attention: {} tokens at {} would wrap a cache of {} rows",
+                        q.rows, args.pos0, cache.max_seq
+                    )));
                 } else {
                     self.encode_kv_update(rec, cache, k, v, args.pos0)?;
                     None
@@ -197,6 +243,7 @@ impl Attention {
             }
             None => None,
         };
+        let rope = fused.and_then(|(_, _, r)| r);
         // Splits: the dispatch's shape fixes how many at most (so that a decode step's scratch and dispatches stay
         // the same from step to step), and the scratch binding; the positions the last query sees, how many are
         // used now.
@@ -225,15 +272,25 @@ impl Attention {
             args.scale.to_bits(),
             args.window,
             args.softcap.to_bits(),
-            fused.map_or(0, |(k, _)| k.stride),
-            fused.map_or(0, |(k, _)| k.col0),
-            fused.map_or(0, |(_, v)| v.col0),
+            fused.map_or(0, |(k, _, _)| k.stride),
+            fused.map_or(0, |(k, _, _)| k.col0),
+            fused.map_or(0, |(_, v, _)| v.col0),
             splits,
             u32::from(fused.is_some()),
+            rope.map_or(0, |r| r.pairs),
+            u32::from(rope.is_some_and(|r| r.style == RopePairs::Adjacent)),
         ];
-        // Without an update the kernels still declare the new rows' bindings: q's buffer (read-only) stands in.
-        let (k_new, v_new) = fused.map_or((q.buffer, q.buffer), |(k, v)| (k.buffer, v.buffer));
-        let inputs = [(1, k_new), (2, v_new), (3, &cache.k), (4, &cache.v), (5, q.buffer)];
+        // Without an update or RoPE the kernels still declare those bindings: q's buffer (read-only) stands in.
+        let (k_new, v_new) = fused.map_or((q.buffer, q.buffer), |(k, v, _)| (k.buffer, v.buffer));
+        let table = rope.map_or(q.buffer, |r| r.table);
+        let inputs = [
+            (1, k_new),
+            (2, v_new),
+            (3, &cache.k),
+            (4, &cache.v),
+            (5, q.buffer),
+            (11, table),
+        ];
         if max_splits == 1 {
             let mut buffers = inputs.to_vec();
             buffers.push((8, out.buffer));
@@ -280,9 +337,8 @@ impl Attention {
     }
 
     /// One-shot: writes the `k`, `v` rows of `tokens = q.len() / (heads·head_dim)` tokens into `cache` at positions
-    /// `args.pos0..`, then attends each query as `args` say; `fused`: the attention writes them itself where it can
-    /// (see [`Attention::encode_attend`]), else a KV update first. `pos0 = 0` is a prefill; a later call with one
-    /// token is a decode step. Returns `[tokens][heads·head_dim]`.
+    /// `args.pos0..` as `write` says, then attends each query as `args` say. `pos0 = 0` is a prefill; a later call
+    /// with one token is a decode step. Returns `[tokens][heads·head_dim]`.
     #[allow(clippy::too_many_arguments)]
     pub async fn run(
         &self,
@@ -293,7 +349,7 @@ impl Attention {
         v: &[f32],
         heads: usize,
         args: AttendArgs,
-        fused: bool,
+        write: KvWrite<'_>,
     ) -> Result<Vec<f32>> {
         let hd = cache.head_dim as usize;
         let (qw, kvw) = (heads * hd, cache.kv_heads as usize * hd);
@@ -315,11 +371,22 @@ impl Attention {
         let mut rec = Recorder::new(gpu);
         let kv_w = cache.kv_heads * cache.head_dim;
         let (k_rows, v_rows) = (Rows::new(&kb, tokens, kv_w), Rows::new(&vb, tokens, kv_w));
-        let new_kv = if fused {
-            Some((k_rows, v_rows))
-        } else {
-            self.encode_kv_update(&mut rec, cache, k_rows, v_rows, args.pos0)?;
-            None
+        let table = match write {
+            KvWrite::Fused(Some((values, _, _))) => Some(storage_f32(gpu, "RoPE table", values, values.len()).await?),
+            _ => None,
+        };
+        let new_kv = match write {
+            KvWrite::Update => {
+                self.encode_kv_update(&mut rec, cache, k_rows, v_rows, args.pos0)?;
+                None
+            }
+            KvWrite::Fused(rope) => Some(NewKv {
+                k: k_rows,
+                v: v_rows,
+                rope: rope
+                    .zip(table.as_ref())
+                    .map(|((_, pairs, style), table)| RopeIn { table, pairs, style }),
+            }),
         };
         let q_w = u32_dim(qw, "q row")?;
         self.encode_attend(

@@ -16,7 +16,7 @@ mod softmax;
 mod tensor;
 
 pub use argmax::{first_argmax, Argmax};
-pub use attention::{AttendArgs, Attention, KvCache};
+pub use attention::{AttendArgs, Attention, KvCache, KvWrite, NewKv, RopeIn};
 pub use elementwise::Elementwise;
 pub use embedding::{Embedding, EmbeddingTable};
 pub use matvec::{

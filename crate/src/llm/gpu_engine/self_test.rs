@@ -12,8 +12,8 @@ use crate::cpu::ops::{self, RopePairs, Scores};
 use crate::dtype::{self, q4_0};
 use crate::error::{LoomError, Result};
 use crate::gpu::{
-    packed_values, AttendArgs, Gpu, KvCache, MatVec, MatVecOptions, PackedWeights, Packing, Pointwise, Recorder, Rows,
-    SampleArgs,
+    packed_values, AttendArgs, Gpu, KvCache, KvWrite, MatVec, MatVecOptions, PackedWeights, Packing, Pointwise,
+    Recorder, Rows, SampleArgs,
 };
 use crate::llm::config::{FfnAct, RopeStyle};
 use crate::llm::sampler::Sampler;
@@ -352,40 +352,27 @@ async fn kernel_checks(engine: &GpuEngine) -> Result<Vec<KernelCheck>> {
     out.push(check("norm_add_rms (h)", &got[0], &sum, None));
     out.push(check("norm_add_rms (y)", &got[3], &want, None));
 
-    // The model's RoPE (its pairing and rotated dimensions, the table as the engine builds it) on two heads over
-    // three positions from 7.
-    let (heads, hd, rot) = (2, c.head_dim, engine.ropes.pairs());
-    if rot > 0 {
-        let freqs = engine.ropes.global(1);
-        let pairs = match c.rope_style {
-            RopeStyle::Neox => RopePairs::Half,
-            RopeStyle::Adjacent => RopePairs::Adjacent,
-        };
-        let x = rng.values(3 * heads * hd, -2.0, 2.0);
-        let table: Vec<f32> = (7..10)
-            .flat_map(|pos| freqs.cos_sin(pos))
-            .flat_map(|(c, s)| [c, s])
-            .collect();
-        let got = run_once(gpu, &[&x, &table], &|rec, b| {
-            let rows = Rows::new(&b[0], 3, (heads * hd) as u32);
-            k.rope.encode_pairs(rec, rows, &b[1], hd as u32, rot as u32, pairs)
-        })
-        .await?;
-        let mut want = x.clone();
-        for (t, row) in want.chunks_mut(heads * hd).enumerate() {
-            ops::rope(row, hd, 7 + t, freqs, pairs);
-        }
-        out.push(check("rope_rotate_half", &got[0], &want, None));
-    }
-
-    // Attention: a five-token prefill of two query heads on one KV head, with the model's window and soft cap.
-    let (tokens, heads) = (5, 2);
+    // Attention: a five-token prefill of two query heads on one KV head, with the model's window and soft cap, the
+    // tokens' K and V written by the attention and the model's RoPE (its pairing and rotated dimensions, the table
+    // as the engine builds it) applied inside it, as the engine runs it.
+    let (tokens, heads, hd) = (5, 2, c.head_dim);
     let window = c.block.sliding.as_ref().map_or(0, |_| 3);
     let cap = c.block.attn_softcap;
     let q = rng.values(tokens * heads * hd, -1.0, 1.0);
     let kk = rng.values(tokens * hd, -1.0, 1.0);
     let v = rng.values(tokens * hd, -1.0, 1.0);
     let cache = KvCache::new(gpu, 1, hd, 8).await?;
+    let rot = engine.ropes.pairs();
+    let freqs = engine.ropes.global(tokens);
+    let pairs = match c.rope_style {
+        RopeStyle::Neox => RopePairs::Half,
+        RopeStyle::Adjacent => RopePairs::Adjacent,
+    };
+    let table: Vec<f32> = (0..tokens)
+        .flat_map(|pos| freqs.cos_sin(pos))
+        .flat_map(|(c, s)| [c, s])
+        .collect();
+    let rope = (rot > 0).then_some((table.as_slice(), rot as u32, pairs));
     let got = k
         .attention
         .run(
@@ -402,9 +389,19 @@ async fn kernel_checks(engine: &GpuEngine) -> Result<Vec<KernelCheck>> {
                 softcap: cap.unwrap_or(0.0),
                 split: true,
             },
-            true,
+            KvWrite::Fused(rope),
         )
         .await?;
+    // The CPU turns q and k by RoPE first, token t at position t.
+    let (mut q, mut kk) = (q, kk);
+    if rot > 0 {
+        for (t, row) in q.chunks_mut(heads * hd).enumerate() {
+            ops::rope(row, hd, t, freqs, pairs);
+        }
+        for (t, row) in kk.chunks_mut(hd).enumerate() {
+            ops::rope(row, hd, t, freqs, pairs);
+        }
+    }
     let rule = Scores {
         scale: 1.0 / (hd as f32).sqrt(),
         cap,
