@@ -96,8 +96,8 @@ pub struct NewKv<'a> {
     pub rope: Option<RopeIn<'a>>,
 }
 
-/// RoPE applied inside the attention, as [`crate::gpu::Rope::encode_pairs`] applies it: `pairs` pairs per head,
-/// paired as `style` says, with the dispatch's tokens' (cos, sin) in `table` (`[tokens][pairs]` pairs).
+/// RoPE applied inside the attention (CPU twin [`crate::cpu::ops::rope`]): the first `pairs` pairs of every head
+/// turned, paired as `style` says, with the dispatch's tokens' (cos, sin) in `table` (`[tokens][pairs]` pairs).
 #[derive(Clone, Copy)]
 pub struct RopeIn<'a> {
     pub table: &'a wgpu::Buffer,

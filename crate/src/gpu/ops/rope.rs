@@ -6,7 +6,6 @@ use std::sync::Arc;
 use super::kernel::{dispatch, grid_for, storage_f32, u32_dim};
 use super::tensor::check_values;
 use super::{GpuTensor, Rows};
-use crate::cpu::ops::RopePairs;
 use crate::error::{LoomError, Result};
 use crate::gpu::Gpu;
 use crate::gpu::Recorder;
@@ -62,41 +61,22 @@ impl Rope {
     }
 
     /// Records the rotation of every head of `head_dim` in each row of `x` (rows of whole heads, from column 0 of
-    /// their buffer's rows), row `r` by row `r` of `table`.
+    /// their buffer's rows, which may be strided), row `r` by row `r` of `table` (`[rows of x][head_dim / 2]`
+    /// (cos, sin)). (The LLM engine's attention turns its q and k itself: [`crate::gpu::RopeIn`].)
     pub fn encode(&self, rec: &mut Recorder, x: Rows, table: &wgpu::Buffer, head_dim: u32) -> Result<()> {
-        self.encode_pairs(rec, x, table, head_dim, head_dim / 2, RopePairs::Half)
-    }
-
-    /// Records the rotation of the first `rot` pairs of every head of `head_dim` in each row of `x`, paired as
-    /// `pairs` says (a decoder's RoPE: CPU twin [`crate::cpu::ops::rope`]); `table` holds `[rows of x][rot]`
-    /// (cos, sin). The rows may be strided (q and k heads side by side in a fused q|k|v row) but must start at
-    /// column 0.
-    pub fn encode_pairs(
-        &self,
-        rec: &mut Recorder,
-        x: Rows,
-        table: &wgpu::Buffer,
-        head_dim: u32,
-        rot: u32,
-        pairs: RopePairs,
-    ) -> Result<()> {
         x.check("RoPE")?;
-        if head_dim == 0 || !x.cols.is_multiple_of(head_dim) || x.col0 != 0 || 2 * u64::from(rot) > u64::from(head_dim)
-        {
-            return Err(LoomError::InvalidInput(format!(
-                "RoPE of heads of {head_dim} ({rot} pairs) over {x}"
-            )));
+        if head_dim == 0 || !x.cols.is_multiple_of(head_dim) || x.col0 != 0 {
+            return Err(LoomError::InvalidInput(format!("RoPE of heads of {head_dim} over {x}")));
         }
-        let heads = x.cols / head_dim;
-        let pairs_total = u64::from(x.rows) * u64::from(heads) * u64::from(rot);
+        let (heads, half) = (x.cols / head_dim, head_dim / 2);
+        let pairs_total = u64::from(x.rows) * u64::from(heads) * u64::from(half);
         if pairs_total == 0 {
             return Ok(());
         }
-        check_values("RoPE table", table, 2 * u64::from(x.rows) * u64::from(rot))?;
+        check_values("RoPE table", table, 2 * u64::from(x.rows) * u64::from(half))?;
         u32_dim(pairs_total as usize, "RoPE pairs")?;
         let g = grid_for(rec.gpu(), pairs_total, LANES, "RoPE")?;
-        let adjacent = u32::from(pairs == RopePairs::Adjacent);
-        let words = [x.rows, heads, head_dim, x.stride, x.row0, rot, adjacent];
+        let words = [x.rows, heads, head_dim, x.stride, x.row0];
         dispatch(rec, &self.pipeline, &words, &[(1, x.buffer), (2, table)], g);
         Ok(())
     }
