@@ -4,6 +4,10 @@
 #   bash scripts/device-check.sh --build     here: release `loom`, the device_check bench and the gpu_ops / llm_gpu
 #                                           test binaries (stripped, gzipped), the tiny-llama goldens and the Vulkan
 #                                           loader packages, all into .devcheck/ (ignored; about 15 MB)
+#   bash scripts/device-check.sh --build --base COMMIT
+#                                           the same, plus COMMIT's device_check (built in a worktree under
+#                                           target/) as .devcheck/bin/device_check_base: the run then measures that
+#                                           engine beside this one, same machine, same call
 #   bash scripts/device-check.sh             there (the device tool: carry [".devcheck"]), or here on lavapipe
 #
 # No model file travels: device_check generates each model's weights from a seed at the real shapes of
@@ -15,7 +19,7 @@
 # Environment: OUT (default target/device-check), SHAPES (all, or e.g. tiny on a CPU adapter), TYPES,
 # PREFILL_TOKENS (512), DECODE_TOKENS (64), RUNS (2), FOLD_NORMS (0, 1 or both; default: the engine's choice),
 # CASES (a pattern: only the GPU op cases it matches), BASE_TYPES (the types of the baseline run, when
-# .devcheck/bin/device_check_base is there: an earlier commit's device_check, its commit in .devcheck/base-commit).
+# .devcheck/bin/device_check_base is there: --build --base's, its commit in .devcheck/base-commit).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 dc=.devcheck
@@ -39,6 +43,15 @@ if [ "${1:-}" = "--build" ]; then
     pwd > "$dc/build-root"
     # The device image may lack the Vulkan loader (the driver's ICD is there): Debian's, unpacked at run time.
     (cd "$dc/gl" && apt-get download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2 >/dev/null 2>&1) || echo "no Vulkan loader package fetched" >&2
+    if [ "${2:-}" = "--base" ]; then
+        base="${3:?--base needs a commit}"
+        wt=target/devcheck-base/tree
+        rm -rf "$wt" && git worktree prune && git worktree add --detach "$wt" "$base" >/dev/null
+        strip -o "$dc/bin/device_check_base" "$(cd "$wt" && CARGO_TARGET_DIR=../target cargo bench -p loom-wasm \
+            --bench device_check --no-run --message-format=json 2>/dev/null | exe)"
+        git worktree remove --force "$wt"
+        echo "$(git rev-parse --short "$base") ($base)" > "$dc/base-commit"
+    fi
     # Compressed, so that they and the tree stay under the device tool's 64 MiB; unpacked there.
     gzip -9 "$dc"/bin/*
     du -sh "$dc"
