@@ -233,8 +233,9 @@ impl Attention {
                     Some((k, v, rope))
                 } else if rope.is_some() {
                     return Err(LoomError::InvalidInput(format!(
-                        "RoPE inside attention: {} tokens at {} would wrap a cache of {} rows",
-                        q.rows, args.pos0, cache.max_seq
+                        "RoPE inside attention needs it to write the tokens' K and V itself: {} tokens at {} in a \
+                         cache of {} rows ({heads} heads on {} kv heads, K rows from {})",
+                        q.rows, args.pos0, cache.max_seq, cache.kv_heads, k.row0
                     )));
                 } else {
                     self.encode_kv_update(rec, cache, k, v, args.pos0)?;
