@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::cpu::ops::RopeFreqs;
+use crate::cpu::ops::{RopeFreqs, RopePairs};
 use crate::error::{LoomError, Result};
 use crate::formats::gguf::{GgufHeader, GgufValue};
 
@@ -55,6 +55,16 @@ pub enum RopeStyle {
     /// Dimensions 2i and 2i+1 (ggml NORM): llama GGUFs, whose q/k rows llama.cpp's converter permuted so that
     /// adjacent-pair RoPE on the stored rows equals `rotate_half` on the original ones.
     Adjacent,
+}
+
+impl RopeStyle {
+    /// The ops' pairing of dimensions for this style.
+    pub fn pairs(self) -> RopePairs {
+        match self {
+            RopeStyle::Neox => RopePairs::Half,
+            RopeStyle::Adjacent => RopePairs::Adjacent,
+        }
+    }
 }
 
 /// The feed-forward's gate activation: `act(gate) · up`.

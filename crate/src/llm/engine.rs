@@ -4,12 +4,12 @@
 
 use std::sync::Arc;
 
-use super::config::{FfnAct, ModelConfig, RopeStyle, Ropes};
+use super::config::{FfnAct, ModelConfig, Ropes};
 use super::generate::Step;
 use super::sampler::SampleArgs;
 use super::saved::{KvRows, LayerRows};
 use super::weights::{Matrix, ModelWeights};
-use crate::cpu::ops::{self, RopePairs};
+use crate::cpu::ops;
 use crate::error::{LoomError, Result};
 use crate::quant;
 
@@ -194,10 +194,7 @@ impl CpuEngine {
         let w = &*self.weights;
         let (n, h, qd, kvd, hd) = (tokens.len(), c.hidden, c.q_dim(), c.kv_dim(), c.head_dim);
         let start = self.cache.len;
-        let pairs = match c.rope_style {
-            RopeStyle::Neox => RopePairs::Half,
-            RopeStyle::Adjacent => RopePairs::Adjacent,
-        };
+        let pairs = c.rope_style.pairs();
         let mut x = vec![0f32; n * h];
         for (row, &t) in x.chunks_exact_mut(h).zip(tokens) {
             if t as usize >= c.vocab {

@@ -15,11 +15,11 @@ mod self_test;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::config::{FfnAct, ModelConfig, RopeStyle, Ropes};
+use super::config::{FfnAct, ModelConfig, Ropes};
 use super::sampler::SampleArgs;
 use super::saved::{KvRows, LayerRows};
 use super::weights::{BlockWeights, Matrix, ModelWeights};
-use crate::cpu::ops::{self, RopePairs};
+use crate::cpu::ops;
 use crate::error::{LoomError, Result};
 use crate::gpu::{
     binding_parts, Arena, Argmax, AttendArgs, Attention, Elementwise, Gpu, GpuTensor, KvCache, LogitMask, MatVec,
@@ -34,6 +34,14 @@ const GPU_CHUNK: usize = 64;
 /// that saved its dispatch on SmolLM2 (576 × 1536) and Gemma-3-270M (640 × 2048) and cost Qwen2.5-0.5B
 /// (896 × 4864) and Llama-3.2-1B (2048 × 8192) 5-15% of their decode speed.
 const FUSED_GLU_DECODE_MAX: usize = 2 << 20;
+
+/// The gated unit's function on the GPU for a block's FFN activation.
+fn glu_pointwise(act: FfnAct) -> crate::gpu::Pointwise {
+    match act {
+        FfnAct::Silu => crate::gpu::Pointwise::Silu,
+        FfnAct::GeluTanh => crate::gpu::Pointwise::Gelu,
+    }
+}
 
 /// KV positions the engine allocates when the caller does not say and the model's context is longer (each
 /// position costs `layers × 2 × kv_dim × 4` bytes).
@@ -922,19 +930,13 @@ impl GpuEngine {
                 }
             }
         };
-        let pairs = match c.rope_style {
-            RopeStyle::Neox => RopePairs::Half,
-            RopeStyle::Adjacent => RopePairs::Adjacent,
-        };
+        let pairs = c.rope_style.pairs();
 
         k.matvec[&self.embed.packing].encode_gather(rec, ids.rows(), &self.embed, x.rows())?;
         if c.block.embed_scale != 1.0 {
             k.elementwise.encode_scale(rec, x.rows(), c.block.embed_scale)?;
         }
-        let glu = match c.block.ffn_act {
-            FfnAct::Silu => crate::gpu::Pointwise::Silu,
-            FfnAct::GeluTanh => crate::gpu::Pointwise::Gelu,
-        };
+        let glu = glu_pointwise(c.block.ffn_act);
         let fuse_glu = self.fuses_glu(n);
         // Per block: q/k/v from the attention norm of x, x += the attention's projection, gate/up from the FFN
         // norm of x, x += down.
@@ -1001,17 +1003,17 @@ impl GpuEngine {
             k.attention
                 .encode_attend(rec, cache, qr, Some(new_kv), att.rows(), args)?;
             residual(&b.wo, &att, None, &b.bo, &b.post_attn_norm, Some(&b.ffn_norm), rec)?;
-            let next = self.blocks.get(l + 1).map(|next| &next.attn_norm);
-            match &b.gate_up {
-                GateUp::Fused(w) if fuse_glu => {
-                    // The down projection reads g(gate)·up from the fused rows as it goes.
-                    project(w, &b.ffn_norm, &gate_up, rec)?;
-                    residual(&b.down, &gate_up, Some(glu), &b.b_down, &b.post_ffn_norm, next, rec)?;
-                }
+            // The down projection's input: the gated product read from the fused gate|up rows as it goes, or
+            // computed by a dispatch of its own.
+            let (down_in, down_glu) = match &b.gate_up {
                 GateUp::Fused(w) => {
                     project(w, &b.ffn_norm, &gate_up, rec)?;
-                    k.elementwise.encode_glu_rows(rec, gate_up.rows(), act.rows(), glu)?;
-                    residual(&b.down, &act, None, &b.b_down, &b.post_ffn_norm, next, rec)?;
+                    if fuse_glu {
+                        (&gate_up, Some(glu))
+                    } else {
+                        k.elementwise.encode_glu_rows(rec, gate_up.rows(), act.rows(), glu)?;
+                        (&act, None)
+                    }
                 }
                 GateUp::Split {
                     gate: wg,
@@ -1024,9 +1026,11 @@ impl GpuEngine {
                     bias(b_gate, &gate, ffn, rec)?;
                     bias(b_up, &up, ffn, rec)?;
                     k.elementwise.encode_glu(rec, gate.rows(), up.rows(), act.rows(), glu)?;
-                    residual(&b.down, &act, None, &b.b_down, &b.post_ffn_norm, next, rec)?;
+                    (&act, None)
                 }
-            }
+            };
+            let next = self.blocks.get(l + 1).map(|next| &next.attn_norm);
+            residual(&b.down, down_in, down_glu, &b.b_down, &b.post_ffn_norm, next, rec)?;
         }
         if out == Output::Nothing {
             return Ok(None);

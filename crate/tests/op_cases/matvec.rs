@@ -866,21 +866,15 @@ pub async fn norm_and_residual_add_match_the_cpu_ops(gpu: &Gpu) {
                 };
                 let mag: Vec<f32> = mag.iter().zip(&y0).map(|(m, y)| m + y.abs()).collect();
                 for (kernel, path) in kernels(gpu, p) {
-                    let xb = upload_f32(gpu, "x", input).await;
-                    let yb = upload_f32(gpu, "y", &y0).await;
                     let options = MatVecOptions {
                         norm: norm.then_some((&gamma_buffer, eps)),
                         accumulate,
                         glu: None,
                     };
-                    let mut recorder = Recorder::new(gpu);
-                    let x_rows = Rows::new(&xb, batch as u32, n_in as u32);
-                    let y_rows = Rows::new(&yb, batch as u32, n_out as u32);
-                    kernel
-                        .encode_with(&mut recorder, x_rows, &packed, y_rows, Pointwise::Identity, options)
+                    let got = kernel
+                        .run_with(gpu, input, &packed, &y0, Pointwise::Identity, options)
+                        .await
                         .unwrap();
-                    recorder.submit();
-                    let got = gpu.read_f32(&yb).await.unwrap();
                     let what = format!(
                         "{:?} {n_in}→{n_out} ×{batch}, norm {norm}, add {accumulate} ({path})",
                         p
@@ -940,21 +934,15 @@ pub async fn gated_unit_input_matches_the_cpu_product(gpu: &Gpu) {
                     false => product.clone(),
                 };
                 for (kernel, path) in kernels(gpu, p) {
-                    let xb = upload_f32(gpu, "gate|up", &gate_up).await;
-                    let yb = upload_f32(gpu, "y", &y0).await;
                     let options = MatVecOptions {
                         norm: None,
                         accumulate,
                         glu: Some(glu),
                     };
-                    let mut recorder = Recorder::new(gpu);
-                    let x_rows = Rows::new(&xb, batch as u32, 2 * n_in as u32);
-                    let y_rows = Rows::new(&yb, batch as u32, n_out as u32);
-                    kernel
-                        .encode_with(&mut recorder, x_rows, &packed, y_rows, Pointwise::Identity, options)
+                    let got = kernel
+                        .run_with(gpu, &gate_up, &packed, &y0, Pointwise::Identity, options)
+                        .await
                         .unwrap();
-                    recorder.submit();
-                    let got = gpu.read_f32(&yb).await.unwrap();
                     let what = format!("{p:?} {glu:?} {n_in}→{n_out} ×{batch}, add {accumulate} ({path})");
                     assert_close(&got, &want, &mag, 2.0 * rtol(p), &what);
                 }

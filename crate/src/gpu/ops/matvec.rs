@@ -40,6 +40,17 @@ pub struct MatVecOptions<'a> {
     pub glu: Option<Pointwise>,
 }
 
+impl MatVecOptions<'_> {
+    /// Values in a row of x for weights of `n_in` columns: gate and up side by side with a gated product.
+    fn x_cols(&self, n_in: usize) -> usize {
+        if self.glu.is_some() {
+            2 * n_in
+        } else {
+            n_in
+        }
+    }
+}
+
 /// How the kernel reads x: as it is, under a folded RMSNorm, or as a gated unit's product.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum XRead {
@@ -619,7 +630,7 @@ impl MatVec {
         x.flat("matvec input")?;
         y.flat("matvec output")?;
         let batch = x.rows;
-        let x_cols = if options.glu.is_some() { 2 * w.n_in } else { w.n_in };
+        let x_cols = options.x_cols(w.n_in);
         if options.norm.is_some() && options.glu.is_some() {
             return Err(LoomError::InvalidInput(
                 "a matvec with both a norm and a gated unit on x".into(),
@@ -642,7 +653,8 @@ impl MatVec {
             2..=4 => 4,
             _ => 16,
         };
-        let tiled = self.tiled(w, bt, XRead::of(&options));
+        let x_read = XRead::of(&options);
+        let tiled = self.tiled(w, bt, x_read);
         let groups_y = batch.div_ceil(bt);
         // The tiled body runs a lane a row (64 rows a workgroup), or on GPUs 4 (16 rows) where 64-row workgroups
         // would not cover an H100's 132 SMs: 4 lanes a row sped SmolLM2's prefill by 10-15% there and slowed
@@ -670,7 +682,7 @@ impl MatVec {
             (true, false) => Some("matvec_tiled"),
             _ => None,
         };
-        let pipeline = self.pipeline(gpu, w.parts.len(), bt, XRead::of(&options), body)?;
+        let pipeline = self.pipeline(gpu, w.parts.len(), bt, x_read, body)?;
         let words = w.params(act.id(), groups_x, batch, &options);
         let buffers = w.bindings(x.buffer, y.buffer, gamma);
         gpu.note_weight_bytes(w.view_bytes());
@@ -727,22 +739,48 @@ impl MatVec {
                 w.n_in
             )));
         }
-        let batch = x.len() / w.n_in;
+        let y0 = vec![0.0; x.len() / w.n_in * w.n_out];
+        self.run_with(gpu, x, w, &y0, act, MatVecOptions::default()).await
+    }
+
+    /// [`MatVec::run`] with `options` (x normalized or a gated product as read, `y +=`): y starts out as `y0`, whose
+    /// rows of `n_out` set the batch; x holds as many rows (of `2·n_in` with a gated product).
+    pub async fn run_with(
+        &self,
+        gpu: &Gpu,
+        x: &[f32],
+        w: &PackedWeights,
+        y0: &[f32],
+        act: Pointwise,
+        options: MatVecOptions<'_>,
+    ) -> Result<Vec<f32>> {
+        let x_cols = options.x_cols(w.n_in);
+        let batch = y0.len().checked_div(w.n_out).unwrap_or(0);
+        if y0.len() != batch * w.n_out || x.len() != batch * x_cols {
+            return Err(LoomError::InvalidInput(format!(
+                "matvec: {} inputs and {} outputs are not {} rows of {x_cols} and {}",
+                x.len(),
+                y0.len(),
+                batch,
+                w.n_out
+            )));
+        }
         let xb = gpu.upload("x", bytemuck::cast_slice(x)).await?;
-        let yb = gpu.output("y", (4 * batch * w.n_out) as u64).await?;
+        let yb = gpu.upload("y", bytemuck::cast_slice(y0)).await?;
         let mut rec = Recorder::new(gpu);
         let rows = u32_dim(batch, "matvec batch")?;
-        let (n_in, n_out) = (u32_dim(w.n_in, "matvec input")?, u32_dim(w.n_out, "matvec output")?);
-        self.encode(
+        let (x_cols, n_out) = (u32_dim(x_cols, "matvec input")?, u32_dim(w.n_out, "matvec output")?);
+        self.encode_with(
             &mut rec,
-            Rows::new(&xb, rows, n_in),
+            Rows::new(&xb, rows, x_cols),
             w,
             Rows::new(&yb, rows, n_out),
             act,
+            options,
         )?;
         rec.submit();
         let mut out = gpu.read_f32(&yb).await?;
-        out.truncate(batch * w.n_out);
+        out.truncate(y0.len());
         Ok(out)
     }
 }

@@ -8,14 +8,13 @@
 //! decoder read wrong is off by the size of the values themselves. Argmax and the sampler must pick the same id.
 
 use super::GpuEngine;
-use crate::cpu::ops::{self, RopePairs, Scores};
+use crate::cpu::ops::{self, Scores};
 use crate::dtype::{self, q4_0};
 use crate::error::{LoomError, Result};
 use crate::gpu::{
     packed_values, AttendArgs, Gpu, KvCache, KvWrite, MatVec, MatVecOptions, PackedWeights, Packing, Pointwise,
     Recorder, Rows, SampleArgs,
 };
-use crate::llm::config::{FfnAct, RopeStyle};
 use crate::llm::sampler::Sampler;
 use crate::quant::GgmlType;
 
@@ -176,56 +175,32 @@ async fn matvec_checks(gpu: &Gpu, mv: &MatVec, eps: f32, glu: Pointwise, rng: &m
     let x = rng.values(n_in, -1.0, 1.0);
     let gamma = rng.values(n_in, 0.5, 1.5);
     let y0 = rng.values(n_out, -1.0, 1.0);
-    let xb = gpu.upload("self-test x", bytemuck::cast_slice(&x)).await?;
     let gb = gpu.upload("self-test γ", bytemuck::cast_slice(&gamma)).await?;
-    let yb = gpu.upload("self-test y", bytemuck::cast_slice(&y0)).await?;
-    let mut rec = Recorder::new(gpu);
     let options = MatVecOptions {
         norm: Some((&gb, eps)),
         accumulate: true,
         glu: None,
     };
-    let (n_in32, n_out32) = (n_in as u32, n_out as u32);
-    mv.encode_with(
-        &mut rec,
-        Rows::new(&xb, 1, n_in32),
-        &w,
-        Rows::new(&yb, 1, n_out32),
-        Pointwise::Identity,
-        options,
-    )?;
-    rec.submit();
-    let got = gpu.read_f32(&yb).await?;
+    let got = mv.run_with(gpu, &x, &w, &y0, Pointwise::Identity, options).await?;
     let mut xn = vec![0.0; n_in];
     ops::rms_norm_into(&x, &gamma, eps, &mut xn);
     let (prod, s) = matvec_twin(&dense, &xn, n_in, n_out);
     let want: Vec<f32> = prod.iter().zip(&y0).map(|(p, y)| p + y).collect();
     let s: Vec<f32> = s.iter().zip(&y0).map(|(s, y)| s + y.abs()).collect();
-    out.push(check(&format!("{name} (norm, +=)"), &got[..n_out], &want, Some(&s)));
+    out.push(check(&format!("{name} (norm, +=)"), &got, &want, Some(&s)));
 
     // y += W·g(gate)·up from fused gate|up rows (the down projection's variant), over 1 and 17 rows.
     for batch in [1, 17] {
         let gate_up = rng.values(batch * 2 * n_in, -3.0, 3.0);
         let y0 = rng.values(batch * n_out, -1.0, 1.0);
-        let xb = gpu.upload("self-test gate|up", bytemuck::cast_slice(&gate_up)).await?;
-        let yb = gpu.upload("self-test y", bytemuck::cast_slice(&y0)).await?;
-        let mut rec = Recorder::new(gpu);
         let options = MatVecOptions {
             norm: None,
             accumulate: true,
             glu: Some(glu),
         };
-        let rows = batch as u32;
-        mv.encode_with(
-            &mut rec,
-            Rows::new(&xb, rows, 2 * n_in32),
-            &w,
-            Rows::new(&yb, rows, n_out32),
-            Pointwise::Identity,
-            options,
-        )?;
-        rec.submit();
-        let got = gpu.read_f32(&yb).await?;
+        let got = mv
+            .run_with(gpu, &gate_up, &w, &y0, Pointwise::Identity, options)
+            .await?;
         let mut want = Vec::with_capacity(batch * n_out);
         let mut sums = Vec::with_capacity(batch * n_out);
         for (row, y_row) in gate_up.chunks(2 * n_in).zip(y0.chunks(n_out)) {
@@ -235,12 +210,7 @@ async fn matvec_checks(gpu: &Gpu, mv: &MatVec, eps: f32, glu: Pointwise, rng: &m
             want.extend(prod.iter().zip(y_row).map(|(p, y)| p + y));
             sums.extend(s.iter().zip(y_row).map(|(s, y)| s + y.abs()));
         }
-        out.push(check(
-            &format!("{name} (glu, +=) ×{batch}"),
-            &got[..want.len()],
-            &want,
-            Some(&sums),
-        ));
+        out.push(check(&format!("{name} (glu, +=) ×{batch}"), &got, &want, Some(&sums)));
     }
 
     // The embedding gather: rows 5, 0 and 7 of the matrix.
@@ -253,7 +223,7 @@ async fn matvec_checks(gpu: &Gpu, mv: &MatVec, eps: f32, glu: Pointwise, rng: &m
         &mut rec,
         Rows::new(&ib, ids.len() as u32, 1),
         &w,
-        Rows::new(&gathered, ids.len() as u32, n_in32),
+        Rows::new(&gathered, ids.len() as u32, n_in as u32),
     )?;
     rec.submit();
     let got = gpu.read_f32(&gathered).await?;
@@ -311,10 +281,7 @@ async fn kernel_checks(engine: &GpuEngine) -> Result<Vec<KernelCheck>> {
     let mut out = Vec::new();
     let mut packings: Vec<&MatVec> = k.matvec.values().collect();
     packings.sort_by_key(|m| m.packing().key());
-    let glu = match c.block.ffn_act {
-        FfnAct::Silu => Pointwise::Silu,
-        FfnAct::GeluTanh => Pointwise::Gelu,
-    };
+    let glu = super::glu_pointwise(c.block.ffn_act);
     for mv in packings {
         out.extend(matvec_checks(gpu, mv, c.rms_eps, glu, &mut rng).await?);
     }
@@ -364,10 +331,7 @@ async fn kernel_checks(engine: &GpuEngine) -> Result<Vec<KernelCheck>> {
     let cache = KvCache::new(gpu, 1, hd, 8).await?;
     let rot = engine.ropes.pairs();
     let freqs = engine.ropes.global(tokens);
-    let pairs = match c.rope_style {
-        RopeStyle::Neox => RopePairs::Half,
-        RopeStyle::Adjacent => RopePairs::Adjacent,
-    };
+    let pairs = c.rope_style.pairs();
     let table: Vec<f32> = (0..tokens)
         .flat_map(|pos| freqs.cos_sin(pos))
         .flat_map(|(c, s)| [c, s])
