@@ -39,7 +39,7 @@ impl OutputFormat {
 }
 
 /// What changed in one layer's weights.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, ts_rs::TS)]
 pub struct LayerLoss {
     pub path: String,
     pub from: String,
@@ -51,7 +51,7 @@ pub struct LayerLoss {
 }
 
 /// Every layer whose weights a conversion changes; empty when it is lossless.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, ts_rs::TS)]
 pub struct LossReport {
     pub layers: Vec<LayerLoss>,
 }

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
+use ts_rs::TS;
 
 use crate::error::{LoomError, Result};
 use crate::formats::source::ByteSource;
@@ -11,7 +12,7 @@ use crate::formats::{self, entity, gguf, safetensors, Header, Opened};
 use crate::network::{Layer, Network, WeightPart};
 
 /// The grid of a Loom network.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, TS)]
 pub struct Grid {
     pub depth: usize,
     pub rows: usize,
@@ -20,7 +21,7 @@ pub struct Grid {
 }
 
 /// One layer, nested ones included (`nesting` > 0).
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, TS)]
 pub struct LayerRow {
     /// Blob path, e.g. `layers.1.sequential_layers.0`.
     pub path: String,
@@ -50,14 +51,14 @@ pub struct LayerRow {
 }
 
 /// One part of a layer's combined weight store.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, TS)]
 pub struct PartRow {
     pub name: String,
     pub shape: Vec<u64>,
 }
 
 /// One tensor of a safetensors file.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, TS)]
 pub struct TensorRow {
     pub name: String,
     pub dtype: String,
@@ -68,9 +69,10 @@ pub struct TensorRow {
 }
 
 /// What [`inspect`] finds.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, TS)]
 pub struct Inspection {
     /// `entity`, `json`, `safetensors`, `gguf` or `checkpoint`.
+    #[ts(type = r#""entity" | "json" | "safetensors" | "gguf" | "checkpoint""#)]
     pub format: &'static str,
     pub file_bytes: u64,
     pub header_bytes: u64,
@@ -86,10 +88,12 @@ pub struct Inspection {
     pub metadata: BTreeMap<String, String>,
     /// The decoder a GGUF file or an HF folder holds, when it is one the LLM runtime runs.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
     pub llm: Option<LlmSummary>,
     /// Why a GGUF file's decoder does not run (an architecture or a feature the runtime lacks), for the app's
     /// "Chat with this model".
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
     pub llm_unsupported: Option<String>,
     /// What a Loom network takes as input, when its first layer says (see [`Network::input_spec`]).
     pub input: Option<crate::network::InputSpec>,
@@ -97,7 +101,7 @@ pub struct Inspection {
 
 /// What `loom inspect` says of an LLM: its architecture and dimensions, the block types of its tensors, and
 /// whether it carries a chat template.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, TS)]
 pub struct LlmSummary {
     pub architecture: &'static str,
     pub layers: usize,

@@ -4,6 +4,7 @@
 //! [`formats`] the readers and writers, [`inspect`] header-only inspection, [`convert`] conversions with a
 //! loss report. [`cli`] and [`conformance`] are native-only.
 
+pub mod boundary;
 pub mod convert;
 pub mod cpu;
 pub mod dtype;

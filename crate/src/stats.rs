@@ -2,6 +2,7 @@
 //! forward reads). Tensors are read in chunks, so a large GGUF tensor is never dequantized whole.
 
 use serde::Serialize;
+use ts_rs::TS;
 
 use crate::error::{LoomError, Result};
 use crate::model::{LoadedModel, WeightTensor};
@@ -11,7 +12,7 @@ use crate::quant::CodeGroup;
 pub const CHUNK: usize = 1 << 16;
 
 /// Counts of values in equal bins over `[min, max]` (numpy's `histogram`: the last bin includes `max`).
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, TS)]
 pub struct Histogram {
     pub min: f64,
     pub max: f64,
@@ -20,7 +21,7 @@ pub struct Histogram {
 
 /// A histogram of the values between two percentiles, for tensors whose few outliers would squeeze the rest into
 /// one bin; `below` and `above` count the values left out.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, TS)]
 pub struct ClippedHistogram {
     /// The percentiles (0 to 100) the range was cut at.
     pub percentiles: [f64; 2],
@@ -31,7 +32,7 @@ pub struct ClippedHistogram {
 
 /// Summary of a tensor's values. Non-finite values are counted (`non_finite` = `nan` + `pos_inf` + `neg_inf`),
 /// and left out of everything else.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, TS)]
 pub struct TensorStats {
     pub count: u64,
     pub min: f64,
@@ -88,16 +89,25 @@ fn percentile_range(buckets: &[u64], finite: u64, p: [f64; 2]) -> (f64, f64) {
 }
 
 /// The first values of a tensor next to its stored codes.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+/// In JavaScript `values` and `codes` are typed arrays, and `codes`/`groups` are absent rather than null.
+#[derive(Clone, Debug, PartialEq, Serialize, TS)]
+#[ts(rename = "TensorPreview")]
 pub struct Preview {
     pub name: String,
     pub dtype: String,
     pub scale: Option<f32>,
     pub shape: Vec<u64>,
+    /// Dequantized values.
+    #[ts(type = "Float32Array")]
     pub values: Vec<f32>,
     /// The stored integer codes of narrow dtypes (int4 nibbles, fp8 bytes, f16 bits, ggml quants).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[ts(optional, type = "Int32Array")]
     pub codes: Option<Vec<i32>>,
-    /// For ggml block types, the block (or sub-block) scales and mins turning `codes` into `values`, in order.
+    /// For ggml block types, the block (or sub-block) scales and mins turning `codes` into `values`
+    /// (value = scale·(code − zero) + min), in order.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
     pub groups: Option<Vec<CodeGroup>>,
 }
 
@@ -256,10 +266,11 @@ pub fn preview(tensor: &WeightTensor, n: usize) -> Result<Preview> {
 }
 
 /// How one layer or tensor differs between two models.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, TS)]
 pub struct DiffEntry {
     pub name: String,
     /// `same`, `changed`, `added` or `removed`.
+    #[ts(type = r#""same" | "changed" | "added" | "removed""#)]
     pub status: &'static str,
     pub dtype_before: Option<String>,
     pub dtype_after: Option<String>,
@@ -269,7 +280,8 @@ pub struct DiffEntry {
     pub mean_abs: Option<f64>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, TS)]
+#[ts(rename = "ModelDiff")]
 pub struct Diff {
     pub entries: Vec<DiffEntry>,
 }

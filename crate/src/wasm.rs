@@ -12,26 +12,20 @@ use js_sys::{Object, Reflect, Uint8Array};
 use serde::Serialize;
 use wasm_bindgen::prelude::*;
 
+use crate::boundary::{ErrorObject, GpuInfo};
 use crate::error::LoomError;
 use crate::gpu::Gpu;
 
+// The types of what the modules take and give (src/boundary.rs), in both modules' `.d.ts`.
 #[wasm_bindgen(typescript_custom_section)]
-const TS_TYPES: &'static str = r#"
-export interface LoomErrorObject { code: string; message: string; needed?: number }
-export interface GpuInfo { available: boolean; reason?: string; adapter?: string; shader_f16?: boolean }
-"#;
+const TS_TYPES: &'static str = include_str!("../ts/boundary.ts");
 
 pub(crate) type JsResult<T> = std::result::Result<T, JsValue>;
 
 /// The thrown object for an error.
 pub(crate) fn js_error(e: LoomError) -> JsValue {
-    let o = Object::new();
-    set(&o, "code", &e.code().into());
-    set(&o, "message", &e.to_string().into());
-    if let LoomError::NeedMore { needed, .. } = e {
-        set(&o, "needed", &(needed as f64).into());
-    }
-    o.into()
+    // Serializing strings and a number cannot fail; the message alone is the fallback all the same.
+    serialize(&ErrorObject::of(&e)).unwrap_or_else(|_| e.to_string().into())
 }
 
 pub(crate) fn set(o: &Object, key: &str, value: &JsValue) {
@@ -41,9 +35,11 @@ pub(crate) fn set(o: &Object, key: &str, value: &JsValue) {
 
 /// Serializes as JSON would: maps become plain objects, `None` becomes `null`.
 pub(crate) fn to_js<T: Serialize + ?Sized>(value: &T) -> JsResult<JsValue> {
-    value
-        .serialize(&serde_wasm_bindgen::Serializer::json_compatible())
-        .map_err(|e| js_error(LoomError::InvalidInput(format!("cannot build the result object: {e}"))))
+    serialize(value).map_err(|e| js_error(LoomError::InvalidInput(format!("cannot build the result object: {e}"))))
+}
+
+fn serialize<T: Serialize + ?Sized>(value: &T) -> Result<JsValue, serde_wasm_bindgen::Error> {
+    value.serialize(&serde_wasm_bindgen::Serializer::json_compatible())
 }
 
 /// A JavaScript number that must be a byte count.
@@ -128,22 +124,22 @@ pub fn lose_gpu_device() {
     forget_gpu();
 }
 
-/// Whether WebGPU works here: `{available, reason?, adapter?, shader_f16?}`.
-#[wasm_bindgen(js_name = gpuInfo, unchecked_return_type = "Promise<GpuInfo>")]
+/// Whether WebGPU works here.
+#[wasm_bindgen(js_name = gpuInfo, unchecked_return_type = "Promise<RawGpuInfo>")]
 pub fn gpu_info() -> js_sys::Promise {
     wasm_bindgen_futures::future_to_promise(async {
-        let o = Object::new();
-        match shared_gpu().await {
-            Ok(gpu) => {
-                set(&o, "available", &true.into());
-                set(&o, "adapter", &gpu.info.name.clone().into());
-                set(&o, "shader_f16", &gpu.has_f16.into());
-            }
-            Err(e) => {
-                set(&o, "available", &false.into());
-                set(&o, "reason", &e.to_string().into());
-            }
-        }
-        Ok(o.into())
+        let info = match shared_gpu().await {
+            Ok(gpu) => GpuInfo {
+                available: true,
+                adapter: Some(gpu.info.name.clone()),
+                shader_f16: Some(gpu.has_f16),
+                ..GpuInfo::default()
+            },
+            Err(e) => GpuInfo {
+                reason: Some(e.to_string()),
+                ..GpuInfo::default()
+            },
+        };
+        to_js(&info)
     })
 }

@@ -3,14 +3,16 @@
 //! message is handled between tokens) and streams each token's text.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use bytes::Bytes;
 use js_sys::{Uint32Array, Uint8Array};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use wasm_bindgen::prelude::*;
 
+use crate::boundary::{
+    self, ChatInfo, ErrorObject, Fit, FitCpu, FitGpu, FitTensor, OpenAIPlan, SendOptions, ToolCalls,
+};
 use crate::error::LoomError;
 use crate::formats::source::RangeReader;
 use crate::llm::config::ModelConfig;
@@ -18,76 +20,13 @@ use crate::llm::engine::{CpuEngine, Engine, KvCache};
 use crate::llm::generate::{ChatFormat, Conversation, GenerateOptions, Reply, Step, StopReason};
 use crate::llm::gpu_engine::{engine_context, GpuEngine, GpuEngineBuilder, GpuFit};
 use crate::llm::model::{LlmModel, ModelFormat};
-use crate::llm::openai::{parse_chat_request, parse_tool_calls, MAX_TOP_LOGPROBS};
+use crate::llm::openai::{parse_chat_request, parse_tool_calls, token_logprobs, MAX_TOP_LOGPROBS};
 use crate::llm::sampler::{SampleArgs, SamplingParams};
 use crate::llm::saved::{Fingerprint, KvRows};
 use crate::llm::streamed::StreamedModel;
 use crate::llm::template::ChatMessage;
 use crate::llm::weights::Matrix;
-use crate::wasm::{byte_count, js_error, named_files, shared_gpu, to_js, JsResult};
-
-#[wasm_bindgen(typescript_custom_section)]
-const TS_TYPES: &'static str = r#"
-export interface ChatModelInfo {
-  format: "gguf" | "hf" | "entity"; arch: string; layers: number; hidden: number; heads: number; kv_heads: number;
-  head_dim: number; ffn: number; vocab: number; context: number; weight_bytes: number;
-  block_types: Record<string, number>; has_template: boolean; built_in_template?: string;
-}
-export interface ChatMessageObject { role: string; content: string }
-export interface RawSendOptions {
-  temperature?: number; topK?: number; topP?: number; minP?: number; repetitionPenalty?: number; seed?: number;
-  maxTokens?: number; stop?: string[]; truncate?: boolean;
-}
-export interface RawReply {
-  text: string; ids: Uint32Array; promptTokens: number; reusedTokens: number; stopReason: string;
-  prefillMs: number; decodeMs: number; tokensPerSecond: number; prefillTokensPerSecond: number;
-}
-export interface RawFit {
-  arch: string; file_bytes: number; weight_bytes: number; largest_tensor: { name: string; bytes: number };
-  gpu: { fits: boolean; problems: string[]; context?: number; kv_cache_bytes?: number; max_buffer_size?: number;
-         max_storage_buffer_binding_size?: number };
-  cpu: { fits: boolean; needed_bytes: number; available_bytes: number; positions: number };
-}
-"#;
-
-/// `Chat.fit`'s result (`RawFit`).
-#[derive(Serialize)]
-struct Fit {
-    arch: &'static str,
-    file_bytes: u64,
-    weight_bytes: u64,
-    largest_tensor: FitTensor,
-    gpu: FitGpu,
-    cpu: FitCpu,
-}
-
-#[derive(Serialize)]
-struct FitTensor {
-    name: String,
-    bytes: u64,
-}
-
-#[derive(Serialize)]
-struct FitGpu {
-    fits: bool,
-    problems: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    context: Option<usize>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    kv_cache_bytes: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    max_buffer_size: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    max_storage_buffer_binding_size: Option<u64>,
-}
-
-#[derive(Serialize)]
-struct FitCpu {
-    fits: bool,
-    needed_bytes: u64,
-    available_bytes: u64,
-    positions: usize,
-}
+use crate::wasm::{byte_count, js_error, named_files, set, shared_gpu, to_js, JsResult};
 
 /// The engine a chat runs on.
 enum ChatEngine {
@@ -182,64 +121,19 @@ struct ChatState {
     info: ChatInfo,
 }
 
-#[derive(Clone, Serialize)]
-struct ChatInfo {
-    format: &'static str,
-    arch: &'static str,
-    layers: usize,
-    hidden: usize,
-    heads: usize,
-    kv_heads: usize,
-    head_dim: usize,
-    ffn: usize,
-    vocab: usize,
-    context: usize,
-    weight_bytes: u64,
-    /// Bytes of matrices per block type (Q4_K, F32, ...): the quantization mix.
-    block_types: BTreeMap<String, u64>,
-    has_template: bool,
-    /// The family template in use because the files carry none ("gemma").
-    #[serde(skip_serializing_if = "Option::is_none")]
-    built_in_template: Option<&'static str>,
+/// The model's description for `Chat.info()`.
+fn model_info(format: ModelFormat, c: &ModelConfig, chat: &ChatFormat) -> ChatInfo {
+    let format = match format {
+        ModelFormat::Gguf => "gguf",
+        ModelFormat::Entity => "entity",
+        _ => "hf",
+    };
+    ChatInfo::new(format, c, chat.has_template(), chat.built_in_template())
 }
 
-impl ChatInfo {
-    fn new(format: ModelFormat, c: &ModelConfig, chat: &ChatFormat) -> ChatInfo {
-        ChatInfo {
-            format: match format {
-                ModelFormat::Gguf => "gguf",
-                ModelFormat::Entity => "entity",
-                _ => "hf",
-            },
-            arch: c.arch.name(),
-            layers: c.n_layers,
-            hidden: c.hidden,
-            heads: c.n_heads,
-            kv_heads: c.n_kv_heads,
-            head_dim: c.head_dim,
-            ffn: c.ffn,
-            vocab: c.vocab,
-            context: c.context,
-            weight_bytes: 0,
-            block_types: BTreeMap::new(),
-            has_template: chat.has_template(),
-            built_in_template: chat.built_in_template(),
-        }
-    }
-
-    /// Counts a weight matrix in the quantization mix.
-    fn add(&mut self, m: &Matrix) {
-        *self.block_types.entry(m.ty.name().to_string()).or_insert(0) += m.data.len() as u64;
-        self.weight_bytes += m.data.len() as u64;
-    }
-
-    fn of(model: &LlmModel, conversation: &Conversation) -> ChatInfo {
-        let mut info = ChatInfo::new(model.format, &model.config, conversation.format());
-        for m in model.weights.matrices() {
-            info.add(m);
-        }
-        info
-    }
+/// Counts a weight matrix in the quantization mix.
+fn add_matrix(info: &mut ChatInfo, m: &Matrix) {
+    info.add(m.ty.name(), m.data.len() as u64);
 }
 
 /// The page's `read(file, offset, length)` over the picked files.
@@ -279,26 +173,6 @@ fn js_io(e: JsValue) -> LoomError {
         .or_else(|| e.as_string())
         .unwrap_or_else(|| format!("{e:?}"));
     LoomError::Io(msg)
-}
-
-/// `send` options as JavaScript passes them (camelCase, all optional).
-#[derive(Default, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct SendOptions {
-    temperature: Option<f32>,
-    top_k: Option<f64>,
-    top_p: Option<f32>,
-    min_p: Option<f32>,
-    repetition_penalty: Option<f32>,
-    seed: Option<f64>,
-    max_tokens: Option<f64>,
-    stop: Option<Vec<String>>,
-    /// Drop the oldest turns when the conversation outgrows the context (default), or fail with `context_full`.
-    truncate: Option<bool>,
-    /// The worker masks each step's logits with a grammar (`step(mask)`).
-    constrained: Option<bool>,
-    /// Each new token's log-probability with this many alternatives (0 to 20), as OpenAI's `top_logprobs`.
-    logprobs: Option<f64>,
 }
 
 /// `openGpu` and `fit`'s file lengths and KV positions (0 or none: the engine's default).
@@ -387,7 +261,10 @@ impl JsChat {
             .collect();
         let model = LlmModel::from_files(files).map_err(js_error)?;
         let conversation = Conversation::new(&model).map_err(js_error)?;
-        let info = ChatInfo::of(&model, &conversation);
+        let mut info = model_info(model.format, &model.config, conversation.format());
+        for m in model.weights.matrices() {
+            add_matrix(&mut info, m);
+        }
         Ok(JsChat::new(ChatState {
             engine: ChatEngine::Cpu(Box::new(model.cpu_engine())),
             conversation,
@@ -413,7 +290,7 @@ impl JsChat {
             let reader = JsReader(read);
             let model = StreamedModel::open(&names, &sizes, &reader).await.map_err(js_error)?;
             let format = ChatFormat::of(model.tokenizer().map_err(js_error)?, model.config.arch).map_err(js_error)?;
-            let mut info = ChatInfo::new(model.format, &model.config, &format);
+            let mut info = model_info(model.format, &model.config, &format);
             let mut fingerprint = Fingerprint::new(&model.config);
             let gpu = shared_gpu().await.map_err(js_error)?;
             let mut builder = GpuEngineBuilder::new(gpu, &model.config, context);
@@ -425,7 +302,7 @@ impl JsChat {
             };
             let g = model.globals(&reader).await.map_err(js_error)?;
             for m in std::iter::once(&g.embed).chain(&g.head) {
-                info.add(m);
+                add_matrix(&mut info, m);
                 fingerprint.matrix(m);
             }
             builder
@@ -436,7 +313,7 @@ impl JsChat {
             for i in 0..model.config.n_layers {
                 let b = model.block(&reader, i).await.map_err(js_error)?;
                 for m in b.matrices() {
-                    info.add(m);
+                    add_matrix(&mut info, m);
                     fingerprint.matrix(m);
                 }
                 info.arch = model.arch_with(&b).name();
@@ -491,12 +368,8 @@ impl JsChat {
                     }
                 }
                 Err(e) => FitGpu {
-                    fits: false,
                     problems: vec![e.to_string()],
-                    context: None,
-                    kv_cache_bytes: None,
-                    max_buffer_size: None,
-                    max_storage_buffer_binding_size: None,
+                    ..FitGpu::default()
                 },
             };
             // The CPU engine holds the files whole and grows its cache per position, all in 32-bit memory.
@@ -554,7 +427,7 @@ impl JsChat {
     #[wasm_bindgen(js_name = applyTemplate)]
     pub fn apply_template(
         &self,
-        #[wasm_bindgen(unchecked_param_type = "ChatMessageObject[]")] messages: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "ChatMessage[]")] messages: JsValue,
         #[wasm_bindgen(js_name = addGenerationPrompt)] add_generation_prompt: bool,
     ) -> JsResult<String> {
         let messages: Vec<ChatMessage> = from_js(messages, "messages")?;
@@ -562,7 +435,7 @@ impl JsChat {
     }
 
     /// The conversation so far.
-    #[wasm_bindgen(unchecked_return_type = "ChatMessageObject[]")]
+    #[wasm_bindgen(unchecked_return_type = "ChatMessage[]")]
     pub fn history(&self) -> JsResult<JsValue> {
         self.with(|s| Ok(s.conversation.history.clone()))
             .and_then(|h| to_js(&h))
@@ -650,7 +523,7 @@ impl JsChat {
     /// the prompt's token count.
     pub fn begin(
         &self,
-        #[wasm_bindgen(unchecked_param_type = "ChatMessageObject[] | string")] input: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "ChatMessage[] | string")] input: JsValue,
         #[wasm_bindgen(unchecked_param_type = "RawSendOptions | undefined")] options: JsValue,
     ) -> JsResult<u32> {
         let opts: SendOptions = if options.is_undefined() || options.is_null() {
@@ -703,12 +576,15 @@ impl JsChat {
     /// `constraint` (`{kind, source}`, for the grammar module: `response_format`, or a required tool call) with
     /// `step(mask)`; `finish` reads tool calls out of the reply, named after `id`.
     #[wasm_bindgen(js_name = beginOpenAI)]
+    #[wasm_bindgen(unchecked_return_type = "RawOpenAIPlan")]
     pub fn begin_openai(&self, body: &str, id: String) -> JsResult<JsValue> {
         let job = parse_chat_request(body.as_bytes()).and_then(|r| r.job()).map_err(|e| {
-            let o = js_sys::Object::new();
-            crate::wasm::set(&o, "code", &e.code.into());
-            crate::wasm::set(&o, "message", &e.message.into());
-            JsValue::from(o)
+            let e = ErrorObject {
+                code: e.code.to_string(),
+                message: e.message,
+                needed: None,
+            };
+            to_js(&e).unwrap_or_else(|e| e)
         })?;
         let out = self.with(|s| {
             let constraint = job.constraint(s.conversation.format().tags_tool_calls());
@@ -746,16 +622,11 @@ impl JsChat {
                 }
             }
         })?;
-        let o = js_sys::Object::new();
-        crate::wasm::set(&o, "stream", &job.stream.into());
-        crate::wasm::set(&o, "includeUsage", &job.include_usage.into());
-        if let Some(constraint) = out {
-            let c = js_sys::Object::new();
-            crate::wasm::set(&c, "kind", &constraint.kind.into());
-            crate::wasm::set(&c, "source", &constraint.source.into());
-            crate::wasm::set(&o, "constraint", &c.into());
-        }
-        Ok(o.into())
+        to_js(&OpenAIPlan {
+            stream: job.stream,
+            include_usage: job.include_usage,
+            constraint: out,
+        })
     }
 
     /// What the grammar module needs of the model, packed for `GrammarVocab`'s constructor (grammar/src/wasm.rs):
@@ -802,7 +673,7 @@ impl JsChat {
     /// Runs one engine step of the reply: resolves to `{text, done, id}`, the text that step adds and the id it
     /// drew (none when the reply ended instead). A constrained reply (`constrained` in `begin`'s options) passes its
     /// grammar's `mask` (bit `id % 32` of word `id / 32`: the ids allowed next).
-    #[wasm_bindgen(unchecked_return_type = "Promise<{ text: string; done: boolean; id?: number }>")]
+    #[wasm_bindgen(unchecked_return_type = "Promise<RawStep>")]
     pub fn step(&self, mask: Option<Vec<u32>>) -> js_sys::Promise {
         let slot = self.slot.clone();
         wasm_bindgen_futures::future_to_promise(async move {
@@ -851,13 +722,7 @@ impl JsChat {
                 crate::wasm::forget_gpu();
             }
             let (text, done, id) = result.map_err(js_error)?;
-            let o = js_sys::Object::new();
-            crate::wasm::set(&o, "text", &text.into());
-            crate::wasm::set(&o, "done", &done.into());
-            if let Some(id) = id {
-                crate::wasm::set(&o, "id", &id.into());
-            }
-            Ok(o.into())
+            to_js(&boundary::Step { text, done, id })
         })
     }
 
@@ -917,46 +782,22 @@ impl JsChat {
                 .and_then(|(tools, id)| parse_tool_calls(&g.text, &tools, &id));
             Ok((g, calls))
         })?;
-        let o = js_sys::Object::new();
-        let set = |k: &str, v: JsValue| crate::wasm::set(&o, k, &v);
-        set("text", g.text.as_str().into());
-        set("ids", Uint32Array::from(g.ids.as_slice()).into());
-        set("promptTokens", (g.prompt_ids.len() as f64).into());
-        set("reusedTokens", (g.reused_tokens as f64).into());
-        set("stopReason", g.stop_reason.name().into());
-        set("prefillMs", (g.prefill_s * 1000.0).into());
-        set("decodeMs", (g.decode_s * 1000.0).into());
-        set("tokensPerSecond", g.tokens_per_s().into());
-        set("prefillTokensPerSecond", g.prefill_tokens_per_s().into());
-        // An OpenAI request's tool calls, as `message.tool_calls` (`content`: the text before them).
-        if let Some((before, calls)) = calls {
-            let c = js_sys::Object::new();
-            crate::wasm::set(&c, "content", &before.into());
-            crate::wasm::set(&c, "calls", &js_sys::JSON::parse(&calls.to_string())?);
-            set("toolCalls", c.into());
-        }
-        // OpenAI's `logprobs.content`: each token's text, log-probability, bytes and `top_logprobs`.
-        if let Some(seen) = &g.logprobs {
-            let entry = |bytes: &[u8], logprob: f32| {
-                let e = js_sys::Object::new();
-                crate::wasm::set(&e, "token", &String::from_utf8_lossy(bytes).as_ref().into());
-                crate::wasm::set(&e, "logprob", &f64::from(logprob).into());
-                let bytes: js_sys::Array = bytes.iter().map(|&b| JsValue::from(b)).collect();
-                crate::wasm::set(&e, "bytes", &bytes.into());
-                e
-            };
-            let content: js_sys::Array = seen
-                .iter()
-                .map(|t| {
-                    let e = entry(&t.bytes, t.logprob);
-                    let top: js_sys::Array = t.top.iter().map(|(_, b, lp)| entry(b, *lp)).collect();
-                    crate::wasm::set(&e, "top_logprobs", &top.into());
-                    e
-                })
-                .collect();
-            set("logprobs", content.into());
-        }
-        Ok(o.into())
+        let reply = boundary::Reply {
+            text: g.text.clone(),
+            ids: Vec::new(),
+            prompt_tokens: g.prompt_ids.len(),
+            reused_tokens: g.reused_tokens,
+            stop_reason: g.stop_reason,
+            prefill_ms: g.prefill_s * 1000.0,
+            decode_ms: g.decode_s * 1000.0,
+            tokens_per_second: g.tokens_per_s(),
+            prefill_tokens_per_second: g.prefill_tokens_per_s(),
+            logprobs: token_logprobs(&g),
+            tool_calls: calls.map(|(content, calls)| ToolCalls { content, calls }),
+        };
+        let o = to_js(&reply)?;
+        set(o.unchecked_ref(), "ids", &Uint32Array::from(g.ids.as_slice()).into());
+        Ok(o)
     }
 }
 

@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use bytes::Bytes;
-use js_sys::{Array, Float32Array, Int32Array, Object, Uint8Array};
-use serde::Serialize;
+use js_sys::{Float32Array, Int32Array, Uint8Array};
 use wasm_bindgen::prelude::*;
 
+use crate::boundary::{BlobRange, Forward};
 use crate::convert::{self, OutputFormat};
 use crate::cpu::{CpuModel, Tensor};
 use crate::dtype::DType;
@@ -23,43 +23,6 @@ use crate::model::{Contents, LoadedModel};
 use crate::stats;
 use crate::wasm::{byte_count, forget_gpu, js_error, named_files, set, shared_gpu, to_js, JsResult};
 
-#[wasm_bindgen(typescript_custom_section)]
-const TS_TYPES: &'static str = r#"
-export interface Grid { depth: number; rows: number; cols: number; layers_per_cell: number }
-export interface LayerRow {
-  path: string; nesting: number; z: number; y: number; x: number; l: number; type: string; activation: string;
-  dtype: string; scale: number | null; params: number; bytes: number; disabled: boolean; shape: number[];
-  parts: { name: string; shape: number[] }[]; input: number[] | null; output: number[] | null;
-}
-export interface TensorRow { name: string; dtype: string; shape: number[]; bytes: number; offset: number }
-export interface Inspection {
-  format: "entity" | "json" | "safetensors" | "gguf" | "checkpoint";
-  file_bytes: number; header_bytes: number; weight_bytes: number; bytes_read: number; total_params: number;
-  grid: Grid | null; layers: LayerRow[]; tensors: TensorRow[];
-  bytes_by_dtype: Record<string, number>; metadata: Record<string, string>; input: InputSpec | null;
-}
-export interface InputSpec { kind: "float" | "token_ids"; shape: number[]; vocab: number | null; layer: string }
-export interface Histogram { min: number; max: number; counts: number[] }
-export interface TensorStats {
-  count: number; min: number; max: number; mean: number; std: number; sparsity: number; non_finite: number;
-  nan: number; pos_inf: number; neg_inf: number; histogram: Histogram;
-  clipped: { percentiles: [number, number]; histogram: Histogram; below: number; above: number } | null;
-}
-export interface TensorPreview {
-  name: string; dtype: string; scale: number | null; shape: number[]; values: Float32Array;
-  codes: Int32Array | undefined;
-}
-export interface ForwardResult { data: Float32Array; shape: number[] }
-export interface GpuForwardResult extends ForwardResult { cpu_layers: Record<string, string> }
-export interface LayerLoss { path: string; from: string; to: string; changed: number; total: number; max_abs_error: number }
-export interface LossReport { layers: LayerLoss[] }
-export interface DiffEntry {
-  name: string; status: "same" | "changed" | "added" | "removed"; dtype_before: string | null;
-  dtype_after: string | null; max_abs: number | null; mean_abs: number | null;
-}
-export interface Diff { entries: DiffEntry[] }
-export interface BlobRange { path: string; offset: number; length: number; dtype: string }
-"#;
 /// `"entity" | "json" | "safetensors" | "gguf" | "unknown"` from a file's first bytes (16 are enough).
 #[wasm_bindgen(js_name = detectFormat)]
 pub fn detect_format(prefix: &[u8]) -> String {
@@ -91,19 +54,20 @@ pub struct JsModel {
     gpu: Rc<RefCell<GpuSlot<GpuModel>>>,
 }
 
-fn forward_result(t: &Tensor) -> Object {
-    let o = Object::new();
-    set(&o, "data", &Float32Array::from(&t.data[..]).into());
-    let shape: Array = t.shape.iter().map(|&d| JsValue::from(d as f64)).collect();
-    set(&o, "shape", &shape.into());
-    o
+/// A forward's result object: the output and, on the GPU, the layers that ran on the CPU.
+fn forward_result(t: &Tensor, cpu_layers: Option<&BTreeMap<String, String>>) -> JsResult<JsValue> {
+    let out = Forward {
+        data: Vec::new(),
+        shape: t.shape.clone(),
+        cpu_layers: cpu_layers.cloned(),
+    };
+    let o = to_js(&out)?;
+    set(o.unchecked_ref(), "data", &Float32Array::from(&t.data[..]).into());
+    Ok(o)
 }
 
-/// A GPU forward's result object: the output and the layers that ran on the CPU.
 fn gpu_forward_result(out: &crate::Result<Tensor>, cpu_layers: &BTreeMap<String, String>) -> JsResult<JsValue> {
-    let r = forward_result(out.as_ref().map_err(|e| js_error(e.clone()))?);
-    set(&r, "cpu_layers", &to_js(cpu_layers)?);
-    Ok(r.into())
+    forward_result(out.as_ref().map_err(|e| js_error(e.clone()))?, Some(cpu_layers))
 }
 
 fn shape_of(shape: &[u32]) -> Vec<usize> {
@@ -113,18 +77,13 @@ fn shape_of(shape: &[u32]) -> Vec<usize> {
 /// The preview object of `name`'s first `n` values.
 fn preview_object(model: &LoadedModel, name: &str, n: u32) -> JsResult<JsValue> {
     let p = model.tensor_preview(name, n as usize).map_err(js_error)?;
-    let o = Object::new();
-    set(&o, "name", &p.name.into());
-    set(&o, "dtype", &p.dtype.into());
-    set(&o, "scale", &p.scale.map_or(JsValue::NULL, |s| f64::from(s).into()));
-    let shape: Array = p.shape.iter().map(|&d| JsValue::from(d as f64)).collect();
-    set(&o, "shape", &shape.into());
-    set(&o, "values", &Float32Array::from(&p.values[..]).into());
-    let codes = p.codes.map_or(JsValue::UNDEFINED, |c| Int32Array::from(&c[..]).into());
-    set(&o, "codes", &codes);
-    let groups = p.groups.map_or(Ok(JsValue::UNDEFINED), |g| to_js(&g))?;
-    set(&o, "groups", &groups);
-    Ok(o.into())
+    let o = to_js(&p)?;
+    // The values and codes as typed arrays (see `Preview`).
+    set(o.unchecked_ref(), "values", &Float32Array::from(&p.values[..]).into());
+    if let Some(codes) = &p.codes {
+        set(o.unchecked_ref(), "codes", &Int32Array::from(&codes[..]).into());
+    }
+    Ok(o)
 }
 
 /// The output format of `convert` / `lossReport` and the Loom dtype to re-quantize to (none for safetensors).
@@ -199,18 +158,18 @@ impl JsModel {
     }
 
     /// Runs the network on the CPU (bit-exact with Loom).
-    #[wasm_bindgen(js_name = forwardCpu, unchecked_return_type = "ForwardResult")]
+    #[wasm_bindgen(js_name = forwardCpu, unchecked_return_type = "RawForward")]
     pub fn forward_cpu(&mut self, input: &[f32], shape: &[u32]) -> JsResult<JsValue> {
         if self.cpu.is_none() {
             self.cpu = Some(CpuModel::new(self.model.network().map_err(js_error)?.clone()));
         }
         let cpu = self.cpu.as_mut().expect("set above");
         let out = cpu.forward(input, &shape_of(shape)).map_err(js_error)?;
-        Ok(forward_result(&out).into())
+        forward_result(&out, None)
     }
 
     /// Runs the network on WebGPU; layer families without a kernel run on the CPU (listed in `cpu_layers`).
-    #[wasm_bindgen(js_name = forwardGpu, unchecked_return_type = "Promise<GpuForwardResult>")]
+    #[wasm_bindgen(js_name = forwardGpu, unchecked_return_type = "Promise<RawForward>")]
     pub fn forward_gpu(&self, input: Vec<f32>, shape: Vec<u32>) -> js_sys::Promise {
         let slot = self.gpu.clone();
         let net = self.model.network().cloned();
@@ -264,7 +223,7 @@ impl JsModel {
     }
 
     /// Per layer or tensor: same / changed / added / removed, dtypes, and the weight deltas.
-    #[wasm_bindgen(unchecked_return_type = "Diff")]
+    #[wasm_bindgen(unchecked_return_type = "ModelDiff")]
     pub fn diff(&self, other: &JsModel) -> JsResult<JsValue> {
         to_js(&stats::diff(&self.model, &other.model).map_err(js_error)?)
     }
@@ -343,15 +302,6 @@ impl JsModel {
         let mut net = self.model.network().map_err(js_error)?.clone();
         convert::convert_with(&mut net, format, dtype, &per_layer).map_err(js_error)
     }
-}
-
-/// One blob of a streamed `.entity` file: where its bytes lie in the file (absolute offset) and its dtype.
-#[derive(Serialize)]
-struct BlobRange {
-    path: String,
-    offset: u64,
-    length: u64,
-    dtype: String,
 }
 
 /// A `.entity` network built on the GPU from its header, then fed its blobs one at a time: the wasm heap holds the
@@ -437,7 +387,7 @@ impl JsGpuStream {
     }
 
     /// Runs the network on WebGPU once every blob is in (as `Model.forwardGpu`).
-    #[wasm_bindgen(unchecked_return_type = "Promise<GpuForwardResult>")]
+    #[wasm_bindgen(unchecked_return_type = "Promise<RawForward>")]
     pub fn forward(&self, input: Vec<f32>, shape: Vec<u32>) -> js_sys::Promise {
         let slot = self.stream.clone();
         wasm_bindgen_futures::future_to_promise(async move {

@@ -6,11 +6,11 @@ import { openAIChat } from './openai.js';
 import { pieceStream } from './stream.js';
 import type { OpenAIReply } from './openai.js';
 import type { WireSource } from './source.js';
-import type { ChatInput, ChatOpenOptions, RawReply, WireChatSource, WireSendOptions } from './engine.js';
+import type { ChatInput, ChatOpenOptions, WireChatSource, WireSendOptions } from './engine.js';
 import type {
-  CacheEntry, ChatConstraint, ChatMessage, ChatModelInfo, ChatReply, RestoredChat, ChatSession, ChatSource, ChatStream, ConvertOptions, FitCheckOptions, FitReport,
+  CacheEntry, ChatConstraint, ChatMessage, ConstraintText, ChatModelInfo, ChatReply, RestoredChat, ChatSession, ChatSource, ChatStream, ConvertOptions, FitCheckOptions, FitReport,
   ForwardOptions, ForwardResult, GpuInfo, Inspection, LoomModel, LossReport, ModelDiff, OpenAIChat, OpenChatOptions,
-  OpenOptions, Progress, SendOptions, Source, StopReason, TensorPreview, TensorStats,
+  OpenOptions, Progress, RawReply, SendOptions, Source, TensorPreview, TensorStats,
 } from './types.js';
 
 export interface CallOptions {
@@ -162,6 +162,10 @@ function wireSendOptions(opts: SendOptions): WireSendOptions {
     }
     out.stop = [...opts.stop];
   }
+  if (opts.truncate !== undefined) {
+    if (typeof opts.truncate !== 'boolean') throw new LoomError('invalid_input', 'truncate must be true or false');
+    out.truncate = opts.truncate;
+  }
   if (opts.constraint !== undefined) out.constraint = wireConstraint(opts.constraint);
   const top = opts.topLogprobs ?? 0;
   if (typeof top !== 'number' || !Number.isInteger(top) || top < 0 || top > 20) {
@@ -173,7 +177,7 @@ function wireSendOptions(opts: SendOptions): WireSendOptions {
 }
 
 /** A constraint as the grammar module takes it: its kind and its text. */
-function wireConstraint(c: ChatConstraint): { kind: string; source: string } {
+function wireConstraint(c: ChatConstraint): ConstraintText {
   const text = (v: unknown, what: string): string => {
     if (typeof v !== 'string') throw new LoomError('invalid_input', `constraint.${what} must be a string`);
     return v;
@@ -260,7 +264,7 @@ class Chat implements ChatSession {
       try {
         const { reply, history } = (await result) as { reply: RawReply & { devicesLost: number }; history: ChatMessage[] };
         this.messages = history;
-        return { ...reply, stopReason: reply.stopReason as StopReason };
+        return reply;
       } finally {
         signal?.removeEventListener('abort', interrupt);
       }

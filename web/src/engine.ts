@@ -8,148 +8,35 @@ import type { CacheBackend } from './cache.js';
 import { LoomError, throwIfAborted, toLoomError } from './errors.js';
 import { BlobReader, BytesReader, HttpReader, concat, defaultName, readAll } from './source.js';
 import type { ByteReader, WireSource } from './source.js';
+import type { BlobRange, RawOpenAIPlan, RawStep } from './pkg-chat/loom_chat.js';
 import type {
-  ChatMessage, ChatModelInfo, ChatTokenLogprob, ConvertOptions, OpenAIToolCall, FitReport, ForwardResult, GpuInfo, Inspection, LossReport, ModelDiff,
-  Progress, SendOptions, TensorPreview, TensorStats,
+  ChatMessage, ConstraintText, ConvertOptions, FitReport, ForwardResult, GpuInfo, Inspection, LossReport, ModelDiff,
+  Progress, RawForward, SendOptions, TensorPreview, TensorStats,
 } from './types.js';
 
-/** The inspector module's `Model` (crate/src/wasm_inspector.rs). Errors are thrown as `{code, message}`. */
-interface RawModel {
-  inspection(): Inspection;
-  tensorStats(name: string, bins: number): TensorStats;
-  tensorPreview(name: string, n: number): TensorPreview;
-  forwardCpu(input: Float32Array, shape: Uint32Array): RawForward;
-  forwardGpu(input: Float32Array, shape: Uint32Array): Promise<RawForward>;
-  lossReport(format: string, dtype?: string, layerDtypes?: Record<string, string>): LossReport;
-  convert(format: string, dtype?: string, layerDtypes?: Record<string, string>, allowLossy?: boolean): Uint8Array;
-  diff(other: RawModel): ModelDiff;
-  free(): void;
-}
-interface RawForward {
-  data: Float32Array;
-  shape: number[] | Uint32Array;
-  cpu_layers?: Record<string, string>;
-}
+// The wasm modules' classes and results, typed by their glue's .d.ts (wasm-bindgen, with crate/ts/boundary.ts).
+/** A Loom network held in the inspector module (crate/src/wasm_inspector.rs). Errors are thrown as
+ * `LoomErrorObject`s. */
+type RawModel = inspectorGlue.Model;
 /** A `.entity` file's weights streamed to the GPU blob by blob (`open(…, {load: 'gpu'})`). */
-interface RawGpuStream {
-  inspection(): Inspection;
-  blobs(): BlobRange[];
-  feed(path: string, bytes: Uint8Array): Promise<void>;
-  forward(input: Float32Array, shape: Uint32Array): Promise<RawForward>;
-  tensorStats(name: string, bytes: Uint8Array, bins: number): TensorStats;
-  tensorPreview(name: string, bytes: Uint8Array, n: number): TensorPreview;
-  free(): void;
-}
-/** A blob's absolute byte range in the file. */
-interface BlobRange {
-  path: string;
-  offset: number;
-  length: number;
-}
+type RawGpuStream = inspectorGlue.GpuStream;
 /** A model to chat with (crate/src/wasm_chat.rs): `begin`, then `step` until done, then `finish`. */
-interface RawChat {
-  device(): string;
-  info(): ChatModelInfo;
-  tokenize(text: string, addSpecial: boolean): Uint32Array;
-  detokenize(ids: Uint32Array, skipSpecial: boolean): string;
-  applyTemplate(messages: ChatMessage[], addGenerationPrompt: boolean): string;
-  history(): ChatMessage[];
-  reset(): void;
-  begin(input: ChatMessage[] | string, opts: Omit<WireSendOptions, 'constraint'> & { constrained?: boolean }): number;
-  step(mask?: Uint32Array): Promise<{ text: string; done: boolean; id?: number }>;
-  grammarWords(): Uint8Array;
-  complete(): string;
-  abandon(): void;
-  cancel(): string;
-  adoptEngine(other: RawChat): void;
-  loseDevice(): string;
-  finish(): RawReply;
-  save(meta?: string): Promise<Uint8Array>;
-  restore(bytes: Uint8Array): Promise<string>;
-  beginOpenAI(body: string, requestId: string): OpenAIPlan;
-  free(): void;
-}
-/** What `beginOpenAI` made of an OpenAI request. */
-interface OpenAIPlan {
-  stream: boolean;
-  includeUsage: boolean;
-  constraint?: { kind: string; source: string };
-}
+type RawChat = chatGlue.Chat;
 /** A reply's input: a user message, a whole conversation, or an OpenAI Chat Completions request (its JSON). */
 export type ChatInput = ChatMessage[] | string | { openai: string; requestId: string };
 export type WireSendOptions = Omit<SendOptions, 'onToken' | 'signal' | 'constraint' | 'logprobs' | 'topLogprobs'> & {
   /** Log-probabilities with this many alternatives a token. */
   logprobs?: number;
   /** The grammar module's kind and text (`json_schema`, `json_object`, `regex`, `lark`). */
-  constraint?: { kind: string; source: string };
+  constraint?: ConstraintText;
 };
-/** `Chat.fit`'s result (crate/src/wasm_chat.rs). */
-interface RawFit {
-  arch: string;
-  file_bytes: number;
-  weight_bytes: number;
-  largest_tensor: { name: string; bytes: number };
-  gpu: {
-    fits: boolean; problems: string[]; context?: number; kv_cache_bytes?: number; max_buffer_size?: number;
-    max_storage_buffer_binding_size?: number;
-  };
-  cpu: { fits: boolean; needed_bytes: number; available_bytes: number; positions: number };
-}
-export interface RawReply {
-  text: string;
-  ids: Uint32Array;
-  promptTokens: number;
-  reusedTokens: number;
-  stopReason: string;
-  prefillMs: number;
-  decodeMs: number;
-  tokensPerSecond: number;
-  prefillTokensPerSecond: number;
-  logprobs?: ChatTokenLogprob[];
-  /** An OpenAI request's tool calls: the text before them and the calls in OpenAI's shape. */
-  toolCalls?: { content: string; calls: OpenAIToolCall[] };
-}
-/** What both wasm modules export (crate/src/wasm.rs). */
-interface RawShared {
-  gpuInfo(): Promise<GpuInfo>;
-  memoryBytes(): number;
-  breakGpuKernel(prefix: string | null | undefined): Promise<void>;
-  loseGpuDevice(): void;
-}
-/** The inspector's module, `loom_wasm` (crate/src/wasm_inspector.rs). */
-interface RawInspector extends RawShared {
-  inspectHeader(prefix: Uint8Array, totalLen: number): Inspection;
-  Model: {
-    fromBytes(bytes: Uint8Array, name?: string): RawModel;
-    fromFiles(names: string[], files: Uint8Array[]): RawModel;
-  };
-  GpuStream: { begin(prefix: Uint8Array, totalLen: number, name?: string): Promise<RawGpuStream> };
-}
-/** The chat module, `loom_chat` (crate/src/wasm_chat.rs). */
-interface RawChatModule extends RawShared {
-  Chat: {
-    open(names: string[], files: Uint8Array[]): RawChat;
-    openGpu(
-      names: string[],
-      sizes: number[],
-      read: (file: number, offset: number, length: number) => Promise<Uint8Array>,
-      context?: number,
-    ): Promise<RawChat>;
-    fit(
-      names: string[],
-      sizes: number[],
-      read: (file: number, offset: number, length: number) => Promise<Uint8Array>,
-      context?: number,
-    ): Promise<RawFit>;
-  };
-}
 /** The grammar engine's module, `loom_grammar` (grammar/: llguidance), for constrained replies. */
 type GrammarModule = typeof grammarGlue;
 type GrammarVocab = InstanceType<GrammarModule['GrammarVocab']>;
 type Grammar = ReturnType<GrammarVocab['start']>;
 interface RawModules {
-  inspector: RawInspector;
-  chat: RawChatModule;
+  inspector: typeof inspectorGlue;
+  chat: typeof chatGlue;
   grammar: GrammarModule;
 }
 export type WasmName = keyof RawModules;
@@ -696,23 +583,7 @@ async function chatFit(src: WireChatSource, opts: { cache: boolean; context?: nu
     const availableBytes = Math.max(0, quota - usage);
     storage = { fits: storageNeeded <= availableBytes, neededBytes: storageNeeded, availableBytes };
   }
-  return {
-    arch: fit.arch,
-    fileBytes: fit.file_bytes,
-    weightBytes: fit.weight_bytes,
-    largestTensor: fit.largest_tensor,
-    bytesRead,
-    gpu: {
-      fits: fit.gpu.fits,
-      problems: fit.gpu.problems,
-      context: fit.gpu.context,
-      kvCacheBytes: fit.gpu.kv_cache_bytes,
-      maxBufferSize: fit.gpu.max_buffer_size,
-      maxStorageBufferBindingSize: fit.gpu.max_storage_buffer_binding_size,
-    },
-    cpu: { fits: fit.cpu.fits, neededBytes: fit.cpu.needed_bytes, availableBytes: fit.cpu.available_bytes, positions: fit.cpu.positions },
-    storage,
-  };
+  return { ...fit, bytesRead, storage };
 }
 
 async function chatOpen(src: WireChatSource, opts: ChatOpenOptions, ctx: CallContext) {
@@ -803,7 +674,7 @@ async function chatSend(id: number, input: ChatInput, wire: WireSendOptions, ctx
   const c = getChat(id);
   const { constraint, ...opts } = wire;
   let grammar: Grammar | undefined;
-  let plan: OpenAIPlan | undefined;
+  let plan: RawOpenAIPlan | undefined;
   if (typeof input === 'object' && 'openai' in input) {
     // The chat module checks the request and begins its reply; its constraint comes from the request.
     plan = c.chat.beginOpenAI(input.openai, input.requestId);
@@ -828,7 +699,7 @@ async function chatSend(id: number, input: ChatInput, wire: WireSendOptions, ctx
         if (rest) ctx.onToken?.(rest);
         break;
       }
-      let stepped: { text: string; done: boolean; id?: number };
+      let stepped: RawStep;
       try {
         let mask: Uint32Array | undefined;
         try {

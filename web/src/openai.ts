@@ -6,11 +6,11 @@ import { LoomError } from './errors.js';
 import { pieceStream } from './stream.js';
 import type {
   ChatReply, OpenAIChat, OpenAIChatCompletion, OpenAIChatCompletionChunk, OpenAIChatParams, OpenAIFinishReason,
-  OpenAIToolCall, StopReason,
+  RawReply, StopReason,
 } from './types.js';
 
 /** A reply to a request, with the tool calls the chat module read out of it. */
-export type OpenAIReply = ChatReply & { toolCalls?: { content: string; calls: OpenAIToolCall[] } };
+export type OpenAIReply = ChatReply & Pick<RawReply, 'toolCalls'>;
 
 /** What `create` needs of a session: its name and a way to run a request (its JSON) as one reply. */
 export interface OpenAISession {

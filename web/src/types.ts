@@ -1,4 +1,15 @@
-// Public data shapes. Field names of the wasm results stay snake_case, exactly as the Rust structs serialize.
+// Public data shapes. What the wasm modules hand over is generated from the Rust types (crate/ts/boundary.ts, in
+// each module's .d.ts) and re-exported here; field names stay as the Rust structs serialize them.
+import type {
+  ChatMessage, ChatModelInfo, ChatTokenLogprob, Inspection, LossReport, ModelDiff, OpenAIToolCall, RawFit, RawForward,
+  RawGpuInfo, RawReply, RawSendOptions, TensorPreview, TensorStats,
+} from './pkg/loom_wasm.js';
+export type {
+  ChatMessage, ChatModelInfo, ChatTokenLogprob, ClippedHistogram, CodeGroup, ConstraintText, DiffEntry, FitCpu, FitGpu,
+  FitTensor, FunctionCall, Grid, Histogram, InputSpec, Inspection, LayerLoss, LayerRow, LlmSummary, LossReport,
+  ModelDiff, OpenAIToolCall, PartRow, RawFit, RawForward, RawGpuInfo, RawReply, RawSendOptions, StopReason,
+  TensorPreview, TensorRow, TensorStats, TopLogprob,
+} from './pkg/loom_wasm.js';
 
 /** What `inspect`/`open` accept: a file or bytes, or a URL to fetch (in Node also a file path or `file:` URL). */
 export type Source = File | Blob | ArrayBuffer | Uint8Array | string | URL;
@@ -26,118 +37,6 @@ export interface OpenOptions {
   load?: 'full' | 'gpu';
 }
 
-export interface Grid {
-  depth: number;
-  rows: number;
-  cols: number;
-  layers_per_cell: number;
-}
-
-export interface LayerRow {
-  path: string;
-  nesting: number;
-  z: number;
-  y: number;
-  x: number;
-  l: number;
-  type: string;
-  activation: string;
-  dtype: string;
-  scale: number | null;
-  params: number;
-  bytes: number;
-  disabled: boolean;
-  /** The shape of the weights when they form one tensor (`[out, in]` for Dense); empty otherwise. */
-  shape: number[];
-  /**
-   * The parts of a combined store (MHA's q/k/v/o weights and biases, SwiGLU's gate/up/down, LSTM's gates): pass
-   * `${path}#${name}` to `tensorStats`/`tensorPreview` to read one. Empty for single-tensor layers.
-   */
-  parts: { name: string; shape: number[] }[];
-  /** One input row's shape and the output row it gives (per position for sequence layers), when the config says. */
-  input: number[] | null;
-  output: number[] | null;
-}
-
-export interface TensorRow {
-  name: string;
-  dtype: string;
-  shape: number[];
-  bytes: number;
-  offset: number;
-}
-
-export interface Inspection {
-  format: 'entity' | 'json' | 'safetensors' | 'gguf' | 'checkpoint';
-  file_bytes: number;
-  header_bytes: number;
-  weight_bytes: number;
-  /** Bytes actually read from the source (a File, a URL) to produce this. */
-  bytes_read: number;
-  total_params: number;
-  grid: Grid | null;
-  layers: LayerRow[];
-  tensors: TensorRow[];
-  bytes_by_dtype: Record<string, number>;
-  metadata: Record<string, string>;
-  /** What a Loom network takes as input, when its first layer says (Dense or Embedding); null otherwise. */
-  input: InputSpec | null;
-  /** Why a GGUF file's decoder cannot run (an architecture or feature the runtime lacks); absent when it can. */
-  llm_unsupported?: string;
-}
-
-/** A network's input: float values of a width, or token ids (integers below `vocab`). */
-export interface InputSpec {
-  kind: 'float' | 'token_ids';
-  /** A shape that fits, batch 1. */
-  shape: number[];
-  vocab: number | null;
-  /** The first layer's path. */
-  layer: string;
-}
-
-export interface TensorStats {
-  count: number;
-  min: number;
-  max: number;
-  mean: number;
-  std: number;
-  sparsity: number;
-  /** NaN and ±Inf values (left out of the other numbers): `nan + pos_inf + neg_inf`. */
-  non_finite: number;
-  nan: number;
-  pos_inf: number;
-  neg_inf: number;
-  /** Over every finite value (numpy's `histogram`). */
-  histogram: { min: number; max: number; counts: number[] };
-  /**
-   * Over the values between two percentiles (`below`/`above` count the rest), present when a few outliers stretch
-   * the full range far beyond where most values lie.
-   */
-  clipped: {
-    percentiles: [number, number];
-    histogram: { min: number; max: number; counts: number[] };
-    below: number;
-    above: number;
-  } | null;
-}
-
-export interface TensorPreview {
-  name: string;
-  dtype: string;
-  scale: number | null;
-  shape: number[];
-  /** Dequantized values. */
-  values: Float32Array;
-  /** Raw stored codes, for packed dtypes. */
-  codes?: Int32Array;
-  /**
-   * For GGUF block types (Q4_0 … Q6_K): the runs of codes sharing a block (or K-quant sub-block) scale, in order;
-   * value = scale·(code − zero) + min.
-   */
-  groups?: { len: number; scale: number; min: number; zero: number }[];
-}
-
 export interface ForwardOptions {
   /** Default `'cpu'`; `'gpu'` (the only device) for a model opened with `load: 'gpu'`. */
   device?: 'cpu' | 'gpu';
@@ -145,14 +44,10 @@ export interface ForwardOptions {
   onProgress?: (p: Progress) => void;
 }
 
-export interface ForwardResult {
-  data: Float32Array;
-  shape: number[];
+export interface ForwardResult extends RawForward {
   device: 'cpu' | 'gpu';
   /** Set when the GPU was asked for but the forward ran on the CPU, and why. */
   fallbackReason?: string;
-  /** Layers the GPU run computed on the CPU (no kernel for them), with the reason. */
-  cpu_layers?: Record<string, string>;
   ms: number;
 }
 
@@ -160,26 +55,6 @@ export interface ConvertOptions {
   format: 'entity' | 'json' | 'safetensors' | 'safetensors-f16' | 'safetensors-bf16';
   dtype?: string;
   layerDtypes?: Record<string, string>;
-}
-
-export interface LossReport {
-  layers: { path: string; from: string; to: string; changed: number; total: number; max_abs_error: number }[];
-}
-
-export interface ModelDiff {
-  entries: {
-    name: string;
-    status: 'same' | 'changed' | 'added' | 'removed';
-    dtype_before: string | null;
-    dtype_after: string | null;
-    max_abs: number | null;
-    mean_abs: number | null;
-  }[];
-}
-
-export interface ChatMessage {
-  role: 'system' | 'user' | 'assistant' | (string & {});
-  content: string;
 }
 
 /**
@@ -219,25 +94,11 @@ export interface RestoredChat {
   meta: unknown;
 }
 
-export interface SendOptions {
+/** A reply's options: the sampling, limits and `truncate` of `RawSendOptions` (their defaults there), and what the
+ * package adds. */
+export interface SendOptions extends Omit<RawSendOptions, 'constrained' | 'logprobs'> {
   /** Each piece of the reply's text as it is generated. */
   onToken?: (text: string) => void;
-  /** 0 is greedy (default 0.7). */
-  temperature?: number;
-  /** 0 keeps all (default 40). */
-  topK?: number;
-  /** Default 0.95. */
-  topP?: number;
-  /** Default 0.05. */
-  minP?: number;
-  /** 1 is off (default). */
-  repetitionPenalty?: number;
-  /** Same seed, same options, same model: same reply (default: random). */
-  seed?: number;
-  /** Most new tokens (default 256). */
-  maxTokens?: number;
-  /** Texts that end the reply (cut before them). */
-  stop?: string[];
   /** Stops the reply: `send` resolves at once with the text so far and `stopReason: 'cancelled'`. */
   signal?: AbortSignal;
   /** What the reply must be: each token is drawn from those the grammar allows, and the reply ends
@@ -252,15 +113,6 @@ export interface SendOptions {
   topLogprobs?: number;
 }
 
-/** A token's log-probability and its likeliest alternatives', as OpenAI's `ChatCompletionTokenLogprob` (the bytes
- * are what the token adds to the text; `token` is them as UTF-8, lossily). */
-export interface ChatTokenLogprob {
-  token: string;
-  logprob: number;
-  bytes: number[];
-  top_logprobs: Array<{ token: string; logprob: number; bytes: number[] }>;
-}
-
 /** A JSON Schema (draft 2020-12; an unknown keyword is refused by name, never ignored), any JSON object, a regular
  * expression the whole reply matches, or a Lark grammar (llguidance's dialect). */
 export type ChatConstraint =
@@ -269,48 +121,12 @@ export type ChatConstraint =
   | { type: 'regex'; pattern: string }
   | { type: 'lark'; grammar: string };
 
-/** `device_lost`: the GPU device was lost and none came back; the text so far is the reply. */
-export type StopReason = 'eos' | 'stop' | 'max_tokens' | 'cancelled' | 'context_full' | 'device_lost' | 'complete';
-
-export interface ChatReply {
-  text: string;
-  ids: Uint32Array;
-  promptTokens: number;
-  /** Prompt tokens whose KV cache was kept from the turn before (not computed again). */
-  reusedTokens: number;
-  stopReason: StopReason;
-  /** Decode speed: new tokens after the first, per second. */
-  tokensPerSecond: number;
-  prefillTokensPerSecond: number;
-  /** Time to the first token. */
-  prefillMs: number;
-  decodeMs: number;
+/** An ended reply (`stopReason` `device_lost`: the GPU device was lost and none came back; the text so far is the
+ * reply). */
+export interface ChatReply extends Omit<RawReply, 'toolCalls'> {
   /** GPU devices lost during the reply: each time the model was opened again on a new one (its weights uploaded
    * again from the source) and the conversation and the reply so far computed again before it went on. */
   devicesLost: number;
-  /** With `logprobs`: each new token's (an end-of-turn token has none, as OpenAI's). */
-  logprobs?: ChatTokenLogprob[];
-}
-
-export interface ChatModelInfo {
-  format: 'gguf' | 'hf' | 'entity';
-  arch: string;
-  layers: number;
-  hidden: number;
-  heads: number;
-  kv_heads: number;
-  head_dim: number;
-  ffn: number;
-  vocab: number;
-  /** Context of the engine in use (the GPU's KV cache may be shorter than the model's). */
-  context: number;
-  weight_bytes: number;
-  /** Bytes of weight matrices per block type (Q4_K, Q6_K, F16 …): the quantization mix. */
-  block_types: Record<string, number>;
-  has_template: boolean;
-  /** The family's chat format in use because the files carry no template (`'gemma'`: Gemma's turns, as llama.cpp's
-   * built-in `gemma` template writes them). */
-  built_in_template?: string;
 }
 
 /** An async iterator of a reply's text pieces; `reply` resolves when it ends. */
@@ -328,13 +144,6 @@ export interface OpenAIMessageParam {
   /** An assistant message's calls (function calls are read), and a tool message's answer to one. */
   tool_calls?: ReadonlyArray<{ id: string; type: string; function?: { name: string; arguments: string } }>;
   tool_call_id?: string;
-}
-
-/** A function call the model made (`message.tool_calls`), as OpenAI writes one: `arguments` is JSON text. */
-export interface OpenAIToolCall {
-  id: string;
-  type: 'function';
-  function: { name: string; arguments: string };
 }
 
 /** OpenAI's Chat Completions request, as far as it is read: the `openai` package's
@@ -458,10 +267,7 @@ export interface ChatSession {
   dispose(): Promise<void>;
 }
 
-export interface GpuInfo {
-  available: boolean;
-  reason?: string;
-  adapter?: string;
+export interface GpuInfo extends RawGpuInfo {
   /** The adapter's vendor and architecture as the browser names them (`GPUAdapter.info`; may be empty). */
   vendor?: string;
   architecture?: string;
@@ -507,26 +313,9 @@ export interface FitCheckOptions {
 }
 
 /** What `fitCheck` found, from the model's headers alone. */
-export interface FitReport {
-  arch: string;
-  fileBytes: number;
-  weightBytes: number;
-  largestTensor: { name: string; bytes: number };
+export interface FitReport extends RawFit {
   /** Bytes read from the source to find this out. */
   bytesRead: number;
-  /** On WebGPU: each tensor within the adapter's bindings, each layer's KV cache within one; `problems` names what
-   * does not fit (or why there is no WebGPU). Browsers do not say how much memory a GPU has: `weightBytes +
-   * kvCacheBytes` is what it needs. */
-  gpu: {
-    fits: boolean;
-    problems: string[];
-    context?: number;
-    kvCacheBytes?: number;
-    maxBufferSize?: number;
-    maxStorageBufferBindingSize?: number;
-  };
-  /** On the CPU engine: the files and the KV cache (for `positions` positions) in 32-bit WebAssembly memory. */
-  cpu: { fits: boolean; neededBytes: number; availableBytes: number; positions: number };
   /** The download `openChat` would keep, against `navigator.storage.estimate()`; null when nothing would be stored
    * (local files, a download already kept, `cache: false`, or no storage here). */
   storage: { fits: boolean; neededBytes: number; availableBytes: number } | null;

@@ -147,6 +147,18 @@ test('bad input and bad files are typed errors', async () => {
   await rejectsWith(folder.send('x'.repeat(300), { maxTokens: 8, temperature: 0 }), 'context_full', /256/);
   // The failed turns left the history as it was.
   assert.deepEqual(folder.history, []);
+  // A conversation that outgrows the 256-token context: by default its oldest turns go; with truncate: false it is
+  // refused, and the history stays as it was.
+  await folder.send('a'.repeat(150), { maxTokens: 4, temperature: 0 });
+  const before = folder.history;
+  await rejectsWith(folder.send('b'.repeat(100), { maxTokens: 4, temperature: 0, truncate: false }), 'context_full', /256/);
+  assert.deepEqual(folder.history, before);
+  await rejectsWith(folder.send('b', { truncate: 'no' }), 'invalid_input', /truncate/);
+  const kept = await folder.send('b'.repeat(100), { maxTokens: 4, temperature: 0 });
+  assert.equal(kept.stopReason, 'max_tokens');
+  const contents = folder.history.map((m) => m.content);
+  assert.ok(!contents.includes('a'.repeat(150)) && contents.includes('b'.repeat(100)), JSON.stringify(contents));
+  assert.equal(contents.at(-1), kept.text);
   await chat.dispose();
   await folder.dispose();
 });

@@ -238,12 +238,10 @@ async fn chat_completions(State(app): State<App>, body: Bytes) -> Response {
                             Some((before, calls)) => {
                                 finish = "tool_calls";
                                 let calls: Vec<Value> = calls
-                                    .as_array()
-                                    .into_iter()
-                                    .flatten()
+                                    .iter()
                                     .enumerate()
                                     .map(|(i, c)| {
-                                        let mut c = c.clone();
+                                        let mut c = json!(c);
                                         c["index"] = i.into();
                                         c
                                     })

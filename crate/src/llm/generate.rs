@@ -55,9 +55,12 @@ impl Default for GenerateOptions {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// How a reply ended (serialized as [`StopReason::name`] says).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, ts_rs::TS)]
+#[serde(rename_all = "snake_case")]
 pub enum StopReason {
     Eos,
+    #[serde(rename = "stop")]
     StopString,
     MaxTokens,
     Cancelled,

@@ -2,7 +2,7 @@
 //! this runtime cannot honour is refused by name, never ignored), and the response, stream chunks and errors
 //! written as OpenAI's clients parse them. `loom serve` speaks it over HTTP.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::generate::{GenerateOptions, Generation, StopReason};
@@ -361,8 +361,9 @@ impl ChatRequest {
 
 /// A constraint as the grammar engine reads it: its kind (`json_schema`, `json_object`, `regex`, `lark`) and its text
 /// (natively `Constraint::parse`; in the browser the grammar module, which the chat module does not link).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, ts_rs::TS)]
 pub struct ConstraintText {
+    #[ts(type = r#""json_schema" | "json_object" | "regex" | "lark""#)]
     pub kind: &'static str,
     pub source: String,
 }
@@ -423,22 +424,55 @@ fn usage(g: &Generation) -> Value {
 /// The most alternatives a token's `top_logprobs` lists (OpenAI's limit).
 pub const MAX_TOP_LOGPROBS: usize = 20;
 
-/// A reply's `logprobs` as OpenAI writes them (`null` when not asked for): each new token with its text, bytes and
-/// log-probability, and its `top_logprobs`.
-pub fn logprobs_json(g: &Generation) -> Value {
-    if let Some(seen) = &g.logprobs {
-        let entry = |bytes: &[u8], logprob: f32| json!({"token": String::from_utf8_lossy(bytes), "logprob": logprob, "bytes": bytes});
-        let content: Vec<Value> = seen
-            .iter()
-            .map(|t| {
-                let mut e = entry(&t.bytes, t.logprob);
-                e["top_logprobs"] = t.top.iter().map(|(_, b, lp)| entry(b, *lp)).collect();
-                e
+/// A token's log-probability and its likeliest alternatives', as OpenAI's `ChatCompletionTokenLogprob` (the bytes
+/// are what the token adds to the text; `token` is them as UTF-8, lossily).
+#[derive(Debug, Clone, PartialEq, Serialize, ts_rs::TS)]
+#[ts(rename = "ChatTokenLogprob")]
+pub struct TokenLogprob {
+    pub token: String,
+    pub logprob: f32,
+    pub bytes: Vec<u8>,
+    pub top_logprobs: Vec<TopLogprob>,
+}
+
+/// One of a token's likeliest alternatives.
+#[derive(Debug, Clone, PartialEq, Serialize, ts_rs::TS)]
+pub struct TopLogprob {
+    pub token: String,
+    pub logprob: f32,
+    pub bytes: Vec<u8>,
+}
+
+/// A reply's new tokens with their log-probabilities and `top_logprobs` (`None` when not asked for).
+pub fn token_logprobs(g: &Generation) -> Option<Vec<TokenLogprob>> {
+    let token = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    let seen = g.logprobs.as_ref()?;
+    Some(
+        seen.iter()
+            .map(|t| TokenLogprob {
+                token: token(&t.bytes),
+                logprob: t.logprob,
+                bytes: t.bytes.clone(),
+                top_logprobs: t
+                    .top
+                    .iter()
+                    .map(|(_, bytes, logprob)| TopLogprob {
+                        token: token(bytes),
+                        logprob: *logprob,
+                        bytes: bytes.clone(),
+                    })
+                    .collect(),
             })
-            .collect();
-        return json!({"content": content, "refusal": null});
+            .collect(),
+    )
+}
+
+/// A reply's `logprobs` as OpenAI writes them (`null` when not asked for).
+pub fn logprobs_json(g: &Generation) -> Value {
+    match token_logprobs(g) {
+        Some(content) => json!({"content": content, "refusal": null}),
+        None => Value::Null,
     }
-    Value::Null
 }
 
 /// The whole reply as a `chat.completion`.
@@ -573,25 +607,47 @@ pub fn call_constraint(job: &ChatJob, tagged: bool) -> Option<ConstraintText> {
     })
 }
 
+/// A function call the model made (`message.tool_calls`), as OpenAI writes one.
+#[derive(Debug, Clone, PartialEq, Serialize, ts_rs::TS)]
+#[ts(rename = "OpenAIToolCall")]
+pub struct ToolCall {
+    pub id: String,
+    #[serde(rename = "type")]
+    #[ts(type = r#""function""#)]
+    pub kind: &'static str,
+    pub function: FunctionCall,
+}
+
+/// The function a [`ToolCall`] calls: `arguments` is JSON text.
+#[derive(Debug, Clone, PartialEq, Serialize, ts_rs::TS)]
+pub struct FunctionCall {
+    pub name: String,
+    pub arguments: String,
+}
+
 /// The tool calls in a reply: `<tool_call>{…}</tool_call>` blocks (Hermes, Qwen 2.5/3), or a reply that is one
 /// `{"name", "arguments" | "parameters"}` object (Llama 3.x); each must name one of `tools`. Returns the text before
-/// the first call and the calls in OpenAI's shape, or `None` when the reply is not calls.
-pub fn parse_tool_calls(text: &str, tools: &Value, id: &str) -> Option<(String, Value)> {
+/// the first call and the calls, or `None` when the reply is not calls.
+pub fn parse_tool_calls(text: &str, tools: &Value, id: &str) -> Option<(String, Vec<ToolCall>)> {
     let known = |name: &str| {
         tools
             .as_array()
             .is_some_and(|a| a.iter().any(|t| t["function"]["name"].as_str() == Some(name)))
     };
-    let call = |v: &Value, i: usize| -> Option<Value> {
+    let call = |v: &Value, i: usize| -> Option<ToolCall> {
         let name = v.get("name")?.as_str()?;
         let arguments = v.get("arguments").or_else(|| v.get("parameters"))?;
         let arguments = match arguments {
             Value::String(s) => s.clone(),
             other => other.to_string(),
         };
-        known(name).then(|| {
-            json!({"id": format!("call_{id}_{i}"), "type": "function",
-                "function": {"name": name, "arguments": arguments}})
+        known(name).then(|| ToolCall {
+            id: format!("call_{id}_{i}"),
+            kind: "function",
+            function: FunctionCall {
+                name: name.to_string(),
+                arguments,
+            },
         })
     };
     let mut calls = Vec::new();
@@ -605,10 +661,10 @@ pub fn parse_tool_calls(text: &str, tools: &Value, id: &str) -> Option<(String, 
     }
     if !calls.is_empty() {
         let before = text[..text.find("<tool_call>").unwrap_or(0)].trim().to_string();
-        return Some((before, Value::Array(calls)));
+        return Some((before, calls));
     }
     let v: Value = serde_json::from_str(text.trim()).ok()?;
-    Some((String::new(), Value::Array(vec![call(&v, 0)?])))
+    Some((String::new(), vec![call(&v, 0)?]))
 }
 
 /// The reply as a `chat.completion` of tool calls (`content`: the text before them, if any).
@@ -618,7 +674,7 @@ pub fn completion_with_calls(
     created: u64,
     g: &Generation,
     before: &str,
-    calls: &Value,
+    calls: &[ToolCall],
 ) -> Value {
     let content = if before.is_empty() { Value::Null } else { before.into() };
     json!({
@@ -643,8 +699,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!(before, "Let me see.");
-        assert_eq!(calls[0]["function"]["name"], "get_weather");
-        assert_eq!(calls[0]["function"]["arguments"], "{\"city\":\"Paris\"}");
+        assert_eq!(calls[0].function.name, "get_weather");
+        assert_eq!(calls[0].function.arguments, "{\"city\":\"Paris\"}");
         // Llama 3.x: the whole reply is one call, its arguments as `parameters`.
         let (_, calls) = parse_tool_calls(
             "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Rome\"}}",
@@ -652,7 +708,7 @@ mod tests {
             "y",
         )
         .unwrap();
-        assert_eq!(calls[0]["function"]["arguments"], "{\"city\":\"Rome\"}");
+        assert_eq!(calls[0].function.arguments, "{\"city\":\"Rome\"}");
         // Not calls: plain text, an unknown tool, broken JSON in the tags.
         assert!(parse_tool_calls("Paris is sunny.", &tools, "z").is_none());
         assert!(parse_tool_calls("{\"name\": \"other\", \"arguments\": {}}", &tools, "z").is_none());

@@ -43,8 +43,9 @@ const OUTPUT_PER_INPUT_BYTE: usize = 8;
 const TEMPLATE_NAME: &str = "chat_template";
 
 /// One message of a conversation.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, ts_rs::TS)]
 pub struct ChatMessage {
+    #[ts(type = "'system' | 'user' | 'assistant' | (string & {})")]
     pub role: String,
     pub content: String,
 }

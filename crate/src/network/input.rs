@@ -8,9 +8,10 @@ use super::{Layer, LayerType, Network};
 use crate::error::{LoomError, Result};
 
 /// The input a network expects.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, ts_rs::TS)]
 pub struct InputSpec {
     /// `"float"` or `"token_ids"`.
+    #[ts(type = r#""float" | "token_ids""#)]
     pub kind: &'static str,
     /// A shape that fits, batch 1 (for token ids: a sequence of `seq_length`, at least one).
     pub shape: Vec<usize>,

@@ -82,7 +82,7 @@ pub(super) fn dequantize_block(t: GgmlType, block: &[u8], out: &mut [f32]) {
 
 /// Elements sharing one scale in a block's stored codes: value = `scale`·(code − `zero`) + `min`, in float32 in
 /// that order (for the ggml types, as gguf-py computes them).
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, ts_rs::TS)]
 pub struct CodeGroup {
     pub len: usize,
     pub scale: f32,
