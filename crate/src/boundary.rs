@@ -309,15 +309,15 @@ pub fn typescript() -> String {
     format!(
         "// Generated from the Rust types by `typescript()` in crate/src/boundary.rs: do not edit.\n\
          // Field names are as the wasm modules hand them over; u64 byte counts are numbers (exact below 2^53).\n{}",
-        out.text
+        out.by_name.into_values().collect::<String>()
     )
 }
 
-/// Each type once, after the first that names it.
+/// Each type once, by name (ts-rs visits a type's dependencies in no fixed order).
 #[derive(Default)]
 struct Declarations {
     seen: std::collections::HashSet<std::any::TypeId>,
-    text: String,
+    by_name: BTreeMap<String, String>,
 }
 
 impl TypeVisitor for Declarations {
@@ -328,13 +328,9 @@ impl TypeVisitor for Declarations {
         // Only derived types have a file of their own to go to; the built-ins (String, Vec, maps) are inlined.
         if T::output_path().is_some() {
             let cfg = ts_rs::Config::new().with_large_int("number");
-            self.text.push('\n');
-            if let Some(docs) = T::docs() {
-                self.text.push_str(&docs);
-            }
-            self.text.push_str("export ");
-            self.text.push_str(&T::decl(&cfg));
-            self.text.push('\n');
+            let docs = T::docs().unwrap_or_default();
+            let text = format!("\n{docs}export {}\n", T::decl(&cfg));
+            self.by_name.insert(T::ident(&cfg), text);
         }
         T::visit_dependencies(self);
         T::visit_generics(self);
