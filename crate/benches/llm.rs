@@ -2,9 +2,10 @@
 //! (`scripts/bench_llm_llamacpp.py`) on the same GGUF file. Not a test: it prints JSON on stdout.
 //!
 //!   cargo bench -p loom-wasm --bench llm -- MODEL [--threads N] [--runs R] [--what LIST]
-//!       [--prefill-tokens 512] [--decode-tokens 128] [--ids IDS_JSON] [--simd all|avx2|none]
+//!       [--prefill-tokens 512] [--decode-tokens 128] [--ids IDS_JSON] [--simd all|avx512|avx2|none]
 //!
-//! `--simd avx2` caps the kernels at AVX2 (as a CPU without AVX-512 runs them); the JSON's `simd` says which ran.
+//! `--simd avx2` caps the kernels at AVX2 (as a CPU without AVX-512 runs them), `--simd avx512` at AVX-512 without
+//! VNNI; the JSON's `simd` says which ran.
 //!
 //! LIST is comma-separated (default `load,prefill,decode,ttft`):
 //! - `ids`: writes nothing else; prints the token ids both sides use: `prefill_ids` (a fixed sequence of ordinary
@@ -39,7 +40,7 @@ use serde_json::{json, Value};
 
 const USAGE: &str = "usage: cargo bench -p loom-wasm --bench llm -- MODEL [--threads N] [--runs R] \
 [--what ids|mem|accuracy|load,prefill,decode,ttft] [--prefill-tokens N] [--decode-tokens N] [--ids IDS_JSON] \
-[--simd all|avx2|none]";
+[--simd all|avx512|avx2|none]";
 
 /// The question of the time-to-first-token and decode prompts.
 const QUESTION: &str = "What is the capital of France?";
@@ -77,6 +78,7 @@ fn parse_args() -> BoxResult<Option<Args>> {
     let ids = take("--ids")?;
     let simd = match take("--simd")?.as_deref() {
         None | Some("all") => loom_wasm::quant::Simd::All,
+        Some("avx512") => loom_wasm::quant::Simd::Avx512,
         Some("avx2") => loom_wasm::quant::Simd::Avx2,
         Some("none") => loom_wasm::quant::Simd::None,
         Some(_) => return Err(USAGE.into()),

@@ -74,6 +74,7 @@ fn main() {
     ];
     // `BENCH_SIMD=avx2` (or `none`) caps the kernels.
     quant::set_simd(match std::env::var("BENCH_SIMD").as_deref() {
+        Ok("avx512") => quant::Simd::Avx512,
         Ok("avx2") => quant::Simd::Avx2,
         Ok("none") => quant::Simd::None,
         _ => quant::Simd::All,

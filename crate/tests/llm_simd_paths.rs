@@ -14,7 +14,7 @@ fn tiny_llama_on_every_kernel_path() {
     let expected = json(&dir.join("expected.json"));
     let prompts: Vec<Vec<u32>> = expected["prompts"].as_array().unwrap().iter().map(ids).collect();
     let mut paths = Vec::new();
-    for simd in [Simd::Avx2, Simd::None] {
+    for simd in [Simd::Avx512, Simd::Avx2, Simd::None] {
         quant::set_simd(simd);
         paths.push(quant::simd_in_use());
         let mut checked = 0;

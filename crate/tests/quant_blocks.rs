@@ -169,7 +169,7 @@ fn sixteen_bit_activations(t: GgmlType, n: usize) -> bool {
         GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K
     );
     match quant::simd_in_use() {
-        "avx512" | "simd128" => quantized,
+        "avx512" | "avx512-vnni" | "simd128" => quantized,
         "avx2" => {
             if n == 1 {
                 no_float_kernel
@@ -246,12 +246,13 @@ fn check_largest_q6_k_products(what: &str) {
 #[test]
 fn every_path_matches_gguf_py_and_numpy() {
     let mut paths = Vec::new();
-    for simd in [Simd::All, Simd::Avx2, Simd::None] {
+    for simd in [Simd::All, Simd::Avx512, Simd::Avx2, Simd::None] {
         quant::set_simd(simd);
         let path = quant::simd_in_use();
         match simd {
             Simd::None => assert_eq!(path, "portable"),
-            Simd::Avx2 => assert_ne!(path, "avx512"),
+            Simd::Avx2 => assert!(!path.starts_with("avx512")),
+            Simd::Avx512 => assert_ne!(path, "avx512-vnni"),
             Simd::All => {}
         }
         paths.push(path);
@@ -460,6 +461,55 @@ fn a_non_finite_block_scale_gives_a_non_finite_dot() {
                     }
                 }
             }
+        }
+    }
+}
+
+/// Decode over rows of every length from one to nine blocks of 32 (the kernels take blocks four at a time, and a
+/// row's last blocks one by one): rows made of the vectors' blocks, against float64 dots of gguf-py's values with
+/// the activations' blocks laid out the same way.
+#[test]
+fn decode_over_rows_of_one_to_nine_blocks() {
+    for t in [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q8_0,
+        GgmlType::LoomQ4_0,
+    ] {
+        let v = vectors(t);
+        let (per_row, block_bytes) = (v.cols / 32, v.bytes.len() / v.rows / (v.cols / 32));
+        for blocks in 1..=9 {
+            // Block j of each new row is block (j + r) % per_row of row r; the activations' block j is the
+            // vectors' block j % per_row.
+            let pick = |r: usize, j: usize| (j + r) % per_row;
+            let bytes: Vec<u8> = (0..v.rows)
+                .flat_map(|r| (0..blocks).map(move |j| (r, pick(r, j))))
+                .flat_map(|(r, b)| v.bytes[(r * per_row + b) * block_bytes..][..block_bytes].to_vec())
+                .collect();
+            let values: Vec<f32> = (0..v.rows)
+                .flat_map(|r| (0..blocks).map(move |j| (r, pick(r, j))))
+                .flat_map(|(r, b)| v.values[r * v.cols + 32 * b..][..32].to_vec())
+                .collect();
+            let x: Vec<f32> = (0..blocks)
+                .flat_map(|j| v.x[32 * (j % per_row)..][..32].to_vec())
+                .collect();
+            let cols = 32 * blocks;
+            let want: Vec<f32> = values
+                .chunks_exact(cols)
+                .map(|w| {
+                    w.iter()
+                        .zip(&x)
+                        .map(|(w, x)| f64::from(*w) * f64::from(*x))
+                        .sum::<f64>() as f32
+                })
+                .collect();
+            let w = QMatrix::new(t, v.rows, cols, &bytes).unwrap();
+            let mut y = vec![f32::NAN; v.rows];
+            quant::matmul(&w, &x, 1, &mut y).unwrap();
+            let what = format!("{t}, rows of {blocks} blocks, {}", quant::simd_in_use());
+            check_matmul(&what, &values, cols, &x, &want, &y, sixteen_bit_activations(t, 1));
         }
     }
 }

@@ -209,7 +209,7 @@ pub fn attention_group(
         && kv_offset + head_dim <= kv_dim
         && len * kv_dim <= k.len().min(v.len())
         && scores.len() >= heads * len
-        && crate::quant::simd_in_use() == "avx512"
+        && crate::quant::simd_in_use().starts_with("avx512")
     {
         let mut first = 0;
         while first < heads {

@@ -103,11 +103,11 @@ pub fn matmul_each(x: &[f32], n: usize, products: &mut [(QMatrix, &mut [f32])]) 
     #[cfg(target_arch = "x86_64")]
     let (tokens16, tokens32, tokens8) = {
         use super::activations::has_16bit_dot;
-        use super::simd_avx512_prefill::{available, Tokens16, TokensF32};
-        let vnni = level == Level::Avx512 && available();
+        use super::simd_avx512_prefill::{Tokens16, TokensF32};
+        let vnni = vnni(level);
         let wants = |f: fn(GgmlType) -> bool| x.len() / n > 0 && products.iter().any(|(w, _)| w.rows > 0 && f(w.ty));
         (
-            // SAFETY: `available` checked the CPU.
+            // SAFETY: `vnni` checked the CPU.
             match vnni && wants(has_16bit_dot) {
                 true => unsafe { Tokens16::new(x, n, x.len() / n) },
                 false => None,
@@ -215,6 +215,9 @@ pub enum Simd {
     None,
     /// At most AVX2 + FMA + F16C on x86-64 (as a CPU without AVX-512 runs); elsewhere the same as `All`.
     Avx2,
+    /// At most AVX-512 F and BW on x86-64, without the VNNI prefill (as a CPU without VNNI runs); elsewhere the same
+    /// as `All`.
+    Avx512,
     /// The best the CPU (or the wasm module) has.
     All,
 }
@@ -224,17 +227,25 @@ pub fn set_simd(limit: Simd) {
     SIMD.store(limit as u8, Ordering::Relaxed);
 }
 
-/// The kernel family decode and prefill use now: "portable", "avx2", "avx512" or "simd128".
+/// The kernel family decode and prefill use now: "portable", "avx2", "avx512", "avx512-vnni" or "simd128".
 pub fn simd_in_use() -> &'static str {
     match Level::current() {
         Level::Portable => "portable",
         #[cfg(target_arch = "x86_64")]
         Level::Avx2 => "avx2",
         #[cfg(target_arch = "x86_64")]
+        Level::Avx512 if vnni(Level::Avx512) => "avx512-vnni",
+        #[cfg(target_arch = "x86_64")]
         Level::Avx512 => "avx512",
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
         Level::Simd128 => "simd128",
     }
+}
+
+/// Whether the AVX-512 VNNI prefill kernels run at `level`: the CPU has them and the cap allows them.
+#[cfg(target_arch = "x86_64")]
+fn vnni(level: Level) -> bool {
+    level == Level::Avx512 && SIMD.load(Ordering::Relaxed) == Simd::All as u8 && super::simd_avx512_prefill::available()
 }
 
 /// The instruction set the kernels use.
@@ -260,7 +271,7 @@ impl Level {
         }
         #[cfg(target_arch = "x86_64")]
         if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c") {
-            return match limit == Simd::All as u8 && super::simd_avx512::available() {
+            return match limit >= Simd::Avx512 as u8 && super::simd_avx512::available() {
                 true => Level::Avx512,
                 false => Level::Avx2,
             };
