@@ -1,6 +1,6 @@
 // Builds dist/: the wasm-bindgen output of the three modules (scripts/build-pkg.sh at the repo root) plus the compiled TS, and
 // copies the repository's LICENSE next to package.json, where `npm pack` takes it into the tarball.
-import { cpSync, existsSync, readdirSync, rmSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
@@ -26,4 +26,8 @@ for (const [dir, name] of modules) {
   }
 }
 cpSync(`${web}../LICENSE`, `${web}LICENSE`);
+// The wasm boundary's types, generated from the Rust types (crate/src/boundary.rs): the public types import them
+// from here, not from the glue's .d.ts, which needs a newer `lib` (Symbol.dispose) than an app may have.
+mkdirSync(`${web}src/generated`, { recursive: true });
+cpSync(`${web}../crate/ts/boundary.ts`, `${web}src/generated/boundary.ts`);
 execFileSync(`${web}node_modules/.bin/tsc`, ['-p', `${web}tsconfig.json`], { stdio: 'inherit' });

@@ -8,7 +8,7 @@ import type { CacheBackend } from './cache.js';
 import { LoomError, throwIfAborted, toLoomError } from './errors.js';
 import { BlobReader, BytesReader, HttpReader, concat, defaultName, readAll } from './source.js';
 import type { ByteReader, WireSource } from './source.js';
-import type { BlobRange, RawOpenAIPlan, RawStep } from './pkg-chat/loom_chat.js';
+import type { BlobRange, RawOpenAIPlan, RawStep } from './generated/boundary.js';
 import type {
   ChatMessage, ConstraintText, ConvertOptions, FitReport, ForwardResult, GpuInfo, Inspection, LossReport, ModelDiff,
   Progress, RawForward, SendOptions, TensorPreview, TensorStats,

@@ -1,15 +1,15 @@
-// Public data shapes. What the wasm modules hand over is generated from the Rust types (crate/ts/boundary.ts, in
-// each module's .d.ts) and re-exported here; field names stay as the Rust structs serialize them.
+// Public data shapes. What the wasm modules hand over is generated from the Rust types (crate/ts/boundary.ts, copied
+// to src/generated/ by scripts/build.mjs) and re-exported here; field names stay as the Rust structs serialize them.
 import type {
   ChatMessage, ChatModelInfo, ChatTokenLogprob, Inspection, LossReport, ModelDiff, OpenAIToolCall, RawFit, RawForward,
   RawGpuInfo, RawReply, RawSendOptions, TensorPreview, TensorStats,
-} from './pkg/loom_wasm.js';
+} from './generated/boundary.js';
 export type {
   ChatMessage, ChatModelInfo, ChatTokenLogprob, ClippedHistogram, CodeGroup, ConstraintText, DiffEntry, FitCpu, FitGpu,
   FitTensor, FunctionCall, Grid, Histogram, InputSpec, Inspection, LayerLoss, LayerRow, LlmSummary, LossReport,
   ModelDiff, OpenAIToolCall, PartRow, RawFit, RawForward, RawGpuInfo, RawReply, RawSendOptions, StopReason,
   TensorPreview, TensorRow, TensorStats, TopLogprob,
-} from './pkg/loom_wasm.js';
+} from './generated/boundary.js';
 
 /** What `inspect`/`open` accept: a file or bytes, or a URL to fetch (in Node also a file path or `file:` URL). */
 export type Source = File | Blob | ArrayBuffer | Uint8Array | string | URL;
