@@ -379,8 +379,43 @@ pub fn par_chunks(
 #[cfg(not(target_arch = "wasm32"))]
 const MIN_TASK_ROWS: usize = 16;
 
-/// A 16-bit decode kernel: the dot of one stored row with rounded activations.
-type Kernel16 = unsafe fn(GgmlType, &[u8], &Activations16) -> f32;
+/// A 16-bit decode kernel: the dots of a run of stored rows (`out.len()` of them, each as long) with rounded
+/// activations.
+type Kernel16 = unsafe fn(GgmlType, &[u8], &Activations16, &mut [f32]);
+
+/// `out[i] = dot(row i)` over the `out.len()` equal rows in `rows`.
+#[inline(always)]
+pub(super) fn each_row(rows: &[u8], out: &mut [f32], dot: impl Fn(&[u8]) -> f32) {
+    if out.is_empty() {
+        return;
+    }
+    let row_bytes = rows.len() / out.len();
+    let ahead = PREFETCH_BYTES.div_ceil(row_bytes) * row_bytes;
+    for (y, row) in out.iter_mut().zip(rows.chunks_exact(row_bytes)) {
+        prefetch(row.as_ptr().wrapping_add(ahead), row_bytes);
+        *y = dot(row);
+    }
+}
+
+/// How far ahead of its reads a decode kernel asks the cache for a matrix's bytes: decode reads each weight once,
+/// and without it the reads wait on memory (SmolLM2 Q4_0 decode 1.4× faster on a Xeon with it).
+pub(super) const PREFETCH_BYTES: usize = 2048;
+
+/// Asks the cache for the lines of the `len` bytes at `p`, which may lie past the matrix (a prefetch never faults).
+#[inline(always)]
+pub(super) fn prefetch(p: *const u8, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let mut i = 0;
+        while i < len {
+            // SAFETY: SSE is part of x86-64; a prefetch changes nothing the program sees.
+            unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.wrapping_add(i).cast()) };
+            i += 64;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (p, len);
+}
 
 /// One token's activations rounded to 16 bits, with the kernel that takes them, where `level` has one for one of
 /// the matrix types `types`.
@@ -391,11 +426,14 @@ fn decode_16(
 ) -> Option<(Activations16, Kernel16)> {
     let kernel: Kernel16 = match level {
         #[cfg(target_arch = "x86_64")]
-        Level::Avx512 => super::simd_avx512::row_dot_16,
+        Level::Avx512 => super::simd_avx512::rows_dot_16,
+        // SAFETY (both): the caller's, which `Level::current` checked.
         #[cfg(target_arch = "x86_64")]
-        Level::Avx2 => super::simd_x86_16::row_dot_16,
+        Level::Avx2 => {
+            |ty, rows, x, out| each_row(rows, out, |row| unsafe { super::simd_x86_16::row_dot_16(ty, row, x) })
+        }
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-        Level::Simd128 => super::simd_wasm::row_dot_16,
+        Level::Simd128 => |ty, rows, x, out| each_row(rows, out, |row| super::simd_wasm::row_dot_16(ty, row, x)),
         Level::Portable => return None,
     };
     let mut types = types.filter(|&t| has_16bit_dot(level, t));
@@ -504,15 +542,11 @@ fn rows_kernel(
         let row_bytes = w.row(0).len();
         let rows = &w.data[first * row_bytes..(first + out.len()) * row_bytes];
         if let Some((x16, kernel)) = x16 {
-            for (y, row) in out.iter_mut().zip(rows.chunks_exact(row_bytes)) {
-                // SAFETY: `decode_16` chose the kernel for this CPU, and `x16` rounds a token of `cols` values.
-                *y = unsafe { kernel(w.ty, row, x16) };
-            }
+            // SAFETY: `decode_16` chose the kernel for this CPU, and `x16` rounds a token of `cols` values.
+            unsafe { kernel(w.ty, rows, x16, out) };
             return;
         }
-        for (y, row) in out.iter_mut().zip(rows.chunks_exact(row_bytes)) {
-            *y = row_dot(level, w.ty, row, x);
-        }
+        each_row(rows, out, |row| row_dot(level, w.ty, row, x));
         return;
     }
     let cols = w.cols;

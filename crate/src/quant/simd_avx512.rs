@@ -6,6 +6,7 @@
 use std::arch::x86_64::*;
 
 use super::activations::Activations16;
+use super::matmul::{each_row, prefetch};
 use super::GgmlType;
 
 /// Whether this CPU has the instructions the kernels use.
@@ -13,23 +14,24 @@ pub(super) fn available() -> bool {
     is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("f16c")
 }
 
-/// The dot of one stored row with `x`, for the types of [`super::activations::has_16bit_dot`].
+/// The dots of the stored rows `rows` (`out.len()` of them, each as long) with `x`, for the types of
+/// [`super::activations::has_16bit_dot`].
 ///
 /// # Safety
-/// [`available`] is true, and `x` holds at least the row's blocks.
+/// [`available`] is true, and `x` holds at least a row's blocks.
 #[target_feature(enable = "avx512f,avx512bw,f16c")]
-pub(super) unsafe fn row_dot_16(ty: GgmlType, row: &[u8], x: &Activations16) -> f32 {
+pub(super) unsafe fn rows_dot_16(ty: GgmlType, rows: &[u8], x: &Activations16, out: &mut [f32]) {
     match ty {
-        GgmlType::Q4_0 => dot::<Q4_0>(row, x),
-        GgmlType::Q4_1 => dot::<Q4_1>(row, x),
-        GgmlType::Q8_0 => dot::<Q8_0>(row, x),
-        GgmlType::LoomQ4_0 => dot::<LoomQ4_0>(row, x),
-        GgmlType::Q5_0 => dot::<Q5_0>(row, x),
-        GgmlType::Q5_1 => dot::<Q5_1>(row, x),
-        GgmlType::Q4_K => dot_k::<Q4K>(row, x),
-        GgmlType::Q5_K => dot_k::<Q5K>(row, x),
-        GgmlType::Q6_K => dot_k::<Q6K>(row, x),
-        _ => unreachable!("row_dot_16 on {ty}: check has_16bit_dot first"),
+        GgmlType::Q4_0 => dots::<Q4_0>(rows, x, out),
+        GgmlType::Q4_1 => dots::<Q4_1>(rows, x, out),
+        GgmlType::Q8_0 => dots::<Q8_0>(rows, x, out),
+        GgmlType::LoomQ4_0 => dots::<LoomQ4_0>(rows, x, out),
+        GgmlType::Q5_0 => dots::<Q5_0>(rows, x, out),
+        GgmlType::Q5_1 => dots::<Q5_1>(rows, x, out),
+        GgmlType::Q4_K => each_row(rows, out, |row| dot_k::<Q4K>(row, x)),
+        GgmlType::Q5_K => each_row(rows, out, |row| dot_k::<Q5K>(row, x)),
+        GgmlType::Q6_K => each_row(rows, out, |row| dot_k::<Q6K>(row, x)),
+        _ => unreachable!("rows_dot_16 on {ty}: check has_16bit_dot first"),
     }
 }
 
@@ -180,6 +182,67 @@ impl Block for LoomQ4_0 {
     }
 }
 
+/// [`dot`] over the `out.len()` equal rows in `rows`, four at a time: each block's activations are loaded once for
+/// four rows, each row has one accumulator (four independent chains), and the four are summed in one reduction.
+#[target_feature(enable = "avx512f,avx512bw,f16c")]
+unsafe fn dots<B: Block>(rows: &[u8], x: &Activations16, out: &mut [f32]) {
+    let n = out.len();
+    if n == 0 {
+        return;
+    }
+    let row_bytes = rows.len() / n;
+    let blocks = row_bytes / B::BYTES;
+    assert!(rows.len() == n * row_bytes && row_bytes == blocks * B::BYTES);
+    assert!(x.a.len() >= 32 * blocks && x.scale_sum.len() >= blocks);
+    if B::HAS_MIN {
+        assert!(x.pair_sum.len() >= 16 * blocks);
+    }
+    let mut r = 0;
+    while r + 4 <= n {
+        let p = rows.as_ptr().add(r * row_bytes);
+        let (mut a0, mut a1, mut a2, mut a3) = (zero(), zero(), zero(), zero());
+        for k in 0..blocks {
+            let ahead = p.wrapping_add(4 * row_bytes + 4 * k * B::BYTES);
+            prefetch(ahead, 4 * B::BYTES);
+            let xk = XBlock::load::<B>(x, k);
+            let b = p.add(k * B::BYTES);
+            a0 = block::<B>(b, &xk, a0);
+            a1 = block::<B>(b.add(row_bytes), &xk, a1);
+            a2 = block::<B>(b.add(2 * row_bytes), &xk, a2);
+            a3 = block::<B>(b.add(3 * row_bytes), &xk, a3);
+        }
+        _mm_storeu_ps(out.as_mut_ptr().add(r), reduce4(a0, a1, a2, a3));
+        r += 4;
+    }
+    for (y, row) in out[r..].iter_mut().zip(rows[r * row_bytes..].chunks_exact(row_bytes)) {
+        *y = dot::<B>(row, x);
+    }
+}
+
+/// The lane sums of four vectors, `[Σv0, Σv1, Σv2, Σv3]`.
+#[target_feature(enable = "avx512f,avx512bw,f16c")]
+unsafe fn reduce4(v0: __m512, v1: __m512, v2: __m512, v3: __m512) -> __m128 {
+    // Quarters (128 bits) of two vectors folded in half side by side: [v0 (two quarters), v1 (two quarters)].
+    let fold = |a, b| {
+        _mm512_add_ps(
+            _mm512_shuffle_f32x4::<0b01_00_01_00>(a, b),
+            _mm512_shuffle_f32x4::<0b11_10_11_10>(a, b),
+        )
+    };
+    let (v01, v23) = (fold(v0, v1), fold(v2, v3));
+    // Quarter i: four partial sums of v_i.
+    let q = _mm512_add_ps(
+        _mm512_shuffle_f32x4::<0b10_00_10_00>(v01, v23),
+        _mm512_shuffle_f32x4::<0b11_01_11_01>(v01, v23),
+    );
+    let q = _mm512_add_ps(q, _mm512_permute_ps::<0b10_11_00_01>(q));
+    let q = _mm512_add_ps(q, _mm512_permute_ps::<0b01_00_11_10>(q));
+    _mm512_castps512_ps128(_mm512_permutexvar_ps(
+        _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+        q,
+    ))
+}
+
 /// `Σ_blocks scale_w·scale_x·Σ q·a (+ m·Σx)` over one row.
 #[target_feature(enable = "avx512f,avx512bw,f16c")]
 unsafe fn dot<B: Block>(row: &[u8], x: &Activations16) -> f32 {
@@ -188,18 +251,19 @@ unsafe fn dot<B: Block>(row: &[u8], x: &Activations16) -> f32 {
     if B::HAS_MIN {
         assert!(x.pair_sum.len() >= 16 * blocks);
     }
+    let b = |k: usize| row.as_ptr().add(k * B::BYTES);
     // Four accumulators in named variables (an array indexed by `k % 4` would live in memory).
     let (mut a0, mut a1, mut a2, mut a3) = (zero(), zero(), zero(), zero());
     let mut k = 0;
     while k + 4 <= blocks {
-        a0 = block::<B>(row, x, k, a0);
-        a1 = block::<B>(row, x, k + 1, a1);
-        a2 = block::<B>(row, x, k + 2, a2);
-        a3 = block::<B>(row, x, k + 3, a3);
+        a0 = block::<B>(b(k), &XBlock::load::<B>(x, k), a0);
+        a1 = block::<B>(b(k + 1), &XBlock::load::<B>(x, k + 1), a1);
+        a2 = block::<B>(b(k + 2), &XBlock::load::<B>(x, k + 2), a2);
+        a3 = block::<B>(b(k + 3), &XBlock::load::<B>(x, k + 3), a3);
         k += 4;
     }
     while k < blocks {
-        a0 = block::<B>(row, x, k, a0);
+        a0 = block::<B>(b(k), &XBlock::load::<B>(x, k), a0);
         k += 1;
     }
     _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)))
@@ -210,22 +274,45 @@ unsafe fn zero() -> __m512 {
     _mm512_setzero_ps()
 }
 
-/// `acc` plus block `k` of `row` (`k` < the row's blocks, `x` holds them): `scale_w·scale_x·Σ q·a`, lane by lane,
-/// and with a minimum `m·(x[2i] + x[2i + 1])` in the lane of the pair `i`.
+/// Block `k` of the activations, as [`block`] takes it.
+struct XBlock {
+    a: __m512i,
+    /// The scale in lane 0.
+    scale: __m128,
+    /// `x[2i] + x[2i + 1]` in lane `i` (a type with a minimum; otherwise zero).
+    pair_sum: __m512,
+}
+
+impl XBlock {
+    /// # Safety
+    /// AVX-512 F and BW; `x` holds block `k` (and its pair sums when `B` has a minimum).
+    #[target_feature(enable = "avx512f,avx512bw,f16c")]
+    unsafe fn load<B: Block>(x: &Activations16, k: usize) -> XBlock {
+        XBlock {
+            a: _mm512_loadu_si512(x.a.as_ptr().add(32 * k).cast()),
+            scale: _mm_load_ss(&x.scale_sum.get_unchecked(k)[0]),
+            pair_sum: match B::HAS_MIN {
+                true => _mm512_loadu_ps(x.pair_sum.as_ptr().add(16 * k)),
+                false => zero(),
+            },
+        }
+    }
+}
+
+/// `acc` plus the block at `b` times the activations' block `x`: `scale_w·scale_x·Σ q·a`, lane by lane, and with a
+/// minimum `m·(x[2i] + x[2i + 1])` in the lane of the pair `i`.
 #[target_feature(enable = "avx512f,avx512bw,f16c")]
-unsafe fn block<B: Block>(row: &[u8], x: &Activations16, k: usize, acc: __m512) -> __m512 {
-    let b = row.as_ptr().add(k * B::BYTES);
-    let a = _mm512_loadu_si512(x.a.as_ptr().add(32 * k).cast());
+unsafe fn block<B: Block>(b: *const u8, x: &XBlock, acc: __m512) -> __m512 {
     // Pairs of 16-bit products summed into 32 bits: exact (|q·a| ≤ 128·32767).
-    let q = _mm512_madd_epi16(B::codes(b), a);
+    let q = _mm512_madd_epi16(B::codes(b), x.a);
     let scale_min = B::scale_min(b);
-    let scale = _mm_mul_ss(scale_min, _mm_load_ss(&x.scale_sum.get_unchecked(k)[0]));
+    let scale = _mm_mul_ss(scale_min, x.scale);
     let acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), _mm512_broadcastss_ps(scale), acc);
     if !B::HAS_MIN {
         return acc;
     }
     let min = _mm512_permutexvar_ps(_mm512_set1_epi32(1), _mm512_castps128_ps512(scale_min));
-    _mm512_fmadd_ps(_mm512_loadu_ps(x.pair_sum.as_ptr().add(16 * k)), min, acc)
+    _mm512_fmadd_ps(x.pair_sum, min, acc)
 }
 
 /// A K-quant's super-block of 256: eight sub-blocks of 32, each with its own scale (and minimum).
