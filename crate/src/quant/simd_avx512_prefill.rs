@@ -249,7 +249,7 @@ unsafe fn kernel<const RB: usize, const TB: usize, const G: usize, const MIN: bo
 }
 
 /// The kernels' results: `acc[k][t]` (lane `j`: token `16(g + t) + j`) into row `row + k` of `y`, for the first `n`
-/// tokens; `RB` is 4 or 1.
+/// tokens.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
 // `t` picks a token group in every row's accumulators (`acc[k][t]`).
 #[allow(clippy::needless_range_loop)]
@@ -258,14 +258,23 @@ unsafe fn store<const RB: usize, const TB: usize>(acc: [[__m512; TB]; RB], n: us
         let tokens = (n - (g + t) * 16).min(16);
         // Token `j`'s row `row` of `y`.
         let out = y.y.add((g + t) * 16 * y.rows + row);
-        if RB == 4 {
-            store4([acc[0][t], acc[1][t], acc[2][t], acc[3][t]], tokens, out, y.rows);
-        } else {
+        let mut k = 0;
+        while k + 4 <= RB {
+            store4(
+                [acc[k][t], acc[k + 1][t], acc[k + 2][t], acc[k + 3][t]],
+                tokens,
+                out.add(k),
+                y.rows,
+            );
+            k += 4;
+        }
+        while k < RB {
             let mut lanes = [0f32; 16];
-            _mm512_storeu_ps(lanes.as_mut_ptr(), acc[0][t]);
+            _mm512_storeu_ps(lanes.as_mut_ptr(), acc[k][t]);
             for (j, v) in lanes.into_iter().take(tokens).enumerate() {
-                *out.add(j * y.rows) = v;
+                *out.add(j * y.rows + k) = v;
             }
+            k += 1;
         }
     }
 }
@@ -345,11 +354,18 @@ pub(super) unsafe fn rows_f32(ty: GgmlType, rows: &[u8], first: usize, x: &Token
         let first = first + i * TILE_ROWS;
         let mut r = 0;
         while r < count {
-            let take = if count - r >= 4 { 4 } else { 1 };
+            let take = match count - r {
+                8.. => 8,
+                4.. => 4,
+                _ => 1,
+            };
             let mut g = 0;
             while g < groups {
                 let step = (groups - g).min(3);
                 match (take, step) {
+                    (8, 3) => kernel_f32::<8, 3>(&tile, r, x, g, first, y),
+                    (8, 2) => kernel_f32::<8, 2>(&tile, r, x, g, first, y),
+                    (8, _) => kernel_f32::<8, 1>(&tile, r, x, g, first, y),
                     (4, 3) => kernel_f32::<4, 3>(&tile, r, x, g, first, y),
                     (4, 2) => kernel_f32::<4, 2>(&tile, r, x, g, first, y),
                     (4, _) => kernel_f32::<4, 1>(&tile, r, x, g, first, y),
