@@ -184,6 +184,7 @@ impl Block for LoomQ4_0 {
 
 /// [`dot`] over the `out.len()` equal rows in `rows`, four at a time: each block's activations are loaded once for
 /// four rows, each row has one accumulator (four independent chains), and the four are summed in one reduction.
+/// The next four rows are asked of the cache while these are read, a share of them per block.
 #[target_feature(enable = "avx512f,avx512bw,f16c")]
 unsafe fn dots<B: Block>(rows: &[u8], x: &Activations16, out: &mut [f32]) {
     let n = out.len();
