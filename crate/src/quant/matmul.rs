@@ -398,7 +398,7 @@ pub(super) fn each_row(rows: &[u8], out: &mut [f32], dot: impl Fn(&[u8]) -> f32)
 }
 
 /// How far ahead of its reads a decode kernel asks the cache for a matrix's bytes: decode reads each weight once,
-/// and without it the reads wait on memory (SmolLM2 Q4_0 decode 1.4× faster on a Xeon with it).
+/// and without it the reads wait on memory (SmolLM2 decode 1.2–1.4× faster with it on a Xeon, BENCHMARKS.md).
 pub(super) const PREFETCH_BYTES: usize = 2048;
 
 /// Asks the cache for the lines of the `len` bytes at `p`, which may lie past the matrix (a prefetch never faults).
