@@ -215,9 +215,7 @@ unsafe fn dots<B: Block>(rows: &[u8], x: &Activations16, out: &mut [f32]) {
         _mm_storeu_ps(out.as_mut_ptr().add(r), reduce4(a0, a1, a2, a3));
         r += 4;
     }
-    for (y, row) in out[r..].iter_mut().zip(rows[r * row_bytes..].chunks_exact(row_bytes)) {
-        *y = dot::<B>(row, x);
-    }
+    each_row(&rows[r * row_bytes..], &mut out[r..], |row| dot::<B>(row, x));
 }
 
 /// The lane sums of four vectors, `[Σv0, Σv1, Σv2, Σv3]`.
