@@ -4,10 +4,10 @@
 #   bash scripts/device-check.sh --build     here: release `loom`, the device_check bench and the gpu_ops / llm_gpu
 #                                           test binaries (stripped, gzipped), the tiny-llama goldens and the Vulkan
 #                                           loader packages, all into .devcheck/ (ignored; about 15 MB)
-#   bash scripts/device-check.sh --build --base COMMIT
-#                                           the same, plus COMMIT's device_check (built in a worktree under
-#                                           target/) as .devcheck/bin/device_check_base: the run then measures that
-#                                           engine beside this one, same machine, same call
+#   bash scripts/device-check.sh --build --base COMMIT [COMMIT...]
+#                                           the same, plus each COMMIT's device_check (built in a worktree under
+#                                           target/) as .devcheck/bin/device_check_base_COMMIT: the run then measures
+#                                           those engines beside this one, same machine, same call
 #   bash scripts/device-check.sh             there (the device tool: carry [".devcheck"]), or here on lavapipe
 #
 # No model file travels: device_check generates each model's weights from a seed at the real shapes of
@@ -15,11 +15,11 @@
 # $OUT/device-check.json (adapter, features, limits, the GPU op cases and tiny-llama goldens on the GPU, `loom
 # generate --device gpu` against the goldens' greedy ids, then per shape × type: decode and prefill tok/s,
 # dispatches per token and per-kernel GPU time from timestamp queries with each matvec's bytes/s against the
-# measured copy bandwidth) and the logs beside it. It takes about 3 minutes on an H100.
+# measured copy bandwidth), and the logs and raw JSON beside it in logs.tar.gz. It takes about 3 minutes on an H100.
 # Environment: OUT (default target/device-check), SHAPES (all, or e.g. tiny on a CPU adapter), TYPES,
 # PREFILL_TOKENS (512), DECODE_TOKENS (64), RUNS (2), FOLD_NORMS (0, 1 or both; default: the engine's choice),
-# CASES (a pattern: only the GPU op cases it matches), BASE_TYPES (the types of the baseline run, when
-# .devcheck/bin/device_check_base is there: --build --base's, its commit in .devcheck/base-commit).
+# PREFILL_CHUNKS (prompt tokens per submit to time the prefill at too; default 64,128,256,512; none: empty),
+# CASES (a pattern: only the GPU op cases it matches), BASE_TYPES (the types of the baseline runs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 dc=.devcheck
@@ -44,13 +44,15 @@ if [ "${1:-}" = "--build" ]; then
     # The device image may lack the Vulkan loader (the driver's ICD is there): Debian's, unpacked at run time.
     (cd "$dc/gl" && apt-get download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2 >/dev/null 2>&1) || echo "no Vulkan loader package fetched" >&2
     if [ "${2:-}" = "--base" ]; then
-        base="${3:?--base needs a commit}"
+        shift 2
         wt=target/devcheck-base/tree
-        rm -rf "$wt" && git worktree prune && git worktree add --detach "$wt" "$base" >/dev/null
-        strip -o "$dc/bin/device_check_base" "$(cd "$wt" && CARGO_TARGET_DIR=../target cargo bench -p loom-wasm \
-            --bench device_check --no-run --message-format=json 2>/dev/null | exe)"
-        git worktree remove --force "$wt"
-        echo "$(git rev-parse --short "$base") ($base)" > "$dc/base-commit"
+        for base in "$@"; do
+            short="$(git rev-parse --short "$base")"
+            rm -rf "$wt" && git worktree prune && git worktree add --detach "$wt" "$base" >/dev/null
+            strip -o "$dc/bin/device_check_base_$short" "$(cd "$wt" && CARGO_TARGET_DIR=../target cargo bench \
+                -p loom-wasm --bench device_check --no-run --message-format=json 2>/dev/null | exe)"
+            git worktree remove --force "$wt"
+        done
     fi
     # Compressed, so that they and the tree stay under the device tool's 64 MiB; unpacked there.
     gzip -9 "$dc"/bin/*
@@ -106,25 +108,27 @@ for f in f32 f16 q8_0 q4_0 q4_1; do
         >>"$OUT/generate.jsonl"
 done
 echo "=== device_check at real shapes"
+chunks="${PREFILL_CHUNKS-64,128,256,512}"
 timeout 300 "$dc/bin/device_check" --shapes "${SHAPES:-all}" --types "${TYPES:-q4_0,q4_1,q8_0,q4_k_m,f16}" \
     --prefill-tokens "${PREFILL_TOKENS:-512}" --decode-tokens "${DECODE_TOKENS:-64}" --runs "${RUNS:-2}" \
-    ${FOLD_NORMS:+--fold-norms "$FOLD_NORMS"} \
+    ${FOLD_NORMS:+--fold-norms "$FOLD_NORMS"} ${chunks:+--prefill-chunks "$chunks"} \
     >"$OUT/shapes.json" 2>"$OUT/device_check.log"
 echo "device_check exit $?"
 tail -n 25 "$OUT/device_check.log"
-# A baseline: the device_check of an earlier commit put into .devcheck/bin by hand (same harness, older engine; gzip
-# it beside the others), run
-# on the same machine in the same session so that the two compare.
-if [ -x "$dc/bin/device_check_base" ]; then
-    echo "=== baseline device_check ($(cat "$dc/base-commit" 2>/dev/null))"
-    timeout 300 "$dc/bin/device_check_base" --shapes "${SHAPES:-all}" --types "${BASE_TYPES:-${TYPES:-q4_0,q4_1,q8_0,q4_k_m,f16}}" \
+# Baselines: earlier commits' device_check (--build --base), the same harness over an older engine, run on the same
+# machine in the same call so that the engines compare.
+for bin in "$dc"/bin/device_check_base_*; do
+    [ -x "$bin" ] || continue
+    commit="${bin##*_}"
+    echo "=== baseline device_check ($commit)"
+    timeout 300 "$bin" --shapes "${SHAPES:-all}" --types "${BASE_TYPES:-${TYPES:-q4_0,q4_1,q8_0,q4_k_m,f16}}" \
         --prefill-tokens "${PREFILL_TOKENS:-512}" --decode-tokens "${DECODE_TOKENS:-64}" --runs "${RUNS:-2}" \
-        >"$OUT/shapes-base.json" 2>"$OUT/device_check_base.log"
-    echo "baseline exit $?"
-fi
+        >"$OUT/shapes-base-$commit.json" 2>"$OUT/device_check_base_$commit.log"
+    echo "baseline $commit exit $?"
+done
 
 python3 - "$OUT" "$dc" "$started" <<'EOF'
-import json, re, sys, time
+import glob, json, re, sys, time
 out, dc, started = sys.argv[1], sys.argv[2], int(sys.argv[3])
 
 def tests(name):
@@ -162,14 +166,16 @@ except OSError:
     smi = []
 report = {"nvidia_smi": smi, "op_cases": tests("gpu_ops"), "goldens": tests("llm_gpu"),
           "loom_generate": generate, **shapes, "seconds": int(time.time()) - started}
-try:
-    report["baseline"] = {"commit": open(f"{dc}/base-commit").read().strip(),
-                          "runs": json.load(open(f"{out}/shapes-base.json"))["runs"]}
-except (OSError, ValueError, KeyError):
-    pass
+report["baselines"] = []
+for path in sorted(glob.glob(f"{out}/shapes-base-*.json")):
+    try:
+        report["baselines"].append({"commit": path.rsplit("-", 1)[1][:-5], "runs": json.load(open(path))["runs"]})
+    except (OSError, ValueError, KeyError) as e:
+        report["baselines"].append({"commit": path, "error": str(e)})
 json.dump(report, open(f"{out}/device-check.json", "w"), indent=1)
 print(json.dumps({k: report[k] for k in ("op_cases", "goldens", "seconds")}, indent=1))
-for r in report.get("runs", []) + [dict(r, type=r["type"] + " base") for r in report.get("baseline", {}).get("runs", [])]:
+for r in report.get("runs", []) + [dict(r, type=r["type"] + " " + b["commit"])
+                                   for b in report["baselines"] for r in b.get("runs", [])]:
     if "error" in r:
         print(f"{r['shape']:>14} {r['type']:>7}  ERROR {r['error']}")
     else:
@@ -177,5 +183,9 @@ for r in report.get("runs", []) + [dict(r, type=r["type"] + " base") for r in re
               f"{r['prefill']['tok_s']:9.1f} tok/s  deep {r.get('decode_after_prompt', {}).get('tok_s', 0):7.1f}  "
               f"{r['per_decoded_token']['dispatches']} dispatches/token  "
               f"folded {r['fold_norms']['decode']:d}/{r['fold_norms']['prefill']:d}  "
-              f"gpu {r['decode']['gpu_ms_per_token']:.3f} ms/token")
+              f"gpu {r['decode']['gpu_ms_per_token']:.3f} ms/token"
+              + "".join(f"  prefill@{c['chunk']} {c['tok_s']:.0f}" for c in r.get("prefill_by_chunk", [])))
 EOF
+# The device tool brings back at most 8 files: the report, and the logs and raw JSON in one archive.
+(cd "$OUT" && find . -maxdepth 1 -type f ! -name device-check.json ! -name logs.tar.gz -printf '%P\n' \
+    | tar czf logs.tar.gz --remove-files -T -)

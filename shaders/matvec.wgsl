@@ -729,12 +729,35 @@ fn scale_min_k4(s: u32, j: u32) -> vec2<f32> {
     return vec2<f32>(f32(sc), f32(mn));
 }
 
+// The (scale, min) of sub-blocks c and c + 1 (c even) as d·scale and dmin·min, from the super-block's first four
+// words: f16 d | f16 dmin, then the 12 bytes of scales as words s0, s1, s2 (`scale_min_k4` unpacked from words
+// already loaded).
+fn scales_k4(dm: u32, s0: u32, s1: u32, s2: u32, c: u32) -> vec4<f32> {
+    let d = half(dm & 0xFFFFu);
+    let dmin = half(dm >> 16u);
+    var lo: vec2<u32>;
+    var hi: vec2<u32>;
+    if c < 4u {
+        lo = vec2<u32>((s0 >> (8u * c)) & 63u, (s1 >> (8u * c)) & 63u);
+        hi = vec2<u32>((s0 >> (8u * c + 8u)) & 63u, (s1 >> (8u * c + 8u)) & 63u);
+    } else {
+        let a = 8u * (c - 4u);
+        let b = a + 8u;
+        lo = vec2<u32>(((s2 >> a) & 0xFu) | ((((s0 >> a) >> 6u) & 3u) << 4u),
+                       ((s2 >> (a + 4u)) & 0xFu) | ((((s1 >> a) >> 6u) & 3u) << 4u));
+        hi = vec2<u32>(((s2 >> b) & 0xFu) | ((((s0 >> b) >> 6u) & 3u) << 4u),
+                       ((s2 >> (b + 4u)) & 0xFu) | ((((s1 >> b) >> 6u) & 3u) << 4u));
+    }
+    return vec4<f32>(d * f32(lo.x), dmin * f32(lo.y), d * f32(hi.x), dmin * f32(hi.y));
+}
+
 // @@ ggml_q4_k
 // llama.cpp Q4_K, 144-byte (word-aligned) super-blocks of 256: f16 d | f16 dmin | 12 bytes of 6-bit scales and
 // mins | 128 bytes qs. Sub-block c (32 elements) is nibble c % 2 of qs[32·(c/2) ..]; value d·sc·q − dmin·m.
-// A part is one sub-block.
+// A part is one word t of qs: byte 4t + m holds elements 64·(t/8) + 4·(t%8) + m (low nibble, sub-block 2·(t/8)) and
+// that + 32 (high nibble, the next sub-block), so that neighbouring lanes read neighbouring words.
 const EPU: u32 = 256u;
-const SPU: u32 = 8u;
+const SPU: u32 = 32u;
 
 fn unit_value(u: u32, k: u32) -> f32 {
     let base = 36u * u;
@@ -745,30 +768,33 @@ fn unit_value(u: u32, k: u32) -> f32 {
     return half(dm & 0xFFFFu) * sm.x * f32(q) - half(dm >> 16u) * sm.y;
 }
 
-fn part_dot(u: u32, c: u32, xb: u32) -> XV {
+fn part_dot(u: u32, t: u32, xb: u32) -> XV {
     let base = 36u * u;
-    let shift = 4u * (c & 1u);
-    let qs = base + 4u + 8u * (c >> 1u);
-    var s = XV();
-    var sx = XV();
-    for (var w = 0u; w < 8u; w++) {
-        let v = word(qs + w) >> shift;
-        for (var m = 0u; m < 4u; m++) {
-            let xi = xv(xb + 32u * c + 4u * w + m);
-            s += xi * f32((v >> (8u * m)) & 0xFu);
-            sx += xi;
-        }
+    let v = word(base + 4u + t);
+    let col = xb + 64u * (t >> 3u) + 4u * (t & 7u);
+    var lo = XV();
+    var hi = XV();
+    var sx_lo = XV();
+    var sx_hi = XV();
+    for (var m = 0u; m < 4u; m++) {
+        let b = v >> (8u * m);
+        let xl = xv(col + m);
+        let xh = xv(col + 32u + m);
+        lo += xl * f32(b & 0xFu);
+        hi += xh * f32((b >> 4u) & 0xFu);
+        sx_lo += xl;
+        sx_hi += xh;
     }
-    let dm = word(base);
-    let sm = scale_min_k4(4u * base + 4u, c);
-    return (half(dm & 0xFFFFu) * sm.x) * s - (half(dm >> 16u) * sm.y) * sx;
+    let k = scales_k4(word(base), word(base + 1u), word(base + 2u), word(base + 3u), 2u * (t >> 3u));
+    return k.x * lo - k.y * sx_lo + k.z * hi - k.w * sx_hi;
 }
 
 // @@ ggml_q5_k
 // llama.cpp Q5_K, 176-byte (word-aligned) super-blocks of 256: f16 d | f16 dmin | 12 bytes scales/mins | 32 bytes
 // qh | 128 bytes qs. Sub-block c takes nibbles as Q4_K and bit c of qh[l] as bit 4; value d·sc·q − dmin·m.
+// A part is one word t of qs, as Q4_K's, with qh's word t % 8.
 const EPU: u32 = 256u;
-const SPU: u32 = 8u;
+const SPU: u32 = 32u;
 
 fn unit_value(u: u32, k: u32) -> f32 {
     let base = 44u * u;
@@ -781,33 +807,38 @@ fn unit_value(u: u32, k: u32) -> f32 {
     return half(dm & 0xFFFFu) * sm.x * f32(lo | (hi << 4u)) - half(dm >> 16u) * sm.y;
 }
 
-fn part_dot(u: u32, c: u32, xb: u32) -> XV {
+fn part_dot(u: u32, t: u32, xb: u32) -> XV {
     let base = 44u * u;
-    let shift = 4u * (c & 1u);
-    let qs = base + 12u + 8u * (c >> 1u);
-    var s = XV();
-    var sx = XV();
-    for (var w = 0u; w < 8u; w++) {
-        let v = word(qs + w) >> shift;
-        let h = word(base + 4u + w) >> c;
-        for (var m = 0u; m < 4u; m++) {
-            let q = ((v >> (8u * m)) & 0xFu) | (((h >> (8u * m)) & 1u) << 4u);
-            let xi = xv(xb + 32u * c + 4u * w + m);
-            s += xi * f32(q);
-            sx += xi;
-        }
+    let v = word(base + 12u + t);
+    // Bits 2·(t/8) and 2·(t/8) + 1 of each qh byte: the low and high nibbles' fifth bits.
+    let h = word(base + 4u + (t & 7u)) >> (2u * (t >> 3u));
+    let col = xb + 64u * (t >> 3u) + 4u * (t & 7u);
+    var lo = XV();
+    var hi = XV();
+    var sx_lo = XV();
+    var sx_hi = XV();
+    for (var m = 0u; m < 4u; m++) {
+        let b = v >> (8u * m);
+        let hb = h >> (8u * m);
+        let xl = xv(col + m);
+        let xh = xv(col + 32u + m);
+        lo += xl * f32((b & 0xFu) | ((hb & 1u) << 4u));
+        hi += xh * f32(((b >> 4u) & 0xFu) | ((hb & 2u) << 3u));
+        sx_lo += xl;
+        sx_hi += xh;
     }
-    let dm = word(base);
-    let sm = scale_min_k4(4u * base + 4u, c);
-    return (half(dm & 0xFFFFu) * sm.x) * s - (half(dm >> 16u) * sm.y) * sx;
+    let k = scales_k4(word(base), word(base + 1u), word(base + 2u), word(base + 3u), 2u * (t >> 3u));
+    return k.x * lo - k.y * sx_lo + k.z * hi - k.w * sx_hi;
 }
 
 // @@ ggml_q6_k
 // llama.cpp Q6_K, 210-byte super-blocks of 256: 128 bytes ql | 64 bytes qh | 16 int8 scales | f16 d. Sub-block c
 // (32 elements, half h = c / 4): low 4 bits are nibble (c / 2) % 2 of ql[64h + 32·(c % 2) + l], high 2 bits are
 // bits 2·(c % 4) of qh[32h + l]; q − 32 times d·scales[2c + l / 16].
+// A part is one word r of qh (half h = r / 8, l = 4·(r % 8) + m): elements 128h + l + 32j for j = 0..3, from
+// ql[64h + l] and ql[64h + 32 + l], so that neighbouring lanes read neighbouring words.
 const EPU: u32 = 256u;
-const SPU: u32 = 8u;
+const SPU: u32 = 16u;
 
 fn q6_scale(base: u32, i: u32) -> f32 {
     return f32(i32(byte_at(base + 192u + i) << 24u) >> 24u);
@@ -823,31 +854,31 @@ fn unit_value(u: u32, k: u32) -> f32 {
     return half_at(base + 208u) * q6_scale(base, 2u * c + (l >> 4u)) * (f32(lo | (hi << 4u)) - 32.0);
 }
 
-fn part_dot(u: u32, c: u32, xb: u32) -> XV {
+fn part_dot(u: u32, r: u32, xb: u32) -> XV {
     let base = 210u * u;
-    let h = c >> 2u;
-    let ql = base + 64u * h + 32u * (c & 1u);
-    let qh = base + 128u + 32u * h;
-    let sl = 4u * ((c >> 1u) & 1u);
-    let sh = 2u * (c & 3u);
+    let h = r >> 3u;
+    let l = 4u * (r & 7u);
+    let vh = word_at(base + 128u + 32u * h + l);
+    let v0 = word_at(base + 64u * h + l);
+    let v1 = word_at(base + 64u * h + 32u + l);
+    let col = xb + 128u * h + l;
     var s0 = XV();
     var s1 = XV();
-    for (var w = 0u; w < 8u; w++) {
-        let vl = word_at(ql + 4u * w) >> sl;
-        let vh = word_at(qh + 4u * w) >> sh;
-        var s = XV();
-        for (var m = 0u; m < 4u; m++) {
-            let q = ((vl >> (8u * m)) & 0xFu) | (((vh >> (8u * m)) & 3u) << 4u);
-            s += xv(xb + 32u * c + 4u * w + m) * (f32(q) - 32.0);
-        }
-        if w < 4u {
-            s0 += s;
-        } else {
-            s1 += s;
-        }
+    var s2 = XV();
+    var s3 = XV();
+    for (var m = 0u; m < 4u; m++) {
+        let sh = 8u * m;
+        let qh = vh >> sh;
+        s0 += xv(col + m) * (f32(((v0 >> sh) & 0xFu) | ((qh & 3u) << 4u)) - 32.0);
+        s1 += xv(col + 32u + m) * (f32(((v1 >> sh) & 0xFu) | ((qh & 0xCu) << 2u)) - 32.0);
+        s2 += xv(col + 64u + m) * (f32(((v0 >> (sh + 4u)) & 0xFu) | (qh & 0x30u)) - 32.0);
+        s3 += xv(col + 96u + m) * (f32(((v1 >> (sh + 4u)) & 0xFu) | ((qh & 0xC0u) >> 2u)) - 32.0);
     }
+    // Element 128h + l + 32j's scale is scales[8h + l / 16 + 2j].
+    let i = 8u * h + (l >> 4u);
     let d = half_at(base + 208u);
-    return (d * q6_scale(base, 2u * c)) * s0 + (d * q6_scale(base, 2u * c + 1u)) * s1;
+    return (d * q6_scale(base, i)) * s0 + (d * q6_scale(base, i + 2u)) * s1 + (d * q6_scale(base, i + 4u)) * s2
+        + (d * q6_scale(base, i + 6u)) * s3;
 }
 
 // @@ ggml_loomq4_0

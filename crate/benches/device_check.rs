@@ -4,12 +4,13 @@
 //! Q5_0 / Q8_0 as llama.cpp's do). Not a test: it prints one JSON document on stdout.
 //!
 //!   cargo bench -p loom-wasm --bench device_check -- [--shapes a,b] [--types a,b] [--prefill-tokens 512]
-//!       [--decode-tokens 64] [--runs 2] [--seed 1] [--fold-norms 0|1|both]
+//!       [--decode-tokens 64] [--runs 2] [--seed 1] [--fold-norms 0|1|both] [--prefill-chunks 64,128,...]
 //!
 //! For each shape × type: upload time, prefill and greedy decode tok/s (wall clock, median of `runs` after a
 //! warm-up; decode after a 16-token prompt and after the whole prefill prompt), dispatches and submits per decoded token, then one prefill and the decode steps again with timestamp
 //! queries on (where the adapter has them): GPU time per kernel per token and, for matvecs, the weight bytes/s it
-//! achieved against the device-to-device copy bandwidth measured first. The synthetic weights give meaningless
+//! achieved against the device-to-device copy bandwidth measured first. With `--prefill-chunks`, the prefill is
+//! timed again at each of those prompt tokens per submit (`GpuEngine::set_prefill_chunk`). The synthetic weights give meaningless
 //! tokens; the logits are only checked to be finite. Without arguments (as under `cargo test --all-targets`) it
 //! prints its usage and exits successfully.
 
@@ -29,7 +30,8 @@ use rayon::prelude::*;
 use serde_json::{json, Value};
 
 const USAGE: &str = "usage: cargo bench -p loom-wasm --bench device_check -- --shapes all|NAME,... \
-     [--types q4_0,q4_1,q8_0,q4_k_m,f16] [--prefill-tokens 512] [--decode-tokens 64] [--runs 2] [--seed 1] [--fold-norms 0|1|both]";
+     [--types q4_0,q4_1,q8_0,q4_k_m,f16] [--prefill-tokens 512] [--decode-tokens 64] [--runs 2] [--seed 1] \
+     [--fold-norms 0|1|both] [--prefill-chunks 64,128,...]";
 
 type BoxResult<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -323,6 +325,8 @@ struct Run {
     prefill: usize,
     decode: usize,
     runs: usize,
+    /// Prompt tokens per submit to time the prefill at too.
+    chunks: Vec<usize>,
 }
 
 fn run_one(
@@ -359,18 +363,33 @@ fn run_one(
         .map(|i| 100 + (i * 7919) % (s.vocab as u32 - 100))
         .collect();
 
-    let mut prefill_ms = Vec::new();
     let mut finite = true;
-    for run in 0..=r.runs {
-        engine.reset();
-        let t = Instant::now();
-        let logits = pollster::block_on(engine.forward_logits(&prompt, false))?;
-        if run > 0 {
-            prefill_ms.push(ms_since(t));
+    let mut prefill = |engine: &mut GpuEngine| -> BoxResult<Vec<f64>> {
+        let mut ms = Vec::new();
+        for run in 0..=r.runs {
+            engine.reset();
+            let t = Instant::now();
+            let logits = pollster::block_on(engine.forward_logits(&prompt, false))?;
+            if run > 0 {
+                ms.push(ms_since(t));
+            }
+            finite &= logits.iter().all(|v| v.is_finite());
         }
-        finite &= logits.iter().all(|v| v.is_finite());
-    }
+        Ok(ms)
+    };
+    let prefill_ms = prefill(&mut engine)?;
     let prefill_submits = engine.last_call().submits;
+    let default_chunk = engine.prefill_chunk();
+    let mut by_chunk = Vec::new();
+    for &chunk in &r.chunks {
+        let taken = engine.set_prefill_chunk(chunk);
+        let ms = prefill(&mut engine)?;
+        by_chunk.push(
+            json!({"chunk": taken, "ms": ms, "tok_s": r.prefill as f64 / (median(&ms) / 1e3),
+                             "submits": engine.last_call().submits}),
+        );
+    }
+    engine.set_prefill_chunk(default_chunk);
     let decode_prompt = &prompt[..prompt.len().min(16)];
     let decode = |engine: &mut GpuEngine| -> BoxResult<f64> {
         engine.reset();
@@ -431,6 +450,8 @@ fn run_one(
         "logits_finite": finite,
         "prefill": {"tokens": r.prefill, "ms": prefill_ms, "tok_s": r.prefill as f64 / (p / 1e3),
                     "submits": prefill_submits, "gpu_ms_per_token": prefill_gpu_ms},
+        "prefill_chunk": default_chunk,
+        "prefill_by_chunk": by_chunk,
         "decode": {"tokens": r.decode, "ms": decode_ms, "tok_s": r.decode as f64 / (d / 1e3),
                    "ms_per_token": ms_per_token, "gpu_ms_per_token": decode_gpu_ms,
                    "weight_gb_s": weight_bytes as f64 / (ms_per_token / 1e3) / 1e9},
@@ -462,6 +483,10 @@ fn main() -> BoxResult<()> {
         prefill: number("--prefill-tokens", 512)?.max(1),
         decode: number("--decode-tokens", 64)?.max(1),
         runs: number("--runs", 2)?.max(1),
+        chunks: match value("--prefill-chunks") {
+            Some(v) => v.split(',').map(|c| c.parse()).collect::<Result<_, _>>()?,
+            None => Vec::new(),
+        },
     };
     let seed = number("--seed", 1)? as u64;
     let shapes: Vec<&Shape> = if shapes == "all" {

@@ -82,6 +82,27 @@ fn tiny_llama_loom_q4_0_entity_on_the_gpu() {
     });
 }
 
+/// A prompt longer than the engine's chunk runs in several submits (`GpuEngine::set_prefill_chunk`), each chunk's
+/// queries reading the cache its earlier chunks wrote: the logits at every position are still the goldens'.
+#[test]
+fn prompts_over_several_chunks_match_the_goldens() {
+    let gpu = gpu();
+    let (expected, prompts) = tiny_expected();
+    for name in ["gguf_f32", "gguf_q4_1"] {
+        let set = &expected["weight_sets"][name];
+        let model = LlmModel::open(&golden().join("tiny-llama").join(set["file"].as_str().unwrap())).unwrap();
+        for chunk in [1, 3, 7] {
+            let label = format!("{name}, chunks of {chunk}");
+            check_tiny_on(model.config.vocab, &label, set, &prompts, TINY_GPU, &mut || {
+                let e = GpuEngine::new(gpu.clone(), &model.config, &model.weights, None);
+                let mut e = pollster::block_on(e).unwrap();
+                assert_eq!(e.set_prefill_chunk(chunk), chunk);
+                Box::new(e)
+            });
+        }
+    }
+}
+
 /// Every weight tensor over the device's storage-binding limit is split across bindings: with a limit of 24 KiB the
 /// f32 embedding table (64 KiB) takes three, and the logits are the same.
 #[test]

@@ -27,8 +27,14 @@ use crate::gpu::{
     MAX_WEIGHT_BINDINGS,
 };
 
-/// Prompt tokens per submit: bounds the activation buffers of a long prompt.
-const GPU_CHUNK: usize = 64;
+/// Prompt tokens per submit on CPU adapters: bounds the activation buffers of a long prompt and a submit's time.
+const CPU_ADAPTER_CHUNK: usize = 64;
+/// Prompt tokens per submit on GPUs: a prefill dispatch's workgroups grow with its tokens, and 64 tokens left an
+/// H100's SMs mostly idle.
+const GPU_CHUNK: usize = 256;
+/// The most prompt tokens per submit on GPUs ([`GpuEngine::set_prefill_chunk`]): a windowed layer's KV ring holds
+/// its window and one chunk.
+const MAX_GPU_CHUNK: usize = 512;
 
 /// The largest hidden × FFN width whose decode steps read the gated product inside the down projection: on an H100
 /// that saved its dispatch on SmolLM2 (576 × 1536) and Gemma-3-270M (640 × 2048) and cost Qwen2.5-0.5B
@@ -73,11 +79,11 @@ pub fn engine_context(cfg: &ModelConfig, context: Option<usize>) -> usize {
     context.unwrap_or(DEFAULT_GPU_CONTEXT).min(cfg.context).max(1)
 }
 
-/// The rows of layer `l`'s KV cache in an engine of `context` positions: every position, or for a windowed layer a
-/// ring of the window and a chunk (`shaders/attention.wgsl` wraps positions), so that a chunk's writes never reach
-/// the rows its first query reads.
-fn kv_rows(cfg: &ModelConfig, l: usize, context: usize) -> usize {
-    cfg.window(l).map_or(context, |w| context.min(w + GPU_CHUNK))
+/// The rows of layer `l`'s KV cache in an engine of `context` positions whose chunks are at most `chunk` tokens:
+/// every position, or for a windowed layer a ring of the window and a chunk (`shaders/attention.wgsl` wraps
+/// positions), so that a chunk's writes never reach the rows its first query reads.
+fn kv_rows(cfg: &ModelConfig, l: usize, context: usize, chunk: usize) -> usize {
+    cfg.window(l).map_or(context, |w| context.min(w + chunk))
 }
 
 /// What opening a model on a device needs, from its tensors' sizes alone (the headers: nothing of the weights is
@@ -87,7 +93,7 @@ pub struct GpuFit {
     /// Positions the KV cache would hold (as [`GpuEngineBuilder::new`] chooses).
     pub context: usize,
     pub weight_bytes: u64,
-    /// Keys and values of every layer (a windowed layer's ring is its window and a chunk).
+    /// Keys and values of every layer (a windowed layer's ring is its window and a chunk, as large as a GPU's).
     pub kv_cache_bytes: u64,
     /// The largest tensor, by name.
     pub largest: (String, u64),
@@ -111,7 +117,7 @@ impl GpuFit {
         }
         let mut kv_cache_bytes = 0;
         for l in 0..cfg.n_layers {
-            let rows = kv_rows(cfg, l, context) as u64;
+            let rows = kv_rows(cfg, l, context, MAX_GPU_CHUNK) as u64;
             let bytes = rows * cfg.kv_dim() as u64 * 4;
             kv_cache_bytes += 2 * bytes;
             if bytes > binding.min(limits.max_buffer_size) {
@@ -244,6 +250,9 @@ pub struct GpuEngine {
     fuse_glu: Option<bool>,
     /// The adapter is a GPU (a workgroup per matvec row), not a CPU adapter.
     on_gpu: bool,
+    /// Prompt tokens per submit, and the most it may be set to (a windowed layer's ring holds one more chunk).
+    chunk: usize,
+    max_chunk: usize,
     last: GpuCallStats,
     /// The draw of the step in flight (for [`Output::Sampled`]) and the buffer of its penalised ids.
     draw: Option<SampleArgs>,
@@ -426,13 +435,14 @@ impl GpuEngineBuilder {
         };
         let draw_ids = Sample::ids_buffer(g).await?;
         let allowed = LogitMask::buffer(g, cfg.vocab).await?;
+        let on_gpu = RowLayout::for_adapter(&gpu) != RowLayout::Lane;
+        let max_chunk = if on_gpu { MAX_GPU_CHUNK } else { CPU_ADAPTER_CHUNK };
         let mut caches = Vec::with_capacity(cfg.n_layers);
         for l in 0..cfg.n_layers {
-            let rows = kv_rows(&cfg, l, cfg.context);
+            let rows = kv_rows(&cfg, l, cfg.context, max_chunk);
             caches.push(KvCache::new(g, cfg.n_kv_heads, cfg.head_dim, rows).await?);
         }
         let ropes = cfg.ropes();
-        let on_gpu = RowLayout::for_adapter(&gpu) != RowLayout::Lane;
         Ok(GpuEngine {
             gpu,
             cfg,
@@ -448,6 +458,8 @@ impl GpuEngineBuilder {
             fold_norms: None,
             fuse_glu: None,
             on_gpu,
+            chunk: if on_gpu { GPU_CHUNK } else { CPU_ADAPTER_CHUNK },
+            max_chunk,
             last: GpuCallStats::default(),
             draw: None,
             draw_ids,
@@ -509,6 +521,34 @@ impl GpuEngine {
             self.fold_norms = Some(fold);
             self.arenas.clear();
         }
+    }
+
+    /// Prompt tokens per submit from here on: `tokens` within 1 ..= the engine's most (512 on GPUs, 64 on CPU
+    /// adapters, as a windowed layer's ring was sized); returns the size taken. Without this call: 256 on GPUs, 64 on
+    /// CPU adapters.
+    pub fn set_prefill_chunk(&mut self, tokens: usize) -> usize {
+        self.chunk = tokens.clamp(1, self.max_chunk);
+        self.chunk
+    }
+
+    /// Prompt tokens per submit.
+    pub fn prefill_chunk(&self) -> usize {
+        self.chunk
+    }
+
+    /// Prompt tokens per submit for a call that reads back `out`: every token's logits are read through one binding,
+    /// which caps the chunk at what its logits fit.
+    fn chunk_tokens(&self, out: Output) -> usize {
+        if out != Output::AllLogits {
+            return self.chunk;
+        }
+        let per_token = 4 * self.cfg.vocab as u64;
+        let binding = self
+            .gpu
+            .limits
+            .max_storage_buffer_binding_size
+            .min(self.gpu.limits.max_buffer_size);
+        self.chunk.min((binding / per_token).max(1) as usize)
     }
 
     /// Whether a chunk of `tokens` runs with the norms folded: as set, or by the engine's choice, measured on an
@@ -738,9 +778,10 @@ impl GpuEngine {
         self.last = GpuCallStats::default();
         let counted = self.gpu.counts();
         let before = self.cached;
-        let chunks = tokens.len().div_ceil(GPU_CHUNK);
+        let size = self.chunk_tokens(out);
+        let chunks = tokens.len().div_ceil(size);
         let mut result = Vec::new();
-        for (i, chunk) in tokens.chunks(GPU_CHUNK).enumerate() {
+        for (i, chunk) in tokens.chunks(size).enumerate() {
             // Only the last chunk hands back the last token's logits or id.
             let out = if i + 1 == chunks || out == Output::AllLogits {
                 out
@@ -795,7 +836,7 @@ impl GpuEngine {
         rec.flush();
         let arena = rec.swap_arena(None).unwrap_or_default();
         // Keep the decode arena and the full-chunk prefill arena; other lengths come once per prompt.
-        if tokens.len() == 1 || tokens.len() == GPU_CHUNK {
+        if tokens.len() == 1 || tokens.len() == self.chunk_tokens(out) {
             self.arenas.insert(key, arena);
         }
         self.last.bytes_read_back += bytes.len() as u64;
