@@ -38,15 +38,28 @@ fn rms_norm(
         return;
     }
     let base = row * p.n;
-    var ss = 0.0;
-    for (var i = lane; i < p.n; i += 256u) {
-        let v = x[base + i];
+    // Two values a step into separate sums, so that their loads overlap (one at a time, a GPU's compiler waited on
+    // each load in turn).
+    var ss = vec2<f32>(0.0);
+    var i = lane;
+    for (; i + 256u < p.n; i += 512u) {
+        let v = vec2<f32>(x[base + i], x[base + i + 256u]);
         ss += v * v;
     }
-    let inv = 1.0 / sqrt(sum256(ss, lane) / f32(p.n) + p.eps);
+    if i < p.n {
+        ss.x += x[base + i] * x[base + i];
+    }
+    let inv = 1.0 / sqrt(sum256(ss.x + ss.y, lane) / f32(p.n) + p.eps);
     let g = (row % p.gamma_rows) * p.n;
-    for (var i = lane; i < p.n; i += 256u) {
-        y[base + i] = x[base + i] * inv * w[g + i];
+    i = lane;
+    for (; i + 256u < p.n; i += 512u) {
+        let a = x[base + i] * w[g + i];
+        let b = x[base + i + 256u] * w[g + i + 256u];
+        y[base + i] = a * inv;
+        y[base + i + 256u] = b * inv;
+    }
+    if i < p.n {
+        y[base + i] = x[base + i] * w[g + i] * inv;
     }
 }
 
@@ -61,17 +74,32 @@ fn add_rms_norm(
         return;
     }
     let base = row * p.n;
-    var ss = 0.0;
-    // Each lane reads back only what it wrote: no barrier needed between the add and the scaling.
-    for (var i = lane; i < p.n; i += 256u) {
-        let v = h[base + i] + x[base + i];
-        h[base + i] = v;
+    var ss = vec2<f32>(0.0);
+    // Each lane reads back only what it wrote: no barrier needed between the add and the scaling. Two values a step,
+    // as in rms_norm.
+    var i = lane;
+    for (; i + 256u < p.n; i += 512u) {
+        let v = vec2<f32>(h[base + i], h[base + i + 256u]) + vec2<f32>(x[base + i], x[base + i + 256u]);
+        h[base + i] = v.x;
+        h[base + i + 256u] = v.y;
         ss += v * v;
     }
-    let inv = 1.0 / sqrt(sum256(ss, lane) / f32(p.n) + p.eps);
+    if i < p.n {
+        let v = h[base + i] + x[base + i];
+        h[base + i] = v;
+        ss.x += v * v;
+    }
+    let inv = 1.0 / sqrt(sum256(ss.x + ss.y, lane) / f32(p.n) + p.eps);
     let g = (row % p.gamma_rows) * p.n;
-    for (var i = lane; i < p.n; i += 256u) {
-        y[base + i] = h[base + i] * inv * w[g + i];
+    i = lane;
+    for (; i + 256u < p.n; i += 512u) {
+        let a = h[base + i] * w[g + i];
+        let b = h[base + i + 256u] * w[g + i + 256u];
+        y[base + i] = a * inv;
+        y[base + i + 256u] = b * inv;
+    }
+    if i < p.n {
+        y[base + i] = h[base + i] * w[g + i] * inv;
     }
 }
 

@@ -383,8 +383,11 @@ fn a_decoded_token_is_one_submit_that_creates_nothing() {
         e.set_fold_norms(fold);
         let mut last = pollster::block_on(e.forward_argmax(&[1, 5, 9, 13])).unwrap();
         // Submits are counted where the queue takes them (Gpu::submit_count), not by the engine: a prompt is one
-        // submit per chunk of up to 64 tokens.
+        // submit per chunk (64 tokens on CPU adapters, 256 on GPUs; 64 here, within tiny-llama's 256 positions).
         assert_eq!(e.last_call().submits, 1);
+        let cpu = gpu.info.device_type == wgpu::DeviceType::Cpu;
+        assert_eq!(e.prefill_chunk(), if cpu { 64 } else { 256 });
+        assert_eq!(e.set_prefill_chunk(64), 64);
         let submits = gpu.submit_count();
         let long: Vec<u32> = (0..130).map(|i| i % 200 + 1).collect();
         pollster::block_on(e.forward_logits(&long, false)).unwrap();

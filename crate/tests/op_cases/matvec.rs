@@ -431,6 +431,8 @@ pub async fn ggml_blocks_match_their_cpu_twin(gpu: &Gpu) {
             (768, 66, 17, Activation::Linear),
             // Enough rows for the tiled body's 64-row workgroups on GPUs (4 lanes a row above).
             (256, 4100, 17, Activation::Linear),
+            // One row of x through many short rows (an LM head): tiled, 4 lanes a row, on GPUs.
+            (256, 16390, 1, Activation::Linear),
         ] {
             let bytes = random_blocks(t, (n_in * n_out).div_ceil(t.block_len()), (n_in + n_out) as u64);
             check_blocks(gpu, p, &bytes, (n_in, n_out, batch), act, &format!("{t}")).await;

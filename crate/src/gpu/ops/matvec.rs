@@ -79,6 +79,9 @@ impl XRead {
 
 /// Workgroups of the tiled body's 64 rows from which it runs a lane a row on GPUs (4 lanes a row below).
 const TILED_FULL_GROUPS: u32 = 128;
+/// The fewest rows, and the widest, of a one-row product that runs tiled on GPUs (`MatVec::tiled_decode`).
+const TILED_DECODE_ROWS: usize = 16384;
+const TILED_DECODE_WIDTH: usize = 1024;
 
 /// A section of `shaders/matvec.wgsl` (between `// @@ name` and the next marker).
 fn section(name: &str) -> &'static str {
@@ -575,13 +578,22 @@ impl MatVec {
     }
 
     /// Whether a product with `bt` batch rows a workgroup runs `body_tiled` (one lane per row over x staged in
-    /// shared memory), where every row of `w` starts at a whole unit: prefill batches, and on CPU adapters a gated
-    /// unit's product (computed once per tile, not once per row: their lanes are rows).
+    /// shared memory), where every row of `w` starts at a whole unit: prefill batches, on GPUs a single row of x
+    /// through many short rows (an LM head: see [`tiled_decode`]), and on CPU adapters a gated unit's product
+    /// (computed once per tile, not once per row: their lanes are rows).
     fn tiled(&self, w: &PackedWeights, bt: u32, x: XRead) -> bool {
         let epu = self.packing.unit_elements(self.shader_f16);
-        (bt == 16 || self.layout == RowLayout::Lane && x == XRead::Glu)
+        (bt == 16 || self.layout == RowLayout::Lane && x == XRead::Glu || self.tiled_decode(w, bt))
             && w.n_in.is_multiple_of(epu)
             && (w.first as usize).is_multiple_of(epu)
+    }
+
+    /// Whether a product of one row of x runs `body_tiled` with 4 lanes a row: on GPUs, for at least
+    /// [`TILED_DECODE_ROWS`] rows of at most [`TILED_DECODE_WIDTH`] (the LM heads of SmolLM2, Qwen2.5 and Gemma 3),
+    /// whose workgroup a row spent more on starting and reducing than on the row (Q8_0 heads read 300-370 GB/s on an
+    /// H200, the 2,048-wide Q6_K head of Llama-3.2-1B 805).
+    fn tiled_decode(&self, w: &PackedWeights, bt: u32) -> bool {
+        bt == 1 && self.layout != RowLayout::Lane && w.n_out >= TILED_DECODE_ROWS && w.n_in <= TILED_DECODE_WIDTH
     }
 
     /// The pipeline of `tiled`'s entry point in `body_tiled` if given, else of the layout's body.
@@ -659,7 +671,9 @@ impl MatVec {
         // The tiled body runs a lane a row (64 rows a workgroup), or on GPUs 4 (16 rows) where 64-row workgroups
         // would not cover an H100's 132 SMs: 4 lanes a row sped SmolLM2's prefill by 10-15% there and slowed
         // Llama-3.2-1B's, whose products fill it either way, by 10-25%.
-        let split_rows = tiled && self.layout != RowLayout::Lane && n_out.div_ceil(64) * groups_y < TILED_FULL_GROUPS;
+        let split_rows = tiled
+            && self.layout != RowLayout::Lane
+            && (n_out.div_ceil(64) * groups_y < TILED_FULL_GROUPS || self.tiled_decode(w, bt));
         let row_groups = match self.layout {
             _ if split_rows => n_out.div_ceil(16),
             _ if tiled => n_out.div_ceil(64),
