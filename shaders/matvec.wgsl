@@ -79,32 +79,16 @@ fn edge_dot(start: u32, end: u32, first: u32, step: u32) -> XV {
     return acc;
 }
 
-// Σ x² over columns first, first + step, ... of the batch rows (for the norm of x_norm; XV() without it). Four
-// columns a step, each into its own sum, so that their loads overlap: a GPU's compiler (NVIDIA's Vulkan driver) ran
-// such loops a load latency an iteration.
+// Σ x² over columns first, first + step, ... of the batch rows (for the norm of x_norm; XV() without it).
 fn lane_squares(first: u32, step: u32) -> XV {
-    var a = XV();
-    var b = XV();
-    var c = XV();
-    var d = XV();
+    var acc = XV();
     if NORM {
-        var i = first;
-        for (; i + 3u * step < p.n_in; i += 4u * step) {
-            let v0 = xv_raw(i);
-            let v1 = xv_raw(i + step);
-            let v2 = xv_raw(i + 2u * step);
-            let v3 = xv_raw(i + 3u * step);
-            a += mul_rows(v0, v0);
-            b += mul_rows(v1, v1);
-            c += mul_rows(v2, v2);
-            d += mul_rows(v3, v3);
-        }
-        for (; i < p.n_in; i += step) {
+        for (var i = first; i < p.n_in; i += step) {
             let v = xv_raw(i);
-            a += mul_rows(v, v);
+            acc += mul_rows(v, v);
         }
     }
-    return (a + b) + (c + d);
+    return acc;
 }
 
 // Writes output row o for this workgroup's batch rows: act(sum · scale + bias), or adds it to y with
@@ -932,20 +916,10 @@ fn lane_sum(o: u32, lane: u32) -> XV {
         let ub = end / EPU; // one past the last whole unit
         // The whole units, SPU parts each, spread over the lanes.
         let parts = select(0u, (ub - ua) * SPU, ub > ua);
-        // Two parts a step into separate sums, so that their loads overlap (see `lane_squares`).
-        var acc2 = XV();
-        var i = lane;
-        for (; i + 64u < parts; i += 128u) {
-            let u = ua + i / SPU;
-            let u2 = ua + (i + 64u) / SPU;
-            acc += part_dot(u, i % SPU, u * EPU - start);
-            acc2 += part_dot(u2, (i + 64u) % SPU, u2 * EPU - start);
-        }
-        if i < parts {
+        for (var i = lane; i < parts; i += 64u) {
             let u = ua + i / SPU;
             acc += part_dot(u, i % SPU, u * EPU - start);
         }
-        acc += acc2;
         // The partial units at both ends (fewer than EPU elements each: up to 255 for K-quant super-blocks), one
         // element per lane at a time.
         acc += edge_dot(start, end, lane, 64u);
