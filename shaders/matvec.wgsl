@@ -772,21 +772,22 @@ fn part_dot(u: u32, t: u32, xb: u32) -> XV {
     let base = 36u * u;
     let v = word(base + 4u + t);
     let col = xb + 64u * (t >> 3u) + 4u * (t & 7u);
-    var lo = XV();
-    var hi = XV();
-    var sx_lo = XV();
-    var sx_hi = XV();
-    for (var m = 0u; m < 4u; m++) {
-        let b = v >> (8u * m);
-        let xl = xv(col + m);
-        let xh = xv(col + 32u + m);
-        lo += xl * f32(b & 0xFu);
-        hi += xh * f32((b >> 4u) & 0xFu);
-        sx_lo += xl;
-        sx_hi += xh;
-    }
     let k = scales_k4(word(base), word(base + 1u), word(base + 2u), word(base + 3u), 2u * (t >> 3u));
-    return k.x * lo - k.y * sx_lo + k.z * hi - k.w * sx_hi;
+    // The low nibbles (sub-block 2·(t/8)), then the high ones (the next sub-block, 32 columns on). One `xv` in the
+    // loop body: x_glu's activations inline into every read, which a software adapter compiles slowly.
+    var total = XV();
+    for (var n = 0u; n < 2u; n++) {
+        var s = XV();
+        var sx = XV();
+        for (var m = 0u; m < 4u; m++) {
+            let xi = xv(col + 32u * n + m);
+            s += xi * f32((v >> (8u * m + 4u * n)) & 0xFu);
+            sx += xi;
+        }
+        let sm = select(k.xy, k.zw, n == 1u);
+        total += sm.x * s - sm.y * sx;
+    }
+    return total;
 }
 
 // @@ ggml_q5_k
@@ -813,22 +814,22 @@ fn part_dot(u: u32, t: u32, xb: u32) -> XV {
     // Bits 2·(t/8) and 2·(t/8) + 1 of each qh byte: the low and high nibbles' fifth bits.
     let h = word(base + 4u + (t & 7u)) >> (2u * (t >> 3u));
     let col = xb + 64u * (t >> 3u) + 4u * (t & 7u);
-    var lo = XV();
-    var hi = XV();
-    var sx_lo = XV();
-    var sx_hi = XV();
-    for (var m = 0u; m < 4u; m++) {
-        let b = v >> (8u * m);
-        let hb = h >> (8u * m);
-        let xl = xv(col + m);
-        let xh = xv(col + 32u + m);
-        lo += xl * f32((b & 0xFu) | ((hb & 1u) << 4u));
-        hi += xh * f32(((b >> 4u) & 0xFu) | ((hb & 2u) << 3u));
-        sx_lo += xl;
-        sx_hi += xh;
-    }
     let k = scales_k4(word(base), word(base + 1u), word(base + 2u), word(base + 3u), 2u * (t >> 3u));
-    return k.x * lo - k.y * sx_lo + k.z * hi - k.w * sx_hi;
+    // The low nibbles, then the high ones, as Q4_K's.
+    var total = XV();
+    for (var n = 0u; n < 2u; n++) {
+        var s = XV();
+        var sx = XV();
+        for (var m = 0u; m < 4u; m++) {
+            let xi = xv(col + 32u * n + m);
+            let q = ((v >> (8u * m + 4u * n)) & 0xFu) | (((h >> (8u * m + n)) & 1u) << 4u);
+            s += xi * f32(q);
+            sx += xi;
+        }
+        let sm = select(k.xy, k.zw, n == 1u);
+        total += sm.x * s - sm.y * sx;
+    }
+    return total;
 }
 
 // @@ ggml_q6_k
@@ -861,24 +862,21 @@ fn part_dot(u: u32, r: u32, xb: u32) -> XV {
     let vh = word_at(base + 128u + 32u * h + l);
     let v0 = word_at(base + 64u * h + l);
     let v1 = word_at(base + 64u * h + 32u + l);
-    let col = xb + 128u * h + l;
-    var s0 = XV();
-    var s1 = XV();
-    var s2 = XV();
-    var s3 = XV();
-    for (var m = 0u; m < 4u; m++) {
-        let sh = 8u * m;
-        let qh = vh >> sh;
-        s0 += xv(col + m) * (f32(((v0 >> sh) & 0xFu) | ((qh & 3u) << 4u)) - 32.0);
-        s1 += xv(col + 32u + m) * (f32(((v1 >> sh) & 0xFu) | ((qh & 0xCu) << 2u)) - 32.0);
-        s2 += xv(col + 64u + m) * (f32(((v0 >> (sh + 4u)) & 0xFu) | (qh & 0x30u)) - 32.0);
-        s3 += xv(col + 96u + m) * (f32(((v1 >> (sh + 4u)) & 0xFu) | ((qh & 0xC0u) >> 2u)) - 32.0);
-    }
-    // Element 128h + l + 32j's scale is scales[8h + l / 16 + 2j].
-    let i = 8u * h + (l >> 4u);
     let d = half_at(base + 208u);
-    return (d * q6_scale(base, i)) * s0 + (d * q6_scale(base, i + 2u)) * s1 + (d * q6_scale(base, i + 4u)) * s2
-        + (d * q6_scale(base, i + 6u)) * s3;
+    // Element 128h + l + 32j + m: nibble j / 2 of byte m of v0 (j even) or v1 (j odd), bits 2j, 2j + 1 of byte m of
+    // vh; its scale is scales[8h + l / 16 + 2j]. One `xv` in the loop body (see Q4_K's).
+    var total = XV();
+    for (var j = 0u; j < 4u; j++) {
+        let v = select(v0, v1, (j & 1u) == 1u) >> (4u * (j >> 1u));
+        let hb = vh >> (2u * j);
+        var s = XV();
+        for (var m = 0u; m < 4u; m++) {
+            let q = ((v >> (8u * m)) & 0xFu) | (((hb >> (8u * m)) & 3u) << 4u);
+            s += xv(xb + 128u * h + l + 32u * j + m) * (f32(q) - 32.0);
+        }
+        total += (d * q6_scale(base, 8u * h + (l >> 4u) + 2u * j)) * s;
+    }
+    return total;
 }
 
 // @@ ggml_loomq4_0
