@@ -375,6 +375,17 @@ pub fn par_chunks(
     }
 }
 
+/// `f(item)` for each of `items`, over the configured pool where it has more than one thread.
+#[cfg(target_arch = "x86_64")]
+pub(super) fn par_each<T: Send>(items: &mut [T], f: impl Fn(&mut T) + Send + Sync) {
+    if pool::single_threaded() {
+        items.iter_mut().for_each(f);
+        return;
+    }
+    use rayon::prelude::*;
+    pool::install(|| items.par_iter_mut().for_each(f));
+}
+
 /// Fewest rows one task computes, so that a task outweighs its scheduling.
 #[cfg(not(target_arch = "wasm32"))]
 const MIN_TASK_ROWS: usize = 16;
