@@ -416,6 +416,37 @@ fn decode_with_a_non_finite_activation_is_not_finite() {
     }
 }
 
+/// A prompt with a NaN or ±∞ in one token (in its second group of 16): that token's outputs are not finite, and
+/// every other token's are numpy's within float32's bound (the 16-bit rounding refuses the whole prompt, which then
+/// runs in float32).
+#[test]
+fn prefill_with_a_non_finite_token_keeps_the_others() {
+    for t in TYPES {
+        let v = vectors(t);
+        let w = QMatrix::new(t, v.rows, v.cols, &v.bytes).unwrap();
+        let n = 37;
+        let clean = cycled(&v.x, v.cols, n);
+        let want = cycled(&v.y, v.rows, n);
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            let mut x = clean.clone();
+            x[20 * v.cols + 3] = bad;
+            let mut y = vec![0.0; n * v.rows];
+            quant::matmul(&w, &x, n, &mut y).unwrap();
+            let what = format!("{t}, token 20 holding {bad}");
+            assert!(y[20 * v.rows..21 * v.rows].iter().all(|y| !y.is_finite()), "{what}");
+            let others = |m: &[f32], len: usize| -> Vec<f32> {
+                m.chunks_exact(len)
+                    .enumerate()
+                    .filter(|(k, _)| *k != 20)
+                    .flat_map(|(_, c)| c.to_vec())
+                    .collect()
+            };
+            let (x, want, y) = (others(&x, v.cols), others(&want, v.rows), others(&y, v.rows));
+            check_matmul(&what, &v.values, v.cols, &x, &want, &y, false);
+        }
+    }
+}
+
 /// A block whose scale (a half) is ±∞ or NaN makes its row's dot non-finite on every path, and leaves the other
 /// rows as they were: gguf-py dequantizes such a block to non-finite values, and a dot with them is not finite.
 /// Rows 5 blocks wide (15 for the 32-element types), so that the bad block is in a group of four or in the
