@@ -19,6 +19,7 @@
 # Environment: OUT (default target/device-check), SHAPES (all, or e.g. tiny on a CPU adapter), TYPES,
 # PREFILL_TOKENS (512), DECODE_TOKENS (64), RUNS (2), FOLD_NORMS (0, 1 or both; default: the engine's choice),
 # PREFILL_CHUNKS (prompt tokens per submit to time the prefill at too; default 64,128,256,512; none: empty),
+# DECODE_SUBMIT_BLOCKS (a decode step's blocks per submit to time the decode at too; default 0,4,8,16; none: empty),
 # CASES (a pattern: only the GPU op cases it matches), BASE_TYPES (the types of the baseline runs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -109,10 +110,11 @@ for f in f32 f16 q8_0 q4_0 q4_1; do
 done
 echo "=== device_check at real shapes"
 chunks="${PREFILL_CHUNKS-64,128,256,512}"
+submit_blocks="${DECODE_SUBMIT_BLOCKS-0,4,8,16}"
 timeout 300 "$dc/bin/device_check" --shapes "${SHAPES:-all}" --types "${TYPES:-q4_0,q4_1,q8_0,q4_k_m,f16}" \
     --prefill-tokens "${PREFILL_TOKENS:-512}" --decode-tokens "${DECODE_TOKENS:-64}" --runs "${RUNS:-2}" \
     ${FOLD_NORMS:+--fold-norms "$FOLD_NORMS"} ${chunks:+--prefill-chunks "$chunks"} \
-    >"$OUT/shapes.json" 2>"$OUT/device_check.log"
+    ${submit_blocks:+--decode-submit-blocks "$submit_blocks"} >"$OUT/shapes.json" 2>"$OUT/device_check.log"
 echo "device_check exit $?"
 tail -n 25 "$OUT/device_check.log"
 # Baselines: earlier commits' device_check (--build --base), the same harness over an older engine, run on the same

@@ -256,9 +256,22 @@ fn attend_positions(h: u32, t: u32, d0: u32, lo: u32, hi: u32, lane: u32) -> Par
                         dot += qs[i] * k_new_value(c0 + j, kvh, h0 + i);
                     }
                 } else if kvh < p.kv_heads {
-                    // Four independent sums over the contiguous row, so that loads overlap.
+                    // Independent sums over the contiguous row, sixteen loads a step: a GPU issues one step's loads
+                    // together but waits for them before the next step's, so a step costs a load latency.
                     let b = kv_row(c0 + j, kvh) + h0;
                     var d = vec4<f32>(0.0);
+                    var d2 = vec4<f32>(0.0);
+                    for (; i + 16u <= hn; i += 16u) {
+                        let k0 = vec4<f32>(k_cache[b + i], k_cache[b + i + 1u], k_cache[b + i + 2u], k_cache[b + i + 3u]);
+                        let k1 = vec4<f32>(k_cache[b + i + 4u], k_cache[b + i + 5u], k_cache[b + i + 6u], k_cache[b + i + 7u]);
+                        let k2 = vec4<f32>(k_cache[b + i + 8u], k_cache[b + i + 9u], k_cache[b + i + 10u], k_cache[b + i + 11u]);
+                        let k3 = vec4<f32>(k_cache[b + i + 12u], k_cache[b + i + 13u], k_cache[b + i + 14u], k_cache[b + i + 15u]);
+                        d += vec4<f32>(qs[i], qs[i + 1u], qs[i + 2u], qs[i + 3u]) * k0;
+                        d2 += vec4<f32>(qs[i + 4u], qs[i + 5u], qs[i + 6u], qs[i + 7u]) * k1;
+                        d += vec4<f32>(qs[i + 8u], qs[i + 9u], qs[i + 10u], qs[i + 11u]) * k2;
+                        d2 += vec4<f32>(qs[i + 12u], qs[i + 13u], qs[i + 14u], qs[i + 15u]) * k3;
+                    }
+                    d += d2;
                     for (; i + 4u <= hn; i += 4u) {
                         let qv = vec4<f32>(qs[i], qs[i + 1u], qs[i + 2u], qs[i + 3u]);
                         d += qv * vec4<f32>(k_cache[b + i], k_cache[b + i + 1u], k_cache[b + i + 2u], k_cache[b + i + 3u]);
@@ -296,7 +309,25 @@ fn attend_positions(h: u32, t: u32, d0: u32, lo: u32, hi: u32, lane: u32) -> Par
                 var a = vec4<f32>(acc[k] * alpha, 0.0, 0.0, 0.0);
                 var j = 0u;
                 if kvh < p.kv_heads {
-                    // Four positions a step, each its own sum, so that loads overlap.
+                    // Eight positions a step, each its own sum, so that loads overlap (as the scores' above).
+                    var a2 = vec4<f32>(0.0);
+                    for (; j + 8u <= cn; j += 8u) {
+                        let v0 = vec4<f32>(
+                            v_value(c0 + j, kvh, d),
+                            v_value(c0 + j + 1u, kvh, d),
+                            v_value(c0 + j + 2u, kvh, d),
+                            v_value(c0 + j + 3u, kvh, d),
+                        );
+                        let v1 = vec4<f32>(
+                            v_value(c0 + j + 4u, kvh, d),
+                            v_value(c0 + j + 5u, kvh, d),
+                            v_value(c0 + j + 6u, kvh, d),
+                            v_value(c0 + j + 7u, kvh, d),
+                        );
+                        a += vec4<f32>(sc[j], sc[j + 1u], sc[j + 2u], sc[j + 3u]) * v0;
+                        a2 += vec4<f32>(sc[j + 4u], sc[j + 5u], sc[j + 6u], sc[j + 7u]) * v1;
+                    }
+                    a += a2;
                     for (; j + 4u <= cn; j += 4u) {
                         let e = vec4<f32>(sc[j], sc[j + 1u], sc[j + 2u], sc[j + 3u]);
                         a += e * vec4<f32>(

@@ -5,12 +5,14 @@
 //!
 //!   cargo bench -p loom-wasm --bench device_check -- [--shapes a,b] [--types a,b] [--prefill-tokens 512]
 //!       [--decode-tokens 64] [--runs 2] [--seed 1] [--fold-norms 0|1|both] [--prefill-chunks 64,128,...]
+//!       [--decode-submit-blocks 0,4,8,...]
 //!
 //! For each shape × type: upload time, prefill and greedy decode tok/s (wall clock, median of `runs` after a
 //! warm-up; decode after a 16-token prompt and after the whole prefill prompt), dispatches and submits per decoded token, then one prefill and the decode steps again with timestamp
 //! queries on (where the adapter has them): GPU time per kernel per token and, for matvecs, the weight bytes/s it
 //! achieved against the device-to-device copy bandwidth measured first. With `--prefill-chunks`, the prefill is
-//! timed again at each of those prompt tokens per submit (`GpuEngine::set_prefill_chunk`). The synthetic weights give meaningless
+//! timed again at each of those prompt tokens per submit (`GpuEngine::set_prefill_chunk`); with
+//! `--decode-submit-blocks`, the decode at each of those blocks per submit (`GpuEngine::set_decode_submit_blocks`). The synthetic weights give meaningless
 //! tokens; the logits are only checked to be finite. Without arguments (as under `cargo test --all-targets`) it
 //! prints its usage and exits successfully.
 
@@ -31,7 +33,7 @@ use serde_json::{json, Value};
 
 const USAGE: &str = "usage: cargo bench -p loom-wasm --bench device_check -- --shapes all|NAME,... \
      [--types q4_0,q4_1,q8_0,q4_k_m,f16] [--prefill-tokens 512] [--decode-tokens 64] [--runs 2] [--seed 1] \
-     [--fold-norms 0|1|both] [--prefill-chunks 64,128,...]";
+     [--fold-norms 0|1|both] [--prefill-chunks 64,128,...] [--decode-submit-blocks 0,4,8,...]";
 
 type BoxResult<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -327,6 +329,8 @@ struct Run {
     runs: usize,
     /// Prompt tokens per submit to time the prefill at too.
     chunks: Vec<usize>,
+    /// Blocks per submit of a decode step to time the decode at too (0: one submit).
+    submit_blocks: Vec<usize>,
 }
 
 fn run_one(
@@ -408,6 +412,21 @@ fn run_one(
         }
     }
     let step = engine.last_call();
+    let mut by_submit_blocks = Vec::new();
+    let default_blocks = engine.decode_submit_blocks();
+    for &blocks in &r.submit_blocks {
+        engine.set_decode_submit_blocks(blocks);
+        let mut ms = Vec::new();
+        for run in 0..=r.runs {
+            let t = decode(&mut engine)?;
+            if run > 0 {
+                ms.push(t);
+            }
+        }
+        by_submit_blocks.push(json!({"blocks": blocks, "ms": ms,
+            "tok_s": r.decode as f64 / (median(&ms) / 1e3), "submits": engine.last_call().submits}));
+    }
+    engine.set_decode_submit_blocks(default_blocks);
     // Decode at depth: the same steps after the whole prompt, attention reading every position of it.
     let mut deep_ms = Vec::new();
     for run in 0..=r.runs {
@@ -457,7 +476,9 @@ fn run_one(
                    "weight_gb_s": weight_bytes as f64 / (ms_per_token / 1e3) / 1e9},
         "decode_after_prompt": {"context": r.prefill, "tokens": r.decode, "ms": deep_ms,
                                 "tok_s": r.decode as f64 / (median(&deep_ms) / 1e3)},
+        "decode_by_submit_blocks": by_submit_blocks,
         "per_decoded_token": {"dispatches": step.dispatches, "submits": step.submits,
+                              "record_us": step.record_us,
                               "bind_groups_created": step.bind_groups_created,
                               "bytes_read_back": step.bytes_read_back,
                               // The wall clock beyond the kernels' own time, per dispatch: the host's recording,
@@ -484,6 +505,10 @@ fn main() -> BoxResult<()> {
         decode: number("--decode-tokens", 64)?.max(1),
         runs: number("--runs", 2)?.max(1),
         chunks: match value("--prefill-chunks") {
+            Some(v) => v.split(',').map(|c| c.parse()).collect::<Result<_, _>>()?,
+            None => Vec::new(),
+        },
+        submit_blocks: match value("--decode-submit-blocks") {
             Some(v) => v.split(',').map(|c| c.parse()).collect::<Result<_, _>>()?,
             None => Vec::new(),
         },

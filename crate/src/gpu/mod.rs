@@ -19,7 +19,7 @@ pub use loom::{
 pub use ops::{
     binding_parts, first_argmax, is_allowed, mask_logits, packed_values, rope_table, Argmax, AttendArgs, Attention,
     Elementwise, Embedding, EmbeddingTable, GpuTensor, KvCache, KvWrite, LogitMask, MatVec, MatVecOptions, NewKv, Norm,
-    PackedWeights, Packing, Pointwise, Rope, RopeIn, RowLayout, Rows, Sample, SampleArgs, Softmax, XRead,
+    PackedWeights, Packing, Pointwise, Rope, RopeIn, RowLayout, Rows, Sample, SampleArgs, Softmax, XRead, ARGMAX_SLICE,
     GPU_GGML_TYPES, GPU_SAMPLE_MAX, LAYER_NORM_EPS, MAX_WEIGHT_BINDINGS, RMS_NORM_EPS,
 };
 
@@ -83,7 +83,7 @@ pub struct Gpu {
     pub has_subgroups: bool,
     lost: Arc<AtomicBool>,
     /// What the device was asked to do, counted at the wgpu calls ([`Gpu::counts`]).
-    counters: [AtomicU64; 5],
+    counters: [AtomicU64; 6],
     pipelines: Mutex<HashMap<PipelineKey, Arc<wgpu::ComputePipeline>>>,
     /// A kernel made wrong on purpose ([`Gpu::break_kernel`], tests only): pipelines whose name starts with it.
     broken: Mutex<Option<String>>,
@@ -109,6 +109,8 @@ pub struct GpuCounts {
     pub bind_groups: u64,
     pub buffers: u64,
     pub readbacks: u64,
+    /// `queue.write_buffer` calls of recordings (token ids, RoPE tables, rewritten uniform blocks, draws' ids).
+    pub writes: u64,
 }
 
 impl GpuCounts {
@@ -120,6 +122,7 @@ impl GpuCounts {
             bind_groups: self.bind_groups - before.bind_groups,
             buffers: self.buffers - before.buffers,
             readbacks: self.readbacks - before.readbacks,
+            writes: self.writes - before.writes,
         }
     }
 }
@@ -132,6 +135,7 @@ pub(crate) enum Count {
     BindGroups,
     Buffers,
     Readbacks,
+    Writes,
 }
 
 /// Locks `m`, ignoring poisoning: the guarded caches stay consistent across a panic.
@@ -296,7 +300,8 @@ impl Gpu {
     }
 
     /// Everything counted so far: submits at `queue.submit`, dispatches at `dispatch_workgroups`, bind groups at
-    /// `create_bind_group`, buffers at `create_buffer`, readbacks at `map_async` (every call goes through this
+    /// `create_bind_group`, buffers at `create_buffer`, readbacks at `map_async`, writes at a recording's
+    /// `queue.write_buffer` (every call goes through this
     /// type). A call's figures are the difference of two readings ([`GpuCounts::since`]).
     pub fn counts(&self) -> GpuCounts {
         let c = |k: Count| self.counters[k as usize].load(Ordering::SeqCst);
@@ -306,11 +311,18 @@ impl Gpu {
             bind_groups: c(Count::BindGroups),
             buffers: c(Count::Buffers),
             readbacks: c(Count::Readbacks),
+            writes: c(Count::Writes),
         }
     }
 
     pub(crate) fn count(&self, k: Count) {
         self.counters[k as usize].fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// `queue.write_buffer` of a recording, counted.
+    pub(crate) fn write_buffer(&self, buffer: &wgpu::Buffer, offset: u64, data: &[u8]) {
+        self.count(Count::Writes);
+        self.queue.write_buffer(buffer, offset, data);
     }
 
     /// `device.create_buffer`, counted.

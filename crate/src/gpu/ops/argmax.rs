@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::kernel::{check_binding, dispatch, grid, storage_f32, u32_dim};
-use super::Rows;
+use super::{GpuTensor, Rows};
 use crate::error::{LoomError, Result};
 use crate::gpu::Gpu;
 use crate::gpu::Recorder;
@@ -24,19 +24,35 @@ pub fn first_argmax(row: &[f32]) -> u32 {
     idx
 }
 
-/// The argmax kernel.
+/// Values per workgroup of the first of a long row's two dispatches (`SLICE` in `shaders/argmax.wgsl`).
+pub const ARGMAX_SLICE: usize = 2048;
+/// A row longer than this runs in slices and a final pick (two dispatches) instead of one workgroup.
+const ONE_WORKGROUP_MAX: usize = 2 * ARGMAX_SLICE;
+
+/// The argmax kernels.
 pub struct Argmax {
     pipeline: Arc<wgpu::ComputePipeline>,
+    slices: Arc<wgpu::ComputePipeline>,
+    last: Arc<wgpu::ComputePipeline>,
 }
 
 impl Argmax {
     pub fn new(gpu: &Gpu) -> Result<Argmax> {
         Ok(Argmax {
             pipeline: gpu.pipeline("argmax_rows", ARGMAX_WGSL, "argmax")?,
+            slices: gpu.pipeline("argmax_slices", ARGMAX_WGSL, "argmax_slices")?,
+            last: gpu.pipeline("argmax_final", ARGMAX_WGSL, "argmax_final")?,
         })
     }
 
-    /// Records `out[r] = argmax(row r of x)` (u32) for every row of `x` (packed) into `out` (one value a row).
+    /// Whether one row of `n` values is picked in slices and a final pick (on a grid of at least 65,535
+    /// workgroups, WebGPU's least).
+    pub fn in_slices(n: usize) -> bool {
+        n > ONE_WORKGROUP_MAX && n.div_ceil(ARGMAX_SLICE) <= 65_535
+    }
+
+    /// Records `out[r] = argmax(row r of x)` (u32) for every row of `x` (packed) into `out` (one value a row): a
+    /// workgroup a row, or one long row (a decode step's logits) in slices and a final pick.
     pub fn encode(&self, rec: &mut Recorder, x: Rows, out: Rows) -> Result<()> {
         x.flat("argmax input")?;
         if out.flat("argmax output")? != x.rows {
@@ -47,6 +63,20 @@ impl Argmax {
             )));
         }
         if x.rows == 0 {
+            return Ok(());
+        }
+        if x.rows == 1 && Argmax::in_slices(x.cols as usize) {
+            let slices = x.cols.div_ceil(ARGMAX_SLICE as u32);
+            let part = GpuTensor::scratch(rec, vec![slices as usize, 3])?;
+            let words = [1, x.cols, slices];
+            dispatch(
+                rec,
+                &self.slices,
+                &words,
+                &[(1, x.buffer), (3, &part.buffer)],
+                (slices, 1),
+            );
+            dispatch(rec, &self.last, &words, &[(2, out.buffer), (3, &part.buffer)], (1, 1));
             return Ok(());
         }
         let g = grid(rec.gpu(), u64::from(x.rows), "argmax rows")?;

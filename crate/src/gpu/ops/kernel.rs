@@ -11,11 +11,13 @@
 //! `GpuModel` layer for an input shape; the LLM engine's decode step, or a prefill chunk of one length): its
 //! owner keeps it between forwards and hands it to the next recording of that shape. There, [`dispatch`] takes
 //! the arena's n-th bind group and [`GpuTensor::scratch`](super::GpuTensor::scratch) its n-th output, creating
-//! them only the first time, or when what the n-th dispatch binds has changed. A uniform block whose words changed
-//! (a decode step's position) is rewritten in place with `queue.write_buffer`, which the queue orders before the
-//! submit that uses it; an arena serves one recording per submit, so no rewrite overtakes a pending use. A second
-//! forward of the same shape thus creates no buffers and no bind groups. A recorder without an arena (one-shot
-//! runs, tests) creates everything per call.
+//! them only the first time, or when what the n-th dispatch binds has changed. Dispatches whose words are the same
+//! share one uniform block (a decode step's attention dispatches, one per layer, all carry its position), so that
+//! a step whose position moved rewrites one block with `queue.write_buffer` instead of one per layer (each write cost
+//! wgpu several µs of host time). The queue orders a write before the next submit; an arena serves one recording
+//! at a time, each block holding one value for the whole recording (which may be submitted in parts), so no
+//! rewrite overtakes a pending use. A second forward of the same shape thus creates no buffers and no bind groups. A
+//! recorder without an arena (one-shot runs, tests) creates everything per call.
 
 use super::GpuTensor;
 use crate::cpu::Tensor;
@@ -124,20 +126,31 @@ pub(crate) fn dispatch_3d(
 #[derive(Default)]
 pub struct Arena {
     binds: Vec<Bound>,
+    /// The uniform blocks the bind groups bind, several groups sharing one whose words are the same.
+    uniforms: Vec<Uniform>,
     outputs: Vec<GpuTensor>,
     /// The mappable buffer the recording's result is read back through.
     staging: Option<wgpu::Buffer>,
     next_bind: usize,
     next_output: usize,
+    /// Counts recordings: a uniform block whose `claimed` is this recording holds its words for all of it.
+    recording: u64,
 }
 
 /// A bind group and what it binds (the buffers are kept so that their identities stay unique while cached).
 struct Bound {
     pipeline: wgpu::ComputePipeline,
     buffers: Vec<(u32, wgpu::Buffer)>,
-    params: Vec<u8>,
-    uniform: wgpu::Buffer,
+    /// Index into the arena's uniform blocks.
+    uniform: usize,
     group: wgpu::BindGroup,
+}
+
+/// A uniform parameter block, and the recording that last set (or kept) its words.
+struct Uniform {
+    params: Vec<u8>,
+    buffer: wgpu::Buffer,
+    claimed: u64,
 }
 
 impl Arena {
@@ -145,7 +158,30 @@ impl Arena {
     fn restart(mut self) -> Arena {
         self.next_bind = 0;
         self.next_output = 0;
+        self.recording += 1;
         self
+    }
+
+    /// Keeps the first `binds` bind groups, the first `outputs` outputs and only the uniform blocks those groups
+    /// bind.
+    fn keep(&mut self, binds: usize, outputs: usize) {
+        self.binds.truncate(binds);
+        self.outputs.truncate(outputs);
+        let mut at = vec![usize::MAX; self.uniforms.len()];
+        let mut kept = Vec::new();
+        for b in &mut self.binds {
+            if at[b.uniform] == usize::MAX {
+                at[b.uniform] = kept.len();
+                let u = &self.uniforms[b.uniform];
+                kept.push(Uniform {
+                    params: u.params.clone(),
+                    buffer: u.buffer.clone(),
+                    claimed: u.claimed,
+                });
+            }
+            b.uniform = at[b.uniform];
+        }
+        self.uniforms = kept;
     }
 }
 
@@ -183,8 +219,7 @@ impl<'a> Recorder<'a> {
     pub fn swap_arena(&mut self, arena: Option<Arena>) -> Option<Arena> {
         let mut old = std::mem::replace(&mut self.arena, arena.map(Arena::restart));
         if let Some(old) = old.as_mut() {
-            old.binds.truncate(old.next_bind);
-            old.outputs.truncate(old.next_output);
+            old.keep(old.next_bind, old.next_output);
         }
         old
     }
@@ -245,8 +280,10 @@ impl<'a> Recorder<'a> {
         }
     }
 
-    /// The bind group for one dispatch: the arena's next one when it binds the same pipeline and buffers (its
-    /// uniform rewritten if the words changed), else a new one.
+    /// The bind group for one dispatch: the arena's next one when it binds the same pipeline and buffers and its
+    /// uniform block can hold `params` for this recording (rewritten if the words changed and no other dispatch of
+    /// this recording has used it), else a new one, on a block of this recording with the same words if there is
+    /// one.
     fn bind_group(
         &mut self,
         pipeline: &wgpu::ComputePipeline,
@@ -255,28 +292,42 @@ impl<'a> Recorder<'a> {
     ) -> wgpu::BindGroup {
         let gpu = self.gpu;
         let Some(arena) = self.arena.as_mut() else {
-            return new_bind_group(gpu, pipeline, params, buffers).1;
+            let uniform = gpu.uniform("params", params);
+            return new_bind_group(gpu, pipeline, &uniform, buffers);
         };
+        let now = arena.recording;
         let i = arena.next_bind;
         arena.next_bind += 1;
-        if let Some(b) = arena.binds.get_mut(i) {
+        if let Some(b) = arena.binds.get(i) {
             let same = b.pipeline == *pipeline
-                && b.params.len() == params.len()
                 && b.buffers.len() == buffers.len()
                 && b.buffers.iter().zip(buffers).all(|((i, a), (j, b))| i == j && a == *b);
-            if same {
-                if b.params != params {
-                    gpu.queue.write_buffer(&b.uniform, 0, params);
-                    b.params = params.to_vec();
+            let u = &mut arena.uniforms[b.uniform];
+            if same && (u.params == params || u.claimed != now) {
+                if u.params != params {
+                    gpu.write_buffer(&u.buffer, 0, params);
+                    u.params = params.to_vec();
                 }
+                u.claimed = now;
                 return b.group.clone();
             }
         }
-        let (uniform, group) = new_bind_group(gpu, pipeline, params, buffers);
+        let shared = arena
+            .uniforms
+            .iter()
+            .position(|u| u.claimed == now && u.params == params);
+        let uniform = shared.unwrap_or_else(|| {
+            arena.uniforms.push(Uniform {
+                params: params.to_vec(),
+                buffer: gpu.uniform("params", params),
+                claimed: now,
+            });
+            arena.uniforms.len() - 1
+        });
+        let group = new_bind_group(gpu, pipeline, &arena.uniforms[uniform].buffer, buffers);
         let bound = Bound {
             pipeline: pipeline.clone(),
             buffers: buffers.iter().map(|(i, b)| (*i, (*b).clone())).collect(),
-            params: params.to_vec(),
             uniform,
             group: group.clone(),
         };
@@ -313,10 +364,9 @@ impl<'a> Recorder<'a> {
 fn new_bind_group(
     gpu: &Gpu,
     pipeline: &wgpu::ComputePipeline,
-    params: &[u8],
+    uniform: &wgpu::Buffer,
     buffers: &[(u32, &wgpu::Buffer)],
-) -> (wgpu::Buffer, wgpu::BindGroup) {
-    let uniform = gpu.uniform("params", params);
+) -> wgpu::BindGroup {
     let mut entries = vec![wgpu::BindGroupEntry {
         binding: 0,
         resource: uniform.as_entire_binding(),
@@ -325,12 +375,11 @@ fn new_bind_group(
         binding: *binding,
         resource: b.as_entire_binding(),
     }));
-    let group = gpu.create_bind_group(&wgpu::BindGroupDescriptor {
+    gpu.create_bind_group(&wgpu::BindGroupDescriptor {
         label: None,
         layout: &pipeline.get_bind_group_layout(0),
         entries: &entries,
-    });
-    (uniform, group)
+    })
 }
 
 fn new_output(gpu: &Gpu, shape: Vec<usize>, bytes: u64) -> GpuTensor {

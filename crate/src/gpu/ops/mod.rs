@@ -15,7 +15,7 @@ mod sample;
 mod softmax;
 mod tensor;
 
-pub use argmax::{first_argmax, Argmax};
+pub use argmax::{first_argmax, Argmax, ARGMAX_SLICE};
 pub use attention::{AttendArgs, Attention, KvCache, KvWrite, NewKv, RopeIn};
 pub use elementwise::Elementwise;
 pub use embedding::{Embedding, EmbeddingTable};

@@ -98,7 +98,7 @@ impl Sample {
 
     pub fn write_ids(gpu: &Gpu, ids: &wgpu::Buffer, args: &SampleArgs) {
         if !args.penalized.is_empty() {
-            gpu.queue.write_buffer(ids, 0, bytemuck::cast_slice(&args.penalized));
+            gpu.write_buffer(ids, 0, bytemuck::cast_slice(&args.penalized));
         }
     }
 
@@ -157,7 +157,7 @@ impl LogitMask {
                 buffer.size()
             )));
         }
-        gpu.queue.write_buffer(buffer, 0, bytemuck::cast_slice(allowed));
+        gpu.write_buffer(buffer, 0, bytemuck::cast_slice(allowed));
         Ok(())
     }
 

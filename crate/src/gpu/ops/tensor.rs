@@ -62,7 +62,7 @@ impl GpuTensor {
             )));
         }
         if !data.is_empty() {
-            gpu.queue.write_buffer(&self.buffer, 0, bytemuck::cast_slice(data));
+            gpu.write_buffer(&self.buffer, 0, bytemuck::cast_slice(data));
         }
         Ok(())
     }

@@ -12,8 +12,8 @@ use crate::cpu::ops::{self, Scores};
 use crate::dtype::{self, q4_0};
 use crate::error::{LoomError, Result};
 use crate::gpu::{
-    packed_values, AttendArgs, Gpu, KvCache, KvWrite, MatVec, MatVecOptions, PackedWeights, Packing, Pointwise,
-    Recorder, Rows, SampleArgs,
+    packed_values, Argmax, AttendArgs, Gpu, KvCache, KvWrite, MatVec, MatVecOptions, PackedWeights, Packing, Pointwise,
+    Recorder, Rows, SampleArgs, ARGMAX_SLICE,
 };
 use crate::llm::sampler::Sampler;
 use crate::quant::GgmlType;
@@ -453,6 +453,18 @@ async fn kernel_checks(engine: &GpuEngine) -> Result<Vec<KernelCheck>> {
         max_error: if got == [want] { 0.0 } else { f32::INFINITY },
         passed: got == [want],
     });
+    // A vocabulary past one workgroup's row is picked in slices and a final pick: a row of a few slices.
+    if Argmax::in_slices(c.vocab) {
+        let n = 3 * ARGMAX_SLICE + 5;
+        let logits = rng.values(n, -8.0, 8.0);
+        let got = k.argmax.run(gpu, &logits, n).await?;
+        let want = ops::argmax(&logits) as u32;
+        out.push(KernelCheck {
+            kernel: "argmax_slices + argmax_final".into(),
+            max_error: if got == [want] { 0.0 } else { f32::INFINITY },
+            passed: got == [want],
+        });
+    }
     let args = SampleArgs {
         temperature: 0.8,
         top_k: 40,
