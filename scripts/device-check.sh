@@ -20,6 +20,8 @@
 # PREFILL_TOKENS (512), DECODE_TOKENS (64), RUNS (2), FOLD_NORMS (0, 1 or both; default: the engine's choice),
 # PREFILL_CHUNKS (prompt tokens per submit to time the prefill at too; default 64,128,256,512; none: empty),
 # DECODE_SUBMIT_BLOCKS (a decode step's blocks per submit to time the decode at too; default 0,4,8,16; none: empty),
+# ATTENTION_RUNS (fewest positions of a decode attention run to time the decode at too, e.g. 8,16,32),
+# TILED_FULL_GROUPS (64-row workgroups a prefill product fills before a lane a row, to time the prefill at too),
 # CASES (a pattern: only the GPU op cases it matches), BASE_TYPES (the types of the baseline runs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -111,10 +113,13 @@ done
 echo "=== device_check at real shapes"
 chunks="${PREFILL_CHUNKS-64,128,256,512}"
 submit_blocks="${DECODE_SUBMIT_BLOCKS-0,4,8,16}"
+attention_runs="${ATTENTION_RUNS-}"
+full_groups="${TILED_FULL_GROUPS-}"
 timeout 300 "$dc/bin/device_check" --shapes "${SHAPES:-all}" --types "${TYPES:-q4_0,q4_1,q8_0,q4_k_m,f16}" \
     --prefill-tokens "${PREFILL_TOKENS:-512}" --decode-tokens "${DECODE_TOKENS:-64}" --runs "${RUNS:-2}" \
     ${FOLD_NORMS:+--fold-norms "$FOLD_NORMS"} ${chunks:+--prefill-chunks "$chunks"} \
-    ${submit_blocks:+--decode-submit-blocks "$submit_blocks"} >"$OUT/shapes.json" 2>"$OUT/device_check.log"
+    ${submit_blocks:+--decode-submit-blocks "$submit_blocks"} ${attention_runs:+--attention-runs "$attention_runs"} \
+    ${full_groups:+--tiled-full-groups "$full_groups"} >"$OUT/shapes.json" 2>"$OUT/device_check.log"
 echo "device_check exit $?"
 tail -n 25 "$OUT/device_check.log"
 # Baselines: earlier commits' device_check (--build --base), the same harness over an older engine, run on the same

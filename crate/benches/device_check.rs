@@ -5,14 +5,17 @@
 //!
 //!   cargo bench -p loom-wasm --bench device_check -- [--shapes a,b] [--types a,b] [--prefill-tokens 512]
 //!       [--decode-tokens 64] [--runs 2] [--seed 1] [--fold-norms 0|1|both] [--prefill-chunks 64,128,...]
-//!       [--decode-submit-blocks 0,4,8,...]
+//!       [--decode-submit-blocks 0,4,8,...] [--attention-runs 8,16,32,...] [--tiled-full-groups 128,512,...]
 //!
 //! For each shape × type: upload time, prefill and greedy decode tok/s (wall clock, median of `runs` after a
 //! warm-up; decode after a 16-token prompt and after the whole prefill prompt), dispatches and submits per decoded token, then one prefill and the decode steps again with timestamp
 //! queries on (where the adapter has them): GPU time per kernel per token and, for matvecs, the weight bytes/s it
 //! achieved against the device-to-device copy bandwidth measured first. With `--prefill-chunks`, the prefill is
 //! timed again at each of those prompt tokens per submit (`GpuEngine::set_prefill_chunk`); with
-//! `--decode-submit-blocks`, the decode at each of those blocks per submit (`GpuEngine::set_decode_submit_blocks`). The synthetic weights give meaningless
+//! `--decode-submit-blocks`, the decode at each of those blocks per submit (`GpuEngine::set_decode_submit_blocks`);
+//! with `--attention-runs`, the decode at each of those fewest positions an attention run takes
+//! (`GpuEngine::set_attention_run_positions`); with `--tiled-full-groups`, the prefill at each of those thresholds
+//! (`GpuEngine::set_tiled_full_groups`). The synthetic weights give meaningless
 //! tokens; the logits are only checked to be finite. Without arguments (as under `cargo test --all-targets`) it
 //! prints its usage and exits successfully.
 
@@ -33,7 +36,8 @@ use serde_json::{json, Value};
 
 const USAGE: &str = "usage: cargo bench -p loom-wasm --bench device_check -- --shapes all|NAME,... \
      [--types q4_0,q4_1,q8_0,q4_k_m,f16] [--prefill-tokens 512] [--decode-tokens 64] [--runs 2] [--seed 1] \
-     [--fold-norms 0|1|both] [--prefill-chunks 64,128,...] [--decode-submit-blocks 0,4,8,...]";
+     [--fold-norms 0|1|both] [--prefill-chunks 64,128,...] [--decode-submit-blocks 0,4,8,...] \
+     [--attention-runs 8,16,32,...] [--tiled-full-groups 128,512,...]";
 
 type BoxResult<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -331,6 +335,10 @@ struct Run {
     chunks: Vec<usize>,
     /// Blocks per submit of a decode step to time the decode at too (0: one submit).
     submit_blocks: Vec<usize>,
+    /// The fewest positions of an attention run to time the decode at too.
+    attention_runs: Vec<u32>,
+    /// Workgroups of 64 rows a prefill product fills before a lane a row, to time the prefill at too.
+    full_groups: Vec<u32>,
 }
 
 fn run_one(
@@ -394,6 +402,15 @@ fn run_one(
         );
     }
     engine.set_prefill_chunk(default_chunk);
+    let mut by_full_groups = Vec::new();
+    for &groups in &r.full_groups {
+        engine.set_tiled_full_groups(groups);
+        let ms = prefill(&mut engine)?;
+        by_full_groups.push(json!({"groups": groups, "ms": ms, "tok_s": r.prefill as f64 / (median(&ms) / 1e3)}));
+    }
+    if !r.full_groups.is_empty() {
+        engine.set_tiled_full_groups(128);
+    }
     let decode_prompt = &prompt[..prompt.len().min(16)];
     let decode = |engine: &mut GpuEngine| -> BoxResult<f64> {
         engine.reset();
@@ -427,6 +444,22 @@ fn run_one(
             "tok_s": r.decode as f64 / (median(&ms) / 1e3), "submits": engine.last_call().submits}));
     }
     engine.set_decode_submit_blocks(default_blocks);
+    let mut by_attention_run = Vec::new();
+    for &positions in &r.attention_runs {
+        engine.set_attention_run_positions(positions);
+        let mut ms = Vec::new();
+        for run in 0..=r.runs {
+            let t = decode(&mut engine)?;
+            if run > 0 {
+                ms.push(t);
+            }
+        }
+        by_attention_run.push(json!({"positions": positions, "ms": ms,
+            "tok_s": r.decode as f64 / (median(&ms) / 1e3)}));
+    }
+    if !r.attention_runs.is_empty() {
+        engine.set_attention_run_positions(32);
+    }
     // Decode at depth: the same steps after the whole prompt, attention reading every position of it.
     let mut deep_ms = Vec::new();
     for run in 0..=r.runs {
@@ -477,6 +510,8 @@ fn run_one(
         "decode_after_prompt": {"context": r.prefill, "tokens": r.decode, "ms": deep_ms,
                                 "tok_s": r.decode as f64 / (median(&deep_ms) / 1e3)},
         "decode_by_submit_blocks": by_submit_blocks,
+        "decode_by_attention_run": by_attention_run,
+        "prefill_by_tiled_full_groups": by_full_groups,
         "per_decoded_token": {"dispatches": step.dispatches, "submits": step.submits,
                               "record_us": step.record_us,
                               "bind_groups_created": step.bind_groups_created,
@@ -509,6 +544,14 @@ fn main() -> BoxResult<()> {
             None => Vec::new(),
         },
         submit_blocks: match value("--decode-submit-blocks") {
+            Some(v) => v.split(',').map(|c| c.parse()).collect::<Result<_, _>>()?,
+            None => Vec::new(),
+        },
+        attention_runs: match value("--attention-runs") {
+            Some(v) => v.split(',').map(|c| c.parse()).collect::<Result<_, _>>()?,
+            None => Vec::new(),
+        },
+        full_groups: match value("--tiled-full-groups") {
             Some(v) => v.split(',').map(|c| c.parse()).collect::<Result<_, _>>()?,
             None => Vec::new(),
         },

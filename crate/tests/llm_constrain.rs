@@ -256,7 +256,10 @@ fn the_gpu_engine_gives_the_cpu_engines_constrained_reply() {
     let last = &prompt[prompt.len() - 1..];
     let id = pollster::block_on(engine.forward_masked(last, None, &vowels)).unwrap();
     let stats = engine.last_call();
-    assert_eq!((stats.submits, stats.bytes_read_back), (1, 4), "{stats:?}");
+    // One submit where a decode step is not submitted in parts (CPU adapters; `set_decode_submit_blocks`).
+    let one_submit = engine.decode_submit_blocks() == 0;
+    assert!(!one_submit || stats.submits == 1, "{stats:?}");
+    assert_eq!(stats.bytes_read_back, 4, "{stats:?}");
     loom_wasm::gpu::mask_logits(&mut logits, &vowels);
     assert_eq!(id, loom_wasm::gpu::first_argmax(&logits));
     assert!(b"aeiou".contains(&(id as u8)), "{id}");
@@ -272,7 +275,8 @@ fn the_gpu_engine_gives_the_cpu_engines_constrained_reply() {
     };
     let drawn = pollster::block_on(engine.forward_masked(last, Some(&args), &vowels)).unwrap();
     let stats = engine.last_call();
-    assert_eq!((stats.submits, stats.bytes_read_back), (1, 4), "{stats:?}");
+    assert!(!one_submit || stats.submits == 1, "{stats:?}");
+    assert_eq!(stats.bytes_read_back, 4, "{stats:?}");
     assert_eq!(drawn, loom_wasm::llm::sampler::Sampler::sample_with(&mut logits, &args));
 }
 

@@ -137,6 +137,27 @@ fn decode_steps_submitted_in_parts_match_the_goldens() {
     }
 }
 
+/// The decode attention split into runs of a single position (as many runs as the split allows) or of 64, and the
+/// prefill products a lane a row or four (on GPUs; CPU adapters run a lane a row either way): the logits at every
+/// position and the greedy ids are still the goldens'.
+#[test]
+fn attention_runs_and_prefill_rows_settings_match_the_goldens() {
+    let gpu = gpu();
+    let (expected, prompts) = tiny_expected();
+    let set = &expected["weight_sets"]["gguf_q8_0"];
+    let model = LlmModel::open(&golden().join("tiny-llama").join(set["file"].as_str().unwrap())).unwrap();
+    for (positions, groups) in [(1, 0), (64, u32::MAX)] {
+        let label = format!("attention runs of {positions}, tiled full groups {groups}");
+        check_tiny_on(model.config.vocab, &label, set, &prompts, TINY_GPU, &mut || {
+            let e = GpuEngine::new(gpu.clone(), &model.config, &model.weights, None);
+            let mut e = pollster::block_on(e).unwrap();
+            e.set_attention_run_positions(positions);
+            e.set_tiled_full_groups(groups);
+            Box::new(e)
+        });
+    }
+}
+
 /// Every weight tensor over the device's storage-binding limit is split across bindings: with a limit of 24 KiB the
 /// f32 embedding table (64 KiB) takes three, and the logits are the same.
 #[test]
@@ -416,6 +437,8 @@ fn a_decoded_token_is_one_submit_that_creates_nothing() {
     for fold in [false, true] {
         let mut e = pollster::block_on(GpuEngine::new(gpu.clone(), &model.config, &model.weights, None)).unwrap();
         e.set_fold_norms(fold);
+        // On GPUs a step goes in parts by default (`decode_steps_submitted_in_parts_match_the_goldens`).
+        e.set_decode_submit_blocks(0);
         let mut last = pollster::block_on(e.forward_argmax(&[1, 5, 9, 13])).unwrap();
         // Submits are counted where the queue takes them (Gpu::submit_count), not by the engine: a prompt is one
         // submit per chunk (64 tokens on CPU adapters, 256 on GPUs; 64 here, within tiny-llama's 256 positions).

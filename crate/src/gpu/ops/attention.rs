@@ -121,6 +121,8 @@ pub struct Attention {
     attend: Arc<wgpu::ComputePipeline>,
     attend_split: Arc<wgpu::ComputePipeline>,
     attend_combine: Arc<wgpu::ComputePipeline>,
+    /// The fewest positions a split run is worth ([`Attention::set_run_positions`]).
+    run_positions: u32,
 }
 
 impl Attention {
@@ -131,7 +133,15 @@ impl Attention {
             attend: gpu.pipeline("attention_attend", &source, "attend")?,
             attend_split: gpu.pipeline("attention_attend_split", &source, "attend_split")?,
             attend_combine: gpu.pipeline("attention_attend_combine", &source, "attend_combine")?,
+            run_positions: RUN_POSITIONS,
         })
+    }
+
+    /// The fewest positions a split run takes (default 32): a query's positions split into runs of at least this
+    /// many, up to the split limit. Fewer a run spread a decode step's attention over more workgroups, each
+    /// shorter, and leave more runs to combine.
+    pub fn set_run_positions(&mut self, positions: u32) {
+        self.run_positions = positions.max(1);
     }
 
     /// Records writing the rows of `k` and `v` (`kv_heads·head_dim` values each) into the cache at positions
@@ -259,7 +269,7 @@ impl Attention {
         };
         let last = args.pos0.saturating_add(q.rows);
         let span = if args.window == 0 { last } else { last.min(args.window) };
-        let splits = span.div_ceil(RUN_POSITIONS).clamp(1, max_splits);
+        let splits = span.div_ceil(self.run_positions).clamp(1, max_splits);
         let words = [
             q.rows,
             q.row0,

@@ -522,6 +522,8 @@ pub struct MatVec {
     packing: Packing,
     shader_f16: bool,
     layout: RowLayout,
+    /// Workgroups of 64 rows from which the tiled body runs a lane a row ([`MatVec::set_tiled_full_groups`]).
+    full_groups: u32,
 }
 
 impl MatVec {
@@ -542,9 +544,16 @@ impl MatVec {
             packing,
             shader_f16: shader_f16 && packing.has_halves(),
             layout: RowLayout::for_adapter(gpu),
+            full_groups: TILED_FULL_GROUPS,
         };
         kernel.pipeline(gpu, 1, 1, XRead::Plain, None)?;
         Ok(kernel)
+    }
+
+    /// Workgroups of 64 rows a tiled product (prefill) must fill for a lane a row on GPUs; below, 4 lanes a row (16
+    /// rows a workgroup, four times the workgroups). Default 128.
+    pub fn set_tiled_full_groups(&mut self, groups: u32) {
+        self.full_groups = groups;
     }
 
     /// The kernel for `packing`, with `shader-f16` where the device has it.
@@ -673,7 +682,7 @@ impl MatVec {
         // Llama-3.2-1B's, whose products fill it either way, by 10-25%.
         let split_rows = tiled
             && self.layout != RowLayout::Lane
-            && (n_out.div_ceil(64) * groups_y < TILED_FULL_GROUPS || self.tiled_decode(w, bt));
+            && (n_out.div_ceil(64) * groups_y < self.full_groups || self.tiled_decode(w, bt));
         let row_groups = match self.layout {
             _ if split_rows => n_out.div_ceil(16),
             _ if tiled => n_out.div_ceil(64),
