@@ -303,7 +303,9 @@ impl<'a> Recorder<'a> {
                 && b.buffers.len() == buffers.len()
                 && b.buffers.iter().zip(buffers).all(|((i, a), (j, b))| i == j && a == *b);
             let u = &mut arena.uniforms[b.uniform];
-            if same && (u.params == params || u.claimed != now) {
+            // A rewrite keeps the block's size: only words of the same length.
+            let fits = u.params.len() == params.len();
+            if same && fits && (u.params == params || u.claimed != now) {
                 if u.params != params {
                     gpu.write_buffer(&u.buffer, 0, params);
                     u.params = params.to_vec();
