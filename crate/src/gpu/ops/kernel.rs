@@ -167,21 +167,17 @@ impl Arena {
     fn keep(&mut self, binds: usize, outputs: usize) {
         self.binds.truncate(binds);
         self.outputs.truncate(outputs);
-        let mut at = vec![usize::MAX; self.uniforms.len()];
-        let mut kept = Vec::new();
+        // Each kept block moves to its new index (once per recording: no copies of the words).
+        let mut old: Vec<Option<Uniform>> = std::mem::take(&mut self.uniforms).into_iter().map(Some).collect();
+        let mut at = vec![usize::MAX; old.len()];
         for b in &mut self.binds {
             if at[b.uniform] == usize::MAX {
-                at[b.uniform] = kept.len();
-                let u = &self.uniforms[b.uniform];
-                kept.push(Uniform {
-                    params: u.params.clone(),
-                    buffer: u.buffer.clone(),
-                    claimed: u.claimed,
-                });
+                at[b.uniform] = self.uniforms.len();
+                self.uniforms
+                    .push(old[b.uniform].take().expect("each block moves once"));
             }
             b.uniform = at[b.uniform];
         }
-        self.uniforms = kept;
     }
 }
 
