@@ -26,7 +26,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use common::{loadavg, median, ms_since, Rng};
-use loom_wasm::gpu::{Gpu, KernelTime};
+use loom_wasm::gpu::{Gpu, KernelTime, ATTENTION_RUN_POSITIONS, TILED_FULL_GROUPS};
 use loom_wasm::llm::config::{Arch, BlockSpec, ModelConfig, RopeStyle};
 use loom_wasm::llm::gpu_engine::GpuEngine;
 use loom_wasm::llm::weights::{BlockWeights, Matrix, ModelWeights};
@@ -408,38 +408,31 @@ fn run_one(
         let ms = prefill(&mut engine)?;
         by_full_groups.push(json!({"groups": groups, "ms": ms, "tok_s": r.prefill as f64 / (median(&ms) / 1e3)}));
     }
-    if !r.full_groups.is_empty() {
-        engine.set_tiled_full_groups(128);
-    }
+    engine.set_tiled_full_groups(TILED_FULL_GROUPS);
     let decode_prompt = &prompt[..prompt.len().min(16)];
-    let decode = |engine: &mut GpuEngine| -> BoxResult<f64> {
-        engine.reset();
-        let mut next = pollster::block_on(engine.forward_argmax(decode_prompt))?;
-        let t = Instant::now();
-        for _ in 0..r.decode {
-            next = pollster::block_on(engine.forward_argmax(&[next]))?;
+    // The decode steps after a warm-up, timed `runs` times.
+    let decode = |engine: &mut GpuEngine| -> BoxResult<Vec<f64>> {
+        let mut ms = Vec::new();
+        for run in 0..=r.runs {
+            engine.reset();
+            let mut next = pollster::block_on(engine.forward_argmax(decode_prompt))?;
+            let t = Instant::now();
+            for _ in 0..r.decode {
+                next = pollster::block_on(engine.forward_argmax(&[next]))?;
+            }
+            if run > 0 {
+                ms.push(ms_since(t));
+            }
         }
-        Ok(ms_since(t))
+        Ok(ms)
     };
-    let mut decode_ms = Vec::new();
-    for run in 0..=r.runs {
-        let ms = decode(&mut engine)?;
-        if run > 0 {
-            decode_ms.push(ms);
-        }
-    }
+    let decode_ms = decode(&mut engine)?;
     let step = engine.last_call();
     let mut by_submit_blocks = Vec::new();
     let default_blocks = engine.decode_submit_blocks();
     for &blocks in &r.submit_blocks {
         engine.set_decode_submit_blocks(blocks);
-        let mut ms = Vec::new();
-        for run in 0..=r.runs {
-            let t = decode(&mut engine)?;
-            if run > 0 {
-                ms.push(t);
-            }
-        }
+        let ms = decode(&mut engine)?;
         by_submit_blocks.push(json!({"blocks": blocks, "ms": ms,
             "tok_s": r.decode as f64 / (median(&ms) / 1e3), "submits": engine.last_call().submits}));
     }
@@ -447,19 +440,11 @@ fn run_one(
     let mut by_attention_run = Vec::new();
     for &positions in &r.attention_runs {
         engine.set_attention_run_positions(positions);
-        let mut ms = Vec::new();
-        for run in 0..=r.runs {
-            let t = decode(&mut engine)?;
-            if run > 0 {
-                ms.push(t);
-            }
-        }
+        let ms = decode(&mut engine)?;
         by_attention_run.push(json!({"positions": positions, "ms": ms,
             "tok_s": r.decode as f64 / (median(&ms) / 1e3)}));
     }
-    if !r.attention_runs.is_empty() {
-        engine.set_attention_run_positions(32);
-    }
+    engine.set_attention_run_positions(ATTENTION_RUN_POSITIONS);
     // Decode at depth: the same steps after the whole prompt, attention reading every position of it.
     let mut deep_ms = Vec::new();
     for run in 0..=r.runs {
@@ -525,6 +510,11 @@ fn run_one(
     }))
 }
 
+/// A comma-separated list of numbers (none without the option).
+fn list<T: std::str::FromStr>(v: Option<&String>) -> Result<Vec<T>, T::Err> {
+    v.map_or(Ok(Vec::new()), |v| v.split(',').map(str::parse).collect())
+}
+
 fn main() -> BoxResult<()> {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
     let value = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1));
@@ -539,22 +529,10 @@ fn main() -> BoxResult<()> {
         prefill: number("--prefill-tokens", 512)?.max(1),
         decode: number("--decode-tokens", 64)?.max(1),
         runs: number("--runs", 2)?.max(1),
-        chunks: match value("--prefill-chunks") {
-            Some(v) => v.split(',').map(|c| c.parse()).collect::<Result<_, _>>()?,
-            None => Vec::new(),
-        },
-        submit_blocks: match value("--decode-submit-blocks") {
-            Some(v) => v.split(',').map(|c| c.parse()).collect::<Result<_, _>>()?,
-            None => Vec::new(),
-        },
-        attention_runs: match value("--attention-runs") {
-            Some(v) => v.split(',').map(|c| c.parse()).collect::<Result<_, _>>()?,
-            None => Vec::new(),
-        },
-        full_groups: match value("--tiled-full-groups") {
-            Some(v) => v.split(',').map(|c| c.parse()).collect::<Result<_, _>>()?,
-            None => Vec::new(),
-        },
+        chunks: list(value("--prefill-chunks"))?,
+        submit_blocks: list(value("--decode-submit-blocks"))?,
+        attention_runs: list(value("--attention-runs"))?,
+        full_groups: list(value("--tiled-full-groups"))?,
     };
     let seed = number("--seed", 1)? as u64;
     let shapes: Vec<&Shape> = if shapes == "all" {

@@ -83,7 +83,7 @@ pub struct AttendArgs {
 
 /// The most runs a query's positions are split into, and the fewest positions a run is worth.
 const MAX_SPLITS: u32 = 32;
-const RUN_POSITIONS: u32 = 32;
+pub const ATTENTION_RUN_POSITIONS: u32 = 32;
 /// Split workgroups a dispatch aims at (queries × heads × splits): enough to fill a GPU.
 const SPLIT_WORKGROUPS: u32 = 4096;
 
@@ -133,7 +133,7 @@ impl Attention {
             attend: gpu.pipeline("attention_attend", &source, "attend")?,
             attend_split: gpu.pipeline("attention_attend_split", &source, "attend_split")?,
             attend_combine: gpu.pipeline("attention_attend_combine", &source, "attend_combine")?,
-            run_positions: RUN_POSITIONS,
+            run_positions: ATTENTION_RUN_POSITIONS,
         })
     }
 

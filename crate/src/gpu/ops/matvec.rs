@@ -78,7 +78,7 @@ impl XRead {
 }
 
 /// Workgroups of the tiled body's 64 rows from which it runs a lane a row on GPUs (4 lanes a row below).
-const TILED_FULL_GROUPS: u32 = 128;
+pub const TILED_FULL_GROUPS: u32 = 128;
 /// The fewest rows, and the widest, of a one-row product that runs tiled on GPUs (`MatVec::tiled_decode`).
 const TILED_DECODE_ROWS: usize = 16384;
 const TILED_DECODE_WIDTH: usize = 1024;

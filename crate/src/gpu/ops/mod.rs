@@ -16,12 +16,12 @@ mod softmax;
 mod tensor;
 
 pub use argmax::{first_argmax, Argmax, ARGMAX_SLICE};
-pub use attention::{AttendArgs, Attention, KvCache, KvWrite, NewKv, RopeIn};
+pub use attention::{AttendArgs, Attention, KvCache, KvWrite, NewKv, RopeIn, ATTENTION_RUN_POSITIONS};
 pub use elementwise::Elementwise;
 pub use embedding::{Embedding, EmbeddingTable};
 pub use matvec::{
     binding_parts, packed_values, MatVec, MatVecOptions, PackedWeights, Packing, RowLayout, XRead, GPU_GGML_TYPES,
-    MAX_WEIGHT_BINDINGS,
+    MAX_WEIGHT_BINDINGS, TILED_FULL_GROUPS,
 };
 pub use norm::{Norm, LAYER_NORM_EPS, RMS_NORM_EPS};
 pub use rope::{rope_table, Rope};

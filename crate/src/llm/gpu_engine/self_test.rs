@@ -448,22 +448,14 @@ async fn kernel_checks(engine: &GpuEngine) -> Result<Vec<KernelCheck>> {
     let logits = rng.values(n, -8.0, 8.0);
     let got = k.argmax.run(gpu, &logits, n).await?;
     let want = ops::argmax(&logits) as u32;
-    out.push(KernelCheck {
-        kernel: "argmax_rows".into(),
-        max_error: if got == [want] { 0.0 } else { f32::INFINITY },
-        passed: got == [want],
-    });
+    out.push(exact_pick("argmax_rows", got == [want]));
     // A vocabulary past one workgroup's row is picked in slices and a final pick: a row of a few slices.
     if Argmax::in_slices(c.vocab) {
         let n = 3 * ARGMAX_SLICE + 5;
         let logits = rng.values(n, -8.0, 8.0);
         let got = k.argmax.run(gpu, &logits, n).await?;
         let want = ops::argmax(&logits) as u32;
-        out.push(KernelCheck {
-            kernel: "argmax_slices + argmax_final".into(),
-            max_error: if got == [want] { 0.0 } else { f32::INFINITY },
-            passed: got == [want],
-        });
+        out.push(exact_pick("argmax_slices + argmax_final", got == [want]));
     }
     let args = SampleArgs {
         temperature: 0.8,
@@ -476,10 +468,15 @@ async fn kernel_checks(engine: &GpuEngine) -> Result<Vec<KernelCheck>> {
     };
     let got = k.sample.run(gpu, &logits, &args).await?;
     let want = Sampler::sample_with(&mut logits.clone(), &args);
-    out.push(KernelCheck {
-        kernel: "sample".into(),
-        max_error: if got == want { 0.0 } else { f32::INFINITY },
-        passed: got == want,
-    });
+    out.push(exact_pick("sample", got == want));
     Ok(out)
+}
+
+/// The check of a kernel that picks an id, which must be the CPU's exactly (an error of ∞ otherwise).
+fn exact_pick(kernel: &str, same: bool) -> KernelCheck {
+    KernelCheck {
+        kernel: kernel.into(),
+        max_error: if same { 0.0 } else { f32::INFINITY },
+        passed: same,
+    }
 }
