@@ -213,20 +213,20 @@ pub(super) unsafe fn rows(ty: GgmlType, rows: &[u8], first: usize, x: &Tokens16,
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
 unsafe fn tile_rows<const G: usize, const MIN: bool>(tile: &Tile, count: usize, x: &Tokens16, first: usize, y: Output) {
     let groups = x.n.div_ceil(16);
-    let mut r = 0;
-    while r < count {
-        let take = if count - r >= 4 { 4 } else { 1 };
-        let mut g = 0;
-        while g < groups {
+    let mut g = 0;
+    while g < groups {
+        let mut r = 0;
+        while r < count {
+            let take = if count - r >= 4 { 4 } else { 1 };
             match (take, groups - g >= 2) {
                 (4, true) => kernel::<4, 2, G, MIN>(tile, r, x, g, first, y),
                 (4, false) => kernel::<4, 1, G, MIN>(tile, r, x, g, first, y),
                 (_, true) => kernel::<1, 2, G, MIN>(tile, r, x, g, first, y),
                 (_, false) => kernel::<1, 1, G, MIN>(tile, r, x, g, first, y),
             }
-            g += if groups - g >= 2 { 2 } else { 1 };
+            r += take;
         }
-        r += take;
+        g += if groups - g >= 2 { 2 } else { 1 };
     }
 }
 
@@ -382,16 +382,16 @@ pub(super) unsafe fn rows_f32(ty: GgmlType, rows: &[u8], first: usize, x: &Token
         let count = rows.len() / row_bytes;
         super::matmul::dequantize_blocks(super::matmul::Level::Avx512, ty, rows, &mut tile[..count * x.cols]);
         let first = first + i * TILE_ROWS;
-        let mut r = 0;
-        while r < count {
-            let take = match count - r {
-                8.. => 8,
-                4.. => 4,
-                _ => 1,
-            };
-            let mut g = 0;
-            while g < groups {
-                let step = (groups - g).min(3);
+        let mut g = 0;
+        while g < groups {
+            let step = (groups - g).min(3);
+            let mut r = 0;
+            while r < count {
+                let take = match count - r {
+                    8.. => 8,
+                    4.. => 4,
+                    _ => 1,
+                };
                 match (take, step) {
                     (8, 3) => kernel_f32::<8, 3>(&tile, r, x, g, first, y),
                     (8, 2) => kernel_f32::<8, 2>(&tile, r, x, g, first, y),
@@ -403,9 +403,9 @@ pub(super) unsafe fn rows_f32(ty: GgmlType, rows: &[u8], first: usize, x: &Token
                     (_, 2) => kernel_f32::<1, 2>(&tile, r, x, g, first, y),
                     _ => kernel_f32::<1, 1>(&tile, r, x, g, first, y),
                 }
-                g += step;
+                r += take;
             }
-            r += take;
+            g += step;
         }
     }
 }
