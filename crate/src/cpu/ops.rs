@@ -242,6 +242,254 @@ pub fn attention_group(
     }
 }
 
+/// One GQA group's queries for consecutive tokens (a prompt's), with the keys and values they attend over, for
+/// [`attention_tokens`].
+#[derive(Clone, Copy)]
+pub struct TokenQueries<'a> {
+    /// Token `b`'s query heads, one after another: `q[b·stride..][..heads·head_dim]` (its output at the same place
+    /// in `out`).
+    pub q: &'a [f32],
+    pub stride: usize,
+    pub heads: usize,
+    pub head_dim: usize,
+    /// Token `b` attends positions `ranges[b].0..ranges[b].1` (at least one).
+    pub ranges: &'a [(usize, usize)],
+    /// The kv head's keys transposed ([`transpose_keys`]): value `i` of position `s` at `kt[i·len + s]`.
+    pub kt: &'a [f32],
+    pub len: usize,
+    /// Position `s`'s value at `v[s·kv_dim + kv_offset..][..head_dim]`.
+    pub v: &'a [f32],
+    pub kv_dim: usize,
+    pub kv_offset: usize,
+    pub rule: Scores,
+}
+
+/// `kt[i·len + s] = k[s·kv_dim + kv_offset + i]`: one kv head's `len` keys, value by value, for
+/// [`attention_tokens`].
+pub fn transpose_keys(k: &[f32], len: usize, kv_dim: usize, kv_offset: usize, head_dim: usize, kt: &mut [f32]) {
+    // Sixteen positions at a time, so that each value's sixteen writes fill one cache line (a position at a time,
+    // each write was a line of its own: 2% of a prompt).
+    for (block, keys) in k[..len * kv_dim].chunks(16 * kv_dim).enumerate() {
+        for i in 0..head_dim {
+            let out = &mut kt[i * len + 16 * block..];
+            for (o, key) in out.iter_mut().zip(keys.chunks_exact(kv_dim)) {
+                *o = key[kv_offset + i];
+            }
+        }
+    }
+}
+
+/// Whether [`attention_tokens`] has a kernel for heads of `head_dim` on this CPU (AVX-512, heads of whole 64-value
+/// chunks); elsewhere it runs plain loops, and [`attention_group`] per token is faster.
+pub fn attention_tokens_fast(head_dim: usize) -> bool {
+    cfg!(target_arch = "x86_64")
+        && head_dim.is_multiple_of(64)
+        && head_dim > 0
+        && crate::quant::simd_in_use().starts_with("avx512")
+}
+
+/// Scratch [`attention_tokens`] needs for `tokens` tokens of `heads` heads over `len` positions.
+pub fn attention_tokens_scratch(tokens: usize, heads: usize, len: usize) -> usize {
+    tokens * heads * len.next_multiple_of(16)
+}
+
+/// [`attention_group`] for several tokens at once (a prompt's): each token's heads attend over its own range of
+/// positions. With AVX-512 ([`attention_tokens_fast`]) the scores come sixteen positions to a vector from the
+/// transposed keys (no sums across lanes) and each value row is read once for four heads.
+///
+/// # Panics
+/// Where the shapes disagree (a range past `len`, `q` or `out` too short, `scores` shorter than
+/// [`attention_tokens_scratch`]).
+pub fn attention_tokens(a: &TokenQueries, out: &mut [f32], scores: &mut [f32]) {
+    let (tokens, hd) = (a.ranges.len(), a.head_dim);
+    let width = a.ranges.iter().map(|r| r.1).max().unwrap_or(0) - a.ranges.iter().map(|r| r.0).min().unwrap_or(0);
+    let need = tokens.saturating_sub(1) * a.stride + a.heads * hd;
+    assert!(
+        a.ranges.iter().all(|&(first, end)| first < end && end <= a.len)
+            && a.q.len() >= need
+            && out.len() >= need
+            && a.kt.len() >= hd * a.len
+            && a.len.saturating_sub(1) * a.kv_dim + a.kv_offset + hd <= a.v.len()
+            && a.kv_offset + hd <= a.kv_dim
+            && scores.len() >= attention_tokens_scratch(tokens, a.heads, width)
+    );
+    #[cfg(target_arch = "x86_64")]
+    if attention_tokens_fast(hd) {
+        // SAFETY: `attention_tokens_fast` checked the CPU and the head size; the assertion above bounds every read
+        // and write.
+        return unsafe { attention_tokens_avx512(a, out, scores) };
+    }
+    for (b, &(first, end)) in a.ranges.iter().enumerate() {
+        for h in 0..a.heads {
+            let q = &a.q[b * a.stride + h * hd..][..hd];
+            let s = &mut scores[..end - first];
+            for (t, s) in s.iter_mut().enumerate() {
+                *s = (0..hd).map(|i| q[i] * a.kt[i * a.len + first + t]).sum::<f32>() * a.rule.scale;
+            }
+            a.rule.soft_cap(s);
+            softmax(s);
+            let o = &mut out[b * a.stride + h * hd..][..hd];
+            o.fill(0.0);
+            for (t, &p) in s.iter().enumerate() {
+                let row = &a.v[(first + t) * a.kv_dim + a.kv_offset..][..hd];
+                o.iter_mut().zip(row).for_each(|(o, v)| *o += p * v);
+            }
+        }
+    }
+}
+
+/// [`attention_tokens`] with AVX-512: every (token, head) row's scores over the tokens' joint range, 64 positions
+/// at a time for every row (four rows at a time) while those keys are in the first-level cache; each row's softmax
+/// over its own range (zeros elsewhere); then the values, 64 positions and 64 values at a time for every row, into
+/// `out`.
+///
+/// # Safety
+/// AVX-512 F with AVX2 and FMA; `a` and the slices as [`attention_tokens`] asserts, `head_dim` a multiple of 64.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn attention_tokens_avx512(a: &TokenQueries, out: &mut [f32], scores: &mut [f32]) {
+    let (hd, heads) = (a.head_dim, a.heads);
+    let lo = a.ranges.iter().map(|r| r.0).min().unwrap_or(0);
+    let hi = a.ranges.iter().map(|r| r.1).max().unwrap_or(0);
+    let width = (hi - lo).next_multiple_of(16);
+    let rows = a.ranges.len() * heads;
+    // Row `r` is token `r / heads`, head `r % heads`; four rows at a time, then one.
+    let step = |r: usize| if rows - r >= 4 { 4 } else { 1 };
+    let q_row = |r: usize| a.q.as_ptr().add(r / heads * a.stride + r % heads * hd);
+    let range = |r: usize| a.ranges[r / heads];
+    let sp = scores.as_mut_ptr();
+    for s in (lo..hi).step_by(64) {
+        let mut r = 0;
+        while r < rows {
+            let at = sp.add(r * width + s - lo);
+            match step(r) {
+                4 => token_scores::<4>(a, std::array::from_fn(|k| q_row(r + k)), s, hi, at, width),
+                _ => token_scores::<1>(a, [q_row(r)], s, hi, at, width),
+            }
+            r += step(r);
+        }
+    }
+    for r in 0..rows {
+        let (first, end) = range(r);
+        let row = &mut scores[r * width..(r + 1) * width];
+        let own = &mut row[first - lo..end - lo];
+        a.rule.soft_cap(own);
+        softmax(own);
+        row[..first - lo].fill(0.0);
+        row[end - lo..].fill(0.0);
+    }
+    let op = out.as_mut_ptr();
+    let out_row = |r: usize| op.add(r / heads * a.stride + r % heads * hd);
+    for r in 0..rows {
+        std::slice::from_raw_parts_mut(out_row(r), hd).fill(0.0);
+    }
+    for c in (0..hd).step_by(64) {
+        let v = a.v.as_ptr().add(a.kv_offset + c);
+        for s in (lo..hi).step_by(64) {
+            let mut r = 0;
+            while r < rows {
+                // The positions of this block any of these rows attends.
+                let first = (r..r + step(r)).map(|r| range(r).0).min().unwrap_or(lo).max(s);
+                let end = (r..r + step(r)).map(|r| range(r).1).max().unwrap_or(lo).min(s + 64);
+                let p = |k: usize| sp.add((r + k) * width).cast_const();
+                if first < end {
+                    match step(r) {
+                        4 => token_values::<4>(
+                            std::array::from_fn(p),
+                            v,
+                            a.kv_dim,
+                            (first..end, lo),
+                            std::array::from_fn(|k| out_row(r + k).add(c)),
+                        ),
+                        _ => token_values::<1>([p(0)], v, a.kv_dim, (first..end, lo), [out_row(r).add(c)]),
+                    }
+                }
+                r += step(r);
+            }
+        }
+    }
+}
+
+/// `out[k·width + j] = scale · q[k]·key(s + j)` for the 64 positions from `s` (those at and past `hi` read nothing
+/// and give 0; those past the row's `width` are not stored).
+///
+/// # Safety
+/// As [`attention_tokens_avx512`]; `out` points at position `s` of the first of `R` rows `width` apart.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+// `k` and `j` pick accumulators in two-dimensional arrays of registers.
+#[allow(clippy::needless_range_loop)]
+unsafe fn token_scores<const R: usize>(
+    a: &TokenQueries,
+    q: [*const f32; R],
+    s: usize,
+    hi: usize,
+    out: *mut f32,
+    width: usize,
+) {
+    use std::arch::x86_64::*;
+    let masks: [__mmask16; 4] = std::array::from_fn(|j| {
+        let valid = hi.saturating_sub(s + 16 * j).min(16);
+        ((1u32 << valid) - 1) as u16
+    });
+    let mut acc = [[_mm512_setzero_ps(); 4]; R];
+    for i in 0..a.head_dim {
+        let at = a.kt.as_ptr().add(i * a.len + s);
+        let keys: [__m512; 4] = std::array::from_fn(|j| _mm512_maskz_loadu_ps(masks[j], at.add(16 * j)));
+        for k in 0..R {
+            let qv = _mm512_set1_ps(*q[k].add(i));
+            for j in 0..4 {
+                acc[k][j] = _mm512_fmadd_ps(qv, keys[j], acc[k][j]);
+            }
+        }
+    }
+    let scale = _mm512_set1_ps(a.rule.scale);
+    for j in 0..4 {
+        // Every vector with a position before `hi` is in the row (`width` is `hi − lo` rounded up to 16).
+        if masks[j] != 0 {
+            for k in 0..R {
+                _mm512_storeu_ps(out.add(k * width + 16 * j), _mm512_mul_ps(acc[k][j], scale));
+            }
+        }
+    }
+}
+
+/// `out[k][0..64] += Σ_s p[k][s − lo] · value(s)[0..64]` over `positions` (`v` pointing at position 0's first
+/// value of the chunk).
+///
+/// # Safety
+/// As [`attention_tokens_avx512`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+// `k` and `m` pick accumulators in two-dimensional arrays of registers.
+#[allow(clippy::needless_range_loop)]
+unsafe fn token_values<const R: usize>(
+    p: [*const f32; R],
+    v: *const f32,
+    kv_dim: usize,
+    (positions, lo): (std::ops::Range<usize>, usize),
+    out: [*mut f32; R],
+) {
+    use std::arch::x86_64::*;
+    let mut acc: [[__m512; 4]; R] =
+        std::array::from_fn(|k| std::array::from_fn(|m| _mm512_loadu_ps(out[k].add(16 * m))));
+    for s in positions {
+        let row = v.add(s * kv_dim);
+        let vv: [__m512; 4] = std::array::from_fn(|m| _mm512_loadu_ps(row.add(16 * m)));
+        for k in 0..R {
+            let pk = _mm512_set1_ps(*p[k].add(s - lo));
+            for m in 0..4 {
+                acc[k][m] = _mm512_fmadd_ps(pk, vv[m], acc[k][m]);
+            }
+        }
+    }
+    for k in 0..R {
+        for m in 0..4 {
+            _mm512_storeu_ps(out[k].add(16 * m), acc[k][m]);
+        }
+    }
+}
+
 /// The rows a GQA group attends over: `len` keys and values `stride` apart from `k` and `v` (the kv head's first
 /// value), `head_dim` values each.
 #[cfg(target_arch = "x86_64")]
@@ -585,6 +833,12 @@ fn exp_in_place(x: &mut [f32]) {
         }
     }
     #[cfg(target_arch = "x86_64")]
+    if crate::quant::simd_in_use().starts_with("avx512") {
+        // SAFETY: `simd_in_use` reports AVX-512 (F) only where the CPU has it.
+        unsafe { exp_in_place_avx512(x) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU has AVX2 (checked above).
         unsafe { exp_in_place_avx2(x) };
@@ -610,6 +864,21 @@ unsafe fn exp_in_place_avx2(x: &mut [f32]) {
     }
     for v in chunks.into_remainder() {
         *v = _mm256_cvtss_f32(exp8(_mm256_set1_ps(*v)));
+    }
+}
+
+/// [`exp_in_place`] sixteen at a time by [`exp16`].
+///
+/// # Safety
+/// The CPU has AVX-512 F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn exp_in_place_avx512(x: &mut [f32]) {
+    use std::arch::x86_64::*;
+    for c in x.chunks_mut(16) {
+        let lanes: __mmask16 = ((1u32 << c.len()) - 1) as u16;
+        let e = exp16(_mm512_maskz_loadu_ps(lanes, c.as_ptr()));
+        _mm512_mask_storeu_ps(c.as_mut_ptr(), lanes, e);
     }
 }
 
@@ -763,6 +1032,103 @@ mod tests {
                             );
                         }
                     }
+                }
+            }
+        }
+    }
+
+    /// Several tokens' attention at once against its float64 definition: causal ranges (each token one position
+    /// further), sliding windows (ranges that start later), a soft cap, groups of 1 to 7 heads (rows that leave each
+    /// remainder of four), joint ranges of one to four blocks of 64 positions (rows that skip some), head sizes with the
+    /// AVX-512 kernel (64, 128) and without (40: the plain loops), and a kv head that is not the first.
+    #[test]
+    fn attention_tokens_is_its_float64_definition() {
+        let mut seed = 7u32;
+        let mut rand = move || {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (seed >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0
+        };
+        for head_dim in [40, 64, 128] {
+            let kv_dim = 2 * head_dim;
+            for (tokens, start, window, cap) in [
+                (1usize, 0usize, None::<usize>, None::<f32>),
+                (5, 0, None, None),
+                (8, 13, None, Some(3.0)),
+                (16, 60, Some(20), None),
+                (3, 100, Some(37), None),
+                (6, 150, None, None),
+                (4, 200, Some(70), Some(5.0)),
+            ] {
+                let len = start + tokens;
+                let ranges: Vec<(usize, usize)> = (0..tokens)
+                    .map(|b| {
+                        let end = start + b + 1;
+                        (window.map_or(0, |w| end.saturating_sub(w)), end)
+                    })
+                    .collect();
+                for heads in [1, 2, 3, 4, 7] {
+                    let stride = heads * head_dim + 5;
+                    let q: Vec<f32> = (0..tokens * stride).map(|_| 2.0 * rand()).collect();
+                    let k: Vec<f32> = (0..len * kv_dim).map(|_| rand()).collect();
+                    let v: Vec<f32> = (0..len * kv_dim).map(|_| rand()).collect();
+                    let offset = head_dim;
+                    let mut kt = vec![f32::NAN; head_dim * len];
+                    transpose_keys(&k, len, kv_dim, offset, head_dim, &mut kt);
+                    let rule = Scores {
+                        scale: 1.0 / (head_dim as f32).sqrt(),
+                        cap,
+                    };
+                    let a = TokenQueries {
+                        q: &q,
+                        stride,
+                        heads,
+                        head_dim,
+                        ranges: &ranges,
+                        kt: &kt,
+                        len,
+                        v: &v,
+                        kv_dim,
+                        kv_offset: offset,
+                        rule,
+                    };
+                    let mut out = vec![f32::NAN; tokens * stride];
+                    let mut scores = vec![f32::NAN; attention_tokens_scratch(tokens, heads, len)];
+                    attention_tokens(&a, &mut out, &mut scores);
+                    let row = |m: &[f32], t: usize| m[t * kv_dim + offset..][..head_dim].to_vec();
+                    for (b, &(first, end)) in ranges.iter().enumerate() {
+                        for h in 0..heads {
+                            let q = &q[b * stride + h * head_dim..][..head_dim];
+                            let logits: Vec<f64> = (first..end)
+                                .map(|t| {
+                                    let dot: f64 = q
+                                        .iter()
+                                        .zip(row(&k, t))
+                                        .map(|(a, b)| f64::from(*a) * f64::from(b))
+                                        .sum();
+                                    let l = dot / (head_dim as f64).sqrt();
+                                    cap.map_or(l, |c| f64::from(c) * (l / f64::from(c)).tanh())
+                                })
+                                .collect();
+                            let max = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                            let e: Vec<f64> = logits.iter().map(|l| (l - max).exp()).collect();
+                            let total: f64 = e.iter().sum();
+                            for d in 0..head_dim {
+                                let want: f64 = (first..end)
+                                    .map(|t| e[t - first] / total * f64::from(row(&v, t)[d]))
+                                    .sum();
+                                let got = out[b * stride + h * head_dim + d];
+                                assert!(
+                                    (f64::from(got) - want).abs() <= 2e-6,
+                                    "head_dim {head_dim}, token {b} of {tokens} ({first}..{end}), heads {heads}: \
+                                     head {h} out[{d}] = {got}, float64 {want}"
+                                );
+                            }
+                        }
+                    }
+                    // What lies between the tokens' rows is not written.
+                    assert!(out
+                        .chunks(stride)
+                        .all(|r| r[heads * head_dim..].iter().all(|v| v.is_nan())));
                 }
             }
         }

@@ -219,6 +219,7 @@ impl CpuEngine {
         let mut proj = vec![0f32; n * h];
         let mut gate = vec![0f32; n * c.ffn];
         let mut up = vec![0f32; n * c.ffn];
+        let mut kt = Vec::new();
         for (l, b) in w.blocks.iter().enumerate() {
             each_token(&mut xn, n, |t, row| {
                 ops::rms_norm_into(&x[t * h..(t + 1) * h], &b.attn_norm, c.rms_eps, row)
@@ -249,15 +250,52 @@ impl CpuEngine {
             let (kv_heads, group) = (c.n_kv_heads, c.n_heads / c.n_kv_heads);
             let window = c.window(l);
             let (kc, vc) = (&*kc, &*vc);
-            quant::par_chunks(&mut att, group * hd, group * (start + n), |i, out, scores| {
-                let (t, j) = (i / kv_heads, i % kv_heads);
-                let qs = &q[t * qd + j * group * hd..][..group * hd];
-                let end = start + t + 1;
-                let first = window.map_or(0, |w| end.saturating_sub(w));
-                // Rows start at `held_from`: trimming keeps every row a query of this chunk reads.
-                let (ks, vs) = (&kc[(first - held_from) * kvd..], &vc[(first - held_from) * kvd..]);
-                ops::attention_group(qs, ks, vs, end - first, kvd, j * hd, hd, rule, out, scores);
-            });
+            if n >= PAR_TOKENS && ops::attention_tokens_fast(hd) {
+                // A prompt: `ATTENTION_TOKENS` tokens a task, each kv head's keys transposed once for all of them.
+                let len = kc.len() / kvd;
+                kt.resize(kv_heads * hd * len, 0.0);
+                for (j, kt) in kt.chunks_exact_mut(hd * len).enumerate() {
+                    ops::transpose_keys(kc, len, kvd, j * hd, hd, kt);
+                }
+                let kt = &kt[..];
+                let scratch = ops::attention_tokens_scratch(ATTENTION_TOKENS, group, len);
+                quant::par_chunks(&mut att, ATTENTION_TOKENS * qd, scratch, |i, out, scores| {
+                    let first_token = i * ATTENTION_TOKENS;
+                    let ranges: Vec<(usize, usize)> = (first_token..first_token + out.len() / qd)
+                        .map(|t| {
+                            let end = start + t + 1;
+                            let first = window.map_or(0, |w| end.saturating_sub(w));
+                            (first - held_from, end - held_from)
+                        })
+                        .collect();
+                    for j in 0..kv_heads {
+                        let queries = ops::TokenQueries {
+                            q: &q[first_token * qd + j * group * hd..],
+                            stride: qd,
+                            heads: group,
+                            head_dim: hd,
+                            ranges: &ranges,
+                            kt: &kt[j * hd * len..][..hd * len],
+                            len,
+                            v: vc,
+                            kv_dim: kvd,
+                            kv_offset: j * hd,
+                            rule,
+                        };
+                        ops::attention_tokens(&queries, &mut out[j * group * hd..], scores);
+                    }
+                });
+            } else {
+                quant::par_chunks(&mut att, group * hd, group * (start + n), |i, out, scores| {
+                    let (t, j) = (i / kv_heads, i % kv_heads);
+                    let qs = &q[t * qd + j * group * hd..][..group * hd];
+                    let end = start + t + 1;
+                    let first = window.map_or(0, |w| end.saturating_sub(w));
+                    // Rows start at `held_from`: trimming keeps every row a query of this chunk reads.
+                    let (ks, vs) = (&kc[(first - held_from) * kvd..], &vc[(first - held_from) * kvd..]);
+                    ops::attention_group(qs, ks, vs, end - first, kvd, j * hd, hd, rule, out, scores);
+                });
+            }
             matmul(&b.wo, &att, n, &mut proj)?;
             add_bias(&mut proj, &b.bo);
             if let Some(norm) = &b.post_attn_norm {
@@ -296,6 +334,8 @@ impl CpuEngine {
 /// 512-token prefill's CPU time ran on one thread of two before).
 const PAR_TOKENS: usize = 16;
 const TOKENS_PER_TASK: usize = 8;
+/// Tokens of a prompt an attention task takes (`ops::attention_tokens`): each value row read once for all of them.
+const ATTENTION_TOKENS: usize = 8;
 
 /// `f(t, row)` for each of the `n` equal rows of `out`: over the pool for `PAR_TOKENS` rows and more.
 fn each_token(out: &mut [f32], n: usize, f: impl Fn(usize, &mut [f32]) + Send + Sync) {
