@@ -302,7 +302,8 @@ pub fn attention_tokens_scratch(tokens: usize, heads: usize, len: usize) -> usiz
 /// [`attention_tokens_scratch`]).
 pub fn attention_tokens(a: &TokenQueries, out: &mut [f32], scores: &mut [f32]) {
     let (tokens, hd) = (a.ranges.len(), a.head_dim);
-    let width = a.ranges.iter().map(|r| r.1).max().unwrap_or(0) - a.ranges.iter().map(|r| r.0).min().unwrap_or(0);
+    let lo = a.ranges.iter().map(|r| r.0).min().unwrap_or(0);
+    let hi = a.ranges.iter().map(|r| r.1).max().unwrap_or(0);
     let need = tokens.saturating_sub(1) * a.stride + a.heads * hd;
     assert!(
         a.ranges.iter().all(|&(first, end)| first < end && end <= a.len)
@@ -311,13 +312,13 @@ pub fn attention_tokens(a: &TokenQueries, out: &mut [f32], scores: &mut [f32]) {
             && a.kt.len() >= hd * a.len
             && a.len.saturating_sub(1) * a.kv_dim + a.kv_offset + hd <= a.v.len()
             && a.kv_offset + hd <= a.kv_dim
-            && scores.len() >= attention_tokens_scratch(tokens, a.heads, width)
+            && scores.len() >= attention_tokens_scratch(tokens, a.heads, hi - lo)
     );
     #[cfg(target_arch = "x86_64")]
     if attention_tokens_fast(hd) {
         // SAFETY: `attention_tokens_fast` checked the CPU and the head size; the assertion above bounds every read
         // and write.
-        return unsafe { attention_tokens_avx512(a, out, scores) };
+        return unsafe { attention_tokens_avx512(a, (lo, hi), out, scores) };
     }
     for (b, &(first, end)) in a.ranges.iter().enumerate() {
         for h in 0..a.heads {
@@ -344,13 +345,12 @@ pub fn attention_tokens(a: &TokenQueries, out: &mut [f32], scores: &mut [f32]) {
 /// `out`.
 ///
 /// # Safety
-/// AVX-512 F with AVX2 and FMA; `a` and the slices as [`attention_tokens`] asserts, `head_dim` a multiple of 64.
+/// AVX-512 F with AVX2 and FMA; `a` and the slices as [`attention_tokens`] asserts, `(lo, hi)` the ranges' joint
+/// range, `head_dim` a multiple of 64.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn attention_tokens_avx512(a: &TokenQueries, out: &mut [f32], scores: &mut [f32]) {
+unsafe fn attention_tokens_avx512(a: &TokenQueries, (lo, hi): (usize, usize), out: &mut [f32], scores: &mut [f32]) {
     let (hd, heads) = (a.head_dim, a.heads);
-    let lo = a.ranges.iter().map(|r| r.0).min().unwrap_or(0);
-    let hi = a.ranges.iter().map(|r| r.1).max().unwrap_or(0);
     let width = (hi - lo).next_multiple_of(16);
     let rows = a.ranges.len() * heads;
     // Row `r` is token `r / heads`, head `r % heads`; four rows at a time, then one.
@@ -754,25 +754,48 @@ unsafe fn softmax_avx512(x: &mut [f32]) {
     _mm512_mask_storeu_ps(p.add(body), tail, _mm512_mul_ps(v, inv));
 }
 
-/// `eˣ` in sixteen lanes: `exp8`'s polynomial in the same operations.
+/// Cephes' `expf`, which [`exp4`], [`exp8`] and [`exp16`] compute at three vector widths: `x = n·ln 2 + r`, a
+/// degree-7 polynomial in `r`, times `2ⁿ`, within 2 ulp of the true value. `x` is clamped to
+/// [`EXP_MIN`, `EXP_MAX`]: `eˣ` stays a normal float32 (below, it would be subnormal or 0; above 88, the `2ⁿ` built
+/// from bits would overflow), which moves nothing the decoder computes; NaN stays NaN.
+#[cfg(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "simd128")))]
+mod cephes_exp {
+    pub const EXP_MIN: f32 = -87.336_55;
+    pub const EXP_MAX: f32 = 88.0;
+    /// ln 2 in two parts, `LN2_HIGH + LN2_LOW`, so that `n·LN2_HIGH` is exact.
+    pub const LN2_HIGH: f32 = 0.693_359_4;
+    pub const LN2_LOW: f32 = -2.121_944_4e-4;
+    /// The polynomial's coefficients, highest degree first (Horner's order).
+    pub const POLY: [f32; 6] = [
+        1.987_569_1e-4,
+        1.398_199_9e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        0.166_666_65,
+        0.5,
+    ];
+}
+
+/// `eˣ` in sixteen lanes by [`cephes_exp`].
 ///
 /// # Safety
 /// The CPU has AVX-512 F.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn exp16(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
+    use cephes_exp::*;
     use std::arch::x86_64::*;
     let c = _mm512_set1_ps;
     // `max`/`min` return their second operand when either is NaN: `x` second keeps a NaN.
-    let x = _mm512_min_ps(c(88.0), _mm512_max_ps(c(-87.336_55), x));
+    let x = _mm512_min_ps(c(EXP_MAX), _mm512_max_ps(c(EXP_MIN), x));
     let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_mul_ps(
         x,
         c(std::f32::consts::LOG2_E),
     ));
-    let r = _mm512_sub_ps(x, _mm512_mul_ps(n, c(0.693_359_4)));
-    let r = _mm512_sub_ps(r, _mm512_mul_ps(n, c(-2.121_944_4e-4)));
-    let mut p = c(1.987_569_1e-4);
-    for k in [1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5] {
+    let r = _mm512_sub_ps(x, _mm512_mul_ps(n, c(LN2_HIGH)));
+    let r = _mm512_sub_ps(r, _mm512_mul_ps(n, c(LN2_LOW)));
+    let mut p = c(POLY[0]);
+    for &k in &POLY[1..] {
         p = _mm512_add_ps(_mm512_mul_ps(p, r), c(k));
     }
     let p = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(p, r), r), r), c(1.0));
@@ -882,26 +905,26 @@ unsafe fn exp_in_place_avx512(x: &mut [f32]) {
     }
 }
 
-/// `eˣ` in eight lanes: the same Cephes `expf` as `exp4` (within 2 ulp; `x` clamped to [−87.3, 88]; NaN stays
-/// NaN), in the same operations.
+/// `eˣ` in eight lanes by [`cephes_exp`].
 ///
 /// # Safety
 /// The CPU has AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn exp8(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+    use cephes_exp::*;
     use std::arch::x86_64::*;
     let c = _mm256_set1_ps;
     // `max`/`min` return their second operand when either is NaN: `x` second keeps a NaN.
-    let x = _mm256_min_ps(c(88.0), _mm256_max_ps(c(-87.336_55), x));
+    let x = _mm256_min_ps(c(EXP_MAX), _mm256_max_ps(c(EXP_MIN), x));
     let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
         x,
         c(std::f32::consts::LOG2_E),
     ));
-    let r = _mm256_sub_ps(x, _mm256_mul_ps(n, c(0.693_359_4)));
-    let r = _mm256_sub_ps(r, _mm256_mul_ps(n, c(-2.121_944_4e-4)));
-    let mut p = c(1.987_569_1e-4);
-    for k in [1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5] {
+    let r = _mm256_sub_ps(x, _mm256_mul_ps(n, c(LN2_HIGH)));
+    let r = _mm256_sub_ps(r, _mm256_mul_ps(n, c(LN2_LOW)));
+    let mut p = c(POLY[0]);
+    for &k in &POLY[1..] {
         p = _mm256_add_ps(_mm256_mul_ps(p, r), c(k));
     }
     let p = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(p, r), r), r), c(1.0));
@@ -909,19 +932,17 @@ unsafe fn exp8(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
     _mm256_mul_ps(p, _mm256_castsi256_ps(pow2n))
 }
 
-/// `eˣ` in four lanes: Cephes' `expf` (`x = n·ln 2 + r`, a degree-7 polynomial in `r`, times `2ⁿ`), within 2 ulp of
-/// the true value. `x` is clamped to [−87.3, 88]: `eˣ` stays a normal float32 (below, it would be subnormal or 0;
-/// above 88, the `2ⁿ` built from bits would overflow), which moves nothing the decoder computes; NaN stays NaN.
+/// `eˣ` in four lanes by [`cephes_exp`].
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 fn exp4(x: core::arch::wasm32::v128) -> core::arch::wasm32::v128 {
+    use cephes_exp::*;
     use core::arch::wasm32::*;
-    let x = f32x4_min(f32x4_max(x, f32x4_splat(-87.336_55)), f32x4_splat(88.0));
+    let x = f32x4_min(f32x4_max(x, f32x4_splat(EXP_MIN)), f32x4_splat(EXP_MAX));
     let n = f32x4_nearest(f32x4_mul(x, f32x4_splat(std::f32::consts::LOG2_E)));
-    // ln 2 in two parts, so that `n·ln2_high` is exact.
-    let r = f32x4_sub(x, f32x4_mul(n, f32x4_splat(0.693_359_4)));
-    let r = f32x4_sub(r, f32x4_mul(n, f32x4_splat(-2.121_944_4e-4)));
-    let mut p = f32x4_splat(1.987_569_1e-4);
-    for c in [1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5] {
+    let r = f32x4_sub(x, f32x4_mul(n, f32x4_splat(LN2_HIGH)));
+    let r = f32x4_sub(r, f32x4_mul(n, f32x4_splat(LN2_LOW)));
+    let mut p = f32x4_splat(POLY[0]);
+    for &c in &POLY[1..] {
         p = f32x4_add(f32x4_mul(p, r), f32x4_splat(c));
     }
     let p = f32x4_add(f32x4_add(f32x4_mul(f32x4_mul(p, r), r), r), f32x4_splat(1.0));
