@@ -509,6 +509,15 @@ fn block_dot(a: &[i16], q: [v128; 4]) -> v128 {
     i32x4_add(i32x4_add(dot(0), dot(1)), i32x4_add(dot(2), dot(3)))
 }
 
+/// `v`, after one lane of it is stored (`black_box` writes it to the stack). V8 keeps loads and stores in program
+/// order but places pure vector operations just before their first use, so without a store every load of a loop
+/// body came first and most of the loaded vectors were spilled (x86 has 16 vector registers) before any was used.
+/// A store after each block's products keeps each block's loads beside its arithmetic.
+fn in_order(v: v128) -> v128 {
+    std::hint::black_box(i32x4_extract_lane::<0>(v));
+    v
+}
+
 /// Lane `k`: the sum of `v[k]`'s four lanes.
 fn sum4(v: [v128; 4]) -> v128 {
     let t0 = i32x4_add(
@@ -555,7 +564,7 @@ fn dot16<B: Block>(row: &[u8], x: &Activations16) -> f32 {
         let b = |k: usize| &b4[k * B::BYTES..(k + 1) * B::BYTES];
         // Explicit arrays, not `array::from_fn`: V8 does not inline the closure that makes, which then returns each
         // block's codes through memory (a Q5_0 decode took three times as long).
-        let dot = |j: usize| block_dot(&a4[32 * j..], B::codes(b(j), consts));
+        let dot = |j: usize| in_order(block_dot(&a4[32 * j..], B::codes(b(j), consts)));
         let mut isum = sum4([dot(0), dot(1), dot(2), dot(3)]);
         if B::CENTRE != 0 {
             isum = centred(isum, e4, B::CENTRE);
@@ -753,17 +762,17 @@ fn dot16_k<K: SuperBlock>(row: &[u8], x: &Activations16) -> f32 {
                             // SAFETY: `a` holds 16 values; wasm loads need no alignment.
                             let (a0, a1) =
                                 unsafe { (v128_load(a.as_ptr().cast()), v128_load(a.as_ptr().add(8).cast())) };
-                            i32x4_add(
+                            in_order(i32x4_add(
                                 i32x4_dot_i16x8(codes[j][2 * h], a0),
                                 i32x4_dot_i16x8(codes[j][2 * h + 1], a1),
-                            )
+                            ))
                         };
                         f32x4_convert_i32x4(sum4([dot(0), dot(1), dot(2), dot(3)]))
                     };
                     f32x4_add(half(0), half(1))
                 }
                 centre => {
-                    let dot = |j: usize| block_dot(&a4[32 * j..], codes[j]);
+                    let dot = |j: usize| in_order(block_dot(&a4[32 * j..], codes[j]));
                     f32x4_convert_i32x4(centred(sum4([dot(0), dot(1), dot(2), dot(3)]), e4, centre))
                 }
             };
