@@ -745,48 +745,59 @@ fn dot16_k<K: SuperBlock>(row: &[u8], x: &Activations16) -> f32 {
     let mut sums = sums.take(2 * supers);
     for b in row.chunks_exact(K::BYTES) {
         let (scales, mins) = K::scales(b, consts);
-        for g in 0..2 {
-            let ((a4, ss), e4) = sums.next().expect("x holds the row's sub-blocks (checked above)");
-            // An explicit array, not `array::map` (its closure, like `array::from_fn`'s, is not inlined in V8).
-            let codes = [
-                K::codes(b, 4 * g, consts),
-                K::codes(b, 4 * g + 1, consts),
-                K::codes(b, 4 * g + 2, consts),
-                K::codes(b, 4 * g + 3, consts),
-            ];
-            let sums = match K::CENTRE {
-                // Q6_K's scaled codes: 32 products of up to 32·128·32767 could wrap a 32-bit sum, 16 cannot: each
-                // half sub-block is summed on its own, and the halves are added in float32.
-                0 => {
-                    let half = |h: usize| {
-                        let dot = |j: usize| {
-                            let a = &a4[32 * j + 16 * h..][..16];
-                            // SAFETY: `a` holds 16 values; wasm loads need no alignment.
-                            let (a0, a1) =
-                                unsafe { (v128_load(a.as_ptr().cast()), v128_load(a.as_ptr().add(8).cast())) };
-                            in_order(i32x4_add(
-                                i32x4_dot_i16x8(codes[j][2 * h], a0),
-                                i32x4_dot_i16x8(codes[j][2 * h + 1], a1),
-                            ))
-                        };
-                        f32x4_convert_i32x4(sum4([dot(0), dot(1), dot(2), dot(3)]))
-                    };
-                    f32x4_add(half(0), half(1))
-                }
-                centre => {
-                    let dot = |j: usize| in_order(block_dot(&a4[32 * j..], codes[j]));
-                    f32x4_convert_i32x4(centred(sum4([dot(0), dot(1), dot(2), dot(3)]), e4, centre))
-                }
-            };
-            // SAFETY: `ss` holds four pairs, 32 bytes; wasm loads need no alignment.
-            let (p0, p1) = unsafe { (v128_load(ss.as_ptr().cast()), v128_load(ss.as_ptr().add(2).cast())) };
-            let (w, m) = (scales[g], mins[g]);
-            let (xscales, xsums) = (i32x4_shuffle::<0, 2, 4, 6>(p0, p1), i32x4_shuffle::<1, 3, 5, 7>(p0, p1));
-            acc = f32x4_add(acc, f32x4_mul(sums, f32x4_mul(w, xscales)));
-            if K::CENTRE != 0 {
-                acc = f32x4_add(acc, f32x4_mul(m, xsums));
-            }
-        }
+        let mut group = || sums.next().expect("x holds the row's sub-blocks (checked above)");
+        let (first, second) = (group(), group());
+        acc = k_group::<K, 0>(b, first, (scales[0], mins[0]), consts, acc);
+        acc = k_group::<K, 1>(b, second, (scales[1], mins[1]), consts, acc);
     }
     hsum(acc)
+}
+
+/// Four sub-blocks' activations (as [`Activations16`]'s `a`), their (scale, sum) pairs and their `8·Σa`.
+type GroupSums<'a> = ((&'a [i16], &'a [[f32; 2]]), &'a [i32]);
+
+/// [`dot16_k`]'s group `G` of four sub-blocks (`4G..4G + 4`) of the super-block `b`, added to `acc`: `G` a constant,
+/// so that every shift by a sub-block's index is by a constant (V8 makes a shift by a variable four instructions).
+#[inline(always)]
+fn k_group<K: SuperBlock, const G: usize>(
+    b: &[u8],
+    ((a4, ss), e4): GroupSums,
+    (w, m): (v128, v128),
+    consts: &Consts,
+    acc: v128,
+) -> v128 {
+    // Each sub-block's codes are made where its products are taken (an array of all four went through memory).
+    let codes = |j: usize| K::codes(b, 4 * G + j, consts);
+    let sums = match K::CENTRE {
+        // Q6_K's scaled codes: 32 products of up to 32·128·32767 could wrap a 32-bit sum, 16 cannot: each half
+        // sub-block is summed on its own, and the halves are added in float32.
+        0 => {
+            let halves = |j: usize| {
+                let q = codes(j);
+                let a = &a4[32 * j..][..32];
+                // SAFETY: `a` holds 32 values, so each 8-lane load at 8·v is in bounds; wasm loads need no alignment.
+                let dot = |v: usize| i32x4_dot_i16x8(q[v], unsafe { v128_load(a.as_ptr().add(8 * v).cast()) });
+                (in_order(i32x4_add(dot(0), dot(1))), in_order(i32x4_add(dot(2), dot(3))))
+            };
+            let ((l0, h0), (l1, h1), (l2, h2), (l3, h3)) = (halves(0), halves(1), halves(2), halves(3));
+            f32x4_add(
+                f32x4_convert_i32x4(sum4([l0, l1, l2, l3])),
+                f32x4_convert_i32x4(sum4([h0, h1, h2, h3])),
+            )
+        }
+        centre => {
+            let dot = |j: usize| in_order(block_dot(&a4[32 * j..], codes(j)));
+            f32x4_convert_i32x4(centred(sum4([dot(0), dot(1), dot(2), dot(3)]), e4, centre))
+        }
+    };
+    assert!(ss.len() >= 4);
+    // SAFETY: `ss` holds four pairs, 32 bytes (checked above); wasm loads need no alignment.
+    let (p0, p1) = unsafe { (v128_load(ss.as_ptr().cast()), v128_load(ss.as_ptr().add(2).cast())) };
+    let (xscales, xsums) = (i32x4_shuffle::<0, 2, 4, 6>(p0, p1), i32x4_shuffle::<1, 3, 5, 7>(p0, p1));
+    let acc = f32x4_add(acc, f32x4_mul(sums, f32x4_mul(w, xscales)));
+    if K::CENTRE != 0 {
+        f32x4_add(acc, f32x4_mul(m, xsums))
+    } else {
+        acc
+    }
 }
