@@ -5,8 +5,9 @@
 //
 // kv_update: copies `tokens` new K and V rows (kv_heads·head_dim values each, from token `first`: token t's K at
 //   `(first + t)·kv_stride + k_offset` of k, its V likewise at v_offset of v, so that K and V may sit inside a fused
-//   q/k/v row) into the cache at positions pos0.. . When a dispatch wraps the cache, only the last token to reach a row writes it, as the
-//   CPU's sequential writes leave it.
+//   q/k/v row) into the cache at positions pos0.. . When a dispatch wraps the cache, only the last token to reach a
+//   row writes it, as the CPU's sequential writes leave it. With `rope_pairs` the K rows are turned by RoPE on the
+//   way (a prompt's chunk, whose attention then turns only its queries).
 // attend: one 64-lane workgroup per (head, token, chunk of 256 head dims): the query of token `first + t` at position
 //   pos0 + t attends to the positions 0..=pos0 + t (causal; prefill and one-token decode are the same kernel), or
 //   with a sliding `window` to the latest `window` of them. GQA:
@@ -49,9 +50,9 @@ struct Params {
     // kv_stride, k_offset, v_offset, token t at row first + t, as kv_update reads them) into the cache: the queries
     // read positions pos0.. from those rows, the earlier ones from the cache.
     update: u32,
-    // With `update`: the queries and the tokens' K rows are read unrotated and turned here by RoPE: `rope_pairs`
-    // pairs per head (0: none), paired (j, j + rope_pairs) or, with `rope_adjacent`, (2j, 2j + 1); token t's
-    // (cos, sin) of pair j at table[2·(t·rope_pairs + j)] (rope.wgsl's rotation and table).
+    // The queries and (with `update`, or in kv_update) the tokens' K rows are read unrotated and turned here by
+    // RoPE: `rope_pairs` pairs per head (0: none), paired (j, j + rope_pairs) or, with `rope_adjacent`,
+    // (2j, 2j + 1); token t's (cos, sin) of pair j at table[2·(t·rope_pairs + j)] (rope.wgsl's rotation and table).
     rope_pairs: u32,
     rope_adjacent: u32,
 }
@@ -89,7 +90,12 @@ fn kv_update(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgro
     let row = (p.pos0 + t) % p.max_seq;
     let dst = ((e / p.head_dim) * p.max_seq + row) * p.head_dim + e % p.head_dim;
     let src = (p.first + t) * p.kv_stride + e;
-    k_cache[dst] = k_new[src + p.k_offset];
+    var k = k_new[src + p.k_offset];
+    if p.rope_pairs != 0u {
+        let i = e % p.head_dim;
+        k = rope_value(i, k, k_new[src - i + rope_partner(i) + p.k_offset], t);
+    }
+    k_cache[dst] = k;
     v_cache[dst] = v_new[src + p.v_offset];
 }
 

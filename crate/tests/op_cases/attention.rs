@@ -280,8 +280,8 @@ pub async fn attention_prefill_and_decode_match_the_cpu(gpu: &Gpu) {
 
 /// RoPE inside the attention (the LLM engine's: queries and the tokens' K rows read unrotated, the K rows written
 /// turned) against the CPU's RoPE (`ops::rope`) then its attention, whole and split, prefill then decode: rotate-half
-/// over every pair and over some (partial rotary, an odd head), adjacent pairs, a window; and refused where the
-/// tokens would wrap the cache (the attention could not write them itself).
+/// over every pair and over some (partial rotary, an odd head), adjacent pairs, a window, a prompt in two chunks; and
+/// refused where the tokens would wrap the cache (the attention could not write them itself).
 pub async fn rope_inside_attention_matches_rope_then_attention(gpu: &Gpu) {
     let att = Attention::new(gpu).unwrap();
     // (heads, kv_heads, head_dim, rotated pairs, pairing, prefill, decode steps, window)
@@ -305,7 +305,9 @@ pub async fn rope_inside_attention_matches_rope_then_attention(gpu: &Gpu) {
             KvCache::new(gpu, kv_heads, hd, max_seq).await.unwrap(),
         ];
         let mut pos = 0;
-        for (step, tokens) in std::iter::once(prefill)
+        // A prompt in two chunks (the second reads the first's turned K rows from the cache), then decode steps.
+        for (step, tokens) in [prefill, 5]
+            .into_iter()
             .chain(std::iter::repeat_n(1, decode))
             .enumerate()
         {

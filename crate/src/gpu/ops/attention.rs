@@ -147,6 +147,19 @@ impl Attention {
     /// Records writing the rows of `k` and `v` (`kv_heads·head_dim` values each) into the cache at positions
     /// `pos0..`. The two may be columns of one buffer's rows (a fused q|k|v row): they share rows and stride.
     pub fn encode_kv_update(&self, rec: &mut Recorder, cache: &KvCache, k: Rows, v: Rows, pos0: u32) -> Result<()> {
+        self.encode_kv_write(rec, cache, k, v, pos0, None)
+    }
+
+    /// [`Attention::encode_kv_update`], turning the K rows by `rope` (its table checked by the caller).
+    fn encode_kv_write(
+        &self,
+        rec: &mut Recorder,
+        cache: &KvCache,
+        k: Rows,
+        v: Rows,
+        pos0: u32,
+        rope: Option<RopeIn>,
+    ) -> Result<()> {
         let (k, v) = self.check_kv_rows(cache, k, v)?;
         let n = k.len();
         if n == 0 {
@@ -170,8 +183,14 @@ impl Attention {
             k.stride,
             k.col0,
             v.col0,
+            0,
+            0,
+            rope.map_or(0, |r| r.pairs),
+            u32::from(rope.is_some_and(|r| r.style == RopePairs::Adjacent)),
         ];
-        let buffers = [(1, k.buffer), (2, v.buffer), (3, &cache.k), (4, &cache.v)];
+        // Without RoPE the kernel still declares the table's binding: k's buffer (read-only) stands in.
+        let table = rope.map_or(k.buffer, |r| r.table);
+        let buffers = [(1, k.buffer), (2, v.buffer), (3, &cache.k), (4, &cache.v), (11, table)];
         dispatch(rec, &self.kv_update, &words, &buffers, g);
         Ok(())
     }
@@ -179,9 +198,10 @@ impl Attention {
     /// Records causal attention of each row of `q` (whole heads of `head_dim`) against the cache into the same
     /// rows of `out`. Both start at column 0 of their buffer's rows and may be strided; they share their first row.
     /// With `new_kv`, the queries' own K and V rows (as [`Attention::encode_kv_update`] takes them, sharing q's
-    /// rows) are written into the cache at positions `args.pos0..` first: by the attention dispatch itself where no
-    /// query reads a cache row this dispatch writes (its KV update's dispatch saved), else by a KV update before it.
-    /// With RoPE in `new_kv` the attention must write them itself (an error otherwise).
+    /// rows) are written into the cache at positions `args.pos0..` first: where no query reads a cache row this
+    /// dispatch writes, by a decode step's attention dispatch itself (its KV update's dispatch saved) or, for a
+    /// prompt's chunk, by a KV update that turns K by RoPE on the way; else by a plain KV update before it. RoPE in
+    /// `new_kv` needs the former (an error otherwise).
     pub fn encode_attend(
         &self,
         rec: &mut Recorder,
@@ -254,7 +274,16 @@ impl Attention {
             }
             None => None,
         };
-        let rope = fused.and_then(|(_, _, r)| r);
+        // A prompt's chunk (more than one query) has its K rows turned once and written by a KV update before the
+        // attention, which then turns only the queries and reads every position from the cache: turning K as each
+        // query read it took four loads and the pair's index arithmetic per value, for every query again.
+        let (fused, rope) = match fused {
+            Some((k, v, rope)) if q.rows > 1 => {
+                self.encode_kv_write(rec, cache, k, v, args.pos0, rope)?;
+                (None, rope)
+            }
+            fused => (fused, fused.and_then(|(_, _, r)| r)),
+        };
         // Splits: the dispatch's shape fixes how many at most (so that a decode step's scratch and dispatches stay
         // the same from step to step), and the scratch binding; the positions the last query sees, how many are
         // used now.
