@@ -103,6 +103,8 @@ var<workgroup> qs: array<f32, HEAD_CHUNK>;
 var<workgroup> sc: array<f32, CHUNK>;
 // A one-token dispatch's new K row (with `update`), turned by RoPE once as the query is staged.
 var<workgroup> kn: array<f32, HEAD_CHUNK>;
+// The lanes' shares of a short chunk's dot products, `lpp` lanes a position.
+var<workgroup> part: array<f32, 64>;
 
 // Start of the row of KV head `kvh` (< kv_heads) at timeline position `pos`: its head_dim values follow.
 fn kv_row(pos: u32, kvh: u32) -> u32 {
@@ -230,10 +232,42 @@ fn attend_positions(h: u32, t: u32, d0: u32, lo: u32, hi: u32, lane: u32) -> Par
                 }
             }
             workgroupBarrier();
+            // A chunk of at most 32 positions (a decode step's run): the dot products with cached rows are taken by
+            // `lpp` lanes a position, each over a strided share of the dims, so that a row's loads are spread over
+            // lanes and adjacent in memory (a lane a position walked its whole row: 16 steps of loads at 256 dims).
+            let lpp = select(1u, min(16u, 64u >> (32u - countLeadingZeros(cn - 1u))), cn <= 32u);
+            if lpp > 1u {
+                let j = lane / lpp;
+                var dot = 0.0;
+                if j < cn && kvh < p.kv_heads && !is_new(c0 + j) {
+                    let b = kv_row(c0 + j, kvh) + h0;
+                    var d = vec4<f32>(0.0);
+                    var d2 = vec4<f32>(0.0);
+                    var i = lane % lpp;
+                    for (; i + 7u * lpp < hn; i += 8u * lpp) {
+                        let k0 = vec4<f32>(k_cache[b + i], k_cache[b + i + lpp], k_cache[b + i + 2u * lpp], k_cache[b + i + 3u * lpp]);
+                        let k1 = vec4<f32>(k_cache[b + i + 4u * lpp], k_cache[b + i + 5u * lpp], k_cache[b + i + 6u * lpp], k_cache[b + i + 7u * lpp]);
+                        d += vec4<f32>(qs[i], qs[i + lpp], qs[i + 2u * lpp], qs[i + 3u * lpp]) * k0;
+                        d2 += vec4<f32>(qs[i + 4u * lpp], qs[i + 5u * lpp], qs[i + 6u * lpp], qs[i + 7u * lpp]) * k1;
+                    }
+                    d += d2;
+                    for (; i < hn; i += lpp) {
+                        d.x += qs[i] * k_cache[b + i];
+                    }
+                    dot = (d.x + d.y) + (d.z + d.w);
+                }
+                part[lane] = dot;
+                workgroupBarrier();
+            }
             for (var j = lane; j < cn; j += 64u) {
                 var dot = 0.0;
                 var i = 0u;
-                if one_new && c0 + j == p.pos0 {
+                if lpp > 1u && kvh < p.kv_heads && !is_new(c0 + j) {
+                    for (var s = 0u; s < lpp; s++) {
+                        dot += part[j * lpp + s];
+                    }
+                    i = hn;
+                } else if one_new && c0 + j == p.pos0 {
                     var d = vec4<f32>(0.0);
                     for (; i + 4u <= hn; i += 4u) {
                         d += vec4<f32>(qs[i], qs[i + 1u], qs[i + 2u], qs[i + 3u])
