@@ -13,10 +13,10 @@
 //! achieved against the device-to-device copy bandwidth measured first. With `--prefill-chunks`, the prefill is
 //! timed again at each of those prompt tokens per submit (`GpuEngine::set_prefill_chunk`); with
 //! `--decode-submit-blocks`, the decode at each of those blocks per submit (`GpuEngine::set_decode_submit_blocks`);
-//! with `--attention-runs`, the decode at each of those fewest positions an attention run takes
-//! (`GpuEngine::set_attention_run_positions`); with `--tiled-full-groups`, the prefill at each of those thresholds
-//! (`GpuEngine::set_tiled_full_groups`). The synthetic weights give meaningless
-//! tokens; the logits are only checked to be finite. Without arguments (as under `cargo test --all-targets`) it
+//! with `--attention-runs`, the decode (after the short prompt and after the whole one) at each of those fewest
+//! positions an attention run takes (`GpuEngine::set_attention_run_positions`); with `--tiled-full-groups`, the
+//! prefill at each of those thresholds (`GpuEngine::set_tiled_full_groups`). The synthetic weights give
+//! meaningless tokens; the logits are only checked to be finite. Without arguments (as under `cargo test --all-targets`) it
 //! prints its usage and exits successfully.
 
 mod common;
@@ -437,27 +437,32 @@ fn run_one(
             "tok_s": r.decode as f64 / (median(&ms) / 1e3), "submits": engine.last_call().submits}));
     }
     engine.set_decode_submit_blocks(default_blocks);
+    // Decode at depth: the same steps after the whole prompt, attention reading every position of it.
+    let deep = |engine: &mut GpuEngine| -> BoxResult<Vec<f64>> {
+        let mut ms = Vec::new();
+        for run in 0..=r.runs {
+            engine.reset();
+            let mut next = pollster::block_on(engine.forward_argmax(&prompt))?;
+            let t = Instant::now();
+            for _ in 0..r.decode {
+                next = pollster::block_on(engine.forward_argmax(&[next]))?;
+            }
+            if run > 0 {
+                ms.push(ms_since(t));
+            }
+        }
+        Ok(ms)
+    };
     let mut by_attention_run = Vec::new();
     for &positions in &r.attention_runs {
         engine.set_attention_run_positions(positions);
-        let ms = decode(&mut engine)?;
+        let (ms, deep_ms) = (decode(&mut engine)?, deep(&mut engine)?);
         by_attention_run.push(json!({"positions": positions, "ms": ms,
-            "tok_s": r.decode as f64 / (median(&ms) / 1e3)}));
+            "tok_s": r.decode as f64 / (median(&ms) / 1e3), "after_prompt_ms": deep_ms,
+            "after_prompt_tok_s": r.decode as f64 / (median(&deep_ms) / 1e3)}));
     }
     engine.set_attention_run_positions(ATTENTION_RUN_POSITIONS);
-    // Decode at depth: the same steps after the whole prompt, attention reading every position of it.
-    let mut deep_ms = Vec::new();
-    for run in 0..=r.runs {
-        engine.reset();
-        let mut next = pollster::block_on(engine.forward_argmax(&prompt))?;
-        let t = Instant::now();
-        for _ in 0..r.decode {
-            next = pollster::block_on(engine.forward_argmax(&[next]))?;
-        }
-        if run > 0 {
-            deep_ms.push(ms_since(t));
-        }
-    }
+    let deep_ms = deep(&mut engine)?;
 
     // The same work again, timed per kernel on the GPU.
     gpu.set_profiling(true);
