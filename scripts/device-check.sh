@@ -21,6 +21,7 @@
 # PREFILL_CHUNKS (prompt tokens per submit to time the prefill at too; default 64,128,256,512; none: empty),
 # DECODE_SUBMIT_BLOCKS (a decode step's blocks per submit to time the decode at too; default 0,4,8,16; none: empty),
 # ATTENTION_RUNS (fewest positions of a decode attention run to time the decode at too, e.g. 8,16,32),
+# ATTENTION_MAX_SPLITS (most runs a decode attention query is split into, to time the decode at too, e.g. 8,16,32),
 # TILED_FULL_GROUPS (64-row workgroups a prefill product fills before a lane a row, to time the prefill at too),
 # CASES (a pattern: only the GPU op cases it matches), BASE_TYPES (the types of the baseline runs).
 set -uo pipefail
@@ -114,11 +115,13 @@ echo "=== device_check at real shapes"
 chunks="${PREFILL_CHUNKS-64,128,256,512}"
 submit_blocks="${DECODE_SUBMIT_BLOCKS-0,4,8,16}"
 attention_runs="${ATTENTION_RUNS-}"
+max_splits="${ATTENTION_MAX_SPLITS-}"
 full_groups="${TILED_FULL_GROUPS-}"
 timeout 300 "$dc/bin/device_check" --shapes "${SHAPES:-all}" --types "${TYPES:-q4_0,q4_1,q8_0,q4_k_m,f16}" \
     --prefill-tokens "${PREFILL_TOKENS:-512}" --decode-tokens "${DECODE_TOKENS:-64}" --runs "${RUNS:-2}" \
     ${FOLD_NORMS:+--fold-norms "$FOLD_NORMS"} ${chunks:+--prefill-chunks "$chunks"} \
     ${submit_blocks:+--decode-submit-blocks "$submit_blocks"} ${attention_runs:+--attention-runs "$attention_runs"} \
+    ${max_splits:+--attention-max-splits "$max_splits"} \
     ${full_groups:+--tiled-full-groups "$full_groups"} >"$OUT/shapes.json" 2>"$OUT/device_check.log"
 echo "device_check exit $?"
 tail -n 25 "$OUT/device_check.log"

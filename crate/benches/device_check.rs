@@ -5,7 +5,8 @@
 //!
 //!   cargo bench -p loom-wasm --bench device_check -- [--shapes a,b] [--types a,b] [--prefill-tokens 512]
 //!       [--decode-tokens 64] [--runs 2] [--seed 1] [--fold-norms 0|1|both] [--prefill-chunks 64,128,...]
-//!       [--decode-submit-blocks 0,4,8,...] [--attention-runs 8,16,32,...] [--tiled-full-groups 128,512,...]
+//!       [--decode-submit-blocks 0,4,8,...] [--attention-runs 8,16,32,...] [--attention-max-splits 8,16,32,...]
+//!       [--tiled-full-groups 128,512,...]
 //!
 //! For each shape × type: upload time, prefill and greedy decode tok/s (wall clock, median of `runs` after a
 //! warm-up; decode after a 16-token prompt and after the whole prefill prompt), dispatches and submits per decoded token, then one prefill and the decode steps again with timestamp
@@ -14,10 +15,11 @@
 //! timed again at each of those prompt tokens per submit (`GpuEngine::set_prefill_chunk`); with
 //! `--decode-submit-blocks`, the decode at each of those blocks per submit (`GpuEngine::set_decode_submit_blocks`);
 //! with `--attention-runs`, the decode (after the short prompt and after the whole one) at each of those fewest
-//! positions an attention run takes (`GpuEngine::set_attention_run_positions`); with `--tiled-full-groups`, the
-//! prefill at each of those thresholds (`GpuEngine::set_tiled_full_groups`). The synthetic weights give
-//! meaningless tokens; the logits are only checked to be finite. Without arguments (as under `cargo test --all-targets`) it
-//! prints its usage and exits successfully.
+//! positions an attention run takes (`GpuEngine::set_attention_run_positions`); with `--attention-max-splits`, the
+//! same at each of those most runs a query is split into (`GpuEngine::set_attention_max_splits`); with
+//! `--tiled-full-groups`, the prefill at each of those thresholds (`GpuEngine::set_tiled_full_groups`). The
+//! synthetic weights give meaningless tokens; the logits are only checked to be finite. Without arguments (as under
+//! `cargo test --all-targets`) it prints its usage and exits successfully.
 
 mod common;
 
@@ -26,7 +28,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use common::{loadavg, median, ms_since, Rng};
-use loom_wasm::gpu::{Gpu, KernelTime, ATTENTION_RUN_POSITIONS, TILED_FULL_GROUPS};
+use loom_wasm::gpu::{Gpu, KernelTime, ATTENTION_MAX_SPLITS, ATTENTION_RUN_POSITIONS, TILED_FULL_GROUPS};
 use loom_wasm::llm::config::{Arch, BlockSpec, ModelConfig, RopeStyle};
 use loom_wasm::llm::gpu_engine::GpuEngine;
 use loom_wasm::llm::weights::{BlockWeights, Matrix, ModelWeights};
@@ -37,7 +39,7 @@ use serde_json::{json, Value};
 const USAGE: &str = "usage: cargo bench -p loom-wasm --bench device_check -- --shapes all|NAME,... \
      [--types q4_0,q4_1,q8_0,q4_k_m,f16] [--prefill-tokens 512] [--decode-tokens 64] [--runs 2] [--seed 1] \
      [--fold-norms 0|1|both] [--prefill-chunks 64,128,...] [--decode-submit-blocks 0,4,8,...] \
-     [--attention-runs 8,16,32,...] [--tiled-full-groups 128,512,...]";
+     [--attention-runs 8,16,32,...] [--attention-max-splits 8,16,32,...] [--tiled-full-groups 128,512,...]";
 
 type BoxResult<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -337,6 +339,8 @@ struct Run {
     submit_blocks: Vec<usize>,
     /// The fewest positions of an attention run to time the decode at too.
     attention_runs: Vec<u32>,
+    /// The most runs an attention query is split into, to time the decode at too.
+    max_splits: Vec<u32>,
     /// Workgroups of 64 rows a prefill product fills before a lane a row, to time the prefill at too.
     full_groups: Vec<u32>,
 }
@@ -462,6 +466,15 @@ fn run_one(
             "after_prompt_tok_s": r.decode as f64 / (median(&deep_ms) / 1e3)}));
     }
     engine.set_attention_run_positions(ATTENTION_RUN_POSITIONS);
+    let mut by_max_splits = Vec::new();
+    for &splits in &r.max_splits {
+        engine.set_attention_max_splits(splits);
+        let (ms, deep_ms) = (decode(&mut engine)?, deep(&mut engine)?);
+        by_max_splits.push(json!({"splits": splits, "ms": ms,
+            "tok_s": r.decode as f64 / (median(&ms) / 1e3), "after_prompt_ms": deep_ms,
+            "after_prompt_tok_s": r.decode as f64 / (median(&deep_ms) / 1e3)}));
+    }
+    engine.set_attention_max_splits(ATTENTION_MAX_SPLITS);
     let deep_ms = deep(&mut engine)?;
 
     // The same work again, timed per kernel on the GPU.
@@ -501,6 +514,7 @@ fn run_one(
                                 "tok_s": r.decode as f64 / (median(&deep_ms) / 1e3)},
         "decode_by_submit_blocks": by_submit_blocks,
         "decode_by_attention_run": by_attention_run,
+        "decode_by_attention_max_splits": by_max_splits,
         "prefill_by_tiled_full_groups": by_full_groups,
         "per_decoded_token": {"dispatches": step.dispatches, "submits": step.submits,
                               "record_us": step.record_us,
@@ -537,6 +551,7 @@ fn main() -> BoxResult<()> {
         chunks: list(value("--prefill-chunks"))?,
         submit_blocks: list(value("--decode-submit-blocks"))?,
         attention_runs: list(value("--attention-runs"))?,
+        max_splits: list(value("--attention-max-splits"))?,
         full_groups: list(value("--tiled-full-groups"))?,
     };
     let seed = number("--seed", 1)? as u64;

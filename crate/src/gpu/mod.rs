@@ -20,8 +20,8 @@ pub use ops::{
     binding_parts, first_argmax, is_allowed, mask_logits, packed_values, rope_table, Argmax, AttendArgs, Attention,
     Elementwise, Embedding, EmbeddingTable, GpuTensor, KvCache, KvWrite, LogitMask, MatVec, MatVecOptions, NewKv, Norm,
     PackedWeights, Packing, Pointwise, Rope, RopeIn, RowLayout, Rows, Sample, SampleArgs, Softmax, XRead, ARGMAX_SLICE,
-    ATTENTION_RUN_POSITIONS, GPU_GGML_TYPES, GPU_SAMPLE_MAX, LAYER_NORM_EPS, MAX_WEIGHT_BINDINGS, RMS_NORM_EPS,
-    TILED_FULL_GROUPS,
+    ATTENTION_MAX_SPLITS, ATTENTION_RUN_POSITIONS, GPU_GGML_TYPES, GPU_SAMPLE_MAX, LAYER_NORM_EPS, MAX_WEIGHT_BINDINGS,
+    RMS_NORM_EPS, TILED_FULL_GROUPS,
 };
 
 pub use ops::kernel::{Arena, Recorder};

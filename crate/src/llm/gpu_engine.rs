@@ -563,6 +563,12 @@ impl GpuEngine {
         self.k.attention.set_run_positions(positions);
     }
 
+    /// The most runs a decode step's attention splits a query's positions into ([`Attention::set_max_splits`]),
+    /// for every call from here on.
+    pub fn set_attention_max_splits(&mut self, splits: u32) {
+        self.k.attention.set_max_splits(splits);
+    }
+
     /// The workgroups of 64 rows a prefill product fills before its rows take a lane each rather than four
     /// ([`MatVec::set_tiled_full_groups`]), for every call from here on.
     pub fn set_tiled_full_groups(&mut self, groups: u32) {

@@ -83,7 +83,7 @@ pub struct AttendArgs {
 
 /// The most runs a query's positions are split into, and the fewest positions a run is worth (8: the fastest decode
 /// of 8, 16, 32 and 64 on an H200 for every shape tried, Gemma's 256-dim heads most).
-const MAX_SPLITS: u32 = 32;
+pub const ATTENTION_MAX_SPLITS: u32 = 32;
 pub const ATTENTION_RUN_POSITIONS: u32 = 8;
 /// Split workgroups a dispatch aims at (queries × heads × splits): enough to fill a GPU.
 const SPLIT_WORKGROUPS: u32 = 4096;
@@ -124,6 +124,8 @@ pub struct Attention {
     attend_combine: Arc<wgpu::ComputePipeline>,
     /// The fewest positions a split run is worth ([`Attention::set_run_positions`]).
     run_positions: u32,
+    /// The most runs a query's positions are split into ([`Attention::set_max_splits`]).
+    max_splits: u32,
 }
 
 impl Attention {
@@ -135,6 +137,7 @@ impl Attention {
             attend_split: gpu.pipeline("attention_attend_split", &source, "attend_split")?,
             attend_combine: gpu.pipeline("attention_attend_combine", &source, "attend_combine")?,
             run_positions: ATTENTION_RUN_POSITIONS,
+            max_splits: ATTENTION_MAX_SPLITS,
         })
     }
 
@@ -143,6 +146,12 @@ impl Attention {
     /// shorter, and leave more runs to combine.
     pub fn set_run_positions(&mut self, positions: u32) {
         self.run_positions = positions.max(1);
+    }
+
+    /// The most runs a query's positions are split into (default 32): at a long context, fewer runs each longer,
+    /// and fewer to combine.
+    pub fn set_max_splits(&mut self, splits: u32) {
+        self.max_splits = splits.max(1);
     }
 
     /// Records writing the rows of `k` and `v` (`kv_heads·head_dim` values each) into the cache at positions
@@ -289,10 +298,10 @@ impl Attention {
         // the same from step to step), and the scratch binding; the positions the last query sees, how many are
         // used now.
         let record = 4 * u64::from(q.rows) * u64::from(heads) * (u64::from(hd) + 2);
-        let fit = (gpu.limits.max_storage_buffer_binding_size / record).min(u64::from(MAX_SPLITS)) as u32;
+        let fit = (gpu.limits.max_storage_buffer_binding_size / record).min(u64::from(self.max_splits)) as u32;
         let max_splits = if args.split {
             (SPLIT_WORKGROUPS / (q.rows * heads).max(1))
-                .clamp(1, MAX_SPLITS)
+                .clamp(1, self.max_splits)
                 .min(fit.max(1))
         } else {
             1

@@ -16,7 +16,9 @@ mod softmax;
 mod tensor;
 
 pub use argmax::{first_argmax, Argmax, ARGMAX_SLICE};
-pub use attention::{AttendArgs, Attention, KvCache, KvWrite, NewKv, RopeIn, ATTENTION_RUN_POSITIONS};
+pub use attention::{
+    AttendArgs, Attention, KvCache, KvWrite, NewKv, RopeIn, ATTENTION_MAX_SPLITS, ATTENTION_RUN_POSITIONS,
+};
 pub use elementwise::Elementwise;
 pub use embedding::{Embedding, EmbeddingTable};
 pub use matvec::{
