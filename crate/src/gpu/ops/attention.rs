@@ -81,9 +81,10 @@ pub struct AttendArgs {
     pub split: bool,
 }
 
-/// The most runs a query's positions are split into, and the fewest positions a run is worth (8: the fastest decode
-/// of 8, 16, 32 and 64 on an H200 for every shape tried, Gemma's 256-dim heads most).
-pub const ATTENTION_MAX_SPLITS: u32 = 32;
+/// The most runs a query's positions are split into, and the fewest positions a run is worth. On an H200 (decode of
+/// four model shapes after 16 and after 512 prompt tokens), runs of 8 were fastest at the short context (Gemma's
+/// 256-dim heads most) and runs of 32 at 512; at most 16 runs gives both: runs of 8 up to 128 positions.
+pub const ATTENTION_MAX_SPLITS: u32 = 16;
 pub const ATTENTION_RUN_POSITIONS: u32 = 8;
 /// Split workgroups a dispatch aims at (queries × heads × splits): enough to fill a GPU.
 const SPLIT_WORKGROUPS: u32 = 4096;
@@ -148,7 +149,7 @@ impl Attention {
         self.run_positions = positions.max(1);
     }
 
-    /// The most runs a query's positions are split into (default 32): at a long context, fewer runs each longer,
+    /// The most runs a query's positions are split into (default 16): at a long context, fewer runs each longer,
     /// and fewer to combine.
     pub fn set_max_splits(&mut self, splits: u32) {
         self.max_splits = splits.max(1);
