@@ -576,9 +576,7 @@ fn dot16<B: Block>(row: &[u8], x: &Activations16) -> f32 {
             B::scale_word(b(3)),
         );
         let (d, min) = B::scales(words, consts);
-        // SAFETY: `ss` holds four pairs, 32 bytes; wasm loads need no alignment.
-        let (p0, p1) = unsafe { (v128_load(ss.as_ptr().cast()), v128_load(ss.as_ptr().add(2).cast())) };
-        let (scales, sums) = (i32x4_shuffle::<0, 2, 4, 6>(p0, p1), i32x4_shuffle::<1, 3, 5, 7>(p0, p1));
+        let (scales, sums) = scale_sum_pairs(ss);
         acc = f32x4_add(acc, f32x4_mul(f32x4_convert_i32x4(isum), f32x4_mul(d, scales)));
         if B::HAS_MIN {
             acc = f32x4_add(acc, f32x4_mul(min, sums));
@@ -601,6 +599,15 @@ fn dot16<B: Block>(row: &[u8], x: &Activations16) -> f32 {
         }
     }
     hsum(acc)
+}
+
+/// Four blocks' activation (scale, sum) pairs as two vectors: their scales, and their sums.
+#[inline(always)]
+fn scale_sum_pairs(ss: &[[f32; 2]]) -> (v128, v128) {
+    assert!(ss.len() >= 4);
+    // SAFETY: `ss` holds four pairs, 32 bytes (checked above); wasm loads need no alignment.
+    let (p0, p1) = unsafe { (v128_load(ss.as_ptr().cast()), v128_load(ss.as_ptr().add(2).cast())) };
+    (i32x4_shuffle::<0, 2, 4, 6>(p0, p1), i32x4_shuffle::<1, 3, 5, 7>(p0, p1))
 }
 
 /// `isum − centre·Σa` for four blocks, from their `8·Σa` (`e4` holds four).
@@ -745,8 +752,8 @@ fn dot16_k<K: SuperBlock>(row: &[u8], x: &Activations16) -> f32 {
     let mut sums = sums.take(2 * supers);
     for b in row.chunks_exact(K::BYTES) {
         let (scales, mins) = K::scales(b, consts);
-        let mut group = || sums.next().expect("x holds the row's sub-blocks (checked above)");
-        let (first, second) = (group(), group());
+        let first = sums.next().expect("x holds the row's sub-blocks (checked above)");
+        let second = sums.next().expect("x holds the row's sub-blocks (checked above)");
         acc = k_group::<K, 0>(b, first, (scales[0], mins[0]), consts, acc);
         acc = k_group::<K, 1>(b, second, (scales[1], mins[1]), consts, acc);
     }
@@ -790,10 +797,7 @@ fn k_group<K: SuperBlock, const G: usize>(
             f32x4_convert_i32x4(centred(sum4([dot(0), dot(1), dot(2), dot(3)]), e4, centre))
         }
     };
-    assert!(ss.len() >= 4);
-    // SAFETY: `ss` holds four pairs, 32 bytes (checked above); wasm loads need no alignment.
-    let (p0, p1) = unsafe { (v128_load(ss.as_ptr().cast()), v128_load(ss.as_ptr().add(2).cast())) };
-    let (xscales, xsums) = (i32x4_shuffle::<0, 2, 4, 6>(p0, p1), i32x4_shuffle::<1, 3, 5, 7>(p0, p1));
+    let (xscales, xsums) = scale_sum_pairs(ss);
     let acc = f32x4_add(acc, f32x4_mul(sums, f32x4_mul(w, xscales)));
     if K::CENTRE != 0 {
         f32x4_add(acc, f32x4_mul(m, xsums))
