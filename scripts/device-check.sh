@@ -21,7 +21,7 @@
 # PREFILL_CHUNKS (prompt tokens per submit to time the prefill at too; default 64,128,256,512; none: empty),
 # DECODE_SUBMIT_BLOCKS (a decode step's blocks per submit to time the decode at too; default 0,4,8,16; none: empty),
 # ATTENTION_RUNS (fewest positions of a decode attention run to time the decode at too, e.g. 8,16,32),
-# ATTENTION_MAX_SPLITS (most runs a decode attention query is split into, to time the decode at too, e.g. 8,16,32),
+# ATTENTION_MAX_SPLITS (runs a decode attention query takes before its runs grow, to time the decode at too, e.g. 8,16),
 # TILED_FULL_GROUPS (64-row workgroups a prefill product fills before a lane a row, to time the prefill at too),
 # CASES (a pattern: only the GPU op cases it matches), BASE_TYPES (the types of the baseline runs).
 set -uo pipefail

@@ -16,7 +16,7 @@
 //! `--decode-submit-blocks`, the decode at each of those blocks per submit (`GpuEngine::set_decode_submit_blocks`);
 //! with `--attention-runs`, the decode (after the short prompt and after the whole one) at each of those fewest
 //! positions an attention run takes (`GpuEngine::set_attention_run_positions`); with `--attention-max-splits`, the
-//! same at each of those most runs a query is split into (`GpuEngine::set_attention_max_splits`); with
+//! same at each of those runs a query takes before its runs grow (`GpuEngine::set_attention_max_splits`); with
 //! `--tiled-full-groups`, the prefill at each of those thresholds (`GpuEngine::set_tiled_full_groups`). The
 //! synthetic weights give meaningless tokens; the logits are only checked to be finite. Without arguments (as under
 //! `cargo test --all-targets`) it prints its usage and exits successfully.
@@ -339,7 +339,7 @@ struct Run {
     submit_blocks: Vec<usize>,
     /// The fewest positions of an attention run to time the decode at too.
     attention_runs: Vec<u32>,
-    /// The most runs an attention query is split into, to time the decode at too.
+    /// The runs an attention query takes before its runs grow, to time the decode at too.
     max_splits: Vec<u32>,
     /// Workgroups of 64 rows a prefill product fills before a lane a row, to time the prefill at too.
     full_groups: Vec<u32>,

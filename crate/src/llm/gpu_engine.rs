@@ -563,8 +563,8 @@ impl GpuEngine {
         self.k.attention.set_run_positions(positions);
     }
 
-    /// The most runs a decode step's attention splits a query's positions into ([`Attention::set_max_splits`]),
-    /// for every call from here on.
+    /// The runs a decode step's attention splits a query's positions into before its runs grow
+    /// ([`Attention::set_max_splits`]), for every call from here on.
     pub fn set_attention_max_splits(&mut self, splits: u32) {
         self.k.attention.set_max_splits(splits);
     }

@@ -199,7 +199,7 @@ pub async fn attention_prefill_and_decode_match_the_cpu(gpu: &Gpu) {
     // (heads, kv_heads, head_dim, prefill tokens, decode steps, cache rows): GQA, MHA, odd head_dim, the largest
     // head, more positions than one 256-wide chunk, uneven GQA (Loom's flat read into the next row), a wrapped cache.
     // Then sliding windows (Gemma's), shorter than the prefill and than one 256-wide chunk, and soft-capped scores
-    // (Gemma 2's; a cap of 0.5 that the scores pass).
+    // (Gemma 2's; a cap of 0.5 that the scores pass). Last, a decode past 512 positions: more than 16 runs of 32.
     for (heads, kv_heads, hd, prefill, decode, max_seq, window, cap) in [
         (4, 2, 16, 16, 3, 512, 0, 0.0),
         (2, 2, 5, 7, 2, 512, 0, 0.0),
@@ -210,6 +210,7 @@ pub async fn attention_prefill_and_decode_match_the_cpu(gpu: &Gpu) {
         (4, 2, 16, 16, 3, 512, 5, 0.0),
         (2, 1, 8, 300, 2, 512, 260, 0.0),
         (4, 2, 16, 16, 3, 512, 5, 0.5f32),
+        (2, 1, 16, 600, 2, 1024, 0, 0.0),
     ] {
         let (qw, kv) = (heads * hd, kv_heads * hd);
         let cache = KvCache::new(gpu, kv_heads, hd, max_seq).await.unwrap();

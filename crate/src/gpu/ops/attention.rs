@@ -81,11 +81,16 @@ pub struct AttendArgs {
     pub split: bool,
 }
 
-/// The most runs a query's positions are split into, and the fewest positions a run is worth. On an H200 (decode of
-/// four model shapes after 16 and after 512 prompt tokens), runs of 8 were fastest at the short context (Gemma's
-/// 256-dim heads most) and runs of 32 at 512; at most 16 runs gives both: runs of 8 up to 128 positions.
-pub const ATTENTION_MAX_SPLITS: u32 = 16;
+/// The most runs a query's positions are split into.
+const MAX_SPLITS: u32 = 32;
+/// The longest run whose dot products the kernel shares among lanes (`attention.wgsl`'s `lpp`).
+const LANE_SHARED_RUN: u32 = 32;
+/// The fewest positions a run is worth, and the runs a query takes before its runs grow. On an H200 (decode of four
+/// model shapes after 16 and after 512 prompt tokens), runs of 8 were fastest at the short context (Gemma's 256-dim
+/// heads most) and runs of 32 at 512. So: runs of 8 up to 16 runs (128 positions); then 16 runs, growing up to 32
+/// positions (512); then runs of 32 up to [`MAX_SPLITS`] runs (1,024); then that many runs, growing.
 pub const ATTENTION_RUN_POSITIONS: u32 = 8;
+pub const ATTENTION_MAX_SPLITS: u32 = 16;
 /// Split workgroups a dispatch aims at (queries × heads × splits): enough to fill a GPU.
 const SPLIT_WORKGROUPS: u32 = 4096;
 
@@ -125,7 +130,7 @@ pub struct Attention {
     attend_combine: Arc<wgpu::ComputePipeline>,
     /// The fewest positions a split run is worth ([`Attention::set_run_positions`]).
     run_positions: u32,
-    /// The most runs a query's positions are split into ([`Attention::set_max_splits`]).
+    /// The runs a query takes before its runs grow ([`Attention::set_max_splits`]).
     max_splits: u32,
 }
 
@@ -149,8 +154,9 @@ impl Attention {
         self.run_positions = positions.max(1);
     }
 
-    /// The most runs a query's positions are split into (default 16): at a long context, fewer runs each longer,
-    /// and fewer to combine.
+    /// The runs a query's positions are split into before its runs grow past the fewest positions (default 16; see
+    /// [`ATTENTION_RUN_POSITIONS`]): at a long context, fewer runs each longer, and fewer to combine. Runs still
+    /// stay within the kernel's lane-shared length while 32 runs allow.
     pub fn set_max_splits(&mut self, splits: u32) {
         self.max_splits = splits.max(1);
     }
@@ -299,17 +305,22 @@ impl Attention {
         // the same from step to step), and the scratch binding; the positions the last query sees, how many are
         // used now.
         let record = 4 * u64::from(q.rows) * u64::from(heads) * (u64::from(hd) + 2);
-        let fit = (gpu.limits.max_storage_buffer_binding_size / record).min(u64::from(self.max_splits)) as u32;
+        let most = MAX_SPLITS.max(self.max_splits);
+        let fit = (gpu.limits.max_storage_buffer_binding_size / record).min(u64::from(most)) as u32;
         let max_splits = if args.split {
             (SPLIT_WORKGROUPS / (q.rows * heads).max(1))
-                .clamp(1, self.max_splits)
+                .clamp(1, most)
                 .min(fit.max(1))
         } else {
             1
         };
         let last = args.pos0.saturating_add(q.rows);
         let span = if args.window == 0 { last } else { last.min(args.window) };
-        let splits = span.div_ceil(self.run_positions).clamp(1, max_splits);
+        let splits = span
+            .div_ceil(self.run_positions)
+            .min(self.max_splits)
+            .max(span.div_ceil(LANE_SHARED_RUN))
+            .clamp(1, max_splits);
         let words = [
             q.rows,
             q.row0,
