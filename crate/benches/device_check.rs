@@ -9,9 +9,10 @@
 //!       [--tiled-full-groups 128,512,...]
 //!
 //! For each shape × type: upload time, prefill and greedy decode tok/s (wall clock, median of `runs` after a
-//! warm-up; decode after a 16-token prompt and after the whole prefill prompt), dispatches and submits per decoded token, then one prefill and the decode steps again with timestamp
-//! queries on (where the adapter has them): GPU time per kernel per token and, for matvecs, the weight bytes/s it
-//! achieved against the device-to-device copy bandwidth measured first. With `--prefill-chunks`, the prefill is
+//! warm-up; decode after a 16-token prompt and after the whole prefill prompt), dispatches and submits per decoded
+//! token, then one prefill and the decode steps again with timestamp queries on (where the adapter has them): GPU
+//! time per kernel per token and, for matvecs, the weight bytes/s it achieved against the device-to-device copy
+//! bandwidth measured first. With `--prefill-chunks`, the prefill is
 //! timed again at each of those prompt tokens per submit (`GpuEngine::set_prefill_chunk`); with
 //! `--decode-submit-blocks`, the decode at each of those blocks per submit (`GpuEngine::set_decode_submit_blocks`);
 //! with `--attention-runs`, the decode (after the short prompt and after the whole one) at each of those fewest
