@@ -91,6 +91,10 @@ const LANE_SHARED_RUN: u32 = 32;
 /// positions (512); then runs of 32 up to [`MAX_SPLITS`] runs (1,024); then that many runs, growing.
 pub const ATTENTION_RUN_POSITIONS: u32 = 8;
 pub const ATTENTION_MAX_SPLITS: u32 = 16;
+/// CPU adapters (lavapipe, SwiftShader) keep few long runs: each run's workgroup costs them a dozen barriers, which
+/// they run on the host (with runs of 8 the Chat page's WebGPU benchmark on SwiftShader ran past its test's four
+/// minutes; it took two to three).
+const CPU_ADAPTER_RUN_POSITIONS: u32 = 32;
 /// Split workgroups a dispatch aims at (queries × heads × splits): enough to fill a GPU.
 const SPLIT_WORKGROUPS: u32 = 4096;
 
@@ -137,24 +141,30 @@ pub struct Attention {
 impl Attention {
     pub fn new(gpu: &Gpu) -> Result<Attention> {
         let source = format!("{REDUCE_WGSL}\n{ATTENTION_WGSL}");
+        let cpu = gpu.info.device_type == wgpu::DeviceType::Cpu;
         Ok(Attention {
             kv_update: gpu.pipeline("attention_kv_update", &source, "kv_update")?,
             attend: gpu.pipeline("attention_attend", &source, "attend")?,
             attend_split: gpu.pipeline("attention_attend_split", &source, "attend_split")?,
             attend_combine: gpu.pipeline("attention_attend_combine", &source, "attend_combine")?,
-            run_positions: ATTENTION_RUN_POSITIONS,
-            max_splits: ATTENTION_MAX_SPLITS,
+            run_positions: if cpu {
+                CPU_ADAPTER_RUN_POSITIONS
+            } else {
+                ATTENTION_RUN_POSITIONS
+            },
+            max_splits: if cpu { MAX_SPLITS } else { ATTENTION_MAX_SPLITS },
         })
     }
 
-    /// The fewest positions a split run takes (default 8): a query's positions split into runs of at least this
-    /// many, up to the split limit. Fewer a run spread a decode step's attention over more workgroups, each
-    /// shorter, and leave more runs to combine.
+    /// The fewest positions a split run takes (default 8; 32 on CPU adapters): a query's positions split into runs
+    /// of at least this many, up to the split limit. Fewer a run spread a decode step's attention over more
+    /// workgroups, each shorter, and leave more runs to combine.
     pub fn set_run_positions(&mut self, positions: u32) {
         self.run_positions = positions.max(1);
     }
 
-    /// The runs a query's positions are split into before its runs grow past the fewest positions (default 16; see
+    /// The runs a query's positions are split into before its runs grow past the fewest positions (default 16, 32 on
+    /// CPU adapters; see
     /// [`ATTENTION_RUN_POSITIONS`]): at a long context, fewer runs each longer, and fewer to combine. Runs still
     /// stay within the kernel's lane-shared length while 32 runs allow.
     pub fn set_max_splits(&mut self, splits: u32) {
