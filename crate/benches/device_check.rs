@@ -415,12 +415,12 @@ fn run_one(
     }
     engine.set_tiled_full_groups(TILED_FULL_GROUPS);
     let decode_prompt = &prompt[..prompt.len().min(16)];
-    // The decode steps after a warm-up, timed `runs` times.
-    let decode = |engine: &mut GpuEngine| -> BoxResult<Vec<f64>> {
+    // The decode steps after `first` (untimed), after a warm-up, timed `runs` times.
+    let steps_after = |engine: &mut GpuEngine, first: &[u32]| -> BoxResult<Vec<f64>> {
         let mut ms = Vec::new();
         for run in 0..=r.runs {
             engine.reset();
-            let mut next = pollster::block_on(engine.forward_argmax(decode_prompt))?;
+            let mut next = pollster::block_on(engine.forward_argmax(first))?;
             let t = Instant::now();
             for _ in 0..r.decode {
                 next = pollster::block_on(engine.forward_argmax(&[next]))?;
@@ -431,6 +431,7 @@ fn run_one(
         }
         Ok(ms)
     };
+    let decode = |engine: &mut GpuEngine| steps_after(engine, decode_prompt);
     let decode_ms = decode(&mut engine)?;
     let step = engine.last_call();
     let mut by_submit_blocks = Vec::new();
@@ -443,21 +444,7 @@ fn run_one(
     }
     engine.set_decode_submit_blocks(default_blocks);
     // Decode at depth: the same steps after the whole prompt, attention reading every position of it.
-    let deep = |engine: &mut GpuEngine| -> BoxResult<Vec<f64>> {
-        let mut ms = Vec::new();
-        for run in 0..=r.runs {
-            engine.reset();
-            let mut next = pollster::block_on(engine.forward_argmax(&prompt))?;
-            let t = Instant::now();
-            for _ in 0..r.decode {
-                next = pollster::block_on(engine.forward_argmax(&[next]))?;
-            }
-            if run > 0 {
-                ms.push(ms_since(t));
-            }
-        }
-        Ok(ms)
-    };
+    let deep = |engine: &mut GpuEngine| steps_after(engine, &prompt);
     let mut by_attention_run = Vec::new();
     for &positions in &r.attention_runs {
         engine.set_attention_run_positions(positions);
