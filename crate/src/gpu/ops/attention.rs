@@ -164,9 +164,8 @@ impl Attention {
     }
 
     /// The runs a query's positions are split into before its runs grow past the fewest positions (default 16, 32 on
-    /// CPU adapters; see
-    /// [`ATTENTION_RUN_POSITIONS`]): at a long context, fewer runs each longer, and fewer to combine. Runs still
-    /// stay within the kernel's lane-shared length while 32 runs allow.
+    /// CPU adapters; see [`ATTENTION_RUN_POSITIONS`]): at a long context, fewer runs each longer, and fewer to
+    /// combine. Runs still stay within the kernel's lane-shared length while 32 runs allow.
     pub fn set_max_splits(&mut self, splits: u32) {
         self.max_splits = splits.max(1);
     }
