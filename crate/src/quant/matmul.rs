@@ -444,7 +444,7 @@ fn decode_16(
             |ty, rows, x, out| each_row(rows, out, |row| unsafe { super::simd_x86_16::row_dot_16(ty, row, x) })
         }
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-        Level::Simd128 => |ty, rows, x, out| each_row(rows, out, |row| super::simd_wasm::row_dot_16(ty, row, x)),
+        Level::Simd128 => super::simd_wasm::rows_dot_16,
         Level::Portable => return None,
     };
     let mut types = types.filter(|&t| has_16bit_dot(level, t));

@@ -1,7 +1,8 @@
 //! WebAssembly simd128 kernels (compiled only with `target-feature=+simd128`, so always available). simd128 has
 //! no fused multiply-add: products and sums round separately. Block scales multiply a block's partial sum, except
 //! where a minimum is added (Q4_1), whose weights are formed `d·q + m` first. Decode over 16-bit activations
-//! (`row_dot_16`) takes exact integer dots four blocks at a time, then scales them in float32 (`dot16`).
+//! (`rows_dot_16`) takes exact integer dots four blocks at a time, then scales them in float32 (`dot16`); rows of
+//! 32-element blocks two at a time, each block's activations loaded once for both (`dot16_pair`).
 
 use core::arch::wasm32::*;
 
@@ -503,10 +504,7 @@ impl Block for LoomQ4_0 {
 
 /// `Σ q·a` over one block: 32 codes `q` as 16-bit lanes, against its 32 activations `a`; four partial sums.
 fn block_dot(a: &[i16], q: [v128; 4]) -> v128 {
-    assert!(a.len() >= 32);
-    // SAFETY: `a` holds 32 values, so each 8-lane load at 8·k is in bounds; wasm loads need no alignment.
-    let dot = |k: usize| i32x4_dot_i16x8(q[k], unsafe { v128_load(a.as_ptr().add(8 * k).cast()) });
-    i32x4_add(i32x4_add(dot(0), dot(1)), i32x4_add(dot(2), dot(3)))
+    block_dot_loaded(activations(a), q)
 }
 
 /// `v`, after one lane of it is stored (`black_box` writes it to the stack). V8 keeps loads and stores in program
@@ -529,6 +527,36 @@ fn sum4(v: [v128; 4]) -> v128 {
         i32x4_shuffle::<2, 6, 3, 7>(v[2], v[3]),
     );
     i32x4_add(i32x4_shuffle::<0, 1, 4, 5>(t0, t1), i32x4_shuffle::<2, 3, 6, 7>(t0, t1))
+}
+
+/// The dots of a run of stored rows (`out.len()` of them, each as long) with decode activations as 16-bit integers,
+/// for `has_16bit_dot` types: the types of 32-element blocks two rows at a time, so that each block's activations
+/// are loaded once for both.
+pub(super) fn rows_dot_16(ty: GgmlType, rows: &[u8], x: &Activations16, out: &mut [f32]) {
+    match ty {
+        GgmlType::Q4_0 => row_pairs::<Q4_0>(rows, x, out),
+        GgmlType::Q4_1 => row_pairs::<Q4_1>(rows, x, out),
+        GgmlType::Q8_0 => row_pairs::<Q8_0>(rows, x, out),
+        GgmlType::LoomQ4_0 => row_pairs::<LoomQ4_0>(rows, x, out),
+        GgmlType::Q5_0 => row_pairs::<Q5_0>(rows, x, out),
+        GgmlType::Q5_1 => row_pairs::<Q5_1>(rows, x, out),
+        _ => super::matmul::each_row(rows, out, |row| row_dot_16(ty, row, x)),
+    }
+}
+
+/// [`rows_dot_16`] for one block type: pairs of rows, then the odd one.
+fn row_pairs<B: Block>(rows: &[u8], x: &Activations16, out: &mut [f32]) {
+    if out.is_empty() {
+        return;
+    }
+    let row_bytes = rows.len() / out.len();
+    for (y, pair) in out.chunks_mut(2).zip(rows.chunks(2 * row_bytes)) {
+        match y {
+            [y0, y1] => [*y0, *y1] = dot16_pair::<B>(pair.split_at(row_bytes), x),
+            [y0] => *y0 = dot16::<B>(pair, x),
+            _ => unreachable!("chunks of two"),
+        }
+    }
 }
 
 /// The dot of one stored row with decode activations as 16-bit integers, for `has_16bit_dot` types.
@@ -565,25 +593,87 @@ fn dot16<B: Block>(row: &[u8], x: &Activations16) -> f32 {
         // Explicit arrays, not `array::from_fn`: V8 does not inline the closure that makes, which then returns each
         // block's codes through memory (a Q5_0 decode took three times as long).
         let dot = |j: usize| in_order(block_dot(&a4[32 * j..], B::codes(b(j), consts)));
-        let mut isum = sum4([dot(0), dot(1), dot(2), dot(3)]);
-        if B::CENTRE != 0 {
-            isum = centred(isum, e4, B::CENTRE);
+        acc = scaled_group::<B>(b4, [dot(0), dot(1), dot(2), dot(3)], (ss, e4), consts, acc);
+    }
+    hsum(remainder_blocks::<B>(row4.remainder(), blocks / 4 * 4, x, consts, acc))
+}
+
+/// Four blocks' exact dots (`dots`, one vector each) times their weight scales and activation scales (`ss`, with
+/// `e4`: their `8·Σa`), with their minima, added to `acc`: [`dot16`]'s work after the products.
+#[inline(always)]
+fn scaled_group<B: Block>(b4: &[u8], dots: [v128; 4], (ss, e4): (&[[f32; 2]], &[i32]), k: &Consts, acc: v128) -> v128 {
+    let b = |j: usize| &b4[j * B::BYTES..(j + 1) * B::BYTES];
+    let mut isum = sum4(dots);
+    if B::CENTRE != 0 {
+        isum = centred(isum, e4, B::CENTRE);
+    }
+    let words = u32x4(
+        B::scale_word(b(0)),
+        B::scale_word(b(1)),
+        B::scale_word(b(2)),
+        B::scale_word(b(3)),
+    );
+    let (d, min) = B::scales(words, k);
+    let (scales, sums) = scale_sum_pairs(ss);
+    let acc = f32x4_add(acc, f32x4_mul(f32x4_convert_i32x4(isum), f32x4_mul(d, scales)));
+    match B::HAS_MIN {
+        true => f32x4_add(acc, f32x4_mul(min, sums)),
+        false => acc,
+    }
+}
+
+/// [`dot16`] of two rows, block by block together: each block's activations loaded once for both rows, each row's
+/// sums formed as [`dot16`] forms them (the same operations in the same order, so the same values).
+fn dot16_pair<B: Block>((r0, r1): (&[u8], &[u8]), x: &Activations16) -> [f32; 2] {
+    let consts = &Consts::opaque();
+    let blocks = r0.len() / B::BYTES;
+    assert!(r1.len() == r0.len());
+    assert!(x.scale_sum.len() >= blocks && x.eight_sum.len() >= blocks && x.a.len() >= 32 * blocks);
+    let mut acc = [f32x4_splat(0.0); 2];
+    let sums =
+        x.a.chunks_exact(128)
+            .zip(x.scale_sum.chunks_exact(4))
+            .zip(x.eight_sum.chunks_exact(4));
+    let (mut g0, mut g1) = (r0.chunks_exact(4 * B::BYTES), r1.chunks_exact(4 * B::BYTES));
+    for ((b0, b1), ((a4, ss), e4)) in (&mut g0).zip(&mut g1).zip(sums) {
+        let b = |r: &[u8], j: usize| -> [v128; 4] { B::codes(&r[j * B::BYTES..(j + 1) * B::BYTES], consts) };
+        let mut d0 = [i32x4_splat(0); 4];
+        let mut d1 = [i32x4_splat(0); 4];
+        for j in 0..4 {
+            let a = activations(&a4[32 * j..]);
+            d0[j] = in_order(block_dot_loaded(a, b(b0, j)));
+            d1[j] = in_order(block_dot_loaded(a, b(b1, j)));
         }
-        let words = u32x4(
-            B::scale_word(b(0)),
-            B::scale_word(b(1)),
-            B::scale_word(b(2)),
-            B::scale_word(b(3)),
-        );
-        let (d, min) = B::scales(words, consts);
-        let (scales, sums) = scale_sum_pairs(ss);
-        acc = f32x4_add(acc, f32x4_mul(f32x4_convert_i32x4(isum), f32x4_mul(d, scales)));
-        if B::HAS_MIN {
-            acc = f32x4_add(acc, f32x4_mul(min, sums));
-        }
+        acc[0] = scaled_group::<B>(b0, d0, (ss, e4), consts, acc[0]);
+        acc[1] = scaled_group::<B>(b1, d1, (ss, e4), consts, acc[1]);
     }
     let first = blocks / 4 * 4;
-    for (k, b) in row4.remainder().chunks_exact(B::BYTES).enumerate() {
+    [
+        hsum(remainder_blocks::<B>(g0.remainder(), first, x, consts, acc[0])),
+        hsum(remainder_blocks::<B>(g1.remainder(), first, x, consts, acc[1])),
+    ]
+}
+
+/// One block's 32 activations as four vectors of 8.
+#[inline(always)]
+fn activations(a: &[i16]) -> [v128; 4] {
+    assert!(a.len() >= 32);
+    // SAFETY: `a` holds 32 values, so each 8-lane load at 8·k is in bounds; wasm loads need no alignment.
+    let at = |k: usize| unsafe { v128_load(a.as_ptr().add(8 * k).cast()) };
+    [at(0), at(1), at(2), at(3)]
+}
+
+/// [`block_dot`] over activations already loaded.
+#[inline(always)]
+fn block_dot_loaded(a: [v128; 4], q: [v128; 4]) -> v128 {
+    let dot = |k: usize| i32x4_dot_i16x8(q[k], a[k]);
+    i32x4_add(i32x4_add(dot(0), dot(1)), i32x4_add(dot(2), dot(3)))
+}
+
+/// The blocks at the end of a row (fewer than four; the first is block `first`), one at a time, added to `acc`.
+#[inline(always)]
+fn remainder_blocks<B: Block>(rest: &[u8], first: usize, x: &Activations16, consts: &Consts, mut acc: v128) -> v128 {
+    for (k, b) in rest.chunks_exact(B::BYTES).enumerate() {
         let i = first + k;
         let mut isum = block_dot(&x.a[32 * i..], B::codes(b, consts));
         if B::CENTRE != 0 {
@@ -598,7 +688,7 @@ fn dot16<B: Block>(row: &[u8], x: &Activations16) -> f32 {
             acc = f32x4_add(acc, f32x4_mul(min, f32x4(sum, 0.0, 0.0, 0.0)));
         }
     }
-    hsum(acc)
+    acc
 }
 
 /// Four blocks' activation (scale, sum) pairs as two vectors: their scales, and their sums.
