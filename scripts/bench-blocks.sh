@@ -17,7 +17,8 @@
 #   WLLAMA_PKG=DIR    also run ours (the package, web/dist) and @wllama/wllama against each other in one headless
 #                     Chromium (../shared/research/browser-peers/bench.mjs; DIR is `npm pack @wllama/wllama@3.8.1`
 #                     unpacked, its package/ folder; build web/dist first: scripts/build-pkg.sh, then
-#                     `node scripts/build.mjs` in web/).
+#                     `node scripts/build.mjs` in web/), BROWSER_ROUNDS=2 alternating rounds (the report takes each
+#                     engine's best), then llama-bench's decode at 1 thread at the page's prompt depth (`-d`).
 # Writes under target/bench-data/blocks/ (never committed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +28,7 @@ types="${1:-Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q6_K Q4_K_M Q5_K_M}"
 threads="${THREADS:-1 2}"
 runs="${RUNS:-3}"
 decode_tokens="${DECODE_TOKENS:-128}"
+browser_rounds="${BROWSER_ROUNDS:-2}"
 prefill_tokens="${PREFILL_TOKENS:-512}"
 source_model="models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 data="$PWD/target/bench-data/blocks"
@@ -100,8 +102,18 @@ for ty in $types; do
     fi
     if [ -n "${WLLAMA_PKG:-}" ]; then
         echo "=== $name: ours (package, Chromium) and wllama 1 and 2 threads" >&2
-        node ../shared/research/browser-peers/bench.mjs "$PWD/www" "$PWD/web/dist" "$WLLAMA_PKG" "$model" 1 \
-            "$decode_tokens" 2>/dev/null | grep '^{' > "$data/$name.browser.jsonl" || true
+        node ../shared/research/browser-peers/bench.mjs "$PWD/www" "$PWD/web/dist" "$WLLAMA_PKG" "$model" \
+            "$browser_rounds" "$decode_tokens" 2>/dev/null | grep '^{' > "$data/$name.browser.jsonl" || true
+        # The page decodes after a long chat prompt, llama-bench's tg after none: llama.cpp again at the page's depth.
+        depth=$(python3 -c 'import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+print(next((r["prompt_tokens"] for r in rows if r.get("engine") == "loom-wasm cpu" and r.get("prompt_tokens")), 0))' \
+            "$data/$name.browser.jsonl")
+        if [ "$depth" -gt 0 ]; then
+            echo "=== $name: llama-bench, 1 thread, decode at depth $depth" >&2
+            "$build/bin/llama-bench" -m "$model" -t 1 -p 0 -n "$decode_tokens" -d "$depth" -r "$runs" -o json \
+                2>/dev/null > "$data/$name.llamacpp-t1-depth.json"
+        fi
     fi
 done
 
