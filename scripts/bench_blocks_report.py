@@ -26,10 +26,9 @@ def llama(data, name, t):
 
 
 def llama_at_depth(data, name):
-    """llama-bench's decode average tokens/s at 1 thread after `n_depth` tokens, and that depth."""
+    """llama-bench's decode average tokens/s at 1 thread after the page's prompt depth (its `-d` run)."""
     rows = load(os.path.join(data, f"{name}.llamacpp-t1-depth.json")) or []
-    row = next((r for r in rows if r.get("n_gen", 0) > 0), None)
-    return (row["avg_ts"], row.get("n_depth")) if row else (None, None)
+    return next((r["avg_ts"] for r in rows if r.get("n_gen", 0) > 0), None)
 
 
 def best_rounds(rows):
@@ -112,7 +111,7 @@ def main():
             pre = lambda e: (r.get(e) or {}).get("prefill_tok_s")
             cell = lambda e: f"{fmt(get(e))} ({fmt(pre(e))})"
             ours_b = get("loom-wasm cpu")
-            deep, depth = llama_at_depth(data, name)
+            deep = llama_at_depth(data, name)
             print(
                 f"| {name} | {cell('loom-wasm cpu')} | {cell('wllama 1t')} | {cell('wllama 2t')} |"
                 f" {ratio(ours_b, get('wllama 1t'))} | {ratio(ours_b, get('wllama 2t'))} |"
