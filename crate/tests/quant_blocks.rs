@@ -496,6 +496,14 @@ fn a_non_finite_block_scale_gives_a_non_finite_dot() {
     }
 }
 
+/// Each row of `values` (rows as long as `x`) dotted with `x` in float64, rounded to float32.
+fn float64_dots(values: &[f32], x: &[f32]) -> Vec<f32> {
+    values
+        .chunks_exact(x.len())
+        .map(|w| w.iter().zip(x).map(|(w, x)| f64::from(*w) * f64::from(*x)).sum::<f64>() as f32)
+        .collect()
+}
+
 /// Decode over rows of every length from one to nine blocks of 32 (the kernels take blocks four at a time, and a
 /// row's last blocks one by one): rows made of the vectors' blocks, against float64 dots of gguf-py's values with
 /// the activations' blocks laid out the same way.
@@ -527,20 +535,43 @@ fn decode_over_rows_of_one_to_nine_blocks() {
                 .flat_map(|j| v.x[32 * (j % per_row)..][..32].to_vec())
                 .collect();
             let cols = 32 * blocks;
-            let want: Vec<f32> = values
-                .chunks_exact(cols)
-                .map(|w| {
-                    w.iter()
-                        .zip(&x)
-                        .map(|(w, x)| f64::from(*w) * f64::from(*x))
-                        .sum::<f64>() as f32
-                })
-                .collect();
+            let want = float64_dots(&values, &x);
             let w = QMatrix::new(t, v.rows, cols, &bytes).unwrap();
             let mut y = vec![f32::NAN; v.rows];
             quant::matmul(&w, &x, 1, &mut y).unwrap();
             let what = format!("{t}, rows of {blocks} blocks, {}", quant::simd_in_use());
             check_matmul(&what, &values, cols, &x, &want, &y, sixteen_bit_activations(t, 1));
+        }
+    }
+}
+
+/// Decode of rows of halves and bfloat16s 1 to 19 values long (the kernels take 8 at a time and the rest one by
+/// one), 1 to 5 rows (in pairs, then an odd one), with activations scaled from 1e-20 up to 1e12 (simd128 reads
+/// halves against activations scaled by 2⁹⁶ unless one reaches 2³²): against float64 dots of gguf-py's values.
+#[test]
+fn float_decode_over_short_rows_and_large_activations() {
+    for t in [GgmlType::F16, GgmlType::BF16] {
+        let v = vectors(t);
+        for (cols, rows) in (1..=19).flat_map(|c| (1..=5).map(move |r| (c, r))) {
+            // The vectors' values in order, over and over: row r is values r·cols.. of that stream.
+            let bytes: Vec<u8> = v
+                .bytes
+                .chunks_exact(2)
+                .cycle()
+                .take(rows * cols)
+                .flatten()
+                .copied()
+                .collect();
+            let values: Vec<f32> = v.values.iter().cycle().take(rows * cols).copied().collect();
+            for scale in [1e-20f32, 1.0, 4e9, 1e12] {
+                let x: Vec<f32> = v.x.iter().take(cols).map(|x| x * scale).collect();
+                let want = float64_dots(&values, &x);
+                let w = QMatrix::new(t, rows, cols, &bytes).unwrap();
+                let mut y = vec![f32::NAN; rows];
+                quant::matmul(&w, &x, 1, &mut y).unwrap();
+                let what = format!("{t}, {rows} rows of {cols}, x ×{scale}, {}", quant::simd_in_use());
+                check_matmul(&what, &values, cols, &x, &want, &y, false);
+            }
         }
     }
 }

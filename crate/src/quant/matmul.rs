@@ -557,6 +557,11 @@ fn rows_kernel(
             unsafe { kernel(w.ty, rows, x16, out) };
             return;
         }
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        if level == Level::Simd128 && matches!(w.ty, GgmlType::F16 | GgmlType::BF16) {
+            super::simd_wasm::rows_dot_float(w.ty, rows, x, out);
+            return;
+        }
         each_row(rows, out, |row| row_dot(level, w.ty, row, x));
         return;
     }

@@ -2,7 +2,8 @@
 //! no fused multiply-add: products and sums round separately. Block scales multiply a block's partial sum, except
 //! where a minimum is added (Q4_1), whose weights are formed `d·q + m` first. Decode over 16-bit activations
 //! (`rows_dot_16`) takes exact integer dots four blocks at a time, then scales them in float32 (`dot16`); rows of
-//! 32-element blocks two at a time, each block's activations loaded once for both (`dot16_pair`).
+//! 32-element blocks two at a time, each block's activations loaded once for both (`dot16_pair`). Decode over F16
+//! and BF16 rows takes them two at a time too (`rows_dot_float`).
 
 use core::arch::wasm32::*;
 
@@ -14,9 +15,7 @@ pub(super) fn row_dot(ty: GgmlType, row: &[u8], x: &[f32]) -> Option<f32> {
     Some(match ty {
         GgmlType::F32 => dot_f32(row, x),
         GgmlType::F16 => dot_f16(row, x),
-        GgmlType::BF16 => dot_16bit(row, x, bf16x4, |b| {
-            f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16)
-        }),
+        GgmlType::BF16 => dot_16bit(row, x, bf16x4, bf16),
         GgmlType::Q4_0 => dot_q4_0(row, x),
         GgmlType::Q4_1 => dot_q4_1(row, x),
         GgmlType::Q8_0 => dot_q8_0(row, x),
@@ -136,6 +135,9 @@ struct Consts {
     max_finite16: v128,
     /// A sign-extended half shifted into float32 place: float32's sign and the half's magnitude bits.
     signed_magnitude: v128,
+    /// A half's sign and mantissa bits (0x83FF) in each 16-bit lane, and zero.
+    not_exponent16: v128,
+    zero: v128,
 }
 
 const CONSTS: Consts = Consts {
@@ -158,6 +160,8 @@ const CONSTS: Consts = Consts {
     magnitude16: u16x8(0x7FFF, 0x7FFF, 0x7FFF, 0x7FFF, 0x7FFF, 0x7FFF, 0x7FFF, 0x7FFF),
     max_finite16: u16x8(0x7BFF, 0x7BFF, 0x7BFF, 0x7BFF, 0x7BFF, 0x7BFF, 0x7BFF, 0x7BFF),
     signed_magnitude: u32x4(0x8FFF_E000, 0x8FFF_E000, 0x8FFF_E000, 0x8FFF_E000),
+    not_exponent16: u16x8(0x83FF, 0x83FF, 0x83FF, 0x83FF, 0x83FF, 0x83FF, 0x83FF, 0x83FF),
+    zero: u32x4(0, 0, 0, 0),
 };
 
 impl Consts {
@@ -233,6 +237,121 @@ fn dot_16bit(row: &[u8], x: &[f32], widen: fn(v128) -> v128, one: fn(&[u8]) -> f
     }
     let tail: f32 = row[2 * i..].chunks_exact(2).zip(&x[i..]).map(|(w, x)| one(w) * x).sum();
     hsum(f32x4_add(acc[0], acc[1])) + tail
+}
+
+/// 2⁹⁶: `x` is scaled by it for [`rows_dot_float`], whose halves come out as `h·2⁻¹¹²`; its sums are `2⁻¹⁶` of the true
+/// ones. `x` up to 2³² in magnitude stays finite.
+const F16_PRESCALE: f32 = 79_228_162_514_264_337_593_543_950_336.0;
+const F16_UNSCALE: f32 = 65_536.0;
+const F16_PRESCALE_LIMIT: f32 = 4_294_967_296.0;
+
+/// The dots of a run of rows of halves or bfloat16s (`out.len()` of them, each as long) with `x`, two rows at a
+/// time, each 8 of `x` loaded once for both. Each row's sums are [`dot_f16`]'s and `dot_16bit`'s, the same
+/// operations in the same order: the same values (for halves, unless a product `|h·x|` falls below 2⁻¹¹⁰).
+pub(super) fn rows_dot_float(ty: GgmlType, rows: &[u8], x: &[f32], out: &mut [f32]) {
+    if out.is_empty() {
+        return;
+    }
+    let row_bytes = rows.len() / out.len();
+    assert_eq!(row_bytes, 2 * x.len());
+    let pairs = rows.chunks_exact(2 * row_bytes).zip(out.chunks_exact_mut(2));
+    let k = &Consts::opaque();
+    match ty {
+        GgmlType::F16 => {
+            // The halves' bits alone, shifted into float32 place, are `h·2⁻¹¹²`: against `x·2⁹⁶`, no product per
+            // weight to undo the bias (three operations for four weights, not four).
+            if x.iter().any(|v| v.abs() >= F16_PRESCALE_LIMIT && v.is_finite()) {
+                return super::matmul::each_row(rows, out, |row| dot_f16(row, x));
+            }
+            let scaled: Vec<f32> = x.iter().map(|v| v * F16_PRESCALE).collect();
+            for (pair, y) in pairs {
+                let (r0, r1) = pair.split_at(row_bytes);
+                let (sums, special) = float_pair(r0, r1, &scaled, f16_bits, k);
+                for (r, (y, row)) in y.iter_mut().zip([r0, r1]).enumerate() {
+                    *y = match special[r] {
+                        // A row with an infinity or a NaN, the exact way.
+                        true => dot_16bit(row, x, f16x4, half),
+                        false => sums_with_tail(sums_of(&sums, r), row, x, half, F16_UNSCALE),
+                    };
+                }
+            }
+            if out.len() % 2 == 1 {
+                out[out.len() - 1] = dot_f16(&rows[rows.len() - row_bytes..], x);
+            }
+        }
+        GgmlType::BF16 => {
+            for (pair, y) in pairs {
+                let (r0, r1) = pair.split_at(row_bytes);
+                let (sums, _) = float_pair(r0, r1, x, bf16_bits, k);
+                y[0] = sums_with_tail(sums_of(&sums, 0), r0, x, bf16, 1.0);
+                y[1] = sums_with_tail(sums_of(&sums, 1), r1, x, bf16, 1.0);
+            }
+            if out.len() % 2 == 1 {
+                out[out.len() - 1] = dot_16bit(&rows[rows.len() - row_bytes..], x, bf16x4, bf16);
+            }
+        }
+        _ => unreachable!("rows_dot_float on {ty}"),
+    }
+}
+
+/// Row `r`'s two running sums of [`float_pair`]'s four.
+fn sums_of(sums: &[v128; 4], r: usize) -> [v128; 2] {
+    [sums[2 * r], sums[2 * r + 1]]
+}
+
+/// A row's two running sums (elements 0..4 and 4..8 of every 8) times `unscale`, plus the elements past the last 8.
+fn sums_with_tail(sums: [v128; 2], row: &[u8], x: &[f32], one: fn(&[u8]) -> f32, unscale: f32) -> f32 {
+    let whole = x.len() / 8 * 8;
+    let tail: f32 = row[2 * whole..]
+        .chunks_exact(2)
+        .zip(&x[whole..])
+        .map(|(w, x)| one(w) * x)
+        .sum();
+    hsum(f32x4_add(sums[0], sums[1])) * unscale + tail
+}
+
+/// Halves in the high 16 bits of 32-bit lanes to their bits in float32 place (sign, then exponent and mantissa
+/// moved down three): `h·2⁻¹¹²` for a finite half.
+#[inline(always)]
+fn f16_bits(high: v128, k: &Consts) -> v128 {
+    v128_and(i32x4_shr(high, 3), k.signed_magnitude)
+}
+
+/// Bfloat16s in the high 16 bits of 32-bit lanes are float32 already.
+#[inline(always)]
+fn bf16_bits(high: v128, _: &Consts) -> v128 {
+    high
+}
+
+/// Two rows of 16-bit floats dotted with `x` over whole 8s: each row's two running sums (its first 4 and its last 4
+/// of every 8), and whether the row held a half with an all-ones exponent (an infinity or a NaN).
+#[inline(always)]
+fn float_pair(r0: &[u8], r1: &[u8], x: &[f32], widen: fn(v128, &Consts) -> v128, k: &Consts) -> ([v128; 4], [bool; 2]) {
+    let n = x.len();
+    assert!(r0.len() == 2 * n && r1.len() == 2 * n);
+    let mut top = [i16x8_splat(i16::MIN); 2];
+    let mut acc = [f32x4_splat(0.0); 4];
+    let mut i = 0;
+    while i + 8 <= n {
+        let (x0, x1) = (load(x, i), load(x, i + 4));
+        for (r, row) in [r0, r1].into_iter().enumerate() {
+            let h = load16(row, 2 * i);
+            // `h | 0x83FF` is −1 as a signed 16-bit lane exactly when `h`'s exponent is all ones, less otherwise.
+            top[r] = i16x8_max(top[r], v128_or(h, k.not_exponent16));
+            // Each half into the high 16 bits of a 32-bit lane: one unpack.
+            let low = i16x8_shuffle::<0, 8, 1, 9, 2, 10, 3, 11>(k.zero, h);
+            let high = i16x8_shuffle::<4, 12, 5, 13, 6, 14, 7, 15>(k.zero, h);
+            acc[2 * r] = fma(widen(low, k), x0, acc[2 * r]);
+            acc[2 * r + 1] = fma(widen(high, k), x1, acc[2 * r + 1]);
+        }
+        i += 8;
+    }
+    let special = top.map(|t| v128_any_true(i16x8_eq(t, i16x8_splat(-1))));
+    (acc, special)
+}
+
+fn bf16(b: &[u8]) -> f32 {
+    f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16)
 }
 
 fn half(b: &[u8]) -> f32 {
