@@ -271,7 +271,7 @@ pub(super) fn rows_dot_float(ty: GgmlType, rows: &[u8], x: &[f32], out: &mut [f3
                     *y = match special[r] {
                         // A row with an infinity or a NaN, the exact way.
                         true => dot_16bit(row, x, f16x4, half),
-                        false => sums_with_tail(sums_of(&sums, r), row, x, half, F16_UNSCALE),
+                        false => sums_with_tail(sums[r], row, x, half, F16_UNSCALE),
                     };
                 }
             }
@@ -283,8 +283,8 @@ pub(super) fn rows_dot_float(ty: GgmlType, rows: &[u8], x: &[f32], out: &mut [f3
             for (pair, y) in pairs {
                 let (r0, r1) = pair.split_at(row_bytes);
                 let (sums, _) = float_pair(r0, r1, x, bf16_bits, k);
-                y[0] = sums_with_tail(sums_of(&sums, 0), r0, x, bf16, 1.0);
-                y[1] = sums_with_tail(sums_of(&sums, 1), r1, x, bf16, 1.0);
+                y[0] = sums_with_tail(sums[0], r0, x, bf16, 1.0);
+                y[1] = sums_with_tail(sums[1], r1, x, bf16, 1.0);
             }
             if out.len() % 2 == 1 {
                 out[out.len() - 1] = dot_16bit(&rows[rows.len() - row_bytes..], x, bf16x4, bf16);
@@ -292,11 +292,6 @@ pub(super) fn rows_dot_float(ty: GgmlType, rows: &[u8], x: &[f32], out: &mut [f3
         }
         _ => unreachable!("rows_dot_float on {ty}"),
     }
-}
-
-/// Row `r`'s two running sums of [`float_pair`]'s four.
-fn sums_of(sums: &[v128; 4], r: usize) -> [v128; 2] {
-    [sums[2 * r], sums[2 * r + 1]]
 }
 
 /// A row's two running sums (elements 0..4 and 4..8 of every 8) times `unscale`, plus the elements past the last 8.
@@ -326,11 +321,17 @@ fn bf16_bits(high: v128, _: &Consts) -> v128 {
 /// Two rows of 16-bit floats dotted with `x` over whole 8s: each row's two running sums (its first 4 and its last 4
 /// of every 8), and whether the row held a half with an all-ones exponent (an infinity or a NaN).
 #[inline(always)]
-fn float_pair(r0: &[u8], r1: &[u8], x: &[f32], widen: fn(v128, &Consts) -> v128, k: &Consts) -> ([v128; 4], [bool; 2]) {
+fn float_pair(
+    r0: &[u8],
+    r1: &[u8],
+    x: &[f32],
+    widen: fn(v128, &Consts) -> v128,
+    k: &Consts,
+) -> ([[v128; 2]; 2], [bool; 2]) {
     let n = x.len();
     assert!(r0.len() == 2 * n && r1.len() == 2 * n);
     let mut top = [i16x8_splat(i16::MIN); 2];
-    let mut acc = [f32x4_splat(0.0); 4];
+    let mut acc = [[f32x4_splat(0.0); 2]; 2];
     let mut i = 0;
     while i + 8 <= n {
         let (x0, x1) = (load(x, i), load(x, i + 4));
@@ -341,8 +342,8 @@ fn float_pair(r0: &[u8], r1: &[u8], x: &[f32], widen: fn(v128, &Consts) -> v128,
             // Each half into the high 16 bits of a 32-bit lane: one unpack.
             let low = i16x8_shuffle::<0, 8, 1, 9, 2, 10, 3, 11>(k.zero, h);
             let high = i16x8_shuffle::<4, 12, 5, 13, 6, 14, 7, 15>(k.zero, h);
-            acc[2 * r] = fma(widen(low, k), x0, acc[2 * r]);
-            acc[2 * r + 1] = fma(widen(high, k), x1, acc[2 * r + 1]);
+            acc[r][0] = fma(widen(low, k), x0, acc[r][0]);
+            acc[r][1] = fma(widen(high, k), x1, acc[r][1]);
         }
         i += 8;
     }
