@@ -8,6 +8,7 @@
 use core::arch::wasm32::*;
 
 use super::activations::Activations16;
+use super::matmul::far_pairs;
 use super::GgmlType;
 
 /// The dot of one stored row with `x`, for the types with a fused kernel (`None` for the others).
@@ -252,9 +253,7 @@ pub(super) fn rows_dot_float(ty: GgmlType, rows: &[u8], x: &[f32], out: &mut [f3
     if out.is_empty() {
         return;
     }
-    let row_bytes = rows.len() / out.len();
-    assert_eq!(row_bytes, 2 * x.len());
-    let pairs = rows.chunks_exact(2 * row_bytes).zip(out.chunks_exact_mut(2));
+    assert_eq!(rows.len(), out.len() * 2 * x.len());
     let k = &Consts::opaque();
     match ty {
         GgmlType::F16 => {
@@ -264,31 +263,35 @@ pub(super) fn rows_dot_float(ty: GgmlType, rows: &[u8], x: &[f32], out: &mut [f3
                 return super::matmul::each_row(rows, out, |row| dot_f16(row, x));
             }
             let scaled: Vec<f32> = x.iter().map(|v| v * F16_PRESCALE).collect();
-            for (pair, y) in pairs {
-                let (r0, r1) = pair.split_at(row_bytes);
-                let (sums, special) = float_pair(r0, r1, &scaled, f16_bits, k);
-                for (r, (y, row)) in y.iter_mut().zip([r0, r1]).enumerate() {
-                    *y = match special[r] {
+            let one = |row: &[u8]| dot_f16(row, x);
+            far_pairs(
+                rows,
+                out,
+                |r0, r1| {
+                    let (sums, special) = float_pair(r0, r1, &scaled, f16_bits, k);
+                    std::array::from_fn(|r| match special[r] {
                         // A row with an infinity or a NaN, the exact way.
-                        true => dot_16bit(row, x, f16x4, half),
-                        false => sums_with_tail(sums[r], row, x, half, F16_UNSCALE),
-                    };
-                }
-            }
-            if out.len() % 2 == 1 {
-                out[out.len() - 1] = dot_f16(&rows[rows.len() - row_bytes..], x);
-            }
+                        true => dot_16bit([r0, r1][r], x, f16x4, half),
+                        false => sums_with_tail(sums[r], [r0, r1][r], x, half, F16_UNSCALE),
+                    })
+                },
+                one,
+            );
         }
         GgmlType::BF16 => {
-            for (pair, y) in pairs {
-                let (r0, r1) = pair.split_at(row_bytes);
-                let (sums, _) = float_pair(r0, r1, x, bf16_bits, k);
-                y[0] = sums_with_tail(sums[0], r0, x, bf16, 1.0);
-                y[1] = sums_with_tail(sums[1], r1, x, bf16, 1.0);
-            }
-            if out.len() % 2 == 1 {
-                out[out.len() - 1] = dot_16bit(&rows[rows.len() - row_bytes..], x, bf16x4, bf16);
-            }
+            let one = |row: &[u8]| dot_16bit(row, x, bf16x4, bf16);
+            far_pairs(
+                rows,
+                out,
+                |r0, r1| {
+                    let (sums, _) = float_pair(r0, r1, x, bf16_bits, k);
+                    [
+                        sums_with_tail(sums[0], r0, x, bf16, 1.0),
+                        sums_with_tail(sums[1], r1, x, bf16, 1.0),
+                    ]
+                },
+                one,
+            );
         }
         _ => unreachable!("rows_dot_float on {ty}"),
     }
@@ -669,14 +672,12 @@ fn row_pairs<B: Block>(rows: &[u8], x: &Activations16, out: &mut [f32]) {
     if out.is_empty() {
         return;
     }
-    let row_bytes = rows.len() / out.len();
-    for (y, pair) in out.chunks_mut(2).zip(rows.chunks(2 * row_bytes)) {
-        match y {
-            [y0, y1] => [*y0, *y1] = dot16_pair::<B>(pair.split_at(row_bytes), x),
-            [y0] => *y0 = dot16::<B>(pair, x),
-            _ => unreachable!("chunks of two"),
-        }
-    }
+    far_pairs(
+        rows,
+        out,
+        |r0, r1| dot16_pair::<B>((r0, r1), x),
+        |row| dot16::<B>(row, x),
+    );
 }
 
 /// The dot of one stored row with decode activations as 16-bit integers, for `has_16bit_dot` types.
