@@ -400,23 +400,25 @@ pub(super) fn each_row(rows: &[u8], out: &mut [f32], dot: impl Fn(&[u8]) -> f32)
     if out.is_empty() {
         return;
     }
-    #[cfg(target_arch = "wasm32")]
-    far_pairs(rows, out, |r0, r1| [dot(r0), dot(r1)], &dot);
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        let row_bytes = rows.len() / out.len();
-        let ahead = PREFETCH_BYTES.div_ceil(row_bytes) * row_bytes;
-        for (y, row) in out.iter_mut().zip(rows.chunks_exact(row_bytes)) {
-            prefetch(row.as_ptr().wrapping_add(ahead), row_bytes);
-            *y = dot(row);
-        }
-    }
+    let row_bytes = rows.len() / out.len();
+    let ahead = PREFETCH_BYTES.div_ceil(row_bytes) * row_bytes;
+    let prefetch_row = |row: &[u8]| prefetch(row.as_ptr().wrapping_add(ahead), row_bytes);
+    far_pairs(
+        rows,
+        out,
+        |r0, r1| {
+            prefetch_row(r0);
+            prefetch_row(r1);
+            [dot(r0), dot(r1)]
+        },
+        &dot,
+    );
 }
 
 /// `[out[i], out[h + i]] = pair(row i, row h + i)` over the `out.len()` equal rows in `rows`, `h` half of them, then
-/// `out[last] = one(last row)` where they are odd. Wasm has no prefetch: a core reads two streams through memory
-/// faster than one (1.4× on a Xeon, BENCHMARKS.md), and rows far apart are two streams.
-#[cfg(target_arch = "wasm32")]
+/// `out[last] = one(last row)` where they are odd. Rows far apart are two streams through memory, which a core
+/// fetches faster than one: decode 1.2–1.8× in wasm, which has no prefetch, and 1.04–1.09× natively with it
+/// (BENCHMARKS.md).
 #[inline(always)]
 pub(super) fn far_pairs(
     rows: &[u8],
@@ -442,11 +444,9 @@ pub(super) fn far_pairs(
 
 /// How far ahead of its reads a decode kernel asks the cache for a matrix's bytes: decode reads each weight once,
 /// and without it the reads wait on memory (SmolLM2 decode 1.2–1.4× faster with it on a Xeon, BENCHMARKS.md).
-#[cfg(not(target_arch = "wasm32"))]
 pub(super) const PREFETCH_BYTES: usize = 2048;
 
 /// Asks the cache for the lines of the `len` bytes at `p`, which may lie past the matrix (a prefetch never faults).
-#[cfg(not(target_arch = "wasm32"))]
 #[inline(always)]
 pub(super) fn prefetch(p: *const u8, len: usize) {
     #[cfg(target_arch = "x86_64")]
