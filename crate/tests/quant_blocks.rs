@@ -450,7 +450,7 @@ fn prefill_with_a_non_finite_token_keeps_the_others() {
 /// A block whose scale (a half) is ±∞ or NaN makes its row's dot non-finite on every path, and leaves the other
 /// rows as they were: gguf-py dequantizes such a block to non-finite values, and a dot with them is not finite.
 /// Rows 5 blocks wide (15 for the 32-element types), so that the bad block is in a group of four or in the
-/// remainder. The scale `d` is a block's first half, except Q6_K's, its last.
+/// remainder; each row in turn, of an odd and an even number. The scale `d` is a block's first half, except Q6_K's, its last.
 #[test]
 fn a_non_finite_block_scale_gives_a_non_finite_dot() {
     for t in [
@@ -468,27 +468,44 @@ fn a_non_finite_block_scale_gives_a_non_finite_dot() {
         let v = widened(&vectors(t), 5);
         let row_bytes = v.bytes.len() / v.rows;
         let block_bytes = t.block_bytes();
-        for bad in [0x7C00u16, 0xFC00, 0x7E00] {
-            for block in [1, row_bytes / block_bytes - 1] {
-                let mut bytes = v.bytes.clone();
-                // Row 2's block `block`: its scale, or for F16 its first value.
-                let at = 2 * row_bytes + block * block_bytes + scale_at;
+        // For F16, activations past 2³² too, which take another kernel.
+        let scales: &[f32] = if t == GgmlType::F16 { &[1.0, 1e10] } else { &[1.0] };
+        // An odd and an even number of rows, the bad one at each: a kernel may pair rows and take the odd one alone.
+        for rows in [v.rows - 1, v.rows] {
+            let x: Vec<Vec<f32>> = scales
+                .iter()
+                .map(|s| v.x[..v.cols].iter().map(|x| x * s).collect())
+                .collect();
+            let good = QMatrix::new(t, rows, v.cols, &v.bytes[..rows * row_bytes]).unwrap();
+            let clean: Vec<Vec<f32>> = x
+                .iter()
+                .map(|x| {
+                    let mut y = vec![0.0; rows];
+                    quant::matmul(&good, x, 1, &mut y).unwrap();
+                    y
+                })
+                .collect();
+            for (bad_row, bad, block) in (0..rows)
+                .flat_map(|r| [0x7C00u16, 0xFC00, 0x7E00].map(|b| (r, b)))
+                .flat_map(|(r, b)| [1, row_bytes / block_bytes - 1].map(|k| (r, b, k)))
+            {
+                let mut bytes = v.bytes[..rows * row_bytes].to_vec();
+                // Row `bad_row`'s block `block`: its scale, or for F16 its first value.
+                let at = bad_row * row_bytes + block * block_bytes + scale_at;
                 bytes[at..at + 2].copy_from_slice(&bad.to_le_bytes());
-                let w = QMatrix::new(t, v.rows, v.cols, &bytes).unwrap();
-                let mut clean = vec![0.0; v.rows];
-                quant::matmul(
-                    &QMatrix::new(t, v.rows, v.cols, &v.bytes).unwrap(),
-                    &v.x[..v.cols],
-                    1,
-                    &mut clean,
-                )
-                .unwrap();
-                let mut y = vec![0.0; v.rows];
-                quant::matmul(&w, &v.x[..v.cols], 1, &mut y).unwrap();
-                for (r, (y, clean)) in y.iter().zip(&clean).enumerate() {
-                    match r {
-                        2 => assert!(!y.is_finite(), "{t} scale {bad:#x} in block {block}: row 2 is {y}"),
-                        _ => assert_eq!(y.to_bits(), clean.to_bits(), "{t} scale {bad:#x}: row {r}"),
+                let w = QMatrix::new(t, rows, v.cols, &bytes).unwrap();
+                for (x, clean) in x.iter().zip(&clean) {
+                    let mut y = vec![0.0; rows];
+                    quant::matmul(&w, x, 1, &mut y).unwrap();
+                    let what = format!(
+                        "{t}, {rows} rows, {bad:#x} in row {bad_row}'s block {block}, x[0] {}",
+                        x[0]
+                    );
+                    for (r, (y, clean)) in y.iter().zip(clean).enumerate() {
+                        match r == bad_row {
+                            true => assert!(!y.is_finite(), "{what}: the row is {y}"),
+                            false => assert_eq!(y.to_bits(), clean.to_bits(), "{what}: row {r}"),
+                        }
                     }
                 }
             }

@@ -132,8 +132,6 @@ struct Consts {
     /// 0xFF in each 16-bit lane.
     low_byte: v128,
     /// A half's magnitude (0x7FFF), and the largest finite one's (0x7BFF), in each 16-bit lane.
-    magnitude16: v128,
-    max_finite16: v128,
     /// A sign-extended half shifted into float32 place: float32's sign and the half's magnitude bits.
     signed_magnitude: v128,
     /// A half's sign and mantissa bits (0x83FF) in each 16-bit lane, and zero.
@@ -158,8 +156,6 @@ const CONSTS: Consts = Consts {
     thirty_two16: u16x8(32, 32, 32, 32, 32, 32, 32, 32),
     sixteen: f32x4(16.0, 16.0, 16.0, 16.0),
     low_byte: u16x8(0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF),
-    magnitude16: u16x8(0x7FFF, 0x7FFF, 0x7FFF, 0x7FFF, 0x7FFF, 0x7FFF, 0x7FFF, 0x7FFF),
-    max_finite16: u16x8(0x7BFF, 0x7BFF, 0x7BFF, 0x7BFF, 0x7BFF, 0x7BFF, 0x7BFF, 0x7BFF),
     signed_magnitude: u32x4(0x8FFF_E000, 0x8FFF_E000, 0x8FFF_E000, 0x8FFF_E000),
     not_exponent16: u16x8(0x83FF, 0x83FF, 0x83FF, 0x83FF, 0x83FF, 0x83FF, 0x83FF, 0x83FF),
     zero: u32x4(0, 0, 0, 0),
@@ -202,17 +198,17 @@ fn dot_f16(row: &[u8], x: &[f32]) -> f32 {
     assert_eq!(row.len(), 2 * n);
     let k = Consts::opaque();
     let mut acc = [f32x4_splat(0.0); 2];
-    let mut special = i16x8_splat(0);
+    let mut top = i16x8_splat(i16::MIN);
     let mut i = 0;
     while i + 8 <= n {
         let h = load16(row, 2 * i);
-        special = v128_or(special, i16x8_gt(v128_and(h, k.magnitude16), k.max_finite16));
+        top = highest_exponent(top, h, &k);
         acc[0] = fma(finite_halves(i32x4_extend_low_i16x8(h), &k), load(x, i), acc[0]);
         acc[1] = fma(finite_halves(i32x4_extend_high_i16x8(h), &k), load(x, i + 4), acc[1]);
         i += 8;
     }
     let one = |b: &[u8]| half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32();
-    if v128_any_true(special) {
+    if all_ones_exponent(top) {
         return dot_16bit(row, x, f16x4, one);
     }
     let tail: f32 = row[2 * i..].chunks_exact(2).zip(&x[i..]).map(|(w, x)| one(w) * x).sum();
@@ -340,8 +336,7 @@ fn float_pair(
         let (x0, x1) = (load(x, i), load(x, i + 4));
         for (r, row) in [r0, r1].into_iter().enumerate() {
             let h = load16(row, 2 * i);
-            // `h | 0x83FF` is −1 as a signed 16-bit lane exactly when `h`'s exponent is all ones, less otherwise.
-            top[r] = i16x8_max(top[r], v128_or(h, k.not_exponent16));
+            top[r] = highest_exponent(top[r], h, k);
             // Each half into the high 16 bits of a 32-bit lane: one unpack.
             let low = i16x8_shuffle::<0, 8, 1, 9, 2, 10, 3, 11>(k.zero, h);
             let high = i16x8_shuffle::<4, 12, 5, 13, 6, 14, 7, 15>(k.zero, h);
@@ -350,8 +345,20 @@ fn float_pair(
         }
         i += 8;
     }
-    let special = top.map(|t| v128_any_true(i16x8_eq(t, i16x8_splat(-1))));
-    (acc, special)
+    (acc, top.map(all_ones_exponent))
+}
+
+/// The running lane-wise maximum of `h | 0x83FF` over halves `h`, from `i16::MIN`: as a signed 16-bit lane it is −1
+/// exactly when `h`'s exponent is all ones (an infinity or a NaN), less otherwise. Two operations per 8 halves.
+#[inline(always)]
+fn highest_exponent(top: v128, h: v128, k: &Consts) -> v128 {
+    i16x8_max(top, v128_or(h, k.not_exponent16))
+}
+
+/// Whether [`highest_exponent`] saw a half with an all-ones exponent.
+#[inline(always)]
+fn all_ones_exponent(top: v128) -> bool {
+    v128_any_true(i16x8_eq(top, i16x8_splat(-1)))
 }
 
 fn bf16(b: &[u8]) -> f32 {
