@@ -100,18 +100,22 @@ impl Block for Q4_0 {
     }
 }
 
+/// Centred on 8, with the minimum `m + 8·d`, as Q5_1: codes 0..16 against activations rounded to 16 bits put
+/// twice the rounding error into the dot (tiny-llama's logits decoded token by token moved by 1.1e-3, by 5e-4
+/// centred).
 impl Block for Q4_1 {
     const BYTES: usize = 20;
     const HAS_MIN: bool = true;
 
     #[target_feature(enable = "avx512f,avx512bw,f16c")]
     unsafe fn scale_min(b: *const u8) -> __m128 {
-        halves(b)
+        let dm = halves(b);
+        _mm_fmadd_ps(_mm_broadcastss_ps(dm), _mm_setr_ps(0.0, 8.0, 0.0, 0.0), dm)
     }
 
     #[target_feature(enable = "avx512f,avx512bw,f16c")]
     unsafe fn codes(b: *const u8) -> __m512i {
-        nibbles(b.add(4))
+        _mm512_sub_epi16(nibbles(b.add(4)), _mm512_set1_epi16(8))
     }
 }
 

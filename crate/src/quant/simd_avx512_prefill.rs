@@ -128,13 +128,12 @@ unsafe fn unpack(tile: &mut Tile, ty: GgmlType, rows: &[u8], row_bytes: usize) {
         let scale = &mut tile.scale[r * groups..(r + 1) * groups];
         let min = &mut tile.min[r * groups..(r + 1) * groups];
         match ty {
-            GgmlType::Q4_0 => blocks::<Q4_0>(row, codes, scale, min, 0.0),
-            // Centred on 8 (the minimum takes `8·d`), so that the integer sums and `min·Σx` do not cancel.
-            GgmlType::Q4_1 => blocks::<Q4_1>(row, codes, scale, min, 8.0),
-            GgmlType::Q5_0 => blocks::<Q5_0>(row, codes, scale, min, 0.0),
-            GgmlType::Q5_1 => blocks::<Q5_1>(row, codes, scale, min, 0.0),
-            GgmlType::Q8_0 => blocks::<Q8_0>(row, codes, scale, min, 0.0),
-            GgmlType::LoomQ4_0 => blocks::<LoomQ4_0>(row, codes, scale, min, 0.0),
+            GgmlType::Q4_0 => blocks::<Q4_0>(row, codes, scale, min),
+            GgmlType::Q4_1 => blocks::<Q4_1>(row, codes, scale, min),
+            GgmlType::Q5_0 => blocks::<Q5_0>(row, codes, scale, min),
+            GgmlType::Q5_1 => blocks::<Q5_1>(row, codes, scale, min),
+            GgmlType::Q8_0 => blocks::<Q8_0>(row, codes, scale, min),
+            GgmlType::LoomQ4_0 => blocks::<LoomQ4_0>(row, codes, scale, min),
             GgmlType::Q4_K => supers::<Q4K>(row, codes, scale, min),
             GgmlType::Q5_K => supers::<Q5K>(row, codes, scale, min),
             GgmlType::Q6_K => supers::<Q6K>(row, codes, scale, min),
@@ -143,19 +142,18 @@ unsafe fn unpack(tile: &mut Tile, ty: GgmlType, rows: &[u8], row_bytes: usize) {
     }
 }
 
-/// One row of 32-element blocks: codes `q − centre`, scale `d` and minimum `m + centre·d`.
+/// One row of 32-element blocks: codes, scale `d` and minimum ([`Block`]: Q4_1 and Q5_1 centred, the minimum
+/// taking the centre, so that the integer sums and `min·Σx` do not cancel).
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
-unsafe fn blocks<B: Block>(row: &[u8], codes: &mut [i16], scale: &mut [f32], min: &mut [f32], centre: f32) {
-    let centre_codes = _mm512_set1_epi16(centre as i16);
+unsafe fn blocks<B: Block>(row: &[u8], codes: &mut [i16], scale: &mut [f32], min: &mut [f32]) {
     for (k, b) in row.chunks_exact(B::BYTES).enumerate() {
         let b = b.as_ptr();
-        let q = _mm512_sub_epi16(B::codes(b), centre_codes);
-        _mm512_storeu_si512(codes.as_mut_ptr().add(32 * k).cast(), q);
+        _mm512_storeu_si512(codes.as_mut_ptr().add(32 * k).cast(), B::codes(b));
         let mut dm = [0f32; 4];
         _mm_storeu_ps(dm.as_mut_ptr(), B::scale_min(b));
         scale[k] = dm[0];
         min[k] = match B::HAS_MIN {
-            true => dm[1] + centre * dm[0],
+            true => dm[1],
             false => 0.0,
         };
     }
