@@ -41,13 +41,15 @@ pub(super) trait Block {
     /// Q4_1's and Q5_1's minimum, added as `m·Σx`.
     const HAS_MIN: bool = false;
 
-    /// The block at `b`'s scale in lane 0 and, with a minimum, the minimum in lane 1 (other lanes: any value).
+    /// The block at `b`'s scale in lane 0 and, with a minimum, in lane 1 the minimum that goes with [`Block::codes`]
+    /// (centred codes: `m` plus the centre times the scale). Other lanes: any value.
     ///
     /// # Safety
     /// AVX-512 F and BW, and F16C; `b` points at `BYTES` readable bytes.
     unsafe fn scale_min(b: *const u8) -> __m128;
 
-    /// The 32 codes of the block at `b` as signed 16-bit integers, element `i` in lane `i`.
+    /// The 32 codes of the block at `b` as signed 16-bit integers, element `i` in lane `i`: centred (Q4_1 and Q5_1
+    /// too), so that the rounding of the activations weighs on them as little as it can.
     ///
     /// # Safety
     /// AVX-512 F and BW, and F16C; `b` points at `BYTES` readable bytes.
