@@ -131,7 +131,6 @@ struct Consts {
     sixteen: v128,
     /// 0xFF in each 16-bit lane.
     low_byte: v128,
-    /// A half's magnitude (0x7FFF), and the largest finite one's (0x7BFF), in each 16-bit lane.
     /// A sign-extended half shifted into float32 place: float32's sign and the half's magnitude bits.
     signed_magnitude: v128,
     /// A half's sign and mantissa bits (0x83FF) in each 16-bit lane, and zero.
@@ -676,9 +675,6 @@ pub(super) fn rows_dot_16(ty: GgmlType, rows: &[u8], x: &Activations16, out: &mu
 
 /// [`rows_dot_16`] for one block type: pairs of rows, then the odd one.
 fn row_pairs<B: Block>(rows: &[u8], x: &Activations16, out: &mut [f32]) {
-    if out.is_empty() {
-        return;
-    }
     far_pairs(
         rows,
         out,

@@ -72,6 +72,16 @@ pub fn check_tiny(model: &LlmModel, set_name: &str, expected: &Value, prompts: &
     });
 }
 
+/// The largest |Δ| between one position's logits and the golden row `want`.
+fn max_gap(want: &Value, logits: &[f32]) -> f32 {
+    let want = want.as_array().unwrap();
+    assert_eq!(want.len(), logits.len());
+    want.iter()
+        .zip(logits)
+        .map(|(w, l)| (l - w.as_f64().unwrap() as f32).abs())
+        .fold(0f32, f32::max)
+}
+
 /// [`check_tiny`] on the engines `new_engine` makes (one per prompt), logits within `tol` with the prompt taken
 /// whole and one token at a time. The greedy ids are checked twice: from the
 /// logits (argmax here), and through [`Engine::forward_greedy`] (the engine's own pick).
@@ -89,29 +99,22 @@ pub fn check_tiny_on(
         let want = res["logits"].as_array().unwrap();
         assert_eq!(want.len(), prompt.len());
         assert_eq!(logits.len(), prompt.len() * vocab);
-        let mut worst = 0f32;
-        for (pos, row) in want.iter().enumerate() {
-            for (i, w) in row.as_array().unwrap().iter().enumerate() {
-                worst = worst.max((logits[pos * vocab + i] - w.as_f64().unwrap() as f32).abs());
-            }
-        }
+        let worst = want
+            .iter()
+            .zip(logits.chunks_exact(vocab))
+            .map(|(row, logits)| max_gap(row, logits))
+            .fold(0f32, f32::max);
         assert!(
             worst <= tol,
             "{set_name} prompt {p}: max |Δlogit| {worst} (bound {tol})"
         );
         // The same prompt one token at a time: the decode kernels (16-bit activations with AVX-512 and in wasm),
         // each position's logits within `tol` too.
-        let mut engine = new_engine();
+        let mut stepped = new_engine();
         for (pos, (&id, row)) in prompt.iter().zip(want).enumerate() {
-            let logits = engine.forward(&[id], false).unwrap();
+            let logits = stepped.forward(&[id], false).unwrap();
             assert_eq!(logits.len(), vocab);
-            let worst = row
-                .as_array()
-                .unwrap()
-                .iter()
-                .zip(&logits)
-                .map(|(w, l)| (l - w.as_f64().unwrap() as f32).abs())
-                .fold(0f32, f32::max);
+            let worst = max_gap(row, &logits);
             assert!(
                 worst <= tol,
                 "{set_name} prompt {p}, token by token, position {pos}: max |Δlogit| {worst} (bound {tol})"
