@@ -23,6 +23,7 @@
 # ATTENTION_RUNS (fewest positions of a decode attention run to time the decode at too, e.g. 8,16,32),
 # ATTENTION_MAX_SPLITS (runs a decode attention query takes before its runs grow, to time the decode at too, e.g. 8,16),
 # TILED_FULL_GROUPS (64-row workgroups a prefill product fills before a lane a row, to time the prefill at too),
+# TILED_ROWS (rows a lane of a prefill product takes, to time the prefill at too; default 1,2,4; none: empty),
 # CASES (a pattern: only the GPU op cases it matches), BASE_TYPES (the types of the baseline runs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -117,12 +118,13 @@ submit_blocks="${DECODE_SUBMIT_BLOCKS-0,4,8,16}"
 attention_runs="${ATTENTION_RUNS-}"
 max_splits="${ATTENTION_MAX_SPLITS-}"
 full_groups="${TILED_FULL_GROUPS-}"
+tiled_rows="${TILED_ROWS-1,2,4}"
 timeout 300 "$dc/bin/device_check" --shapes "${SHAPES:-all}" --types "${TYPES:-q4_0,q4_1,q8_0,q4_k_m,f16}" \
     --prefill-tokens "${PREFILL_TOKENS:-512}" --decode-tokens "${DECODE_TOKENS:-64}" --runs "${RUNS:-2}" \
     ${FOLD_NORMS:+--fold-norms "$FOLD_NORMS"} ${chunks:+--prefill-chunks "$chunks"} \
     ${submit_blocks:+--decode-submit-blocks "$submit_blocks"} ${attention_runs:+--attention-runs "$attention_runs"} \
     ${max_splits:+--attention-max-splits "$max_splits"} \
-    ${full_groups:+--tiled-full-groups "$full_groups"} >"$OUT/shapes.json" 2>"$OUT/device_check.log"
+    ${full_groups:+--tiled-full-groups "$full_groups"} ${tiled_rows:+--tiled-rows "$tiled_rows"} >"$OUT/shapes.json" 2>"$OUT/device_check.log"
 echo "device_check exit $?"
 tail -n 25 "$OUT/device_check.log"
 # Baselines: earlier commits' device_check (--build --base), the same harness over an older engine, run on the same
@@ -194,7 +196,8 @@ for r in report.get("runs", []) + [dict(r, type=r["type"] + " " + b["commit"])
               f"{r['per_decoded_token']['dispatches']} dispatches/token  "
               f"folded {r['fold_norms']['decode']:d}/{r['fold_norms']['prefill']:d}  "
               f"gpu {r['decode']['gpu_ms_per_token']:.3f} ms/token"
-              + "".join(f"  prefill@{c['chunk']} {c['tok_s']:.0f}" for c in r.get("prefill_by_chunk", [])))
+              + "".join(f"  prefill@{c['chunk']} {c['tok_s']:.0f}" for c in r.get("prefill_by_chunk", []))
+              + "".join(f"  rows{c['rows']} {c['tok_s']:.0f}" for c in r.get("prefill_by_tiled_rows", [])))
 EOF
 # The device tool brings back at most 8 files: the report, and the logs and raw JSON in one archive.
 (cd "$OUT" && find . -maxdepth 1 -type f ! -name device-check.json ! -name logs.tar.gz -printf '%P\n' \

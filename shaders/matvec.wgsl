@@ -1034,24 +1034,38 @@ fn matvec_rows(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_i
 // staged TILE columns at a time in shared memory, so that each column of the 16 batch rows is read from memory once
 // per workgroup instead of once per row, and each weight decoded serves the 16 batch rows. `matvec_tiled` runs a
 // lane a row (64 rows); `matvec_tiled_split` 4 lanes a row (16 rows, a quarter of a row's parts each), which the
-// host picks for products too small to fill a GPU with 64-row workgroups. CPU adapters also read a gated unit's
-// product (x_glu) through `matvec_tiled` at every batch size: its activations are then computed once per tile, not
-// once per row. The host picks these where every row starts at a whole unit (n_in and `first` multiples of EPU):
-// then a part's columns never straddle a tile (units of up to 128 elements lie whole in one; the K-quants'
-// 256-element units have parts of 32 consecutive columns).
+// host picks for products too small to fill a GPU with 64-row workgroups; `matvec_tiled_rows2` and
+// `matvec_tiled_rows4` a lane 2 or 4 rows (128 or 256 rows), so that each x value read from the tile serves every
+// row of the lane (the reads of its rows' `part_dot`s are the same loads, which the compiler shares). CPU adapters
+// also read a gated unit's product (x_glu) through the tiled body at every batch size: its activations are then
+// computed once per tile, not once per row. The host picks these where every row starts at a whole unit (n_in and
+// `first` multiples of EPU): then a part's columns never straddle a tile (units of up to 128 elements lie whole in
+// one; the K-quants' 256-element units have parts of 32 consecutive columns).
 @compute @workgroup_size(64)
 fn matvec_tiled(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
-    tiled(wg, lid.x, 1u);
+    tiled(wg, lid.x, 1u, 1u);
 }
 
 @compute @workgroup_size(64)
 fn matvec_tiled_split(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
-    tiled(wg, lid.x, 4u);
+    tiled(wg, lid.x, 4u, 1u);
 }
 
-fn tiled(wg: vec3<u32>, lane: u32, lpr: u32) {
+@compute @workgroup_size(64)
+fn matvec_tiled_rows2(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    tiled(wg, lid.x, 1u, 2u);
+}
+
+@compute @workgroup_size(64)
+fn matvec_tiled_rows4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    tiled(wg, lid.x, 1u, 4u);
+}
+
+// `lpr` lanes a row, or (lpr = 1) `rpl` rows a lane (1, 2 or 4): rows o, o + 64, ... A row past the matrix reads
+// its last row, so that every row's loads run unconditionally beside the others', and is not stored.
+fn tiled(wg: vec3<u32>, lane: u32, lpr: u32, rpl: u32) {
     let sub = lane % lpr;
-    let o = (wg.x + wg.z * p.groups_x) * (64u / lpr) + lane / lpr;
+    let o = (wg.x + wg.z * p.groups_x) * (64u / lpr) * rpl + lane / lpr;
     b0 = wg.y * BT;
     var squares = XV();
     if NORM {
@@ -1065,9 +1079,16 @@ fn tiled(wg: vec3<u32>, lane: u32, lpr: u32) {
         }
         squares = partial_squares[0];
     }
-    let start = p.first + o * p.n_in;
-    let u0 = start / EPU;
-    var acc = XV();
+    // The first unit of each of the lane's rows.
+    let last = p.n_out - 1u;
+    let u0 = (p.first + min(o, last) * p.n_in) / EPU;
+    let u1 = (p.first + min(o + 64u, last) * p.n_in) / EPU;
+    let u2 = (p.first + min(o + 128u, last) * p.n_in) / EPU;
+    let u3 = (p.first + min(o + 192u, last) * p.n_in) / EPU;
+    var acc0 = XV();
+    var acc1 = XV();
+    var acc2 = XV();
+    var acc3 = XV();
     // The loop counts in a local (uniform, for the barriers); xv reads the tile through the private k0.
     for (var k = 0u; k < p.n_in; k += TILE) {
         k0 = k;
@@ -1081,24 +1102,47 @@ fn tiled(wg: vec3<u32>, lane: u32, lpr: u32) {
             tile[c] = v;
         }
         workgroupBarrier();
-        if o < p.n_out {
-            // This lane's parts q of the row whose columns lie in [k0, k0 + TILE): unit q / SPU, part q % SPU.
-            let q_end = min(k0 + TILE, p.n_in) * SPU / EPU;
-            for (var q = k0 * SPU / EPU + sub; q < q_end; q += lpr) {
-                let u = q / SPU;
-                acc += part_dot(u0 + u, q % SPU, u * EPU);
+        // This lane's parts q of its rows whose columns lie in [k0, k0 + TILE): unit q / SPU, part q % SPU.
+        let q_end = min(k0 + TILE, p.n_in) * SPU / EPU;
+        for (var q = k0 * SPU / EPU + sub; q < q_end; q += lpr) {
+            let u = q / SPU;
+            let t = q % SPU;
+            acc0 += part_dot(u0 + u, t, u * EPU);
+            if rpl > 1u {
+                acc1 += part_dot(u1 + u, t, u * EPU);
+            }
+            if rpl > 2u {
+                acc2 += part_dot(u2 + u, t, u * EPU);
+                acc3 += part_dot(u3 + u, t, u * EPU);
             }
         }
     }
+    if lpr == 1u {
+        store_tiled(o, acc0, squares);
+        if rpl > 1u {
+            store_tiled(o + 64u, acc1, squares);
+        }
+        if rpl > 2u {
+            store_tiled(o + 128u, acc2, squares);
+            store_tiled(o + 192u, acc3, squares);
+        }
+        return;
+    }
     // The row's lpr lane sums (partial_squares is free again: every lane read its total before the tiles).
-    partial_squares[lane] = acc;
+    partial_squares[lane] = acc0;
     workgroupBarrier();
-    if sub == 0u && o < p.n_out {
-        var sum = acc;
+    if sub == 0u {
+        var sum = acc0;
         for (var s = 1u; s < lpr; s++) {
             sum += partial_squares[lane + s];
         }
-        store_row(o, sum, squares);
+        store_tiled(o, sum, squares);
+    }
+}
+
+fn store_tiled(o: u32, acc: XV, squares: XV) {
+    if o < p.n_out {
+        store_row(o, acc, squares);
     }
 }
 

@@ -6,7 +6,7 @@
 //!   cargo bench -p loom-wasm --bench device_check -- [--shapes a,b] [--types a,b] [--prefill-tokens 512]
 //!       [--decode-tokens 64] [--runs 2] [--seed 1] [--fold-norms 0|1|both] [--prefill-chunks 64,128,...]
 //!       [--decode-submit-blocks 0,4,8,...] [--attention-runs 8,16,32,...] [--attention-max-splits 8,16,32,...]
-//!       [--tiled-full-groups 128,512,...]
+//!       [--tiled-full-groups 128,512,...] [--tiled-rows 1,2,4]
 //!
 //! For each shape × type: upload time, prefill and greedy decode tok/s (wall clock, median of `runs` after a
 //! warm-up; decode after a 16-token prompt and after the whole prefill prompt), dispatches and submits per decoded
@@ -18,7 +18,8 @@
 //! with `--attention-runs`, the decode (after the short prompt and after the whole one) at each of those fewest
 //! positions an attention run takes (`GpuEngine::set_attention_run_positions`); with `--attention-max-splits`, the
 //! same at each of those runs a query takes before its runs grow (`GpuEngine::set_attention_max_splits`); with
-//! `--tiled-full-groups`, the prefill at each of those thresholds (`GpuEngine::set_tiled_full_groups`). The
+//! `--tiled-full-groups`, the prefill at each of those thresholds (`GpuEngine::set_tiled_full_groups`); with
+//! `--tiled-rows`, the prefill at each of those rows a lane (`GpuEngine::set_tiled_rows`). The
 //! synthetic weights give meaningless tokens; the logits are only checked to be finite. Without arguments (as under
 //! `cargo test --all-targets`) it prints its usage and exits successfully.
 
@@ -40,7 +41,8 @@ use serde_json::{json, Value};
 const USAGE: &str = "usage: cargo bench -p loom-wasm --bench device_check -- --shapes all|NAME,... \
      [--types q4_0,q4_1,q8_0,q4_k_m,f16] [--prefill-tokens 512] [--decode-tokens 64] [--runs 2] [--seed 1] \
      [--fold-norms 0|1|both] [--prefill-chunks 64,128,...] [--decode-submit-blocks 0,4,8,...] \
-     [--attention-runs 8,16,32,...] [--attention-max-splits 8,16,32,...] [--tiled-full-groups 128,512,...]";
+     [--attention-runs 8,16,32,...] [--attention-max-splits 8,16,32,...] [--tiled-full-groups 128,512,...] \
+     [--tiled-rows 1,2,4]";
 
 type BoxResult<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -344,6 +346,8 @@ struct Run {
     max_splits: Vec<u32>,
     /// Workgroups of 64 rows a prefill product fills before a lane a row, to time the prefill at too.
     full_groups: Vec<u32>,
+    /// Rows a lane of a prefill product takes (where it takes a lane a row), to time the prefill at too.
+    tiled_rows: Vec<u32>,
 }
 
 fn run_one(
@@ -414,6 +418,13 @@ fn run_one(
         by_full_groups.push(json!({"groups": groups, "ms": ms, "tok_s": r.prefill as f64 / (median(&ms) / 1e3)}));
     }
     engine.set_tiled_full_groups(TILED_FULL_GROUPS);
+    let mut by_tiled_rows = Vec::new();
+    for &rows in &r.tiled_rows {
+        engine.set_tiled_rows(Some(rows))?;
+        let ms = prefill(&mut engine)?;
+        by_tiled_rows.push(json!({"rows": rows, "ms": ms, "tok_s": r.prefill as f64 / (median(&ms) / 1e3)}));
+    }
+    engine.set_tiled_rows(None)?;
     let decode_prompt = &prompt[..prompt.len().min(16)];
     // The decode steps after `first` (untimed), after a warm-up, timed `runs` times.
     let steps_after = |engine: &mut GpuEngine, first: &[u32]| -> BoxResult<Vec<f64>> {
@@ -504,6 +515,7 @@ fn run_one(
         "decode_by_attention_run": by_attention_run,
         "decode_by_attention_max_splits": by_max_splits,
         "prefill_by_tiled_full_groups": by_full_groups,
+        "prefill_by_tiled_rows": by_tiled_rows,
         "per_decoded_token": {"dispatches": step.dispatches, "submits": step.submits,
                               "record_us": step.record_us,
                               "bind_groups_created": step.bind_groups_created,
@@ -541,6 +553,7 @@ fn main() -> BoxResult<()> {
         attention_runs: list(value("--attention-runs"))?,
         max_splits: list(value("--attention-max-splits"))?,
         full_groups: list(value("--tiled-full-groups"))?,
+        tiled_rows: list(value("--tiled-rows"))?,
     };
     let seed = number("--seed", 1)? as u64;
     let shapes: Vec<&Shape> = if shapes == "all" {

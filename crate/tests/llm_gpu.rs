@@ -138,23 +138,30 @@ fn decode_steps_submitted_in_parts_match_the_goldens() {
 }
 
 /// The decode attention split into runs of a single position (as many runs as the split allows) or of 64, and the
-/// prefill products a lane a row or four (on GPUs; CPU adapters run a lane a row either way): the logits at every
-/// position and the greedy ids are still the goldens'.
+/// prefill products a lane a row, a lane 2 or 4 rows, or four lanes a row (on GPUs; CPU adapters never take four
+/// lanes a row): the logits at every position and the greedy ids are still the goldens'.
 #[test]
 fn attention_runs_and_prefill_rows_settings_match_the_goldens() {
     let gpu = gpu();
     let (expected, prompts) = tiny_expected();
     let set = &expected["weight_sets"]["gguf_q8_0"];
     let model = LlmModel::open(&golden().join("tiny-llama").join(set["file"].as_str().unwrap())).unwrap();
-    for (positions, groups) in [(1, 0), (64, u32::MAX)] {
-        let label = format!("attention runs of {positions}, tiled full groups {groups}");
+    for (positions, groups, rows) in [(1, 0, 1), (64, u32::MAX, 1), (8, 0, 2), (32, 0, 4)] {
+        let label = format!("attention runs of {positions}, tiled full groups {groups}, {rows} rows a lane");
         check_tiny_on(model.config.vocab, &label, set, &prompts, TINY_GPU, &mut || {
             let e = GpuEngine::new(gpu.clone(), &model.config, &model.weights, None);
             let mut e = pollster::block_on(e).unwrap();
             e.set_attention_run_positions(positions);
             e.set_tiled_full_groups(groups);
+            e.set_tiled_rows(Some(rows)).unwrap();
             Box::new(e)
         });
+    }
+    let e = GpuEngine::new(gpu.clone(), &model.config, &model.weights, None);
+    let mut e = pollster::block_on(e).unwrap();
+    for rows in [0, 3, 8] {
+        let err = e.set_tiled_rows(Some(rows)).unwrap_err().to_string();
+        assert!(err.contains("tiled rows a lane"), "{rows}: {err}");
     }
 }
 

@@ -577,6 +577,15 @@ impl GpuEngine {
         }
     }
 
+    /// The rows each lane of a prefill product takes where it runs a lane a row: 1, 2 or 4, or none for the
+    /// adapter's choice ([`MatVec::set_tiled_rows`]), for every call from here on.
+    pub fn set_tiled_rows(&mut self, rows: Option<u32>) -> Result<()> {
+        for m in self.k.matvec.values_mut() {
+            m.set_tiled_rows(rows)?;
+        }
+        Ok(())
+    }
+
     /// A decode step's blocks per submit after its first block (0: one submit).
     pub fn decode_submit_blocks(&self) -> usize {
         self.decode_submit_blocks

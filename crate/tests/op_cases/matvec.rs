@@ -201,7 +201,34 @@ async fn run(gpu: &Gpu, kernel: &MatVec, x: &[f32], w: &PackedWeights, act: Acti
     kernel.run(gpu, x, w, act.into()).await.unwrap()
 }
 
-/// The half paths to test for a packing: `shader-f16` (where the device has it) and the f32-only path.
+/// `kernel` with each lane of its tiled products (prefill batches) taking `rows` rows, never 4 lanes a row.
+fn tiled_rows(mut kernel: MatVec, rows: u32) -> MatVec {
+    kernel.set_tiled_full_groups(0);
+    kernel.set_tiled_rows(Some(rows)).unwrap();
+    kernel
+}
+
+/// [`kernels`], and natively for a prefill batch (more than 4 rows of x: the tiled products) also with a lane
+/// taking 4 rows where a workgroup per row is the layout otherwise (on shader-f16 too where the device has it). A
+/// lane per row takes 4 by default, on both devices; 1 and 2 run in `llm_gpu`'s goldens. (Chromium's SwiftShader
+/// compiles each pipeline slowly: the extra variant cost its matvec cases two minutes.)
+fn batch_kernels(gpu: &Gpu, p: Packing, batch: usize) -> Vec<(MatVec, &'static str)> {
+    let mut out = kernels(gpu, p);
+    if batch > 4 && cfg!(not(target_arch = "wasm32")) {
+        out.push((
+            tiled_rows(MatVec::new(gpu, p, false).unwrap().with_layout(RowLayout::Workgroup), 4),
+            "f32 path, tiled 4 rows a lane",
+        ));
+        if p.has_halves() && gpu.has_f16 {
+            out.push((
+                tiled_rows(MatVec::new(gpu, p, true).unwrap().with_layout(RowLayout::Workgroup), 4),
+                "shader-f16, tiled 4 rows a lane",
+            ));
+        }
+    }
+    out
+}
+
 /// Every kernel variant for `p`: the f32 and (where the device has it) shader-f16 decoders, each with a workgroup
 /// per row and with a lane per row.
 fn kernels(gpu: &Gpu, p: Packing) -> Vec<(MatVec, &'static str)> {
@@ -275,7 +302,7 @@ async fn check_dense(gpu: &Gpu, net: Network, x: &[f32], what: &str) -> f32 {
     let packed = upload(gpu, packing, &bytes, scale, n_in, n_out).await;
     let cpu = CpuModel::new(net.clone()).forward(x, &[x.len() / n_in, n_in]).unwrap();
     let mut worst = 0f32;
-    for (kernel, path) in kernels(gpu, packing) {
+    for (kernel, path) in batch_kernels(gpu, packing, x.len() / n_in) {
         let out = run(gpu, &kernel, x, &packed, act).await;
         worst = worst.max(assert_close(
             &out,
@@ -332,7 +359,7 @@ async fn check_blocks(gpu: &Gpu, p: Packing, bytes: &[u8], shape: (usize, usize,
     let mag = magnitudes(&x, &w, n_in, n_out);
     let cpu = dense_f32(w, n_in, n_out, act).forward(&x, &[batch, n_in]).unwrap();
     let packed = upload(gpu, p, bytes, 1.0, n_in, n_out).await;
-    for (kernel, path) in kernels(gpu, p) {
+    for (kernel, path) in batch_kernels(gpu, p, batch) {
         let out = run(gpu, &kernel, &x, &packed, act).await;
         assert_close(
             &out,
@@ -867,7 +894,7 @@ pub async fn norm_and_residual_add_match_the_cpu_ops(gpu: &Gpu) {
                     product.clone()
                 };
                 let mag: Vec<f32> = mag.iter().zip(&y0).map(|(m, y)| m + y.abs()).collect();
-                for (kernel, path) in kernels(gpu, p) {
+                for (kernel, path) in batch_kernels(gpu, p, batch) {
                     let options = MatVecOptions {
                         norm: norm.then_some((&gamma_buffer, eps)),
                         accumulate,
@@ -935,7 +962,7 @@ pub async fn gated_unit_input_matches_the_cpu_product(gpu: &Gpu) {
                     true => product.iter().zip(&y0).map(|(a, b)| a + b).collect(),
                     false => product.clone(),
                 };
-                for (kernel, path) in kernels(gpu, p) {
+                for (kernel, path) in batch_kernels(gpu, p, batch) {
                     let options = MatVecOptions {
                         norm: None,
                         accumulate,
