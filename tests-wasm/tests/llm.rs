@@ -80,6 +80,8 @@ fn tiny_llama_bf16_hf_folder() {
 }
 
 async fn check_gpu(model: &LlmModel, set: &str) {
+    // GpuEngine takes an Arc (shared across threads natively); in the browser there is one thread.
+    #[allow(clippy::arc_with_non_send_sync)]
     let gpu = Arc::new(Gpu::new().await.expect("no WebGPU adapter"));
     let expected: Value = serde_json::from_slice(golden!("expected.json")).unwrap();
     let prompts: Vec<Vec<u32>> = expected["prompts"].as_array().unwrap().iter().map(ids).collect();
