@@ -27,6 +27,7 @@ cargo clippy -p loom-wasm -p loom-grammar --lib --target wasm32-unknown-unknown 
 for half in inspector chat; do   # each npm wasm module is built with one of them alone (scripts/build-pkg.sh)
   cargo clippy -p loom-wasm --lib --target wasm32-unknown-unknown --no-default-features --features $half -- -D warnings
 done
+cargo clippy -p loom-wasm-browser-tests --tests --target wasm32-unknown-unknown -- -D warnings   # the browser tests
 
 step "fuzz targets compile (they run under cargo-fuzz, see fuzz/README.md; this catches API drift)"
 cargo check --manifest-path fuzz/Cargo.toml --bins --locked
