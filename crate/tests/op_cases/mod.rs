@@ -25,7 +25,7 @@ macro_rules! on_each_device {
             $(
                 #[wasm_bindgen_test::wasm_bindgen_test]
                 async fn $case() {
-                    super::$case(&*crate::op_cases::browser_gpu().await).await
+                    super::$case(crate::op_cases::browser_gpu().await).await
                 }
             )+
         }
@@ -90,22 +90,22 @@ pub fn native_gpu() -> &'static Gpu {
 }
 
 /// The WebGPU device every browser case shares, as natively: its pipeline cache then compiles each kernel once for
-/// all the cases (SwiftShader compiles slowly), where a device per case compiled the same pipelines again.
+/// all the cases (SwiftShader compiles slowly), where a device per case compiled the same pipelines again. Leaked,
+/// like the native one in its static: it lives as long as the test page.
 #[cfg(target_arch = "wasm32")]
-pub async fn browser_gpu() -> std::rc::Rc<Gpu> {
+pub async fn browser_gpu() -> &'static Gpu {
     thread_local! {
-        static GPU: std::cell::RefCell<Option<std::rc::Rc<Gpu>>> = const { std::cell::RefCell::new(None) };
+        static GPU: std::cell::Cell<Option<&'static Gpu>> = const { std::cell::Cell::new(None) };
     }
-    if let Some(gpu) = GPU.with_borrow(|g| g.clone()) {
+    if let Some(gpu) = GPU.get() {
         return gpu;
     }
-    let gpu = std::rc::Rc::new(
-        Gpu::new()
-            .await
-            .expect("no WebGPU adapter: does webdriver.json pass --enable-unsafe-webgpu?"),
-    );
-    describe(&gpu);
-    GPU.with_borrow_mut(|g| *g = Some(gpu.clone()));
+    let gpu: &'static Gpu =
+        Box::leak(Box::new(Gpu::new().await.expect(
+            "no WebGPU adapter: does webdriver.json pass --enable-unsafe-webgpu?",
+        )));
+    describe(gpu);
+    GPU.set(Some(gpu));
     gpu
 }
 
