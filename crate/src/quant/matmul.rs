@@ -99,11 +99,13 @@ pub fn matmul_each(x: &[f32], n: usize, products: &mut [(QMatrix, &mut [f32])]) 
         return Ok(());
     }
     // With AVX-512 VNNI, the tokens are rounded to 16 bits (quantized types) or interleaved as float32 (float types)
-    // once for all the matrices; with AVX2 alone, quantized types as 16 bits eight to a vector.
+    // sixteen to a vector once for all the matrices; with AVX2 alone, quantized types as 16 bits and float types as
+    // float32, eight to a vector.
     #[cfg(target_arch = "x86_64")]
-    let (tokens16, tokens32, tokens8) = {
+    let (tokens16, tokens32, tokens8, tokens32_8) = {
         use super::activations::has_16bit_dot;
-        use super::simd_avx512_prefill::{Tokens16, TokensF32};
+        use super::prefill::TokensF32;
+        use super::simd_avx512_prefill::Tokens16;
         let vnni = vnni(level);
         let wants = |f: fn(GgmlType) -> bool| x.len() / n > 0 && products.iter().any(|(w, _)| w.rows > 0 && f(w.ty));
         (
@@ -112,7 +114,7 @@ pub fn matmul_each(x: &[f32], n: usize, products: &mut [(QMatrix, &mut [f32])]) 
                 true => unsafe { Tokens16::new(x, n, x.len() / n) },
                 false => None,
             },
-            (vnni && wants(float_prefill)).then(|| TokensF32::new(x, n, x.len() / n)),
+            (vnni && wants(float_prefill)).then(|| TokensF32::<16>::new(x, n, x.len() / n)),
             match !vnni && level != Level::Portable && wants(has_16bit_dot) {
                 true => {
                     use super::{prefill::Kernel, simd_x86_prefill::Avx2};
@@ -120,16 +122,25 @@ pub fn matmul_each(x: &[f32], n: usize, products: &mut [(QMatrix, &mut [f32])]) 
                 }
                 false => None,
             },
+            (!vnni && level != Level::Portable && wants(float_prefill)).then(|| TokensF32::<8>::new(x, n, x.len() / n)),
         )
     };
-    // In wasm, the tokens are rounded to 16 bits and interleaved by four once for all the matrices.
+    // In wasm, the tokens are rounded to 16 bits (quantized types) or kept as float32 (float types) and interleaved
+    // by four once for all the matrices.
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    let tokens4 = match x.len() / n > 0 && products.iter().any(|(w, _)| w.rows > 0 && has_16bit_dot(level, w.ty)) {
-        true => {
-            use super::{prefill::Kernel, simd_wasm_prefill::Simd128};
-            super::prefill::Tokens::<4>::new(x, n, x.len() / n, <Simd128 as Kernel<4>>::GROUPS)
-        }
-        false => None,
+    let (tokens4, tokens32_4) = {
+        let wants =
+            |f: &dyn Fn(GgmlType) -> bool| x.len() / n > 0 && products.iter().any(|(w, _)| w.rows > 0 && f(w.ty));
+        (
+            match wants(&|ty| has_16bit_dot(level, ty)) {
+                true => {
+                    use super::{prefill::Kernel, simd_wasm_prefill::Simd128};
+                    super::prefill::Tokens::<4>::new(x, n, x.len() / n, <Simd128 as Kernel<4>>::GROUPS)
+                }
+                false => None,
+            },
+            wants(&float_prefill).then(|| super::prefill::TokensF32::<4>::new(x, n, x.len() / n)),
+        )
     };
     for (w, y) in products.iter_mut() {
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
@@ -137,6 +148,12 @@ pub fn matmul_each(x: &[f32], n: usize, products: &mut [(QMatrix, &mut [f32])]) 
             use super::{prefill, simd_wasm_prefill::Simd128};
             // SAFETY: the module is built with simd128; `y` holds `n` tokens of `w.rows`, written by this call only.
             unsafe { prefill::rows::<4, Simd128>(w.ty, w.data, 0, tokens, prefill::Output::new(y, w.rows)) };
+            continue;
+        }
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        if let Some(tokens) = tokens32_4.as_ref().filter(|_| w.rows > 0 && float_prefill(w.ty)) {
+            // `y` holds `n` tokens of `w.rows`, written by this call only.
+            super::simd_wasm_prefill::rows_f32(w.ty, w.data, 0, tokens, super::prefill::Output::new(y, w.rows));
             continue;
         }
         #[cfg(target_arch = "x86_64")]
@@ -172,14 +189,22 @@ pub fn matmul_each(x: &[f32], n: usize, products: &mut [(QMatrix, &mut [f32])]) 
                 });
                 continue;
             }
+            if let Some(tokens) = tokens32_8.as_ref().filter(|_| w.rows > 0 && float_prefill(w.ty)) {
+                // SAFETY: Level::Avx2 and Level::Avx512 mean the CPU has AVX2, FMA and F16C; as above otherwise.
+                split_row_runs(w.rows, |first, count| unsafe {
+                    super::simd_x86_prefill::rows_f32(w.ty, run(first, count), first, tokens, out)
+                });
+                continue;
+            }
         }
         prefill(w, x, n, level, y);
     }
     Ok(())
 }
 
-/// The float types, whose AVX-512 prefill widens a tile of rows to float32 for sixteen tokens at a time.
-#[cfg(target_arch = "x86_64")]
+/// The float types, whose prefill widens a tile of rows to float32 for sixteen (AVX-512), eight (AVX2) or four
+/// (wasm) tokens at a time.
+#[cfg(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "simd128")))]
 fn float_prefill(ty: GgmlType) -> bool {
     matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
 }

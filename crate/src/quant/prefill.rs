@@ -10,6 +10,7 @@
 
 use super::activations::{Activations16, LANE};
 use super::blocks::{self, CodeGroup};
+use super::matmul::Level;
 use super::GgmlType;
 
 /// Tokens interleaved by `L`, their activations rounded as [`Activations16`] rounds one token.
@@ -195,6 +196,76 @@ pub(super) unsafe fn rows<const L: usize, K: Kernel<L>>(
                     _ => K::run::<32, true>(&tile, r, stored, x, g, first, y),
                 }
             }
+        }
+    }
+}
+
+/// Tokens interleaved by `L` as float32, for the float types (F32, F16, BF16), whose prefill stays exact: the tile's
+/// rows are widened to float32 and each FMA multiplies one weight (broadcast) with `L` tokens, so that no row is
+/// summed across lanes: `L` is 16 with AVX-512 (`simd_avx512_prefill`), 8 with AVX2 (`simd_x86_prefill`), 4 in wasm
+/// (`simd_wasm_prefill`).
+pub(super) struct TokensF32<const L: usize> {
+    pub(super) n: usize,
+    pub(super) cols: usize,
+    /// Per group of `L` tokens (the last padded with zeros), per column, the `L` tokens' values.
+    pub(super) x: Vec<f32>,
+}
+
+impl<const L: usize> TokensF32<L> {
+    /// `x`: `n` tokens of `cols` values.
+    pub(super) fn new(x: &[f32], n: usize, cols: usize) -> TokensF32<L> {
+        let mut out = TokensF32 {
+            n,
+            cols,
+            x: vec![0.0; n.div_ceil(L) * L * cols],
+        };
+        for (t, x) in x.chunks_exact(cols).enumerate() {
+            let group = &mut out.x[t / L * L * cols..];
+            for (c, &v) in x.iter().enumerate() {
+                group[c * L + t % L] = v;
+            }
+        }
+        out
+    }
+}
+
+/// The float prefill's loop over `rows` (whole stored rows of F32, F16 or BF16, rows `first..` of `y`): a tile of rows widened to float32
+/// at a time (by `level`'s conversions), then `kernel(tile, take, step, r, g, first)` for rows `r..r + take` of the tile (matrix rows
+/// `first + r..`; `take` is `widest`, 4 or 1) against the token groups `g..g + step` (`step` up to `most_groups`), each step of
+/// token groups over every row of the tile while its tokens are in the first-level cache.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn float_tiles<const L: usize>(
+    level: Level,
+    ty: GgmlType,
+    rows: &[u8],
+    first: usize,
+    x: &TokensF32<L>,
+    y: Output,
+    (widest, most_groups): (usize, usize),
+    mut kernel: impl FnMut(&[f32], usize, usize, usize, usize, usize),
+) {
+    let row_bytes = ty.block_bytes() * x.cols / ty.block_len();
+    assert!(row_bytes > 0 && rows.len().is_multiple_of(row_bytes) && first + rows.len() / row_bytes <= y.rows);
+    let mut tile = vec![0f32; TILE_ROWS * x.cols];
+    let groups = x.n.div_ceil(L);
+    for (i, rows) in rows.chunks(TILE_ROWS * row_bytes).enumerate() {
+        let count = rows.len() / row_bytes;
+        super::matmul::dequantize_blocks(level, ty, rows, &mut tile[..count * x.cols]);
+        let first = first + i * TILE_ROWS;
+        let mut g = 0;
+        while g < groups {
+            let step = (groups - g).min(most_groups);
+            let mut r = 0;
+            while r < count {
+                let take = match count - r {
+                    n if n >= widest => widest,
+                    4.. => 4,
+                    _ => 1,
+                };
+                kernel(&tile, take, step, r, g, first);
+                r += take;
+            }
+            g += step;
         }
     }
 }

@@ -11,7 +11,8 @@
 use std::arch::x86_64::*;
 
 use super::matmul::par_each;
-use super::prefill::{group_len, has_min, Output, Tile, TILE_ROWS};
+use super::matmul::Level;
+use super::prefill::{float_tiles, group_len, has_min, Output, Tile, TokensF32, TILE_ROWS};
 use super::simd_avx512::{Block, LoomQ4_0, SuperBlock, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8_0};
 use super::GgmlType;
 
@@ -339,73 +340,38 @@ unsafe fn store4(rows: [__m512; 4], tokens: usize, out: *mut f32, stride: usize)
     }
 }
 
-/// Tokens interleaved by sixteen as float32, for the float types (F32, F16, BF16), whose prefill stays exact:
-/// the tile's rows are widened to float32 and each FMA multiplies one weight (broadcast) with sixteen tokens.
-pub(super) struct TokensF32 {
-    n: usize,
-    cols: usize,
-    /// Per group of 16 tokens (the last padded with zeros), per column, the 16 tokens' values.
-    x: Vec<f32>,
-}
-
-impl TokensF32 {
-    /// `x`: `n` tokens of `cols` values.
-    pub(super) fn new(x: &[f32], n: usize, cols: usize) -> TokensF32 {
-        let mut out = TokensF32 {
-            n,
-            cols,
-            x: vec![0.0; n.div_ceil(16) * 16 * cols],
-        };
-        for (t, x) in x.chunks_exact(cols).enumerate() {
-            let group = &mut out.x[t / 16 * 16 * cols..];
-            for (c, &v) in x.iter().enumerate() {
-                group[c * 16 + t % 16] = v;
-            }
-        }
-        out
-    }
-}
-
-/// [`rows`] for the float types: `y[t][first + r] = Σ_c W[first + r][c]·x[t][c]` in float32.
+/// [`super::simd_x86_prefill::rows_f32`] with this file's kernel: sixteen tokens to a vector, up to 8 rows by 3
+/// groups a call.
 ///
 /// # Safety
 /// As [`rows`], with `ty` F32, F16 or BF16.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
-pub(super) unsafe fn rows_f32(ty: GgmlType, rows: &[u8], first: usize, x: &TokensF32, y: Output) {
-    let row_bytes = ty.block_bytes() * x.cols / ty.block_len();
-    assert!(row_bytes > 0 && rows.len().is_multiple_of(row_bytes) && first + rows.len() / row_bytes <= y.rows);
-    let mut tile = vec![0f32; TILE_ROWS * x.cols];
-    let groups = x.n.div_ceil(16);
-    for (i, rows) in rows.chunks(TILE_ROWS * row_bytes).enumerate() {
-        let count = rows.len() / row_bytes;
-        super::matmul::dequantize_blocks(super::matmul::Level::Avx512, ty, rows, &mut tile[..count * x.cols]);
-        let first = first + i * TILE_ROWS;
-        let mut g = 0;
-        while g < groups {
-            let step = (groups - g).min(3);
-            let mut r = 0;
-            while r < count {
-                let take = match count - r {
-                    8.. => 8,
-                    4.. => 4,
-                    _ => 1,
-                };
+pub(super) unsafe fn rows_f32(ty: GgmlType, rows: &[u8], first: usize, x: &TokensF32<16>, y: Output) {
+    float_tiles(
+        Level::Avx512,
+        ty,
+        rows,
+        first,
+        x,
+        y,
+        (8, 3),
+        |tile, take, step, r, g, first| {
+            // SAFETY: this function's CPU; `float_tiles` passes rows of the tile and groups of `x`.
+            unsafe {
                 match (take, step) {
-                    (8, 3) => kernel_f32::<8, 3>(&tile, r, x, g, first, y),
-                    (8, 2) => kernel_f32::<8, 2>(&tile, r, x, g, first, y),
-                    (8, _) => kernel_f32::<8, 1>(&tile, r, x, g, first, y),
-                    (4, 3) => kernel_f32::<4, 3>(&tile, r, x, g, first, y),
-                    (4, 2) => kernel_f32::<4, 2>(&tile, r, x, g, first, y),
-                    (4, _) => kernel_f32::<4, 1>(&tile, r, x, g, first, y),
-                    (_, 3) => kernel_f32::<1, 3>(&tile, r, x, g, first, y),
-                    (_, 2) => kernel_f32::<1, 2>(&tile, r, x, g, first, y),
-                    _ => kernel_f32::<1, 1>(&tile, r, x, g, first, y),
+                    (8, 3) => kernel_f32::<8, 3>(tile, r, x, g, first, y),
+                    (8, 2) => kernel_f32::<8, 2>(tile, r, x, g, first, y),
+                    (8, _) => kernel_f32::<8, 1>(tile, r, x, g, first, y),
+                    (4, 3) => kernel_f32::<4, 3>(tile, r, x, g, first, y),
+                    (4, 2) => kernel_f32::<4, 2>(tile, r, x, g, first, y),
+                    (4, _) => kernel_f32::<4, 1>(tile, r, x, g, first, y),
+                    (_, 3) => kernel_f32::<1, 3>(tile, r, x, g, first, y),
+                    (_, 2) => kernel_f32::<1, 2>(tile, r, x, g, first, y),
+                    _ => kernel_f32::<1, 1>(tile, r, x, g, first, y),
                 }
-                r += take;
             }
-            g += step;
-        }
-    }
+        },
+    );
 }
 
 /// Rows `r..r + RB` of the float32 tile (matrix rows `first + r..`) against the token groups `g..g + TB`.
@@ -415,7 +381,7 @@ pub(super) unsafe fn rows_f32(ty: GgmlType, rows: &[u8], first: usize, x: &Token
 unsafe fn kernel_f32<const RB: usize, const TB: usize>(
     tile: &[f32],
     r: usize,
-    x: &TokensF32,
+    x: &TokensF32<16>,
     g: usize,
     first: usize,
     y: Output,

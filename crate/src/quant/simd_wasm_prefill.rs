@@ -3,7 +3,9 @@
 
 use core::arch::wasm32::*;
 
-use super::prefill::{Kernel, Output, Tile, Tokens};
+use super::matmul::Level;
+use super::prefill::{float_tiles, Kernel, Output, Tile, Tokens, TokensF32};
+use super::GgmlType;
 
 /// simd128 (always there: the module is built with it).
 pub(super) struct Simd128;
@@ -77,6 +79,75 @@ impl Kernel<4> for Simd128 {
                     if token < x.n {
                         *y.y.add(token * y.rows + first + r + k) = v;
                     }
+                }
+            }
+        }
+    }
+}
+
+/// `y[t][first + r] = Σ_c W[first + r][c]·x[t][c]` in float32 for the stored rows `rows` of `ty` (F32, F16 or
+/// BF16), four tokens to a vector, 4 rows by 2 groups of tokens a call (`prefill::float_tiles`).
+pub(super) fn rows_f32(ty: GgmlType, rows: &[u8], first: usize, x: &TokensF32<4>, y: Output) {
+    float_tiles(
+        Level::Simd128,
+        ty,
+        rows,
+        first,
+        x,
+        y,
+        (4, 2),
+        |tile, take, step, r, g, first| {
+            // SAFETY: `float_tiles` passes rows of the tile and groups of `x`; `y` as this function's caller says.
+            unsafe {
+                match (take, step) {
+                    (4, 2) => kernel_f32::<4, 2>(tile, r, x, g, first, y),
+                    (4, _) => kernel_f32::<4, 1>(tile, r, x, g, first, y),
+                    (_, 2) => kernel_f32::<1, 2>(tile, r, x, g, first, y),
+                    _ => kernel_f32::<1, 1>(tile, r, x, g, first, y),
+                }
+            }
+        },
+    );
+}
+
+/// Rows `r..r + RB` of the float32 tile (matrix rows `first + r..`) against the token groups `g..g + TB`.
+///
+/// # Safety
+/// `y` has `x.n` tokens of at least `first + r + RB` rows, and no other task writes these rows.
+#[allow(clippy::needless_range_loop)]
+unsafe fn kernel_f32<const RB: usize, const TB: usize>(
+    tile: &[f32],
+    r: usize,
+    x: &TokensF32<4>,
+    g: usize,
+    first: usize,
+    y: Output,
+) {
+    let cols = x.cols;
+    assert!(tile.len() >= (r + RB) * cols && x.x.len() >= (g + TB) * 4 * cols);
+    let w = tile.as_ptr().add(r * cols);
+    let xs = x.x.as_ptr().add(g * 4 * cols);
+    let mut acc = [[f32x4_splat(0.0); TB]; RB];
+    for c in 0..cols {
+        let mut xv = [f32x4_splat(0.0); TB];
+        for t in 0..TB {
+            xv[t] = v128_load(xs.add((t * cols + c) * 4).cast());
+        }
+        for k in 0..RB {
+            let wv = f32x4_splat(*w.add(k * cols + c));
+            for t in 0..TB {
+                acc[k][t] = f32x4_add(acc[k][t], f32x4_mul(wv, xv[t]));
+            }
+        }
+    }
+    for t in 0..TB {
+        for k in 0..RB {
+            let mut lanes = [0f32; 4];
+            v128_store(lanes.as_mut_ptr().cast(), acc[k][t]);
+            for (j, &v) in lanes.iter().enumerate() {
+                let token = (g + t) * 4 + j;
+                if token < x.n {
+                    *y.y.add(token * y.rows + first + r + k) = v;
                 }
             }
         }

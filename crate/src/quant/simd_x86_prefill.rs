@@ -1,11 +1,14 @@
 //! The AVX2 kernel of the portable integer prefill (`prefill`), for x86-64 CPUs without AVX-512 VNNI: eight tokens
 //! to a vector, one `vpmaddwd` per row's pair of codes (broadcast) and pair of eight tokens' columns, two rows by 32
 //! tokens a call. (`vpdpwssd` of AVX-VNNI in place of `vpmaddwd` + `vpaddd` measured slower, 289 against 350 tok/s
-//! on a Zen 5 at two rows by 16 tokens: its accumulation is a longer chain.)
+//! on a Zen 5 at two rows by 16 tokens: its accumulation is a longer chain.) Also the float types' AVX2 prefill
+//! (`rows_f32`).
 
 use std::arch::x86_64::*;
 
-use super::prefill::{Kernel, Output, Tile, Tokens};
+use super::matmul::Level;
+use super::prefill::{float_tiles, Kernel, Output, Tile, Tokens, TokensF32};
+use super::GgmlType;
 
 /// AVX2 and FMA (checked by the caller).
 pub(super) struct Avx2;
@@ -79,6 +82,76 @@ impl Kernel<8> for Avx2 {
                     if token < x.n {
                         *y.y.add(token * y.rows + first + r + k) = v;
                     }
+                }
+            }
+        }
+    }
+}
+
+/// `y[t][first + r] = Σ_c W[first + r][c]·x[t][c]` in float32 for the stored rows `rows` of `ty` (F32, F16 or
+/// BF16), eight tokens to a vector, 4 rows by 3 groups of tokens a call (12 accumulators of AVX2's 16 registers).
+///
+/// # Safety
+/// The CPU has AVX2, FMA and F16C; `y` has `x.n` tokens of at least `first + rows` rows, and no other task writes
+/// these rows.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn rows_f32(ty: GgmlType, rows: &[u8], first: usize, x: &TokensF32<8>, y: Output) {
+    float_tiles(
+        Level::Avx2,
+        ty,
+        rows,
+        first,
+        x,
+        y,
+        (4, 2),
+        |tile, take, step, r, g, first| {
+            // SAFETY: this function's CPU; `float_tiles` passes rows of the tile and groups of `x`.
+            unsafe {
+                match (take, step) {
+                    (4, 2) => kernel_f32::<4, 2>(tile, r, x, g, first, y),
+                    (4, _) => kernel_f32::<4, 1>(tile, r, x, g, first, y),
+                    (_, 2) => kernel_f32::<1, 2>(tile, r, x, g, first, y),
+                    _ => kernel_f32::<1, 1>(tile, r, x, g, first, y),
+                }
+            }
+        },
+    );
+}
+
+/// Rows `r..r + RB` of the float32 tile (matrix rows `first + r..`) against the token groups `g..g + TB`.
+#[target_feature(enable = "avx2,fma,f16c")]
+// `t` picks a token group in every row's accumulators (`acc[k][t]`).
+#[allow(clippy::needless_range_loop)]
+unsafe fn kernel_f32<const RB: usize, const TB: usize>(
+    tile: &[f32],
+    r: usize,
+    x: &TokensF32<8>,
+    g: usize,
+    first: usize,
+    y: Output,
+) {
+    let cols = x.cols;
+    assert!(tile.len() >= (r + RB) * cols && x.x.len() >= (g + TB) * 8 * cols);
+    let w: [*const f32; RB] = std::array::from_fn(|k| tile.as_ptr().add((r + k) * cols));
+    let xs: [*const f32; TB] = std::array::from_fn(|t| x.x.as_ptr().add((g + t) * 8 * cols));
+    let mut acc = [[_mm256_setzero_ps(); TB]; RB];
+    for c in 0..cols {
+        let xv: [__m256; TB] = std::array::from_fn(|t| _mm256_loadu_ps(xs[t].add(8 * c)));
+        for k in 0..RB {
+            let wv = _mm256_broadcast_ss(&*w[k].add(c));
+            for t in 0..TB {
+                acc[k][t] = _mm256_fmadd_ps(wv, xv[t], acc[k][t]);
+            }
+        }
+    }
+    for t in 0..TB {
+        let mut lanes = [0f32; 8];
+        for k in 0..RB {
+            _mm256_storeu_ps(lanes.as_mut_ptr(), acc[k][t]);
+            for (j, &v) in lanes.iter().enumerate() {
+                let token = (g + t) * 8 + j;
+                if token < x.n {
+                    *y.y.add(token * y.rows + first + r + k) = v;
                 }
             }
         }
