@@ -160,19 +160,26 @@ fn cycled(values: &[f32], len: usize, n: usize) -> Vec<f32> {
 }
 
 /// Whether `quant::matmul` may round the activations to 16 bits per block of 32: decode (one token) over a
-/// quantized type with WebAssembly simd128 or AVX-512 (F and BW); with AVX2 alone, over the types without a float32
-/// kernel; prefill over a quantized type with simd128, AVX2 or AVX-512.
+/// quantized type with WebAssembly simd128 or AVX-512 (F and BW); with AVX2 alone, over the types it has a 16-bit
+/// decode kernel for; prefill over a quantized type with simd128, AVX2 or AVX-512.
 fn sixteen_bit_activations(t: GgmlType, n: usize) -> bool {
     let quantized = !matches!(t, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
-    let no_float_kernel = matches!(
+    let avx2_decode = matches!(
         t,
-        GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K
+        GgmlType::Q4_0
+            | GgmlType::Q4_1
+            | GgmlType::Q8_0
+            | GgmlType::Q5_0
+            | GgmlType::Q5_1
+            | GgmlType::Q4_K
+            | GgmlType::Q5_K
+            | GgmlType::Q6_K
     );
     match quant::simd_in_use() {
         "avx512" | "avx512-vnni" | "simd128" => quantized,
         "avx2" => {
             if n == 1 {
-                no_float_kernel
+                avx2_decode
             } else {
                 quantized
             }

@@ -1,5 +1,5 @@
-//! AVX2 decode kernels over 16-bit activations ([`Activations16`]) for the 5-bit and K-quant types, which have no
-//! float32 kernel in `simd_x86`: each block's 32 codes are widened to two vectors of 16-bit lanes and multiplied
+//! AVX2 decode kernels over 16-bit activations ([`Activations16`]) for the 4-, 5- and 8-bit blocks and the K-quants:
+//! each block's 32 codes are widened to two vectors of 16-bit lanes and multiplied
 //! with the block's rounded activations by `vpmaddwd` (exact products summed into 32-bit lanes), then scaled by the
 //! weight's and the activations' scales into a float32 accumulator. The layouts are `simd_avx512`'s, in 256-bit
 //! halves; AVX2 has no mask registers, so a Q5 code's fifth bit comes from a compare.
@@ -17,6 +17,9 @@ use super::GgmlType;
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn row_dot_16(ty: GgmlType, row: &[u8], x: &Activations16) -> f32 {
     match ty {
+        GgmlType::Q4_0 => dot::<Q4_0>(row, x),
+        GgmlType::Q4_1 => dot::<Q4_1>(row, x),
+        GgmlType::Q8_0 => dot::<Q8_0>(row, x),
         GgmlType::Q5_0 => dot::<Q5_0>(row, x),
         GgmlType::Q5_1 => dot::<Q5_1>(row, x),
         GgmlType::Q4_K => dot_k::<Q4K>(row, x),
@@ -26,38 +29,107 @@ pub(super) unsafe fn row_dot_16(ty: GgmlType, row: &[u8], x: &Activations16) -> 
     }
 }
 
-/// The types these kernels compute (the others keep `simd_x86`'s float32 kernels, which measured faster).
+/// The types these kernels compute (the others keep `simd_x86`'s float32 kernels). Q4_0, Q4_1 and Q8_0 had only
+/// those until an AMD Zen 3 decoded SmolLM2 with these 1.18×, 1.27× and 1.0–1.2× faster (BENCHMARKS.md).
 pub(super) fn has_dot(ty: GgmlType) -> bool {
     matches!(
         ty,
-        GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K
+        GgmlType::Q4_0
+            | GgmlType::Q4_1
+            | GgmlType::Q8_0
+            | GgmlType::Q5_0
+            | GgmlType::Q5_1
+            | GgmlType::Q4_K
+            | GgmlType::Q5_K
+            | GgmlType::Q6_K
     )
 }
 
-/// Q5_0/Q5_1: blocks of 32 with one scale (and minimum) each.
+/// Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0: blocks of 32 with one scale (and minimum) each, the f16 scale first (then the
+/// minimum).
 trait Block {
     const BYTES: usize;
-    /// Where the 32-bit `qh` word and the 16 nibble bytes start.
-    const QH: usize;
-    /// Q5_1: the minimum `m`, added as `(m + 16·d)·Σx` beside the codes `q − 16`.
+    /// What [`Block::codes`] centres the codes on: the minimum `m` (Q4_1, Q5_1) is added as `(m + CENTRE·d)·Σx`
+    /// beside the codes `q − CENTRE`, so that `d·Σ(q − CENTRE)·a` and the minimum's share stay small instead of two
+    /// large sums that cancel. (Q4_0's and Q5_0's codes are stored that way.)
+    const CENTRE: i8;
     const HAS_MIN: bool;
+
+    /// The block's codes less `CENTRE`, elements 0..16 then 16..32.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `b` holds `BYTES` bytes.
+    unsafe fn codes(b: &[u8]) -> [__m128i; 2];
+}
+
+/// A 4-bit block's 16 nibble bytes at `at`, less `centre`: byte `j`'s low nibble is element `j`, its high one `16 + j`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn nibbles(b: &[u8], at: usize, centre: i8) -> [__m128i; 2] {
+    let (qs, low, c) = (load16(b, at), _mm_set1_epi8(0xF), _mm_set1_epi8(centre));
+    [
+        _mm_sub_epi8(_mm_and_si128(qs, low), c),
+        _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(qs, 4), low), c),
+    ]
+}
+
+/// A 5-bit block's `qh` word at `at` and nibbles after it, less 16.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn five_bits(b: &[u8], at: usize) -> [__m128i; 2] {
+    let qh = u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+    q5_codes(qh, load16(b, at + 4)).map(|q| _mm_sub_epi8(q, _mm_set1_epi8(16)))
+}
+
+struct Q4_0;
+impl Block for Q4_0 {
+    const BYTES: usize = 18;
+    const CENTRE: i8 = 8;
+    const HAS_MIN: bool = false;
+    unsafe fn codes(b: &[u8]) -> [__m128i; 2] {
+        nibbles(b, 2, 8)
+    }
+}
+
+struct Q4_1;
+impl Block for Q4_1 {
+    const BYTES: usize = 20;
+    const CENTRE: i8 = 8;
+    const HAS_MIN: bool = true;
+    unsafe fn codes(b: &[u8]) -> [__m128i; 2] {
+        nibbles(b, 4, 8)
+    }
 }
 
 struct Q5_0;
 impl Block for Q5_0 {
     const BYTES: usize = 22;
-    const QH: usize = 2;
+    const CENTRE: i8 = 16;
     const HAS_MIN: bool = false;
+    unsafe fn codes(b: &[u8]) -> [__m128i; 2] {
+        five_bits(b, 2)
+    }
 }
 
 struct Q5_1;
 impl Block for Q5_1 {
     const BYTES: usize = 24;
-    const QH: usize = 4;
+    const CENTRE: i8 = 16;
     const HAS_MIN: bool = true;
+    unsafe fn codes(b: &[u8]) -> [__m128i; 2] {
+        five_bits(b, 4)
+    }
 }
 
-/// `Σ_blocks d·scale_x·Σ q·a (+ m·Σx)` over one row of Q5_0/Q5_1 blocks.
+struct Q8_0;
+impl Block for Q8_0 {
+    const BYTES: usize = 34;
+    const CENTRE: i8 = 0;
+    const HAS_MIN: bool = false;
+    unsafe fn codes(b: &[u8]) -> [__m128i; 2] {
+        [load16(b, 2), load16(b, 18)]
+    }
+}
+
+/// `Σ_blocks d·scale_x·Σ q·a (+ m·Σx)` over one row of [`Block`]s.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot<B: Block>(row: &[u8], x: &Activations16) -> f32 {
     let blocks = row.len() / B::BYTES;
@@ -66,17 +138,14 @@ unsafe fn dot<B: Block>(row: &[u8], x: &Activations16) -> f32 {
     let mut mins = _mm_setzero_ps();
     for (k, b) in row.chunks_exact(B::BYTES).enumerate() {
         let p = b.as_ptr();
-        // Centred on 16 for both: Q5_1's minimum becomes `m + 16·d`, so that `d·Σ(q − 16)·a` and the minimum's
-        // share stay small instead of two large sums that cancel.
-        let qh = u32::from_le_bytes([b[B::QH], b[B::QH + 1], b[B::QH + 2], b[B::QH + 3]]);
-        let [q0, q1] = q5_codes(qh, load16(b, B::QH + 4)).map(|q| _mm_sub_epi8(q, _mm_set1_epi8(16)));
+        let [q0, q1] = B::codes(b);
         let a = x.a.as_ptr().add(32 * k);
-        // Four exact products per 32-bit lane, |q·a| ≤ 32·32767: they fit.
+        // Two exact products per 32-bit lane and two lanes added, |q·a| ≤ 128·32767: they fit.
         let dots = _mm256_add_epi32(
             _mm256_madd_epi16(_mm256_cvtepi8_epi16(q0), _mm256_loadu_si256(a.cast())),
             _mm256_madd_epi16(_mm256_cvtepi8_epi16(q1), _mm256_loadu_si256(a.add(16).cast())),
         );
-        // d (and m) as float32, times the activations' [scale, Σx].
+        // d (and m) as float32, times the activations' [scale, Σx]. (Without a minimum, lane 1 is unused.)
         let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(p.cast::<i32>().read_unaligned()));
         let [scale, sum] = *x.scale_sum.get_unchecked(k);
         let scale = _mm256_set1_ps(_mm_cvtss_f32(dm) * scale);
@@ -88,7 +157,7 @@ unsafe fn dot<B: Block>(row: &[u8], x: &Activations16) -> f32 {
         }
         if B::HAS_MIN {
             // Lane 1 of `dm` is m.
-            let min = _mm_cvtss_f32(_mm_movehdup_ps(dm)) + 16.0 * _mm_cvtss_f32(dm);
+            let min = _mm_cvtss_f32(_mm_movehdup_ps(dm)) + f32::from(B::CENTRE) * _mm_cvtss_f32(dm);
             mins = _mm_fmadd_ss(_mm_set_ss(min), _mm_set_ss(sum), mins);
         }
     }
