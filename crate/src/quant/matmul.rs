@@ -422,6 +422,18 @@ type Kernel16 = unsafe fn(GgmlType, &[u8], &Activations16, &mut [f32]);
 /// `out[i] = dot(row i)` over the `out.len()` equal rows in `rows`.
 #[inline(always)]
 pub(super) fn each_row(rows: &[u8], out: &mut [f32], dot: impl Fn(&[u8]) -> f32) {
+    each_pair(rows, out, |r0, r1| [dot(r0), dot(r1)], &dot);
+}
+
+/// [`each_row`] with a kernel for two rows at a time (`pair`) beside the one for a row (`one`): [`far_pairs`], each
+/// pair's next rows prefetched.
+#[inline(always)]
+pub(super) fn each_pair(
+    rows: &[u8],
+    out: &mut [f32],
+    pair: impl Fn(&[u8], &[u8]) -> [f32; 2],
+    one: impl Fn(&[u8]) -> f32,
+) {
     if out.is_empty() {
         return;
     }
@@ -434,9 +446,9 @@ pub(super) fn each_row(rows: &[u8], out: &mut [f32], dot: impl Fn(&[u8]) -> f32)
         |r0, r1| {
             prefetch_row(r0);
             prefetch_row(r1);
-            [dot(r0), dot(r1)]
+            pair(r0, r1)
         },
-        &dot,
+        one,
     );
 }
 
@@ -499,9 +511,7 @@ fn decode_16(
         Level::Avx512 => super::simd_avx512::rows_dot_16,
         // SAFETY (both): the caller's, which `Level::current` checked.
         #[cfg(target_arch = "x86_64")]
-        Level::Avx2 => {
-            |ty, rows, x, out| each_row(rows, out, |row| unsafe { super::simd_x86_16::row_dot_16(ty, row, x) })
-        }
+        Level::Avx2 => super::simd_x86_16::rows_dot_16,
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
         Level::Simd128 => super::simd_wasm::rows_dot_16,
         Level::Portable => return None,

@@ -7,30 +7,38 @@
 use std::arch::x86_64::*;
 
 use super::activations::Activations16;
+use super::matmul::{each_pair, each_row};
 use super::simd_x86::{half8, hsum, load16, q5_codes};
 use super::GgmlType;
 
-/// The dot of one stored row with `x`, for [`has_dot`] types.
+/// The dots of the equal stored rows `rows` with `x` into `out`, for [`has_dot`] types: the 32-element blocks two
+/// rows at a time (each block's activations loaded once for both), the K-quants a row at a time.
 ///
 /// # Safety
-/// The CPU has AVX2, FMA and F16C, and `x` holds at least the row's blocks.
+/// The CPU has AVX2, FMA and F16C, and `x` holds at least a row's blocks.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn row_dot_16(ty: GgmlType, row: &[u8], x: &Activations16) -> f32 {
+pub(super) unsafe fn rows_dot_16(ty: GgmlType, rows: &[u8], x: &Activations16, out: &mut [f32]) {
     match ty {
-        GgmlType::Q4_0 => dot::<Q4_0>(row, x),
-        GgmlType::Q4_1 => dot::<Q4_1>(row, x),
-        GgmlType::Q8_0 => dot::<Q8_0>(row, x),
-        GgmlType::Q5_0 => dot::<Q5_0>(row, x),
-        GgmlType::Q5_1 => dot::<Q5_1>(row, x),
-        GgmlType::Q4_K => dot_k::<Q4K>(row, x),
-        GgmlType::Q5_K => dot_k::<Q5K>(row, x),
-        GgmlType::Q6_K => dot_k::<Q6K>(row, x),
-        _ => unreachable!("simd_x86_16::row_dot_16 on {ty}: check has_dot first"),
+        GgmlType::Q4_0 => pairs::<Q4_0>(rows, x, out),
+        GgmlType::Q4_1 => pairs::<Q4_1>(rows, x, out),
+        GgmlType::Q8_0 => pairs::<Q8_0>(rows, x, out),
+        GgmlType::Q5_0 => pairs::<Q5_0>(rows, x, out),
+        GgmlType::Q5_1 => pairs::<Q5_1>(rows, x, out),
+        GgmlType::Q4_K => each_row(rows, out, |row| dot_k::<Q4K>(row, x)),
+        GgmlType::Q5_K => each_row(rows, out, |row| dot_k::<Q5K>(row, x)),
+        GgmlType::Q6_K => each_row(rows, out, |row| dot_k::<Q6K>(row, x)),
+        _ => unreachable!("simd_x86_16::rows_dot_16 on {ty}: check has_dot first"),
     }
 }
 
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn pairs<B: Block>(rows: &[u8], x: &Activations16, out: &mut [f32]) {
+    each_pair(rows, out, |r0, r1| dot_pair::<B>(r0, r1, x), |row| dot::<B>(row, x));
+}
+
 /// The types these kernels compute (the others keep `simd_x86`'s float32 kernels). Q4_0, Q4_1 and Q8_0 had only
-/// those until an AMD Zen 3 decoded SmolLM2 with these 1.18×, 1.27× and 1.0–1.2× faster (BENCHMARKS.md).
+/// those until an AMD Zen 3 decoded SmolLM2 with these 1.18×, 1.27× and 1.0–1.2× faster, before rows in pairs
+/// (BENCHMARKS.md).
 pub(super) fn has_dot(ty: GgmlType) -> bool {
     matches!(
         ty,
@@ -162,6 +170,39 @@ unsafe fn dot<B: Block>(row: &[u8], x: &Activations16) -> f32 {
         }
     }
     hsum(_mm256_add_ps(a0, a1)) + _mm_cvtss_f32(mins)
+}
+
+/// [`dot`] of two rows of the same length, each block's activations, scale and sum loaded once for both; each row's
+/// sum takes the same operations in the same order as [`dot`]'s, so the values are the same.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_pair<B: Block>(r0: &[u8], r1: &[u8], x: &Activations16) -> [f32; 2] {
+    let blocks = r0.len() / B::BYTES;
+    assert!(r0.len() == blocks * B::BYTES && r1.len() == r0.len());
+    assert!(x.a.len() >= 32 * blocks && x.scale_sum.len() >= blocks);
+    // Per row, the even and the odd blocks' sums, and the minima's.
+    let mut acc = [[_mm256_setzero_ps(); 2]; 2];
+    let mut mins = [_mm_setzero_ps(); 2];
+    for k in 0..blocks {
+        let a = x.a.as_ptr().add(32 * k);
+        let (a0, a1) = (_mm256_loadu_si256(a.cast()), _mm256_loadu_si256(a.add(16).cast()));
+        let [scale, sum] = *x.scale_sum.get_unchecked(k);
+        for (j, row) in [r0, r1].into_iter().enumerate() {
+            let b = row.get_unchecked(k * B::BYTES..(k + 1) * B::BYTES);
+            let [q0, q1] = B::codes(b);
+            let dots = _mm256_add_epi32(
+                _mm256_madd_epi16(_mm256_cvtepi8_epi16(q0), a0),
+                _mm256_madd_epi16(_mm256_cvtepi8_epi16(q1), a1),
+            );
+            let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(b.as_ptr().cast::<i32>().read_unaligned()));
+            let s = _mm256_set1_ps(_mm_cvtss_f32(dm) * scale);
+            acc[j][k % 2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots), s, acc[j][k % 2]);
+            if B::HAS_MIN {
+                let min = _mm_cvtss_f32(_mm_movehdup_ps(dm)) + f32::from(B::CENTRE) * _mm_cvtss_f32(dm);
+                mins[j] = _mm_fmadd_ss(_mm_set_ss(min), _mm_set_ss(sum), mins[j]);
+            }
+        }
+    }
+    [0, 1].map(|j| hsum(_mm256_add_ps(acc[j][0], acc[j][1])) + _mm_cvtss_f32(mins[j]))
 }
 
 /// A K-quant's super-block of 256: eight sub-blocks of 32, each with its own scale (and minimum).
