@@ -98,6 +98,9 @@ pub fn matmul_each(x: &[f32], n: usize, products: &mut [(QMatrix, &mut [f32])]) 
         }
         return Ok(());
     }
+    // Whether a product of a type that `f` picks has rows (and the tokens columns): its tokens are then prepared once.
+    #[cfg(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "simd128")))]
+    let wants = |f: fn(GgmlType) -> bool| x.len() / n > 0 && products.iter().any(|(w, _)| w.rows > 0 && f(w.ty));
     // With AVX-512 VNNI, the tokens are rounded to 16 bits (quantized types) or interleaved as float32 (float types)
     // sixteen to a vector once for all the matrices; with AVX2 alone, quantized types as 16 bits and float types as
     // float32, eight to a vector.
@@ -107,7 +110,6 @@ pub fn matmul_each(x: &[f32], n: usize, products: &mut [(QMatrix, &mut [f32])]) 
         use super::prefill::TokensF32;
         use super::simd_avx512_prefill::Tokens16;
         let vnni = vnni(level);
-        let wants = |f: fn(GgmlType) -> bool| x.len() / n > 0 && products.iter().any(|(w, _)| w.rows > 0 && f(w.ty));
         (
             // SAFETY: `vnni` checked the CPU.
             match vnni && wants(has_16bit_dot) {
@@ -126,22 +128,21 @@ pub fn matmul_each(x: &[f32], n: usize, products: &mut [(QMatrix, &mut [f32])]) 
         )
     };
     // In wasm, the tokens are rounded to 16 bits (quantized types) or kept as float32 (float types) and interleaved
-    // by four once for all the matrices.
+    // by four once for all the matrices; not under `set_simd(Simd::None)` (Level::Portable). At Level::Simd128
+    // `has_16bit_dot` is every type that has a 16-bit kernel.
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    let (tokens4, tokens32_4) = {
-        let wants =
-            |f: &dyn Fn(GgmlType) -> bool| x.len() / n > 0 && products.iter().any(|(w, _)| w.rows > 0 && f(w.ty));
-        (
-            match wants(&|ty| has_16bit_dot(level, ty)) {
-                true => {
-                    use super::{prefill::Kernel, simd_wasm_prefill::Simd128};
-                    super::prefill::Tokens::<4>::new(x, n, x.len() / n, <Simd128 as Kernel<4>>::GROUPS)
-                }
-                false => None,
-            },
-            wants(&float_prefill).then(|| super::prefill::TokensF32::<4>::new(x, n, x.len() / n)),
-        )
-    };
+    let simd128 = level == Level::Simd128;
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    let (tokens4, tokens32_4) = (
+        match simd128 && wants(super::activations::has_16bit_dot) {
+            true => {
+                use super::{prefill::Kernel, simd_wasm_prefill::Simd128};
+                super::prefill::Tokens::<4>::new(x, n, x.len() / n, <Simd128 as Kernel<4>>::GROUPS)
+            }
+            false => None,
+        },
+        (simd128 && wants(float_prefill)).then(|| super::prefill::TokensF32::<4>::new(x, n, x.len() / n)),
+    );
     for (w, y) in products.iter_mut() {
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
         if let Some(tokens) = tokens4.as_ref().filter(|_| w.rows > 0 && has_16bit_dot(level, w.ty)) {

@@ -229,10 +229,11 @@ impl<const L: usize> TokensF32<L> {
     }
 }
 
-/// The float prefill's loop over `rows` (whole stored rows of F32, F16 or BF16, rows `first..` of `y`): a tile of rows widened to float32
-/// at a time (by `level`'s conversions), then `kernel(tile, take, step, r, g, first)` for rows `r..r + take` of the tile (matrix rows
-/// `first + r..`; `take` is `widest`, 4 or 1) against the token groups `g..g + step` (`step` up to `most_groups`), each step of
-/// token groups over every row of the tile while its tokens are in the first-level cache.
+/// The float prefill's loop over `rows` (whole stored rows of F32, F16 or BF16, rows `first..` of `y`): a tile of
+/// rows widened to float32 at a time (by `level`'s conversions), then `kernel(tile, take, step, r, g, first)` for
+/// rows `r..r + take` of the tile (matrix rows `first + r..`; `take` is `widest`, 4 or 1) against the token groups
+/// `g..g + step` (`step` up to `most_groups`), each step of token groups over every row of the tile while its tokens
+/// are in the first-level cache.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn float_tiles<const L: usize>(
     level: Level,
@@ -287,6 +288,21 @@ impl Output {
         Output {
             y: y.as_mut_ptr(),
             rows,
+        }
+    }
+
+    /// Writes a vector's lanes, tokens `token0..` of row `row`, for the tokens below `n` (a group's padding is
+    /// not stored).
+    ///
+    /// # Safety
+    /// `y` has `n` tokens of more than `row` rows, and no other task writes row `row`.
+    #[inline(always)]
+    pub(super) unsafe fn put(self, lanes: &[f32], token0: usize, n: usize, row: usize) {
+        for (j, &v) in lanes.iter().enumerate() {
+            let token = token0 + j;
+            if token < n {
+                *self.y.add(token * self.rows + row) = v;
+            }
         }
     }
 }

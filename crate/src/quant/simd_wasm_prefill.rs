@@ -74,12 +74,7 @@ impl Kernel<4> for Simd128 {
                     f32x4_extract_lane::<2>(acc[k][t]),
                     f32x4_extract_lane::<3>(acc[k][t]),
                 ];
-                for (j, v) in lanes.into_iter().enumerate() {
-                    let token = (g + t) * 4 + j;
-                    if token < x.n {
-                        *y.y.add(token * y.rows + first + r + k) = v;
-                    }
-                }
+                y.put(&lanes, (g + t) * 4, x.n, first + r + k);
             }
         }
     }
@@ -144,12 +139,7 @@ unsafe fn kernel_f32<const RB: usize, const TB: usize>(
         for k in 0..RB {
             let mut lanes = [0f32; 4];
             v128_store(lanes.as_mut_ptr().cast(), acc[k][t]);
-            for (j, &v) in lanes.iter().enumerate() {
-                let token = (g + t) * 4 + j;
-                if token < x.n {
-                    *y.y.add(token * y.rows + first + r + k) = v;
-                }
-            }
+            y.put(&lanes, (g + t) * 4, x.n, first + r + k);
         }
     }
 }

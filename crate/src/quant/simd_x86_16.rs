@@ -33,7 +33,12 @@ pub(super) unsafe fn rows_dot_16(ty: GgmlType, rows: &[u8], x: &Activations16, o
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn pairs<B: Block>(rows: &[u8], x: &Activations16, out: &mut [f32]) {
-    each_pair(rows, out, |r0, r1| dot_pair::<B>(r0, r1, x), |row| dot::<B>(row, x));
+    each_pair(
+        rows,
+        out,
+        |r0, r1| dots::<B, 2>([r0, r1], x),
+        |row| dots::<B, 1>([row], x)[0],
+    );
 }
 
 /// The types these kernels compute (the others keep `simd_x86`'s float32 kernels). Q4_0, Q4_1 and Q8_0 had only
@@ -137,72 +142,41 @@ impl Block for Q8_0 {
     }
 }
 
-/// `Σ_blocks d·scale_x·Σ q·a (+ m·Σx)` over one row of [`Block`]s.
+/// `Σ_blocks d·scale_x·Σ q·a (+ m·Σx)` over each of `R` rows of [`Block`]s of the same length (a row, or a pair:
+/// each block's activations, scale and sum loaded once for all). Each row's sum takes the same operations in the same
+/// order whatever `R`, so a row's value does not depend on whether it came in a pair.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot<B: Block>(row: &[u8], x: &Activations16) -> f32 {
-    let blocks = row.len() / B::BYTES;
-    assert!(row.len() == blocks * B::BYTES && x.a.len() >= 32 * blocks && x.scale_sum.len() >= blocks);
-    let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-    let mut mins = _mm_setzero_ps();
-    for (k, b) in row.chunks_exact(B::BYTES).enumerate() {
-        let p = b.as_ptr();
-        let [q0, q1] = B::codes(b);
-        let a = x.a.as_ptr().add(32 * k);
-        // Two exact products per 32-bit lane and two lanes added, |q·a| ≤ 128·32767: they fit.
-        let dots = _mm256_add_epi32(
-            _mm256_madd_epi16(_mm256_cvtepi8_epi16(q0), _mm256_loadu_si256(a.cast())),
-            _mm256_madd_epi16(_mm256_cvtepi8_epi16(q1), _mm256_loadu_si256(a.add(16).cast())),
-        );
-        // d (and m) as float32, times the activations' [scale, Σx]. (Without a minimum, lane 1 is unused.)
-        let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(p.cast::<i32>().read_unaligned()));
-        let [scale, sum] = *x.scale_sum.get_unchecked(k);
-        let scale = _mm256_set1_ps(_mm_cvtss_f32(dm) * scale);
-        let q = _mm256_cvtepi32_ps(dots);
-        if k % 2 == 0 {
-            a0 = _mm256_fmadd_ps(q, scale, a0);
-        } else {
-            a1 = _mm256_fmadd_ps(q, scale, a1);
-        }
-        if B::HAS_MIN {
-            // Lane 1 of `dm` is m.
-            let min = _mm_cvtss_f32(_mm_movehdup_ps(dm)) + f32::from(B::CENTRE) * _mm_cvtss_f32(dm);
-            mins = _mm_fmadd_ss(_mm_set_ss(min), _mm_set_ss(sum), mins);
-        }
-    }
-    hsum(_mm256_add_ps(a0, a1)) + _mm_cvtss_f32(mins)
-}
-
-/// [`dot`] of two rows of the same length, each block's activations, scale and sum loaded once for both; each row's
-/// sum takes the same operations in the same order as [`dot`]'s, so the values are the same.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_pair<B: Block>(r0: &[u8], r1: &[u8], x: &Activations16) -> [f32; 2] {
-    let blocks = r0.len() / B::BYTES;
-    assert!(r0.len() == blocks * B::BYTES && r1.len() == r0.len());
+unsafe fn dots<B: Block, const R: usize>(rows: [&[u8]; R], x: &Activations16) -> [f32; R] {
+    let blocks = rows[0].len() / B::BYTES;
+    assert!(rows.iter().all(|row| row.len() == blocks * B::BYTES));
     assert!(x.a.len() >= 32 * blocks && x.scale_sum.len() >= blocks);
     // Per row, the even and the odd blocks' sums, and the minima's.
-    let mut acc = [[_mm256_setzero_ps(); 2]; 2];
-    let mut mins = [_mm_setzero_ps(); 2];
+    let mut acc = [[_mm256_setzero_ps(); 2]; R];
+    let mut mins = [_mm_setzero_ps(); R];
     for k in 0..blocks {
         let a = x.a.as_ptr().add(32 * k);
         let (a0, a1) = (_mm256_loadu_si256(a.cast()), _mm256_loadu_si256(a.add(16).cast()));
         let [scale, sum] = *x.scale_sum.get_unchecked(k);
-        for (j, row) in [r0, r1].into_iter().enumerate() {
+        for (j, row) in rows.into_iter().enumerate() {
             let b = row.get_unchecked(k * B::BYTES..(k + 1) * B::BYTES);
             let [q0, q1] = B::codes(b);
+            // Two exact products per 32-bit lane and two lanes added, |q·a| ≤ 128·32767: they fit.
             let dots = _mm256_add_epi32(
                 _mm256_madd_epi16(_mm256_cvtepi8_epi16(q0), a0),
                 _mm256_madd_epi16(_mm256_cvtepi8_epi16(q1), a1),
             );
+            // d (and m) as float32, times the activations' [scale, Σx]. (Without a minimum, lane 1 is unused.)
             let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(b.as_ptr().cast::<i32>().read_unaligned()));
             let s = _mm256_set1_ps(_mm_cvtss_f32(dm) * scale);
             acc[j][k % 2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots), s, acc[j][k % 2]);
             if B::HAS_MIN {
+                // Lane 1 of `dm` is m.
                 let min = _mm_cvtss_f32(_mm_movehdup_ps(dm)) + f32::from(B::CENTRE) * _mm_cvtss_f32(dm);
                 mins[j] = _mm_fmadd_ss(_mm_set_ss(min), _mm_set_ss(sum), mins[j]);
             }
         }
     }
-    [0, 1].map(|j| hsum(_mm256_add_ps(acc[j][0], acc[j][1])) + _mm_cvtss_f32(mins[j]))
+    std::array::from_fn(|j| hsum(_mm256_add_ps(acc[j][0], acc[j][1])) + _mm_cvtss_f32(mins[j]))
 }
 
 /// A K-quant's super-block of 256: eight sub-blocks of 32, each with its own scale (and minimum).

@@ -77,12 +77,7 @@ impl Kernel<8> for Avx2 {
                 }
                 let mut lanes = [0f32; 8];
                 _mm256_storeu_ps(lanes.as_mut_ptr(), acc[k][t]);
-                for (j, v) in lanes.into_iter().enumerate() {
-                    let token = (g + t) * 8 + j;
-                    if token < x.n {
-                        *y.y.add(token * y.rows + first + r + k) = v;
-                    }
-                }
+                y.put(&lanes, (g + t) * 8, x.n, first + r + k);
             }
         }
     }
@@ -148,12 +143,7 @@ unsafe fn kernel_f32<const RB: usize, const TB: usize>(
         let mut lanes = [0f32; 8];
         for k in 0..RB {
             _mm256_storeu_ps(lanes.as_mut_ptr(), acc[k][t]);
-            for (j, &v) in lanes.iter().enumerate() {
-                let token = (g + t) * 8 + j;
-                if token < x.n {
-                    *y.y.add(token * y.rows + first + r + k) = v;
-                }
-            }
+            y.put(&lanes, (g + t) * 8, x.n, first + r + k);
         }
     }
 }
