@@ -8,7 +8,7 @@ use std::arch::x86_64::*;
 
 use super::activations::Activations16;
 use super::matmul::{each_pair, each_row};
-use super::simd_x86::{half8, hsum, load16, q5_codes};
+use super::simd_x86::{half8, hsum, load16};
 use super::GgmlType;
 
 /// The dots of the equal stored rows `rows` with `x` into `out`, for [`has_dot`] types: the 32-element blocks two
@@ -68,28 +68,41 @@ trait Block {
     const CENTRE: i8;
     const HAS_MIN: bool;
 
-    /// The block's codes less `CENTRE`, elements 0..16 then 16..32.
+    /// The block's codes less `CENTRE` in 16-bit lanes, elements 0..16 then 16..32.
     ///
     /// # Safety
     /// AVX2, FMA and F16C; `b` holds `BYTES` bytes.
-    unsafe fn codes(b: &[u8]) -> [__m128i; 2];
+    unsafe fn codes(b: &[u8]) -> [__m256i; 2];
 }
 
-/// A 4-bit block's 16 nibble bytes at `at`, less `centre`: byte `j`'s low nibble is element `j`, its high one `16 + j`.
+/// A 4-bit block's 16 nibble bytes at `at`, less `centre`, in 16-bit lanes: byte `j`'s low nibble is element `j`,
+/// its high one `16 + j`. (Widened first, the high nibble is a shift alone.)
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn nibbles(b: &[u8], at: usize, centre: i8) -> [__m128i; 2] {
-    let (qs, low, c) = (load16(b, at), _mm_set1_epi8(0xF), _mm_set1_epi8(centre));
+unsafe fn nibbles(b: &[u8], at: usize, centre: i16) -> [__m256i; 2] {
+    let (bytes, c) = (_mm256_cvtepu8_epi16(load16(b, at)), _mm256_set1_epi16(centre));
     [
-        _mm_sub_epi8(_mm_and_si128(qs, low), c),
-        _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(qs, 4), low), c),
+        _mm256_sub_epi16(_mm256_and_si256(bytes, _mm256_set1_epi16(0xF)), c),
+        _mm256_sub_epi16(_mm256_srli_epi16::<4>(bytes), c),
     ]
 }
 
-/// A 5-bit block's `qh` word at `at` and nibbles after it, less 16.
+/// A 5-bit block's codes less 16 from its `qh` word at `at` and the nibbles after it. All 32 as bytes at once: a
+/// code less 16 is its nibble where its fifth bit is set, and the nibble with the high four bits set (−16 added, in
+/// two's complement) where it is not.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn five_bits(b: &[u8], at: usize) -> [__m128i; 2] {
-    let qh = u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
-    q5_codes(qh, load16(b, at + 4)).map(|q| _mm_sub_epi8(q, _mm_set1_epi8(16)))
+unsafe fn five_bits(b: &[u8], at: usize) -> [__m256i; 2] {
+    let qh = i32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+    // Byte j holds byte j / 8 of qh; with every bit but j % 8 set, it is all ones where bit j is.
+    let spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(qh),
+        _mm256_setr_epi64x(0, 0x0101_0101_0101_0101, 0x0202_0202_0202_0202, 0x0303_0303_0303_0303),
+    );
+    let others = _mm256_set1_epi64x(0x7FBF_DFEF_F7FB_FDFEu64 as i64);
+    let set = _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi8(-1));
+    let qs = load16(b, at + 4);
+    let nibbles = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), _mm256_set1_epi8(0xF));
+    let codes = _mm256_or_si256(nibbles, _mm256_andnot_si256(set, _mm256_set1_epi8(0xF0u8 as i8)));
+    widen_signed(codes)
 }
 
 struct Q4_0;
@@ -97,7 +110,7 @@ impl Block for Q4_0 {
     const BYTES: usize = 18;
     const CENTRE: i8 = 8;
     const HAS_MIN: bool = false;
-    unsafe fn codes(b: &[u8]) -> [__m128i; 2] {
+    unsafe fn codes(b: &[u8]) -> [__m256i; 2] {
         nibbles(b, 2, 8)
     }
 }
@@ -107,7 +120,7 @@ impl Block for Q4_1 {
     const BYTES: usize = 20;
     const CENTRE: i8 = 8;
     const HAS_MIN: bool = true;
-    unsafe fn codes(b: &[u8]) -> [__m128i; 2] {
+    unsafe fn codes(b: &[u8]) -> [__m256i; 2] {
         nibbles(b, 4, 8)
     }
 }
@@ -117,7 +130,7 @@ impl Block for Q5_0 {
     const BYTES: usize = 22;
     const CENTRE: i8 = 16;
     const HAS_MIN: bool = false;
-    unsafe fn codes(b: &[u8]) -> [__m128i; 2] {
+    unsafe fn codes(b: &[u8]) -> [__m256i; 2] {
         five_bits(b, 2)
     }
 }
@@ -127,7 +140,7 @@ impl Block for Q5_1 {
     const BYTES: usize = 24;
     const CENTRE: i8 = 16;
     const HAS_MIN: bool = true;
-    unsafe fn codes(b: &[u8]) -> [__m128i; 2] {
+    unsafe fn codes(b: &[u8]) -> [__m256i; 2] {
         five_bits(b, 4)
     }
 }
@@ -137,8 +150,8 @@ impl Block for Q8_0 {
     const BYTES: usize = 34;
     const CENTRE: i8 = 0;
     const HAS_MIN: bool = false;
-    unsafe fn codes(b: &[u8]) -> [__m128i; 2] {
-        [load16(b, 2), load16(b, 18)]
+    unsafe fn codes(b: &[u8]) -> [__m256i; 2] {
+        [_mm256_cvtepi8_epi16(load16(b, 2)), _mm256_cvtepi8_epi16(load16(b, 18))]
     }
 }
 
@@ -150,33 +163,46 @@ unsafe fn dots<B: Block, const R: usize>(rows: [&[u8]; R], x: &Activations16) ->
     let blocks = rows[0].len() / B::BYTES;
     assert!(rows.iter().all(|row| row.len() == blocks * B::BYTES));
     assert!(x.a.len() >= 32 * blocks && x.scale_sum.len() >= blocks);
-    // Per row, the even and the odd blocks' sums, and the minima's.
-    let mut acc = [[_mm256_setzero_ps(); 2]; R];
+    // Per row, the even and the odd blocks' sums (apart, so that a block's FMA need not wait for the last one's), and
+    // the minima's. The pairs of blocks are unrolled: an accumulator picked by `k % 2` lived on the stack.
+    let (mut even, mut odd) = ([_mm256_setzero_ps(); R], [_mm256_setzero_ps(); R]);
     let mut mins = [_mm_setzero_ps(); R];
-    for k in 0..blocks {
-        let a = x.a.as_ptr().add(32 * k);
-        let (a0, a1) = (_mm256_loadu_si256(a.cast()), _mm256_loadu_si256(a.add(16).cast()));
-        let [scale, sum] = *x.scale_sum.get_unchecked(k);
-        for (j, row) in rows.into_iter().enumerate() {
-            let b = row.get_unchecked(k * B::BYTES..(k + 1) * B::BYTES);
-            let [q0, q1] = B::codes(b);
-            // Two exact products per 32-bit lane and two lanes added, |q·a| ≤ 128·32767: they fit.
-            let dots = _mm256_add_epi32(
-                _mm256_madd_epi16(_mm256_cvtepi8_epi16(q0), a0),
-                _mm256_madd_epi16(_mm256_cvtepi8_epi16(q1), a1),
-            );
-            // d (and m) as float32, times the activations' [scale, Σx]. (Without a minimum, lane 1 is unused.)
-            let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(b.as_ptr().cast::<i32>().read_unaligned()));
-            let s = _mm256_set1_ps(_mm_cvtss_f32(dm) * scale);
-            acc[j][k % 2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots), s, acc[j][k % 2]);
-            if B::HAS_MIN {
-                // Lane 1 of `dm` is m.
-                let min = _mm_cvtss_f32(_mm_movehdup_ps(dm)) + f32::from(B::CENTRE) * _mm_cvtss_f32(dm);
-                mins[j] = _mm_fmadd_ss(_mm_set_ss(min), _mm_set_ss(sum), mins[j]);
-            }
+    for k in (0..blocks).step_by(2) {
+        block::<B, R>(rows, x, k, &mut even, &mut mins);
+        if k + 1 < blocks {
+            block::<B, R>(rows, x, k + 1, &mut odd, &mut mins);
         }
     }
-    std::array::from_fn(|j| hsum(_mm256_add_ps(acc[j][0], acc[j][1])) + _mm_cvtss_f32(mins[j]))
+    std::array::from_fn(|j| hsum(_mm256_add_ps(even[j], odd[j])) + _mm_cvtss_f32(mins[j]))
+}
+
+/// Block `k` of each row of [`dots`] into `acc` and `mins`.
+#[inline(always)]
+unsafe fn block<B: Block, const R: usize>(
+    rows: [&[u8]; R],
+    x: &Activations16,
+    k: usize,
+    acc: &mut [__m256; R],
+    mins: &mut [__m128; R],
+) {
+    let a = x.a.as_ptr().add(32 * k);
+    let (a0, a1) = (_mm256_loadu_si256(a.cast()), _mm256_loadu_si256(a.add(16).cast()));
+    let [scale, sum] = *x.scale_sum.get_unchecked(k);
+    for (j, row) in rows.into_iter().enumerate() {
+        let b = row.get_unchecked(k * B::BYTES..(k + 1) * B::BYTES);
+        let [q0, q1] = B::codes(b);
+        // Two exact products per 32-bit lane and two lanes added, |q·a| ≤ 128·32767: they fit.
+        let dots = _mm256_add_epi32(_mm256_madd_epi16(q0, a0), _mm256_madd_epi16(q1, a1));
+        // d (and m) as float32, times the activations' [scale, Σx]. (Without a minimum, lane 1 is unused.)
+        let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(b.as_ptr().cast::<i32>().read_unaligned()));
+        let s = _mm256_set1_ps(_mm_cvtss_f32(dm) * scale);
+        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots), s, acc[j]);
+        if B::HAS_MIN {
+            // Lane 1 of `dm` is m.
+            let min = _mm_cvtss_f32(_mm_movehdup_ps(dm)) + f32::from(B::CENTRE) * _mm_cvtss_f32(dm);
+            mins[j] = _mm_fmadd_ss(_mm_set_ss(min), _mm_set_ss(sum), mins[j]);
+        }
+    }
 }
 
 /// A K-quant's super-block of 256: eight sub-blocks of 32, each with its own scale (and minimum).
