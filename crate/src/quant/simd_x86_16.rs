@@ -163,44 +163,50 @@ unsafe fn dots<B: Block, const R: usize>(rows: [&[u8]; R], x: &Activations16) ->
     let blocks = rows[0].len() / B::BYTES;
     assert!(rows.iter().all(|row| row.len() == blocks * B::BYTES));
     assert!(x.a.len() >= 32 * blocks && x.scale_sum.len() >= blocks);
-    // Per row, the even and the odd blocks' sums (apart, so that a block's FMA need not wait for the last one's), and
-    // the minima's. The pairs of blocks are unrolled: an accumulator picked by `k % 2` lived on the stack.
-    let (mut even, mut odd) = ([_mm256_setzero_ps(); R], [_mm256_setzero_ps(); R]);
-    let mut mins = [_mm_setzero_ps(); R];
+    // Per row, the even and the odd blocks' sums and minima's (apart, so that a block's FMA need not wait for the
+    // last one's). The pairs of blocks are unrolled: an accumulator picked by `k % 2` lived on the stack.
+    let zero = ([_mm256_setzero_ps(); R], [_mm_setzero_ps(); R]);
+    let (mut even, mut odd) = (zero, zero);
     for k in (0..blocks).step_by(2) {
-        block::<B, R>(rows, x, k, &mut even, &mut mins);
+        block::<B, R>(rows, x, k, &mut even);
         if k + 1 < blocks {
-            block::<B, R>(rows, x, k + 1, &mut odd, &mut mins);
+            block::<B, R>(rows, x, k + 1, &mut odd);
         }
     }
-    std::array::from_fn(|j| hsum(_mm256_add_ps(even[j], odd[j])) + _mm_cvtss_f32(mins[j]))
+    std::array::from_fn(|j| {
+        hsum(_mm256_add_ps(even.0[j], odd.0[j])) + _mm_cvtss_f32(_mm_movehdup_ps(_mm_add_ps(even.1[j], odd.1[j])))
+    })
 }
 
-/// Block `k` of each row of [`dots`] into `acc` and `mins`.
+/// Block `k` of each row of [`dots`] into its sums and minima's.
 #[inline(always)]
 unsafe fn block<B: Block, const R: usize>(
     rows: [&[u8]; R],
     x: &Activations16,
     k: usize,
-    acc: &mut [__m256; R],
-    mins: &mut [__m128; R],
+    (acc, mins): &mut ([__m256; R], [__m128; R]),
 ) {
     let a = x.a.as_ptr().add(32 * k);
     let (a0, a1) = (_mm256_loadu_si256(a.cast()), _mm256_loadu_si256(a.add(16).cast()));
-    let [scale, sum] = *x.scale_sum.get_unchecked(k);
+    // The activations' [scale, Σx, 0, 0].
+    let scale_sum = _mm_castpd_ps(_mm_load_sd(x.scale_sum.as_ptr().add(k).cast()));
     for (j, row) in rows.into_iter().enumerate() {
         let b = row.get_unchecked(k * B::BYTES..(k + 1) * B::BYTES);
         let [q0, q1] = B::codes(b);
         // Two exact products per 32-bit lane and two lanes added, |q·a| ≤ 128·32767: they fit.
         let dots = _mm256_add_epi32(_mm256_madd_epi16(q0, a0), _mm256_madd_epi16(q1, a1));
-        // d (and m) as float32, times the activations' [scale, Σx]. (Without a minimum, lane 1 is unused.)
+        // [d, m] as float32 (m: the next half, whatever it is without a minimum).
         let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(b.as_ptr().cast::<i32>().read_unaligned()));
-        let s = _mm256_set1_ps(_mm_cvtss_f32(dm) * scale);
-        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots), s, acc[j]);
+        // [d, m + CENTRE·d] times [scale, Σx]: lane 0 is the codes' scale, lane 1 the minimum's share, summed in
+        // lane 1 of `mins`.
+        let centred = match B::HAS_MIN {
+            true => _mm_fmadd_ps(_mm_broadcastss_ps(dm), _mm_setr_ps(0.0, B::CENTRE.into(), 0.0, 0.0), dm),
+            false => dm,
+        };
+        let scales = _mm_mul_ps(centred, scale_sum);
+        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots), _mm256_broadcastss_ps(scales), acc[j]);
         if B::HAS_MIN {
-            // Lane 1 of `dm` is m.
-            let min = _mm_cvtss_f32(_mm_movehdup_ps(dm)) + f32::from(B::CENTRE) * _mm_cvtss_f32(dm);
-            mins[j] = _mm_fmadd_ss(_mm_set_ss(min), _mm_set_ss(sum), mins[j]);
+            mins[j] = _mm_add_ps(mins[j], scales);
         }
     }
 }
