@@ -1,5 +1,7 @@
-//! Integer prefill where the tile is unpacked by portable code (`blocks::block_codes`): WebAssembly simd128
-//! (`simd_wasm_prefill`, four tokens to a vector) and AVX2 without AVX-512 VNNI (`simd_x86_prefill`, eight). The
+//! Integer prefill where the tile is unpacked by portable code (`blocks::block_codes`) or, for the types it has code
+//! for, by the kernel's architecture ([`Kernel::unpack`]: AVX2's decode code for the 32-element blocks, Q4_K and
+//! Q5_K): WebAssembly simd128 (`simd_wasm_prefill`, four tokens to a vector) and AVX2 without AVX-512 VNNI
+//! (`simd_x86_prefill`, eight). The
 //! scheme of the AVX-512 prefill (`simd_avx512_prefill`): the tokens' activations are rounded to 16 bits per block
 //! of 32 (as decode rounds them) and interleaved once per matmul, a pair of columns of `L` tokens to a vector, so
 //! that one pairwise 16-bit dot (`i32x4.dot_i16x8_s`, `vpmaddwd`) multiplies a row's pair of codes (broadcast) with
@@ -113,9 +115,23 @@ impl Tile {
         }
     }
 
-    /// Unpacks `rows` (whole stored rows of `ty`, at most [`TILE_ROWS`]) with portable code.
-    fn unpack(&mut self, ty: GgmlType, rows: &[u8], row_bytes: usize) {
-        let (groups, c) = (self.cols / self.group, centre(ty));
+    /// Unpacks `rows` (whole stored rows of `ty`, at most [`TILE_ROWS`]) with `K`'s code where it has some for
+    /// `ty`, else with portable code.
+    ///
+    /// # Safety
+    /// The CPU has `K`'s instructions.
+    unsafe fn unpack<const L: usize, K: Kernel<L>>(&mut self, ty: GgmlType, rows: &[u8], row_bytes: usize) {
+        let count = rows.len() / row_bytes;
+        let groups = self.cols / self.group;
+        let (codes, scale, min) = (
+            &mut self.codes[..count * self.cols],
+            &mut self.scale[..count * groups],
+            &mut self.min[..count * groups],
+        );
+        if K::unpack(ty, rows, codes, scale, min) {
+            return;
+        }
+        let c = centre(ty);
         for (r, row) in rows.chunks_exact(row_bytes).enumerate() {
             self.row_codes.clear();
             self.row_groups.clear();
@@ -147,6 +163,13 @@ pub(super) fn has_min(ty: GgmlType) -> bool {
 pub(super) trait Kernel<const L: usize> {
     /// Groups of `L` tokens a call takes (the tokens are padded to whole steps of it).
     const GROUPS: usize;
+
+    /// Unpacks whole stored rows of `ty` as [`Tile`] holds them (`codes`, `scale` and `min` are theirs, each
+    /// group's in order) where the architecture has code for `ty`; false where it has none (the portable code runs).
+    ///
+    /// # Safety
+    /// The CPU has the kernel's instructions.
+    unsafe fn unpack(ty: GgmlType, rows: &[u8], codes: &mut [i16], scale: &mut [f32], min: &mut [f32]) -> bool;
 
     /// # Safety
     /// The CPU has the kernel's instructions; `tile` holds rows `r..r + 2` and `x` token groups `g..g + GROUPS` of
@@ -180,7 +203,7 @@ pub(super) unsafe fn rows<const L: usize, K: Kernel<L>>(
     assert!(row_bytes > 0 && rows.len().is_multiple_of(row_bytes) && first + rows.len() / row_bytes <= y.rows);
     let mut tile = Tile::new(ty, x.cols);
     for (i, tile_rows) in rows.chunks(TILE_ROWS * row_bytes).enumerate() {
-        tile.unpack(ty, tile_rows, row_bytes);
+        tile.unpack::<L, K>(ty, tile_rows, row_bytes);
         let (first, count) = (first + i * TILE_ROWS, tile_rows.len() / row_bytes);
         // Two rows and `K::GROUPS` groups of tokens at a time; with an odd count, the tile's row after the last is
         // computed and not stored. Three copies of each kernel (a group length or minimum read at run time cost the

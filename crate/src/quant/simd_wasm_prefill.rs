@@ -16,6 +16,10 @@ pub(super) struct Simd128;
 impl Kernel<4> for Simd128 {
     const GROUPS: usize = 2;
 
+    unsafe fn unpack(_: GgmlType, _: &[u8], _: &mut [i16], _: &mut [f32], _: &mut [f32]) -> bool {
+        false
+    }
+
     unsafe fn run<const G: usize, const MIN: bool>(
         tile: &Tile,
         r: usize,

@@ -19,6 +19,11 @@ impl Kernel<8> for Avx2 {
     /// Four: 32 tokens a call (two measured 1.3× slower: too few independent sums).
     const GROUPS: usize = 4;
 
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn unpack(ty: GgmlType, rows: &[u8], codes: &mut [i16], scale: &mut [f32], min: &mut [f32]) -> bool {
+        super::simd_x86_16::unpack_tile(ty, rows, codes, scale, min)
+    }
+
     #[target_feature(enable = "avx2,fma")]
     unsafe fn run<const G: usize, const MIN: bool>(
         tile: &Tile,
