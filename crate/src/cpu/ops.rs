@@ -279,13 +279,13 @@ pub fn transpose_keys(k: &[f32], len: usize, kv_dim: usize, kv_offset: usize, he
     }
 }
 
-/// Whether [`attention_tokens`] has a kernel for heads of `head_dim` on this CPU (AVX-512, heads of whole 64-value
-/// chunks); elsewhere it runs plain loops, and [`attention_group`] per token is faster.
+/// Whether [`attention_tokens`] has a kernel for heads of `head_dim` on this CPU (AVX-512 or AVX2 with FMA, heads of
+/// whole 64-value chunks); elsewhere it runs plain loops, and [`attention_group`] per token is faster.
 pub fn attention_tokens_fast(head_dim: usize) -> bool {
     cfg!(target_arch = "x86_64")
         && head_dim.is_multiple_of(64)
         && head_dim > 0
-        && crate::quant::simd_in_use().starts_with("avx512")
+        && matches!(crate::quant::simd_in_use(), s if s.starts_with("avx512") || s == "avx2")
 }
 
 /// Scratch [`attention_tokens`] needs for `tokens` tokens of `heads` heads over `len` positions.
@@ -294,8 +294,8 @@ pub fn attention_tokens_scratch(tokens: usize, heads: usize, len: usize) -> usiz
 }
 
 /// [`attention_group`] for several tokens at once (a prompt's): each token's heads attend over its own range of
-/// positions. With AVX-512 ([`attention_tokens_fast`]) the scores come sixteen positions to a vector from the
-/// transposed keys (no sums across lanes) and each value row is read once for four heads.
+/// positions. With AVX-512 or AVX2 ([`attention_tokens_fast`]) the scores come sixteen (eight) positions to a vector
+/// from the transposed keys (no sums across lanes) and each value row is read once for four heads (two).
 ///
 /// # Panics
 /// Where the shapes disagree (a range past `len`, `q` or `out` too short, `scores` shorter than
@@ -318,7 +318,12 @@ pub fn attention_tokens(a: &TokenQueries, out: &mut [f32], scores: &mut [f32]) {
     if attention_tokens_fast(hd) {
         // SAFETY: `attention_tokens_fast` checked the CPU and the head size; the assertion above bounds every read
         // and write.
-        return unsafe { attention_tokens_avx512(a, (lo, hi), out, scores) };
+        return unsafe {
+            match crate::quant::simd_in_use().starts_with("avx512") {
+                true => attention_tokens_simd::<Avx512Tokens>(a, (lo, hi), out, scores),
+                false => attention_tokens_simd::<Avx2Tokens>(a, (lo, hi), out, scores),
+            }
+        };
     }
     for (b, &(first, end)) in a.ranges.iter().enumerate() {
         for h in 0..a.heads {
@@ -339,17 +344,184 @@ pub fn attention_tokens(a: &TokenQueries, out: &mut [f32], scores: &mut [f32]) {
     }
 }
 
-/// [`attention_tokens`] with AVX-512: every (token, head) row's scores over the tokens' joint range, 64 positions
-/// at a time for every row (four rows at a time) while those keys are in the first-level cache; each row's softmax
-/// over its own range (zeros elsewhere); then the values, 64 positions and 64 values at a time for every row, into
-/// `out`.
+/// One instruction set's kernels for [`attention_tokens_simd`].
+#[cfg(target_arch = "x86_64")]
+trait TokenKernels {
+    /// `out[k·width + j] = scale · q[k]·key(s + j)` for the 64 positions from `s` (those at and past `hi` read
+    /// nothing and give 0; those past the row's `width` are not stored).
+    ///
+    /// # Safety
+    /// As [`attention_tokens_simd`]; `out` points at position `s` of the first of `R` rows `width` apart.
+    unsafe fn scores<const R: usize>(
+        a: &TokenQueries,
+        q: [*const f32; R],
+        s: usize,
+        hi: usize,
+        out: *mut f32,
+        width: usize,
+    );
+
+    /// `out[k][0..64] += Σ_s p[k][s − lo] · value(s)[0..64]` over `positions` (`v` pointing at position 0's first
+    /// value of the chunk).
+    ///
+    /// # Safety
+    /// As [`attention_tokens_simd`].
+    unsafe fn values<const R: usize>(
+        p: [*const f32; R],
+        v: *const f32,
+        kv_dim: usize,
+        positions: (std::ops::Range<usize>, usize),
+        out: [*mut f32; R],
+    );
+}
+
+/// AVX-512 F with AVX2 and FMA: sixteen positions or values to a vector.
+#[cfg(target_arch = "x86_64")]
+struct Avx512Tokens;
+
+#[cfg(target_arch = "x86_64")]
+impl TokenKernels for Avx512Tokens {
+    /// Sixteen positions to a vector, the keys past `hi` masked off.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    // `k` and `j` pick accumulators in two-dimensional arrays of registers.
+    #[allow(clippy::needless_range_loop)]
+    unsafe fn scores<const R: usize>(
+        a: &TokenQueries,
+        q: [*const f32; R],
+        s: usize,
+        hi: usize,
+        out: *mut f32,
+        width: usize,
+    ) {
+        use std::arch::x86_64::*;
+        let masks: [__mmask16; 4] = std::array::from_fn(|j| {
+            let valid = hi.saturating_sub(s + 16 * j).min(16);
+            ((1u32 << valid) - 1) as u16
+        });
+        let mut acc = [[_mm512_setzero_ps(); 4]; R];
+        for i in 0..a.head_dim {
+            let at = a.kt.as_ptr().add(i * a.len + s);
+            let keys: [__m512; 4] = std::array::from_fn(|j| _mm512_maskz_loadu_ps(masks[j], at.add(16 * j)));
+            for k in 0..R {
+                let qv = _mm512_set1_ps(*q[k].add(i));
+                for j in 0..4 {
+                    acc[k][j] = _mm512_fmadd_ps(qv, keys[j], acc[k][j]);
+                }
+            }
+        }
+        let scale = _mm512_set1_ps(a.rule.scale);
+        for j in 0..4 {
+            // Every vector with a position before `hi` is in the row (`width` is `hi − lo` rounded up to 16).
+            if masks[j] != 0 {
+                for k in 0..R {
+                    _mm512_storeu_ps(out.add(k * width + 16 * j), _mm512_mul_ps(acc[k][j], scale));
+                }
+            }
+        }
+    }
+
+    unsafe fn values<const R: usize>(
+        p: [*const f32; R],
+        v: *const f32,
+        kv_dim: usize,
+        positions: (std::ops::Range<usize>, usize),
+        out: [*mut f32; R],
+    ) {
+        token_values::<R>(p, v, kv_dim, positions, out)
+    }
+}
+
+/// AVX2 and FMA: eight positions or values to a vector, in parts that fit its sixteen registers.
+#[cfg(target_arch = "x86_64")]
+struct Avx2Tokens;
+
+#[cfg(target_arch = "x86_64")]
+impl TokenKernels for Avx2Tokens {
+    /// Sixteen positions at a time (two vectors for each of `R` rows), the keys past `hi` masked off.
+    #[target_feature(enable = "avx2,fma")]
+    // `k` and `j` pick accumulators in two-dimensional arrays of registers.
+    #[allow(clippy::needless_range_loop)]
+    unsafe fn scores<const R: usize>(
+        a: &TokenQueries,
+        q: [*const f32; R],
+        s: usize,
+        hi: usize,
+        out: *mut f32,
+        width: usize,
+    ) {
+        use std::arch::x86_64::*;
+        let scale = _mm256_set1_ps(a.rule.scale);
+        for part in (s..s + 64).step_by(16).take_while(|&at| at < hi) {
+            let valid = [0, 8].map(|j| hi.saturating_sub(part + j).min(8) as i32);
+            let masks =
+                valid.map(|v| _mm256_cmpgt_epi32(_mm256_set1_epi32(v), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+            let mut acc = [[_mm256_setzero_ps(); 2]; R];
+            for i in 0..a.head_dim {
+                let at = a.kt.as_ptr().add(i * a.len + part);
+                let keys = [
+                    _mm256_maskload_ps(at, masks[0]),
+                    _mm256_maskload_ps(at.add(8), masks[1]),
+                ];
+                for k in 0..R {
+                    let qv = _mm256_set1_ps(*q[k].add(i));
+                    for j in 0..2 {
+                        acc[k][j] = _mm256_fmadd_ps(qv, keys[j], acc[k][j]);
+                    }
+                }
+            }
+            for j in 0..2 {
+                // A vector with a position before `hi` is in the row (`width` is `hi − lo` rounded up to 16).
+                if valid[j] > 0 {
+                    for k in 0..R {
+                        _mm256_storeu_ps(out.add(k * width + part - s + 8 * j), _mm256_mul_ps(acc[k][j], scale));
+                    }
+                }
+            }
+        }
+    }
+
+    unsafe fn values<const R: usize>(
+        p: [*const f32; R],
+        v: *const f32,
+        kv_dim: usize,
+        (positions, lo): (std::ops::Range<usize>, usize),
+        out: [*mut f32; R],
+    ) {
+        // Two rows by 32 values at a time (eight sums).
+        for c in [0, 32] {
+            let mut k = 0;
+            while k < R {
+                match R - k {
+                    1 => token_values_avx2::<1>([p[k]], v.add(c), kv_dim, (positions.clone(), lo), [out[k].add(c)]),
+                    _ => token_values_avx2::<2>(
+                        [p[k], p[k + 1]],
+                        v.add(c),
+                        kv_dim,
+                        (positions.clone(), lo),
+                        [out[k].add(c), out[k + 1].add(c)],
+                    ),
+                }
+                k += 2;
+            }
+        }
+    }
+}
+
+/// [`attention_tokens`] with `K`'s kernels: every (token, head) row's scores over the tokens' joint range, 64
+/// positions at a time for every row (four rows at a time) while those keys are in the first-level cache; each row's
+/// softmax over its own range (zeros elsewhere); then the values, 64 positions and 64 values at a time for every
+/// row, into `out`.
 ///
 /// # Safety
-/// AVX-512 F with AVX2 and FMA; `a` and the slices as [`attention_tokens`] asserts, `(lo, hi)` the ranges' joint
+/// The CPU has `K`'s instructions; `a` and the slices as [`attention_tokens`] asserts, `(lo, hi)` the ranges' joint
 /// range, `head_dim` a multiple of 64.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn attention_tokens_avx512(a: &TokenQueries, (lo, hi): (usize, usize), out: &mut [f32], scores: &mut [f32]) {
+unsafe fn attention_tokens_simd<K: TokenKernels>(
+    a: &TokenQueries,
+    (lo, hi): (usize, usize),
+    out: &mut [f32],
+    scores: &mut [f32],
+) {
     let (hd, heads) = (a.head_dim, a.heads);
     let width = (hi - lo).next_multiple_of(16);
     let rows = a.ranges.len() * heads;
@@ -363,8 +535,8 @@ unsafe fn attention_tokens_avx512(a: &TokenQueries, (lo, hi): (usize, usize), ou
         while r < rows {
             let at = sp.add(r * width + s - lo);
             match step(r) {
-                4 => token_scores::<4>(a, std::array::from_fn(|k| q_row(r + k)), s, hi, at, width),
-                _ => token_scores::<1>(a, [q_row(r)], s, hi, at, width),
+                4 => K::scores::<4>(a, std::array::from_fn(|k| q_row(r + k)), s, hi, at, width),
+                _ => K::scores::<1>(a, [q_row(r)], s, hi, at, width),
             }
             r += step(r);
         }
@@ -394,14 +566,14 @@ unsafe fn attention_tokens_avx512(a: &TokenQueries, (lo, hi): (usize, usize), ou
                 let p = |k: usize| sp.add((r + k) * width).cast_const();
                 if first < end {
                     match step(r) {
-                        4 => token_values::<4>(
+                        4 => K::values::<4>(
                             std::array::from_fn(p),
                             v,
                             a.kv_dim,
                             (first..end, lo),
                             std::array::from_fn(|k| out_row(r + k).add(c)),
                         ),
-                        _ => token_values::<1>([p(0)], v, a.kv_dim, (first..end, lo), [out_row(r).add(c)]),
+                        _ => K::values::<1>([p(0)], v, a.kv_dim, (first..end, lo), [out_row(r).add(c)]),
                     }
                 }
                 r += step(r);
@@ -410,85 +582,60 @@ unsafe fn attention_tokens_avx512(a: &TokenQueries, (lo, hi): (usize, usize), ou
     }
 }
 
-/// `out[k·width + j] = scale · q[k]·key(s + j)` for the 64 positions from `s` (those at and past `hi` read nothing
-/// and give 0; those past the row's `width` are not stored).
-///
-/// # Safety
-/// As [`attention_tokens_avx512`]; `out` points at position `s` of the first of `R` rows `width` apart.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
-// `k` and `j` pick accumulators in two-dimensional arrays of registers.
-#[allow(clippy::needless_range_loop)]
-unsafe fn token_scores<const R: usize>(
-    a: &TokenQueries,
-    q: [*const f32; R],
-    s: usize,
-    hi: usize,
-    out: *mut f32,
-    width: usize,
-) {
-    use std::arch::x86_64::*;
-    let masks: [__mmask16; 4] = std::array::from_fn(|j| {
-        let valid = hi.saturating_sub(s + 16 * j).min(16);
-        ((1u32 << valid) - 1) as u16
-    });
-    let mut acc = [[_mm512_setzero_ps(); 4]; R];
-    for i in 0..a.head_dim {
-        let at = a.kt.as_ptr().add(i * a.len + s);
-        let keys: [__m512; 4] = std::array::from_fn(|j| _mm512_maskz_loadu_ps(masks[j], at.add(16 * j)));
-        for k in 0..R {
-            let qv = _mm512_set1_ps(*q[k].add(i));
-            for j in 0..4 {
-                acc[k][j] = _mm512_fmadd_ps(qv, keys[j], acc[k][j]);
+/// `out[k][0..4L] += Σ_s p[k][s − lo] · value(s)[0..4L]` over `positions` for `R` rows, four vectors of `L` lanes
+/// each: [`TokenKernels::values`]' work, for AVX-512 (`L` = 16, 64 values) and AVX2 (`L` = 8, half of them).
+macro_rules! token_values {
+    ($(#[$doc:meta])* $name:ident, $features:literal, $vector:ty, $lanes:literal, $load:ident, $splat:ident,
+     $fmadd:ident, $store:ident) => {
+        $(#[$doc])*
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = $features)]
+        // `k` and `m` pick accumulators in two-dimensional arrays of registers.
+        #[allow(clippy::needless_range_loop)]
+        unsafe fn $name<const R: usize>(
+            p: [*const f32; R],
+            v: *const f32,
+            kv_dim: usize,
+            (positions, lo): (std::ops::Range<usize>, usize),
+            out: [*mut f32; R],
+        ) {
+            use std::arch::x86_64::*;
+            let mut acc: [[$vector; 4]; R] =
+                std::array::from_fn(|k| std::array::from_fn(|m| $load(out[k].add($lanes * m))));
+            for s in positions {
+                let row = v.add(s * kv_dim);
+                let vv: [$vector; 4] = std::array::from_fn(|m| $load(row.add($lanes * m)));
+                for k in 0..R {
+                    let pk = $splat(*p[k].add(s - lo));
+                    for m in 0..4 {
+                        acc[k][m] = $fmadd(pk, vv[m], acc[k][m]);
+                    }
+                }
             }
-        }
-    }
-    let scale = _mm512_set1_ps(a.rule.scale);
-    for j in 0..4 {
-        // Every vector with a position before `hi` is in the row (`width` is `hi − lo` rounded up to 16).
-        if masks[j] != 0 {
             for k in 0..R {
-                _mm512_storeu_ps(out.add(k * width + 16 * j), _mm512_mul_ps(acc[k][j], scale));
+                for m in 0..4 {
+                    $store(out[k].add($lanes * m), acc[k][m]);
+                }
             }
         }
-    }
+    };
 }
 
-/// `out[k][0..64] += Σ_s p[k][s − lo] · value(s)[0..64]` over `positions` (`v` pointing at position 0's first
-/// value of the chunk).
-///
-/// # Safety
-/// As [`attention_tokens_avx512`].
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
-// `k` and `m` pick accumulators in two-dimensional arrays of registers.
-#[allow(clippy::needless_range_loop)]
-unsafe fn token_values<const R: usize>(
-    p: [*const f32; R],
-    v: *const f32,
-    kv_dim: usize,
-    (positions, lo): (std::ops::Range<usize>, usize),
-    out: [*mut f32; R],
-) {
-    use std::arch::x86_64::*;
-    let mut acc: [[__m512; 4]; R] =
-        std::array::from_fn(|k| std::array::from_fn(|m| _mm512_loadu_ps(out[k].add(16 * m))));
-    for s in positions {
-        let row = v.add(s * kv_dim);
-        let vv: [__m512; 4] = std::array::from_fn(|m| _mm512_loadu_ps(row.add(16 * m)));
-        for k in 0..R {
-            let pk = _mm512_set1_ps(*p[k].add(s - lo));
-            for m in 0..4 {
-                acc[k][m] = _mm512_fmadd_ps(pk, vv[m], acc[k][m]);
-            }
-        }
-    }
-    for k in 0..R {
-        for m in 0..4 {
-            _mm512_storeu_ps(out[k].add(16 * m), acc[k][m]);
-        }
-    }
-}
+token_values!(
+    /// [`TokenKernels::values`] with AVX-512.
+    ///
+    /// # Safety
+    /// AVX-512 F with AVX2 and FMA; as [`TokenKernels::values`].
+    token_values, "avx512f,avx2,fma", __m512, 16, _mm512_loadu_ps, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_storeu_ps
+);
+
+token_values!(
+    /// [`TokenKernels::values`] with AVX2 over 32 values of `R` (at most two) rows.
+    ///
+    /// # Safety
+    /// AVX2 and FMA; as [`TokenKernels::values`], with 32 values at each `out[k]` and each value row.
+    token_values_avx2, "avx2,fma", __m256, 8, _mm256_loadu_ps, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_storeu_ps
+);
 
 /// The rows a GQA group attends over: `len` keys and values `stride` apart from `k` and `v` (the kv head's first
 /// value), `head_dim` values each.
@@ -1061,7 +1208,7 @@ mod tests {
     /// Several tokens' attention at once against its float64 definition: causal ranges (each token one position
     /// further), sliding windows (ranges that start later), a soft cap, groups of 1 to 7 heads (rows that leave each
     /// remainder of four), joint ranges of one to four blocks of 64 positions (rows that skip some), head sizes with the
-    /// AVX-512 kernel (64, 128) and without (40: the plain loops), and a kv head that is not the first.
+    /// AVX-512 or AVX2 kernel (64, 128) and without (40: the plain loops), and a kv head that is not the first.
     #[test]
     fn attention_tokens_is_its_float64_definition() {
         let mut seed = 7u32;
