@@ -683,6 +683,51 @@ fn row_pairs<B: Block>(rows: &[u8], x: &Activations16, out: &mut [f32]) {
     );
 }
 
+/// [`prefill::Tile`](super::prefill::Tile)'s unpacking of whole stored rows of the 32-element ggml types: each
+/// block's codes (the decode kernels', put back in value order) less their centre, its scale `d` and its minimum
+/// `m + CENTRE·d` (formed as the portable unpacking forms them). False for the other types.
+pub(super) fn unpack_tile(ty: GgmlType, rows: &[u8], codes: &mut [i16], scale: &mut [f32], min: &mut [f32]) -> bool {
+    match ty {
+        GgmlType::Q4_0 => unpack::<Q4_0>(rows, codes, scale, min),
+        GgmlType::Q4_1 => unpack::<Q4_1>(rows, codes, scale, min),
+        GgmlType::Q8_0 => unpack::<Q8_0>(rows, codes, scale, min),
+        GgmlType::Q5_0 => unpack::<Q5_0>(rows, codes, scale, min),
+        GgmlType::Q5_1 => unpack::<Q5_1>(rows, codes, scale, min),
+        _ => return false,
+    }
+    true
+}
+
+fn unpack<B: Block>(rows: &[u8], codes: &mut [i16], scale: &mut [f32], min: &mut [f32]) {
+    let consts = &Consts::opaque();
+    let blocks = rows.len() / B::BYTES;
+    assert!(codes.len() == 32 * blocks && scale.len() == blocks && min.len() == blocks);
+    let centre = i16x8_splat(B::CENTRE as i16);
+    for ((b, out), (scale, min)) in rows
+        .chunks_exact(B::BYTES)
+        .zip(codes.chunks_exact_mut(32))
+        .zip(scale.iter_mut().zip(min.iter_mut()))
+    {
+        // Each half block's even elements, then its odd ones: interleaved back, eight at a time.
+        let [e0, o0, e1, o1] = B::codes(b, consts);
+        let values = [
+            i16x8_shuffle::<0, 8, 1, 9, 2, 10, 3, 11>(e0, o0),
+            i16x8_shuffle::<4, 12, 5, 13, 6, 14, 7, 15>(e0, o0),
+            i16x8_shuffle::<0, 8, 1, 9, 2, 10, 3, 11>(e1, o1),
+            i16x8_shuffle::<4, 12, 5, 13, 6, 14, 7, 15>(e1, o1),
+        ];
+        for (k, v) in values.into_iter().enumerate() {
+            // SAFETY: `out` holds 32 values, so each 8-lane store at 8·k is in bounds; wasm stores need no alignment.
+            unsafe { v128_store(out.as_mut_ptr().add(8 * k).cast(), i16x8_sub(v, centre)) };
+        }
+        *scale = half(b);
+        *min = match B::HAS_MIN {
+            true => half(&b[2..]) + *scale * B::CENTRE as f32,
+            false => 0.0,
+        };
+    }
+}
+
 /// The dot of one stored row with decode activations as 16-bit integers, for `has_16bit_dot` types.
 pub(super) fn row_dot_16(ty: GgmlType, row: &[u8], x: &Activations16) -> f32 {
     match ty {

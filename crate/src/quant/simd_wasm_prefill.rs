@@ -16,8 +16,8 @@ pub(super) struct Simd128;
 impl Kernel<4> for Simd128 {
     const GROUPS: usize = 2;
 
-    unsafe fn unpack(_: GgmlType, _: &[u8], _: &mut [i16], _: &mut [f32], _: &mut [f32]) -> bool {
-        false
+    unsafe fn unpack(ty: GgmlType, rows: &[u8], codes: &mut [i16], scale: &mut [f32], min: &mut [f32]) -> bool {
+        super::simd_wasm::unpack_tile(ty, rows, codes, scale, min)
     }
 
     unsafe fn run<const G: usize, const MIN: bool>(
