@@ -683,9 +683,9 @@ fn row_pairs<B: Block>(rows: &[u8], x: &Activations16, out: &mut [f32]) {
     );
 }
 
-/// [`prefill::Tile`](super::prefill::Tile)'s unpacking of whole stored rows of the 32-element ggml types: each
-/// block's codes (the decode kernels', put back in value order) less their centre, its scale `d` and its minimum
-/// `m + CENTRE·d` (formed as the portable unpacking forms them). False for the other types.
+/// [`prefill::Tile`](super::prefill::Tile)'s unpacking of whole stored rows of the 32-element ggml types, Q4_K and
+/// Q5_K: each block's (sub-block's) codes (the decode kernels', put back in value order) less their centre, its scale
+/// and its minimum plus centre times scale (formed as the portable unpacking forms them). False for the other types.
 pub(super) fn unpack_tile(ty: GgmlType, rows: &[u8], codes: &mut [i16], scale: &mut [f32], min: &mut [f32]) -> bool {
     match ty {
         GgmlType::Q4_0 => unpack::<Q4_0>(rows, codes, scale, min),
@@ -693,38 +693,67 @@ pub(super) fn unpack_tile(ty: GgmlType, rows: &[u8], codes: &mut [i16], scale: &
         GgmlType::Q8_0 => unpack::<Q8_0>(rows, codes, scale, min),
         GgmlType::Q5_0 => unpack::<Q5_0>(rows, codes, scale, min),
         GgmlType::Q5_1 => unpack::<Q5_1>(rows, codes, scale, min),
+        GgmlType::Q4_K => unpack_k::<Q4K>(rows, codes, scale, min),
+        GgmlType::Q5_K => unpack_k::<Q5K>(rows, codes, scale, min),
         _ => return false,
     }
     true
+}
+
+/// 32 codes in the decode kernels' order (each half block's even elements, then its odd ones) into `out` in value
+/// order, less `centre`.
+fn store_in_value_order([e0, o0, e1, o1]: [v128; 4], centre: i32, out: &mut [i16]) {
+    assert!(out.len() >= 32);
+    let values = [
+        i16x8_shuffle::<0, 8, 1, 9, 2, 10, 3, 11>(e0, o0),
+        i16x8_shuffle::<4, 12, 5, 13, 6, 14, 7, 15>(e0, o0),
+        i16x8_shuffle::<0, 8, 1, 9, 2, 10, 3, 11>(e1, o1),
+        i16x8_shuffle::<4, 12, 5, 13, 6, 14, 7, 15>(e1, o1),
+    ];
+    for (k, v) in values.into_iter().enumerate() {
+        // SAFETY: `out` holds 32 values (checked above), so each 8-lane store at 8·k is in bounds; wasm stores need
+        // no alignment.
+        unsafe {
+            v128_store(
+                out.as_mut_ptr().add(8 * k).cast(),
+                i16x8_sub(v, i16x8_splat(centre as i16)),
+            )
+        };
+    }
 }
 
 fn unpack<B: Block>(rows: &[u8], codes: &mut [i16], scale: &mut [f32], min: &mut [f32]) {
     let consts = &Consts::opaque();
     let blocks = rows.len() / B::BYTES;
     assert!(codes.len() == 32 * blocks && scale.len() == blocks && min.len() == blocks);
-    let centre = i16x8_splat(B::CENTRE as i16);
     for ((b, out), (scale, min)) in rows
         .chunks_exact(B::BYTES)
         .zip(codes.chunks_exact_mut(32))
         .zip(scale.iter_mut().zip(min.iter_mut()))
     {
-        // Each half block's even elements, then its odd ones: interleaved back, eight at a time.
-        let [e0, o0, e1, o1] = B::codes(b, consts);
-        let values = [
-            i16x8_shuffle::<0, 8, 1, 9, 2, 10, 3, 11>(e0, o0),
-            i16x8_shuffle::<4, 12, 5, 13, 6, 14, 7, 15>(e0, o0),
-            i16x8_shuffle::<0, 8, 1, 9, 2, 10, 3, 11>(e1, o1),
-            i16x8_shuffle::<4, 12, 5, 13, 6, 14, 7, 15>(e1, o1),
-        ];
-        for (k, v) in values.into_iter().enumerate() {
-            // SAFETY: `out` holds 32 values, so each 8-lane store at 8·k is in bounds; wasm stores need no alignment.
-            unsafe { v128_store(out.as_mut_ptr().add(8 * k).cast(), i16x8_sub(v, centre)) };
-        }
+        store_in_value_order(B::codes(b, consts), B::CENTRE, out);
         *scale = half(b);
         *min = match B::HAS_MIN {
             true => half(&b[2..]) + *scale * B::CENTRE as f32,
             false => 0.0,
         };
+    }
+}
+
+fn unpack_k<K: SuperBlock>(rows: &[u8], codes: &mut [i16], scale: &mut [f32], min: &mut [f32]) {
+    let consts = &Consts::opaque();
+    let supers = rows.len() / K::BYTES;
+    assert!(codes.len() == 256 * supers && scale.len() == 8 * supers && min.len() == 8 * supers);
+    for (s, b) in rows.chunks_exact(K::BYTES).enumerate() {
+        let (d, dmin) = (half(b), half(&b[2..]));
+        let (sc, mn) = super::blocks::k_scale_min(&b[4..16]);
+        for j in 0..8 {
+            store_in_value_order(K::codes(b, j, consts), K::CENTRE, &mut codes[256 * s + 32 * j..]);
+            let i = 8 * s + j;
+            scale[i] = d * f32::from(sc[j]);
+            // − dmin·m added, as the portable unpacking (and gguf-py) takes it.
+            min[i] = -(dmin * f32::from(mn[j])) + scale[i] * K::CENTRE as f32;
+        }
     }
 }
 
