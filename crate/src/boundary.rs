@@ -1,6 +1,7 @@
 //! The data that crosses the wasm boundary and has no home of its own: what the JavaScript modules throw and hand
 //! back (an error, a reply, a step, a fit check, a forward's output) and what they take (send options). With the
-//! crate's other results that cross it ([`Inspection`], [`TensorStats`], [`ChatMessage`], ...) they are the
+//! crate's other results that cross it ([`Inspection`](crate::inspect::Inspection),
+//! [`TensorStats`](crate::stats::TensorStats), [`ChatMessage`](crate::llm::template::ChatMessage), ...) they are the
 //! TypeScript types of `crate/ts/boundary.ts`: [`typescript`] writes it from these structs (ts-rs), both wasm modules
 //! carry it in their `.d.ts` (`src/wasm.rs`), and the npm package re-exports it. A test fails when the committed
 //! file is not what the structs give; `LOOM_WRITE_TS=1 cargo test -p loom-wasm --lib typescript` writes it.

@@ -1,5 +1,5 @@
 //! The `loom` command-line tool (native only): inspect, convert, export, run, conformance, the LLM commands chat,
-//! generate, logits, tokenize ([`llm`]), and serve (an OpenAI-compatible server, [`serve`]).
+//! generate, logits, tokenize (`llm`), and serve (an OpenAI-compatible server, `serve`).
 
 mod llm;
 mod serve;

@@ -4,7 +4,7 @@
 //!
 //! Layout: `GGUF` | u32 version | u64 tensor count | u64 KV count | KVs | tensor infos | padding to the alignment |
 //! tensor data. A string is u64 length + UTF-8 bytes; a KV is string key + u32 type + value; an array is u32 item
-//! type + u64 count + items; a tensor info is string name + u32 n_dims + u64 ne[n_dims] (innermost first) + u32
+//! type + u64 count + items; a tensor info is string name + u32 n_dims + u64 `ne[n_dims]` (innermost first) + u32
 //! ggml type + u64 offset relative to the data start, a multiple of the alignment (`general.alignment`, default 32).
 //!
 //! Hostile input: counts and lengths are checked against the bytes the file has before anything is allocated or

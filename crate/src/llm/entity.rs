@@ -1,5 +1,5 @@
 //! Loom transformer `.entity` files (spec §8, §11) as chat models: [`read`] one into the decoder's tensors, and
-//! [`write`] one from any model, as Loom's `SerializeEntityTransformer` lays it out.
+//! [`write()`] one from any model, as Loom's `SerializeEntityTransformer` lays it out.
 //!
 //! The decoder is `4·L` layers (RMSNorm, MHA, RMSNorm, SwiGLU per block) plus the globals `transformer.embeddings`,
 //! `transformer.lm_head` (absent when tied) and `transformer.final_norm`. A block's matrices are either the

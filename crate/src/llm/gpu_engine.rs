@@ -640,7 +640,7 @@ impl GpuEngine {
     /// Whether a chunk of `tokens` reads the gated product inside the down projection: as set, or by the engine's
     /// choice: in prefill chunks, whose tiled matvec computes each activation once per tile, and in decode steps of
     /// narrow FFNs only, where each output row's workgroup computes all of them (hidden × ffn activations in all;
-    /// see [`FUSED_GLU_DECODE_MAX`]).
+    /// see `FUSED_GLU_DECODE_MAX`).
     pub fn fuses_glu(&self, tokens: usize) -> bool {
         self.fuse_glu
             .unwrap_or(tokens > 4 || self.cfg.hidden * self.cfg.ffn <= FUSED_GLU_DECODE_MAX)

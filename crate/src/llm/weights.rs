@@ -18,7 +18,7 @@ pub struct RawTensor {
     pub data: Bytes,
 }
 
-/// A matrix [rows][cols] of blocks, kept as stored.
+/// A matrix `[rows][cols]` of blocks, kept as stored.
 #[derive(Clone, Debug)]
 pub struct Matrix {
     pub ty: GgmlType,
@@ -77,7 +77,7 @@ impl BlockWeights {
 
 #[derive(Clone, Debug)]
 pub struct ModelWeights {
-    /// [vocab][hidden]; also the LM head when `head` is `None`.
+    /// `[vocab][hidden]`; also the LM head when `head` is `None`.
     pub embed: Matrix,
     pub blocks: Vec<BlockWeights>,
     pub final_norm: Vec<f32>,

@@ -88,7 +88,7 @@ const LANE_SHARED_RUN: u32 = 32;
 /// The fewest positions a run is worth, and the runs a query takes before its runs grow. On an H200 (decode of four
 /// model shapes after 16 and after 512 prompt tokens), runs of 8 were fastest at the short context (Gemma's 256-dim
 /// heads most) and runs of 32 at 512. So: runs of 8 up to 16 runs (128 positions); then 16 runs, growing up to 32
-/// positions (512); then runs of 32 up to [`MAX_SPLITS`] runs (1,024); then that many runs, growing.
+/// positions (512); then runs of 32 up to `MAX_SPLITS` runs (1,024); then that many runs, growing.
 pub const ATTENTION_RUN_POSITIONS: u32 = 8;
 pub const ATTENTION_MAX_SPLITS: u32 = 16;
 /// CPU adapters (lavapipe, SwiftShader) keep few long runs: each run's workgroup costs them a dozen barriers, which
