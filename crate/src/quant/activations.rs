@@ -67,7 +67,7 @@ impl Activations16 {
             return None;
         }
         #[cfg(target_arch = "x86_64")]
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c") {
+        if super::simd_x86::available() {
             let mut out = Activations16::empty(x, pair_sums);
             // SAFETY: the CPU has AVX2, FMA and F16C.
             return unsafe { out.round_avx2(x) }.then_some(out);
@@ -158,7 +158,7 @@ mod tests {
     /// within float32 rounding of each other, and a refusal for each kind of value that is not finite.
     #[test]
     fn avx2_rounding_is_the_portable_rounding() {
-        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")) {
+        if !super::super::simd_x86::available() {
             return;
         }
         let mut state = 0x2545_F491_4F6C_DD1Du64;

@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use super::GgmlType;
 
-fn half(b: &[u8]) -> f32 {
+pub(super) fn half(b: &[u8]) -> f32 {
     half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32()
 }
 

@@ -296,7 +296,7 @@ impl Level {
             return Level::Portable;
         }
         #[cfg(target_arch = "x86_64")]
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c") {
+        if super::simd_x86::available() {
             return match limit >= Simd::Avx512 as u8 && super::simd_avx512::available() {
                 true => Level::Avx512,
                 false => Level::Avx2,

@@ -1,14 +1,13 @@
 //! Integer prefill where the tile is unpacked by portable code (`blocks::block_codes`) or, for the types it has code
-//! for, by the kernel's architecture ([`Kernel::unpack`]: the decode kernels' code, for the 32-element blocks with
-//! simd128, and those, Q4_K and Q5_K with AVX2): WebAssembly simd128 (`simd_wasm_prefill`, four tokens to a vector) and AVX2 without AVX-512 VNNI
-//! (`simd_x86_prefill`, eight). The
-//! scheme of the AVX-512 prefill (`simd_avx512_prefill`): the tokens' activations are rounded to 16 bits per block
-//! of 32 (as decode rounds them) and interleaved once per matmul, a pair of columns of `L` tokens to a vector, so
-//! that one pairwise 16-bit dot (`i32x4.dot_i16x8_s`, `vpmaddwd`) multiplies a row's pair of codes (broadcast) with
-//! that pair of each token: exact integer dots, no lanes summed across. A tile of rows is unpacked once (the stored
-//! codes, centred, with each group's scale and minimum) and serves every token; after each group the integer sums go
-//! to float32 times the row's and the tokens' scales. Each architecture's [`Kernel`] takes two rows and two vectors
-//! of tokens at a time.
+//! for, by the kernel's architecture ([`Kernel::unpack`]: the decode kernels' code for the 32-element blocks, Q4_K
+//! and Q5_K): WebAssembly simd128 (`simd_wasm_prefill`, four tokens to a vector) and AVX2 without AVX-512 VNNI
+//! (`simd_x86_prefill`, eight). The scheme of the AVX-512 prefill (`simd_avx512_prefill`): the tokens' activations
+//! are rounded to 16 bits per block of 32 (as decode rounds them) and interleaved once per matmul, a pair of columns
+//! of `L` tokens to a vector, so that one pairwise 16-bit dot (`i32x4.dot_i16x8_s`, `vpmaddwd`) multiplies a row's
+//! pair of codes (broadcast) with that pair of each token: exact integer dots, no lanes summed across. A tile of rows
+//! is unpacked once (the stored codes, centred, with each group's scale and minimum) and serves every token; after
+//! each group the integer sums go to float32 times the row's and the tokens' scales. Each architecture's [`Kernel`]
+//! takes two rows and two vectors of tokens at a time.
 
 use super::activations::{Activations16, LANE};
 use super::blocks::{self, CodeGroup};

@@ -24,6 +24,11 @@ pub(super) unsafe fn row_dot(ty: GgmlType, row: &[u8], x: &[f32]) -> Option<f32>
     })
 }
 
+/// Whether this CPU has the instructions the kernels use.
+pub(super) fn available() -> bool {
+    is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn hsum(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

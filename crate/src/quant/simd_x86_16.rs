@@ -62,8 +62,8 @@ pub(super) unsafe fn unpack_tile(
         GgmlType::Q8_0 => unpack::<Q8_0>(rows, codes, scale, min),
         GgmlType::Q5_0 => unpack::<Q5_0>(rows, codes, scale, min),
         GgmlType::Q5_1 => unpack::<Q5_1>(rows, codes, scale, min),
-        GgmlType::Q4_K => unpack_k::<Q4K>(rows, codes, scale, min, 8.0),
-        GgmlType::Q5_K => unpack_k::<Q5K>(rows, codes, scale, min, 16.0),
+        GgmlType::Q4_K => unpack_k::<Q4K>(rows, codes, scale, min),
+        GgmlType::Q5_K => unpack_k::<Q5K>(rows, codes, scale, min),
         _ => return false,
     }
     true
@@ -78,19 +78,18 @@ unsafe fn unpack<B: Block>(rows: &[u8], codes: &mut [i16], scale: &mut [f32], mi
         let out = codes.as_mut_ptr().add(32 * k);
         _mm256_storeu_si256(out.cast(), q0);
         _mm256_storeu_si256(out.add(16).cast(), q1);
-        let half = |at: usize| half::f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32();
-        let d = half(0);
+        let d = super::blocks::half(b);
         scale[k] = d;
         min[k] = match B::HAS_MIN {
-            true => half(2) + d * f32::from(B::CENTRE),
+            true => super::blocks::half(&b[2..]) + d * f32::from(B::CENTRE),
             false => 0.0,
         };
     }
 }
 
-/// [`unpack_tile`] of super-blocks whose codes [`SuperBlock::codes`] centres on `centre`.
+/// [`unpack_tile`] of super-blocks with minima (Q4_K, Q5_K).
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn unpack_k<K: SuperBlock>(rows: &[u8], codes: &mut [i16], scale: &mut [f32], min: &mut [f32], centre: f32) {
+unsafe fn unpack_k<K: SuperBlock>(rows: &[u8], codes: &mut [i16], scale: &mut [f32], min: &mut [f32]) {
     let supers = rows.len() / K::BYTES;
     assert!(codes.len() == 256 * supers && scale.len() == 8 * supers && min.len() == 8 * supers);
     for (s, b) in rows.chunks_exact(K::BYTES).enumerate() {
@@ -104,7 +103,7 @@ unsafe fn unpack_k<K: SuperBlock>(rows: &[u8], codes: &mut [i16], scale: &mut [f
         let (scales, mins) = super::blocks::k_scales(b);
         for j in 0..8 {
             scale[8 * s + j] = scales[j];
-            min[8 * s + j] = -mins[j] + scales[j] * centre;
+            min[8 * s + j] = -mins[j] + scales[j] * K::CENTRE;
         }
     }
 }
@@ -282,6 +281,8 @@ unsafe fn block<B: Block, const R: usize>(
 /// A K-quant's super-block of 256: eight sub-blocks of 32, each with its own scale (and minimum).
 trait SuperBlock {
     const BYTES: usize;
+    /// What [`SuperBlock::codes`] centres the codes on (Q6_K: 0, its codes are stored centred).
+    const CENTRE: f32;
 
     /// Per sub-block, `d·sc` and the minimum added as `min·Σx`: `CENTRE·d·sc − dmin·m` for the codes
     /// [`SuperBlock::codes`] centres on `CENTRE` (Q6_K: `d`, none).
@@ -321,9 +322,10 @@ pub(super) unsafe fn k_scales(b: &[u8], centre: f32) -> (__m256, Option<__m256>)
 struct Q4K;
 impl SuperBlock for Q4K {
     const BYTES: usize = 144;
+    const CENTRE: f32 = 8.0;
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn scales(b: &[u8]) -> (__m256, Option<__m256>) {
-        k_scales(b, 8.0)
+        k_scales(b, Self::CENTRE)
     }
     /// The low and high nibbles of the 32 bytes at `16 + 32p`, centred on 8.
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -340,9 +342,10 @@ impl SuperBlock for Q4K {
 struct Q5K;
 impl SuperBlock for Q5K {
     const BYTES: usize = 176;
+    const CENTRE: f32 = 16.0;
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn scales(b: &[u8]) -> (__m256, Option<__m256>) {
-        k_scales(b, 16.0)
+        k_scales(b, Self::CENTRE)
     }
     /// Q4_K's nibbles (at 48) plus bit `2p` and `2p + 1` of the 32 bytes at 16 as bit 4, centred on 16.
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -366,6 +369,7 @@ impl SuperBlock for Q5K {
 struct Q6K;
 impl SuperBlock for Q6K {
     const BYTES: usize = 210;
+    const CENTRE: f32 = 0.0;
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn scales(b: &[u8]) -> (__m256, Option<__m256>) {
         (half8(&b[208..]), None)
