@@ -1,6 +1,6 @@
 //! Integer prefill where the tile is unpacked by portable code (`blocks::block_codes`) or, for the types it has code
-//! for, by the kernel's architecture ([`Kernel::unpack`]: the decode kernels' code for the 32-element blocks, Q4_K
-//! and Q5_K): WebAssembly simd128 (`simd_wasm_prefill`, four tokens to a vector) and AVX2 without AVX-512 VNNI
+//! for, by the kernel's architecture ([`Kernel::unpack`]: the decode kernels' code for the 32-element blocks and
+//! the K-quants): WebAssembly simd128 (`simd_wasm_prefill`, four tokens to a vector) and AVX2 without AVX-512 VNNI
 //! (`simd_x86_prefill`, eight). The scheme of the AVX-512 prefill (`simd_avx512_prefill`): the tokens' activations
 //! are rounded to 16 bits per block of 32 (as decode rounds them) and interleaved once per matmul, a pair of columns
 //! of `L` tokens to a vector, so that one pairwise 16-bit dot (`i32x4.dot_i16x8_s`, `vpmaddwd`) multiplies a row's

@@ -683,9 +683,10 @@ fn row_pairs<B: Block>(rows: &[u8], x: &Activations16, out: &mut [f32]) {
     );
 }
 
-/// [`prefill::Tile`](super::prefill::Tile)'s unpacking of whole stored rows of the 32-element ggml types, Q4_K and
-/// Q5_K: each block's (sub-block's) codes (the decode kernels', put back in value order) less their centre, its scale
-/// and its minimum plus centre times scale (formed as the portable unpacking forms them). False for the other types.
+/// [`prefill::Tile`](super::prefill::Tile)'s unpacking of whole stored rows of the 32-element ggml types and the
+/// K-quants: each block's (sub-block's) codes (the decode kernels', put back in value order; Q6_K's before its
+/// scales) less their centre, its scale and its minimum plus centre times scale (formed as the portable unpacking
+/// forms them). False for the other types.
 pub(super) fn unpack_tile(ty: GgmlType, rows: &[u8], codes: &mut [i16], scale: &mut [f32], min: &mut [f32]) -> bool {
     match ty {
         GgmlType::Q4_0 => unpack::<Q4_0>(rows, codes, scale, min),
@@ -695,6 +696,7 @@ pub(super) fn unpack_tile(ty: GgmlType, rows: &[u8], codes: &mut [i16], scale: &
         GgmlType::Q5_1 => unpack::<Q5_1>(rows, codes, scale, min),
         GgmlType::Q4_K => unpack_k::<Q4K>(rows, codes, scale, min),
         GgmlType::Q5_K => unpack_k::<Q5K>(rows, codes, scale, min),
+        GgmlType::Q6_K => unpack_q6k(rows, codes, scale, min),
         _ => return false,
     }
     true
@@ -753,6 +755,24 @@ fn unpack_k<K: SuperBlock>(rows: &[u8], codes: &mut [i16], scale: &mut [f32], mi
             scale[i] = d * f32::from(sc[j]);
             // − dmin·m added, as the portable unpacking (and gguf-py) takes it.
             min[i] = -(dmin * f32::from(mn[j])) + scale[i] * K::CENTRE as f32;
+        }
+    }
+}
+
+/// [`unpack_tile`] of Q6_K: the codes less 32 and, per 16 elements, `d·scale` (as the portable unpacking forms it);
+/// no minima.
+fn unpack_q6k(rows: &[u8], codes: &mut [i16], scale: &mut [f32], min: &mut [f32]) {
+    let consts = &Consts::opaque();
+    let supers = rows.len() / Q6K::BYTES;
+    assert!(codes.len() == 256 * supers && scale.len() == 16 * supers && min.len() == 16 * supers);
+    for (s, b) in rows.chunks_exact(Q6K::BYTES).enumerate() {
+        for j in 0..8 {
+            store_in_value_order(Q6K::centred(b, j, consts), 0, &mut codes[256 * s + 32 * j..]);
+        }
+        let d = half(&b[208..]);
+        for (g, &sc) in b[192..208].iter().enumerate() {
+            scale[16 * s + g] = d * f32::from(sc as i8);
+            min[16 * s + g] = 0.0;
         }
     }
 }
@@ -1007,22 +1027,26 @@ impl SuperBlock for Q6K {
         let d = f32x4_splat(half(&b[208..]));
         ([d, d], [f32x4_splat(0.0); 2])
     }
-    /// Sub-block `j` = 4h + i: nibble `i / 2` of the 32 bytes at `64h + 32·(i % 2)`, bits `2i..2i + 2` of the 32
-    /// bytes at `128 + 32h` as bits 4 and 5, minus 32; its first 16 elements (the first two vectors) times the
-    /// int8 scale at `192 + 2j`, the others times the next one.
+    /// [`Q6K::centred`]'s codes, the first 16 elements (the first two vectors) times the int8 scale at `192 + 2j`,
+    /// the others times the next one.
     fn codes(b: &[u8], j: usize, k: &Consts) -> [v128; 4] {
-        let (h, i) = (j / 4, j as u32 % 4);
-        let low = byte_fields(b, 64 * h + 32 * (i as usize % 2), 4 * (i / 2), k.nibble);
-        let high = byte_fields(b, 128 + 32 * h, 2 * i, k.three16);
+        let q = Self::centred(b, j, k);
         let scales = [
             i16x8_splat((b[192 + 2 * j] as i8).into()),
             i16x8_splat((b[193 + 2 * j] as i8).into()),
         ];
-        let code = |v: usize| {
-            let q = i16x8_sub(v128_or(low[v], i16x8_shl(high[v], 4)), k.thirty_two16);
-            i16x8_mul(q, scales[v / 2])
-        };
-        [code(0), code(1), code(2), code(3)]
+        [0, 1, 2, 3].map(|v| i16x8_mul(q[v], scales[v / 2]))
+    }
+}
+
+impl Q6K {
+    /// Sub-block `j` = 4h + i: nibble `i / 2` of the 32 bytes at `64h + 32·(i % 2)`, bits `2i..2i + 2` of the 32
+    /// bytes at `128 + 32h` as bits 4 and 5, minus 32, in the order of [`Activations16`]'s `a`.
+    fn centred(b: &[u8], j: usize, k: &Consts) -> [v128; 4] {
+        let (h, i) = (j / 4, j as u32 % 4);
+        let low = byte_fields(b, 64 * h + 32 * (i as usize % 2), 4 * (i / 2), k.nibble);
+        let high = byte_fields(b, 128 + 32 * h, 2 * i, k.three16);
+        [0, 1, 2, 3].map(|v| i16x8_sub(v128_or(low[v], i16x8_shl(high[v], 4)), k.thirty_two16))
     }
 }
 

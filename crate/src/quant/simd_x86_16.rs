@@ -41,9 +41,10 @@ unsafe fn pairs<B: Block>(rows: &[u8], x: &Activations16, out: &mut [f32]) {
     );
 }
 
-/// [`prefill::Tile`](super::prefill::Tile)'s unpacking of whole stored rows of the 32-element types, Q4_K and Q5_K:
-/// each block's (sub-block's) codes less their centre as [`dots`] and [`dot_k`] take them, its scale and its minimum
-/// plus centre times scale (formed as the portable unpacking forms them). False for the other types. (The portable
+/// [`prefill::Tile`](super::prefill::Tile)'s unpacking of whole stored rows of the 32-element types and the K-quants:
+/// each block's (sub-block's) codes less their centre as [`dots`] and [`dot_k`] take them (Q6_K's before its
+/// scales), its scale and its minimum plus centre times scale (formed as the portable unpacking forms them). False
+/// for the other types. (The portable
 /// unpacking was 9% of a Q4_0 prefill on a Zen 3.)
 ///
 /// # Safety
@@ -64,6 +65,7 @@ pub(super) unsafe fn unpack_tile(
         GgmlType::Q5_1 => unpack::<Q5_1>(rows, codes, scale, min),
         GgmlType::Q4_K => unpack_k::<Q4K>(rows, codes, scale, min),
         GgmlType::Q5_K => unpack_k::<Q5K>(rows, codes, scale, min),
+        GgmlType::Q6_K => unpack_q6k(rows, codes, scale, min),
         _ => return false,
     }
     true
@@ -104,6 +106,29 @@ unsafe fn unpack_k<K: SuperBlock>(rows: &[u8], codes: &mut [i16], scale: &mut [f
         for j in 0..8 {
             scale[8 * s + j] = scales[j];
             min[8 * s + j] = -mins[j] + scales[j] * K::CENTRE;
+        }
+    }
+}
+
+/// [`unpack_tile`] of Q6_K: the codes less 32 and, per 16 elements, `d·scale` (as the portable unpacking forms it);
+/// no minima.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn unpack_q6k(rows: &[u8], codes: &mut [i16], scale: &mut [f32], min: &mut [f32]) {
+    let supers = rows.len() / Q6K::BYTES;
+    assert!(codes.len() == 256 * supers && scale.len() == 16 * supers && min.len() == 16 * supers);
+    for (s, b) in rows.chunks_exact(Q6K::BYTES).enumerate() {
+        for p in 0..4 {
+            for (i, [q0, q1]) in Q6K::centred(b, p).into_iter().enumerate() {
+                // Sub-block 4h + k of `centred`'s pair p = 2h + k / 2 starts at element 32·(2p + i).
+                let out = codes.as_mut_ptr().add(256 * s + 32 * (2 * p + i));
+                _mm256_storeu_si256(out.cast(), q0);
+                _mm256_storeu_si256(out.add(16).cast(), q1);
+            }
+        }
+        let d = super::blocks::half(&b[208..]);
+        for (g, &sc) in b[192..208].iter().enumerate() {
+            scale[16 * s + g] = d * f32::from(sc as i8);
+            min[16 * s + g] = 0.0;
         }
     }
 }
@@ -374,16 +399,32 @@ impl SuperBlock for Q6K {
     unsafe fn scales(b: &[u8]) -> (__m256, Option<__m256>) {
         (half8(&b[208..]), None)
     }
-    /// Sub-blocks j = 4h + k for the pair p = 2h + k / 2… taken as (h, k ∈ {2(p % 2), 2(p % 2) + 1}): nibble k / 2 of
-    /// the 32 bytes at `64h + 32·(k % 2)`, bits `2k..2k + 2` of the 32 bytes at `128 + 32h` as bits 4 and 5,
-    /// minus 32; elements 0..16 times the int8 scale at `192 + 2j`, 16..32 times the next one.
+    /// [`Q6K::centred`]'s codes, elements 0..16 times the int8 scale at `192 + 2j`, 16..32 times the next one.
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn codes(b: &[u8], p: usize) -> [[__m256i; 2]; 2] {
+        let centred = Self::centred(b, p);
+        std::array::from_fn(|i| {
+            // Sub-block 4h + k of the pair p = 2h + k / 2 is 2p + i.
+            let (j, [q0, q1]) = (2 * p + i, centred[i]);
+            [
+                _mm256_mullo_epi16(q0, _mm256_set1_epi16((b[192 + 2 * j] as i8).into())),
+                _mm256_mullo_epi16(q1, _mm256_set1_epi16((b[193 + 2 * j] as i8).into())),
+            ]
+        })
+    }
+}
+
+impl Q6K {
+    /// Sub-blocks j = 4h + k for the pair p = 2h + k / 2… taken as (h, k ∈ {2(p % 2), 2(p % 2) + 1}): nibble k / 2 of
+    /// the 32 bytes at `64h + 32·(k % 2)`, bits `2k..2k + 2` of the 32 bytes at `128 + 32h` as bits 4 and 5,
+    /// minus 32, each as two vectors of 16-bit codes (elements 0..16, then 16..32).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn centred(b: &[u8], p: usize) -> [[__m256i; 2]; 2] {
         let (h, k0) = (p / 2, 2 * (p % 2));
         let low = _mm256_set1_epi8(0xF);
         let qh = load32(b, 128 + 32 * h);
         std::array::from_fn(|i| {
-            let (k, j) = (k0 + i, 4 * h + k0 + i);
+            let k = k0 + i;
             let ql = load32(b, 64 * h + 32 * (k % 2));
             let nib = match k / 2 {
                 0 => _mm256_and_si256(ql, low),
@@ -393,12 +434,10 @@ impl SuperBlock for Q6K {
                 _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k as i32)),
                 _mm256_set1_epi8(3),
             );
-            let q = _mm256_sub_epi8(_mm256_or_si256(nib, _mm256_slli_epi16::<4>(two)), _mm256_set1_epi8(32));
-            let [q0, q1] = widen_signed(q);
-            [
-                _mm256_mullo_epi16(q0, _mm256_set1_epi16((b[192 + 2 * j] as i8).into())),
-                _mm256_mullo_epi16(q1, _mm256_set1_epi16((b[193 + 2 * j] as i8).into())),
-            ]
+            widen_signed(_mm256_sub_epi8(
+                _mm256_or_si256(nib, _mm256_slli_epi16::<4>(two)),
+                _mm256_set1_epi8(32),
+            ))
         })
     }
 }
