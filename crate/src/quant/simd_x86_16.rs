@@ -179,8 +179,8 @@ unsafe fn nibbles(b: &[u8], at: usize, centre: i16) -> [__m256i; 2] {
 }
 
 /// The 16 bytes at `at` as 16-bit lanes, by one in-lane byte shuffle of them loaded into both halves. The compiler
-/// made `vpmovzxbw` of them two widenings of masked bytes, and the shuffle ports were Q4's limit: Q4_0 decode
-/// 1.23× faster on a Zen 3 this way (BENCHMARKS.md).
+/// made `vpmovzxbw` of them two widenings of masked bytes, and (with Q5's codes widened from bytes) the shuffle
+/// ports were the 4- and 5-bit types' limit: decode 1.2–1.25× faster on a Zen 3 this way (BENCHMARKS.md).
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn zero_extend16(b: &[u8], at: usize) -> __m256i {
     let spread = _mm256_setr_epi8(
@@ -190,23 +190,32 @@ unsafe fn zero_extend16(b: &[u8], at: usize) -> __m256i {
     _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(load16(b, at)), spread)
 }
 
-/// A 5-bit block's codes less 16 from its `qh` word at `at` and the nibbles after it. All 32 as bytes at once: a
-/// code less 16 is its nibble where its fifth bit is set, and the nibble with the high four bits set (−16 added, in
-/// two's complement) where it is not.
+/// A 5-bit block's codes less 16 from its `qh` word at `at` and the nibbles after it, in 16-bit lanes: a code less
+/// 16 is its nibble where its fifth bit is set, the nibble less 16 where it is not. (In 16-bit lanes from the start:
+/// widening codes made as bytes took three more shuffles a block.)
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn five_bits(b: &[u8], at: usize) -> [__m256i; 2] {
-    let qh = i32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
-    // Byte j holds byte j / 8 of qh; with every bit but j % 8 set, it is all ones where bit j is.
-    let spread = _mm256_shuffle_epi8(
-        _mm256_set1_epi32(qh),
-        _mm256_setr_epi64x(0, 0x0101_0101_0101_0101, 0x0202_0202_0202_0202, 0x0303_0303_0303_0303),
-    );
-    let others = _mm256_set1_epi64x(0x7FBF_DFEF_F7FB_FDFEu64 as i64);
-    let set = _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi8(-1));
-    let qs = load16(b, at + 4);
-    let nibbles = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), _mm256_set1_epi8(0xF));
-    let codes = _mm256_or_si256(nibbles, _mm256_andnot_si256(set, _mm256_set1_epi8(0xF0u8 as i8)));
-    widen_signed(codes)
+    let qh = u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+    let bytes = zero_extend16(b, at + 4);
+    // Lane j tests bit j.
+    const BITS: [u16; 16] = {
+        let mut bits = [0; 16];
+        let mut j = 0;
+        while j < 16 {
+            bits[j] = 1 << j;
+            j += 1;
+        }
+        bits
+    };
+    let bit = _mm256_loadu_si256(BITS.as_ptr().cast());
+    let code = |nibbles: __m256i, bits: u32| {
+        let set = _mm256_cmpeq_epi16(_mm256_and_si256(_mm256_set1_epi16(bits as u16 as i16), bit), bit);
+        _mm256_sub_epi16(nibbles, _mm256_andnot_si256(set, _mm256_set1_epi16(16)))
+    };
+    [
+        code(_mm256_and_si256(bytes, _mm256_set1_epi16(0xF)), qh),
+        code(_mm256_srli_epi16::<4>(bytes), qh >> 16),
+    ]
 }
 
 struct Q4_0;
