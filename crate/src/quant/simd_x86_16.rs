@@ -44,8 +44,7 @@ unsafe fn pairs<B: Block>(rows: &[u8], x: &Activations16, out: &mut [f32]) {
 /// [`prefill::Tile`](super::prefill::Tile)'s unpacking of whole stored rows of the 32-element types and the K-quants:
 /// each block's (sub-block's) codes less their centre as [`dots`] and [`dot_k`] take them (Q6_K's before its
 /// scales), its scale and its minimum plus centre times scale (formed as the portable unpacking forms them). False
-/// for the other types. (The portable
-/// unpacking was 9% of a Q4_0 prefill on a Zen 3.)
+/// for the other types. (The portable unpacking was 9% of a Q4_0 prefill on a Zen 3.)
 ///
 /// # Safety
 /// AVX2, FMA and F16C.
@@ -180,7 +179,7 @@ unsafe fn nibbles(b: &[u8], at: usize, centre: i16) -> [__m256i; 2] {
 
 /// The 16 bytes at `at` as 16-bit lanes, by one in-lane byte shuffle of them loaded into both halves. The compiler
 /// made `vpmovzxbw` of them two widenings of masked bytes, and (with Q5's codes widened from bytes) the shuffle
-/// ports were the 4- and 5-bit types' limit: decode 1.2–1.25× faster on a Zen 3 this way (BENCHMARKS.md).
+/// ports were the 4- and 5-bit types' limit: their decode 1.17–1.25× faster on a Zen 3 this way (BENCHMARKS.md).
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn zero_extend16(b: &[u8], at: usize) -> __m256i {
     let spread = _mm256_setr_epi8(
