@@ -355,7 +355,8 @@ impl SuperBlock for Q4K {
     #[target_feature(enable = "avx512f,avx512bw,f16c")]
     unsafe fn scales(b: *const u8) -> (__m256, Option<__m256>) {
         // The AVX2 kernels' (Level::Avx512 also has AVX2, FMA and F16C: `Level::current` checks them first).
-        super::simd_x86_16::k_scales(std::slice::from_raw_parts(b, Self::BYTES), 8.0)
+        let (scale, min) = super::simd_x86_16::k_scales(std::slice::from_raw_parts(b, Self::BYTES), 8.0);
+        (scale, Some(min))
     }
 
     /// Sub-blocks 2p and 2p + 1: the low and high nibbles of the 32 bytes at `16 + 32p`, centred on 8.
@@ -377,7 +378,8 @@ impl SuperBlock for Q5K {
 
     #[target_feature(enable = "avx512f,avx512bw,f16c")]
     unsafe fn scales(b: *const u8) -> (__m256, Option<__m256>) {
-        super::simd_x86_16::k_scales(std::slice::from_raw_parts(b, Self::BYTES), 16.0)
+        let (scale, min) = super::simd_x86_16::k_scales(std::slice::from_raw_parts(b, Self::BYTES), 16.0);
+        (scale, Some(min))
     }
 
     /// Q4_K's nibbles (at 48) plus 16 where bit `j` of the 32 bytes at 16 is set, centred on 16.

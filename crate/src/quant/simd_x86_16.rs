@@ -26,7 +26,7 @@ pub(super) unsafe fn rows_dot_16(ty: GgmlType, rows: &[u8], x: &Activations16, o
         GgmlType::Q5_1 => pairs::<Q5_1>(rows, x, out),
         GgmlType::Q4_K => each_row(rows, out, |row| dot_k::<Q4K>(row, x)),
         GgmlType::Q5_K => each_row(rows, out, |row| dot_k::<Q5K>(row, x)),
-        GgmlType::Q6_K => each_row(rows, out, |row| dot_k::<Q6K>(row, x)),
+        GgmlType::Q6_K => each_row(rows, out, |row| dot_q6k(row, x)),
         _ => unreachable!("simd_x86_16::rows_dot_16 on {ty}: check has_dot first"),
     }
 }
@@ -323,21 +323,20 @@ unsafe fn block<B: Block, const R: usize>(
     }
 }
 
-/// A K-quant's super-block of 256: eight sub-blocks of 32, each with its own scale (and minimum).
+/// Q4_K's and Q5_K's super-block of 256: eight sub-blocks of 32, each with its own scale and minimum.
 trait SuperBlock {
     const BYTES: usize;
-    /// What [`SuperBlock::codes`] centres the codes on (Q6_K: 0, its codes are stored centred).
+    /// What [`SuperBlock::codes`] centres the codes on.
     const CENTRE: f32;
 
     /// Per sub-block, `d·sc` and the minimum added as `min·Σx`: `CENTRE·d·sc − dmin·m` for the codes
-    /// [`SuperBlock::codes`] centres on `CENTRE` (Q6_K: `d`, none).
+    /// [`SuperBlock::codes`] centres on `CENTRE`.
     ///
     /// # Safety
     /// AVX2, FMA and F16C; `b` holds `BYTES` bytes.
-    unsafe fn scales(b: &[u8]) -> (__m256, Option<__m256>);
+    unsafe fn scales(b: &[u8]) -> (__m256, __m256);
 
-    /// Sub-blocks `2p` and `2p + 1` (Q6_K: `j`'s pair in the same way), each as two vectors of 16-bit codes,
-    /// elements 0..16 then 16..32 (Q6_K: times their 16-element group's scale, at most 32·128 in magnitude).
+    /// Sub-blocks `2p` and `2p + 1`, each as two vectors of 16-bit codes, elements 0..16 then 16..32.
     ///
     /// # Safety
     /// AVX2, FMA and F16C; `b` holds `BYTES` bytes; `p < 4`.
@@ -355,13 +354,13 @@ unsafe fn load32(b: &[u8], at: usize) -> __m256i {
 /// # Safety
 /// AVX2, FMA and F16C; `b` holds at least 16 bytes.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn k_scales(b: &[u8], centre: f32) -> (__m256, Option<__m256>) {
+pub(super) unsafe fn k_scales(b: &[u8], centre: f32) -> (__m256, __m256) {
     let (sc, mn) = super::blocks::k_scale_min(&b[4..16]);
     let (d, dmin) = (half8(b), half8(&b[2..]));
     let widen = |v: [u8; 8]| _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(i64::from_le_bytes(v))));
     let scale = _mm256_mul_ps(d, widen(sc));
     let min = _mm256_mul_ps(dmin, widen(mn));
-    (scale, Some(_mm256_fmsub_ps(_mm256_set1_ps(centre), scale, min)))
+    (scale, _mm256_fmsub_ps(_mm256_set1_ps(centre), scale, min))
 }
 
 struct Q4K;
@@ -369,7 +368,7 @@ impl SuperBlock for Q4K {
     const BYTES: usize = 144;
     const CENTRE: f32 = 8.0;
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn scales(b: &[u8]) -> (__m256, Option<__m256>) {
+    unsafe fn scales(b: &[u8]) -> (__m256, __m256) {
         k_scales(b, Self::CENTRE)
     }
     /// The low and high nibbles of the 32 bytes at `16 + 32p`, centred on 8.
@@ -389,7 +388,7 @@ impl SuperBlock for Q5K {
     const BYTES: usize = 176;
     const CENTRE: f32 = 16.0;
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn scales(b: &[u8]) -> (__m256, Option<__m256>) {
+    unsafe fn scales(b: &[u8]) -> (__m256, __m256) {
         k_scales(b, Self::CENTRE)
     }
     /// Q4_K's nibbles (at 48) plus bit `2p` and `2p + 1` of the 32 bytes at 16 as bit 4, centred on 16.
@@ -412,29 +411,10 @@ impl SuperBlock for Q5K {
 }
 
 struct Q6K;
-impl SuperBlock for Q6K {
-    const BYTES: usize = 210;
-    const CENTRE: f32 = 0.0;
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn scales(b: &[u8]) -> (__m256, Option<__m256>) {
-        (half8(&b[208..]), None)
-    }
-    /// [`Q6K::centred`]'s codes, elements 0..16 times the int8 scale at `192 + 2j`, 16..32 times the next one.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn codes(b: &[u8], p: usize) -> [[__m256i; 2]; 2] {
-        let centred = Self::centred(b, p);
-        std::array::from_fn(|i| {
-            // Sub-block 4h + k of the pair p = 2h + k / 2 is 2p + i.
-            let (j, [q0, q1]) = (2 * p + i, centred[i]);
-            [
-                _mm256_mullo_epi16(q0, _mm256_set1_epi16((b[192 + 2 * j] as i8).into())),
-                _mm256_mullo_epi16(q1, _mm256_set1_epi16((b[193 + 2 * j] as i8).into())),
-            ]
-        })
-    }
-}
 
 impl Q6K {
+    const BYTES: usize = 210;
+
     /// Sub-blocks j = 4h + k for the pair p = 2h + k / 2… taken as (h, k ∈ {2(p % 2), 2(p % 2) + 1}): nibble k / 2 of
     /// the 32 bytes at `64h + 32·(k % 2)`, bits `2k..2k + 2` of the 32 bytes at `128 + 32h` as bits 4 and 5,
     /// minus 32, each as two vectors of 16-bit codes (elements 0..16, then 16..32).
@@ -471,7 +451,7 @@ unsafe fn widen_signed(v: __m256i) -> [__m256i; 2] {
     ]
 }
 
-/// `Σ_sub-blocks scale_w·scale_x·Σ q·a + min·Σx` over one row of super-blocks.
+/// `Σ_sub-blocks scale_w·scale_x·Σ q·a + min·Σx` over one row of Q4_K or Q5_K super-blocks.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_k<K: SuperBlock>(row: &[u8], x: &Activations16) -> f32 {
     let supers = row.len() / K::BYTES;
@@ -484,28 +464,77 @@ unsafe fn dot_k<K: SuperBlock>(row: &[u8], x: &Activations16) -> f32 {
         let order = |v: __m256| _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(v)));
         let xscales = order(_mm256_shuffle_ps::<0b10_00_10_00>(lo, hi));
         let (scale, min) = K::scales(b);
-        if let Some(min) = min {
-            mins = _mm256_fmadd_ps(min, order(_mm256_shuffle_ps::<0b11_01_11_01>(lo, hi)), mins);
-        }
+        mins = _mm256_fmadd_ps(min, order(_mm256_shuffle_ps::<0b11_01_11_01>(lo, hi)), mins);
         let mut scales = [0f32; 8];
         _mm256_storeu_ps(scales.as_mut_ptr(), _mm256_mul_ps(scale, xscales));
+        // Each sub-block's scale broadcast from memory (a load): seen through, the compiler broadcast them from the
+        // register, two shuffles a sub-block on ports that the codes' shuffles already fill.
+        let scales = std::hint::black_box(&scales);
         let a = x.a.as_ptr().add(256 * s);
         for p in 0..4 {
             for (i, [q0, q1]) in K::codes(b, p).into_iter().enumerate() {
                 let j = 2 * p + i;
-                // Four exact products per 32-bit lane: |q·a| ≤ 32·128·32767 (Q6_K's scaled codes), four fit.
+                // Four exact products per 32-bit lane, |q·a| ≤ 16·32767: they fit.
                 let dots = _mm256_add_epi32(
                     _mm256_madd_epi16(q0, _mm256_loadu_si256(a.add(32 * j).cast())),
                     _mm256_madd_epi16(q1, _mm256_loadu_si256(a.add(32 * j + 16).cast())),
                 );
                 let q = _mm256_cvtepi32_ps(dots);
+                let scale = _mm256_broadcast_ss(&scales[j]);
                 if i == 0 {
-                    a0 = _mm256_fmadd_ps(q, _mm256_set1_ps(scales[j]), a0);
+                    a0 = _mm256_fmadd_ps(q, scale, a0);
                 } else {
-                    a1 = _mm256_fmadd_ps(q, _mm256_set1_ps(scales[j]), a1);
+                    a1 = _mm256_fmadd_ps(q, scale, a1);
                 }
             }
         }
     }
     hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), mins))
+}
+
+/// `Σ_groups d·sc·scale_x·Σ q·a` over one row of Q6_K super-blocks: each 16-element group's integer dot times its
+/// scale in float32. (Folding the int8 scale into the codes took a multiply and a broadcast shuffle per group.)
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q6k(row: &[u8], x: &Activations16) -> f32 {
+    let supers = row.len() / Q6K::BYTES;
+    assert!(row.len() == supers * Q6K::BYTES && x.a.len() >= 256 * supers && x.scale_sum.len() >= 8 * supers);
+    let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    for (s, b) in row.chunks_exact(Q6K::BYTES).enumerate() {
+        // The activations' scale of each group's block of 32: [s0, s0, s1, s1, …] from the [scale, Σx] pairs.
+        let pairs = x.scale_sum.as_ptr().add(8 * s).cast::<f32>();
+        let (lo, hi) = (_mm256_loadu_ps(pairs), _mm256_loadu_ps(pairs.add(8)));
+        let xscales = [
+            _mm256_shuffle_ps::<0b10_10_00_00>(lo, lo),
+            _mm256_shuffle_ps::<0b10_10_00_00>(hi, hi),
+        ];
+        let group_scales = load16(b, 192);
+        let int8 = |v: __m128i| _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+        let d = half8(&b[208..]);
+        // `d·sc` rounded as the portable code rounds it, then the activations' scale.
+        let mut scales = [0f32; 16];
+        _mm256_storeu_ps(
+            scales.as_mut_ptr(),
+            _mm256_mul_ps(_mm256_mul_ps(d, int8(group_scales)), xscales[0]),
+        );
+        _mm256_storeu_ps(
+            scales.as_mut_ptr().add(8),
+            _mm256_mul_ps(_mm256_mul_ps(d, int8(_mm_srli_si128::<8>(group_scales))), xscales[1]),
+        );
+        // Broadcast from memory (a load), as in `dot_k`.
+        let scales = std::hint::black_box(&scales);
+        let a = x.a.as_ptr().add(256 * s);
+        for p in 0..4 {
+            for (i, [q0, q1]) in Q6K::centred(b, p).into_iter().enumerate() {
+                let j = 2 * p + i;
+                // Two exact products per 32-bit lane, |q·a| ≤ 32·32767: they fit.
+                let dots = [
+                    _mm256_madd_epi16(q0, _mm256_loadu_si256(a.add(32 * j).cast())),
+                    _mm256_madd_epi16(q1, _mm256_loadu_si256(a.add(32 * j + 16).cast())),
+                ];
+                a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[0]), _mm256_broadcast_ss(&scales[2 * j]), a0);
+                a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[1]), _mm256_broadcast_ss(&scales[2 * j + 1]), a1);
+            }
+        }
+    }
+    hsum(_mm256_add_ps(a0, a1))
 }
