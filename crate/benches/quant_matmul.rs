@@ -3,6 +3,9 @@
 //! per weight and token) and GB/s of weight bytes read (once per call).
 //!
 //!     cargo bench --bench quant_matmul
+//!
+//! `BENCH_SHAPES=2048x8192,49152x2048` measures other shapes (rows × columns), e.g. a 1B model's, which outgrow
+//! the caches that SmolLM2's fit; `BENCH_TYPES`, `BENCH_TOKENS` and `BENCH_ONE_THREAD` narrow the cases.
 
 mod common;
 
@@ -82,10 +85,22 @@ fn main() {
     eprintln!("kernels: {}", quant::simd_in_use());
     // `BENCH_TYPES=Q4_K,Q6_K` measures only those.
     let only = std::env::var("BENCH_TYPES").ok();
-    let cases: Vec<(GgmlType, usize, usize)> = [(1536, 576), (576, 1536)]
+    // `BENCH_SHAPES=2048x8192,49152x2048` (rows × columns) instead of SmolLM2's, e.g. a 1B model's: out of cache.
+    let shapes: Vec<(usize, usize)> = match std::env::var("BENCH_SHAPES") {
+        Ok(v) => v
+            .split(',')
+            .map(|s| {
+                let (rows, cols) = s.split_once('x').expect("BENCH_SHAPES: ROWSxCOLS");
+                (rows.parse().expect("rows"), cols.parse().expect("columns"))
+            })
+            .collect(),
+        _ => vec![(1536, 576), (576, 1536)],
+    };
+    let smollm2 = std::env::var("BENCH_SHAPES").is_err();
+    let cases: Vec<(GgmlType, usize, usize)> = shapes
         .into_iter()
         .flat_map(|(rows, cols)| small.map(|t| (t, rows, cols)))
-        .chain([(GgmlType::Q8_0, 49152, 576)])
+        .chain(smollm2.then_some((GgmlType::Q8_0, 49152, 576)))
         // K-quant rows are whole super-blocks of 256.
         .filter(|&(t, _, cols)| cols % t.block_len() == 0)
         .filter(|(t, _, _)| only.as_ref().is_none_or(|o| o.split(',').any(|n| n == t.name())))

@@ -19,6 +19,10 @@ pub(super) struct Activations16 {
     /// SmolLM2 0.01 of a logit). Only the AVX-512 kernels take them.
     #[cfg(target_arch = "x86_64")]
     pub(super) pair_sum: Vec<f32>,
+    /// Per block, `Σa`: the AVX2 Q4_K and Q5_K kernels take the codes as stored, from 0, and subtract these times
+    /// the centre once per super-block (exact), not the centre from each code.
+    #[cfg(target_arch = "x86_64")]
+    pub(super) block_sum: Vec<i32>,
     /// Per block, `8·Σa`: the wasm kernel takes Q4/Q5 codes as stored, from 0, and subtracts this (twice for Q5)
     /// for `q − 8` (`q − 16`).
     #[cfg(target_arch = "wasm32")]
@@ -93,6 +97,8 @@ impl Activations16 {
             }
             #[cfg(target_arch = "wasm32")]
             self.eight_sum.push(8 * a.iter().map(|&a| i32::from(a)).sum::<i32>());
+            #[cfg(target_arch = "x86_64")]
+            self.block_sum.push(a.iter().map(|&a| i32::from(a)).sum());
             self.scale_sum.push([max / 32767.0, block.iter().sum()]);
         }
     }
@@ -110,6 +116,8 @@ impl Activations16 {
             },
             #[cfg(target_arch = "wasm32")]
             eight_sum: Vec::with_capacity(x.len() / 32),
+            #[cfg(target_arch = "x86_64")]
+            block_sum: Vec::with_capacity(x.len() / 32),
         }
     }
 
@@ -145,6 +153,11 @@ impl Activations16 {
             _mm256_storeu_si256(a.as_mut_ptr().add(16).cast(), pack(q[2], q[3]));
             let sum = _mm256_add_ps(_mm256_add_ps(v[0], v[1]), _mm256_add_ps(v[2], v[3]));
             self.scale_sum.push([max / 32767.0, super::simd_x86::hsum(sum)]);
+            let a_sum = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+            let a_sum = _mm_add_epi32(_mm256_castsi256_si128(a_sum), _mm256_extracti128_si256::<1>(a_sum));
+            let a_sum = _mm_add_epi32(a_sum, _mm_shuffle_epi32::<0b01_00_11_10>(a_sum));
+            let a_sum = _mm_add_epi32(a_sum, _mm_shuffle_epi32::<0b10_11_00_01>(a_sum));
+            self.block_sum.push(_mm_cvtsi128_si32(a_sum));
         }
         true
     }
@@ -179,6 +192,7 @@ mod tests {
         // SAFETY: checked above.
         assert!(unsafe { got.round_avx2(&x) });
         assert_eq!(got.a, want.a);
+        assert_eq!(got.block_sum, want.block_sum);
         assert!(got.a[33..64]
             .iter()
             .zip(1..)

@@ -94,11 +94,12 @@ unsafe fn unpack_k<K: SuperBlock>(rows: &[u8], codes: &mut [i16], scale: &mut [f
     let supers = rows.len() / K::BYTES;
     assert!(codes.len() == 256 * supers && scale.len() == 8 * supers && min.len() == 8 * supers);
     for (s, b) in rows.chunks_exact(K::BYTES).enumerate() {
+        let centre = _mm256_set1_epi16(K::CENTRE as i16);
         for p in 0..4 {
             for (i, [q0, q1]) in K::codes(b, p).into_iter().enumerate() {
                 let out = codes.as_mut_ptr().add(256 * s + 32 * (2 * p + i));
-                _mm256_storeu_si256(out.cast(), q0);
-                _mm256_storeu_si256(out.add(16).cast(), q1);
+                _mm256_storeu_si256(out.cast(), _mm256_sub_epi16(q0, centre));
+                _mm256_storeu_si256(out.add(16).cast(), _mm256_sub_epi16(q1, centre));
             }
         }
         let (scales, mins) = super::blocks::k_scales(b);
@@ -336,7 +337,8 @@ trait SuperBlock {
     /// AVX2, FMA and F16C; `b` holds `BYTES` bytes.
     unsafe fn scales(b: &[u8]) -> (__m256, __m256);
 
-    /// Sub-blocks `2p` and `2p + 1`, each as two vectors of 16-bit codes, elements 0..16 then 16..32.
+    /// Sub-blocks `2p` and `2p + 1`, each as two vectors of 16-bit codes as stored (from 0, not centred), elements
+    /// 0..16 then 16..32.
     ///
     /// # Safety
     /// AVX2, FMA and F16C; `b` holds `BYTES` bytes; `p < 4`.
@@ -371,14 +373,14 @@ impl SuperBlock for Q4K {
     unsafe fn scales(b: &[u8]) -> (__m256, __m256) {
         k_scales(b, Self::CENTRE)
     }
-    /// The low and high nibbles of the 32 bytes at `16 + 32p`, centred on 8.
+    /// The low and high nibbles of the 32 bytes at `16 + 32p`.
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn codes(b: &[u8], p: usize) -> [[__m256i; 2]; 2] {
-        let (low, eight) = (_mm256_set1_epi16(0xF), _mm256_set1_epi16(8));
+        let low = _mm256_set1_epi16(0xF);
         let halves = [zero_extend16(b, 16 + 32 * p), zero_extend16(b, 32 + 32 * p)];
         [
-            halves.map(|q| _mm256_sub_epi16(_mm256_and_si256(q, low), eight)),
-            halves.map(|q| _mm256_sub_epi16(_mm256_srli_epi16::<4>(q), eight)),
+            halves.map(|q| _mm256_and_si256(q, low)),
+            halves.map(|q| _mm256_srli_epi16::<4>(q)),
         ]
     }
 }
@@ -391,7 +393,7 @@ impl SuperBlock for Q5K {
     unsafe fn scales(b: &[u8]) -> (__m256, __m256) {
         k_scales(b, Self::CENTRE)
     }
-    /// Q4_K's nibbles (at 48) plus bit `2p` and `2p + 1` of the 32 bytes at 16 as bit 4, centred on 16.
+    /// Q4_K's nibbles (at 48) plus bit `2p` and `2p + 1` of the 32 bytes at 16 as bit 4.
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn codes(b: &[u8], p: usize) -> [[__m256i; 2]; 2] {
         let (low, sixteen) = (_mm256_set1_epi8(0xF), _mm256_set1_epi8(16));
@@ -400,8 +402,7 @@ impl SuperBlock for Q5K {
         let with_bit = |nibbles: __m256i, j: usize| {
             let bit = _mm256_set1_epi8(1 << j);
             let set = _mm256_cmpeq_epi8(_mm256_and_si256(high, bit), bit);
-            // nibble + 16·bit − 16.
-            _mm256_sub_epi8(_mm256_or_si256(nibbles, _mm256_and_si256(set, sixteen)), sixteen)
+            _mm256_or_si256(nibbles, _mm256_and_si256(set, sixteen))
         };
         [
             widen_signed(with_bit(_mm256_and_si256(q, low), 2 * p)),
@@ -451,12 +452,14 @@ unsafe fn widen_signed(v: __m256i) -> [__m256i; 2] {
     ]
 }
 
-/// `Σ_sub-blocks scale_w·scale_x·Σ q·a + min·Σx` over one row of Q4_K or Q5_K super-blocks.
+/// `Σ_sub-blocks scale_w·scale_x·Σ q·a + min·Σx` over one row of Q4_K or Q5_K super-blocks: each sub-block's
+/// integer dot summed whole (exact), then the eight times their scales in one multiply.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_k<K: SuperBlock>(row: &[u8], x: &Activations16) -> f32 {
     let supers = row.len() / K::BYTES;
     assert!(row.len() == supers * K::BYTES && x.a.len() >= 256 * supers && x.scale_sum.len() >= 8 * supers);
-    let (mut a0, mut a1, mut mins) = (_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps());
+    assert!(x.block_sum.len() >= 8 * supers);
+    let (mut acc, mut mins) = (_mm256_setzero_ps(), _mm256_setzero_ps());
     for (s, b) in row.chunks_exact(K::BYTES).enumerate() {
         // The activations' eight [scale, Σx] pairs: scales and sums apart, in order.
         let pairs = x.scale_sum.as_ptr().add(8 * s).cast::<f32>();
@@ -465,31 +468,40 @@ unsafe fn dot_k<K: SuperBlock>(row: &[u8], x: &Activations16) -> f32 {
         let xscales = order(_mm256_shuffle_ps::<0b10_00_10_00>(lo, hi));
         let (scale, min) = K::scales(b);
         mins = _mm256_fmadd_ps(min, order(_mm256_shuffle_ps::<0b11_01_11_01>(lo, hi)), mins);
-        let mut scales = [0f32; 8];
-        _mm256_storeu_ps(scales.as_mut_ptr(), _mm256_mul_ps(scale, xscales));
-        // Each sub-block's scale broadcast from memory (a load): seen through, the compiler broadcast them from the
-        // register, two shuffles a sub-block on ports that the codes' shuffles already fill.
-        let scales = std::hint::black_box(&scales);
         let a = x.a.as_ptr().add(256 * s);
+        let mut dots = [_mm256_setzero_si256(); 8];
         for p in 0..4 {
             for (i, [q0, q1]) in K::codes(b, p).into_iter().enumerate() {
                 let j = 2 * p + i;
-                // Four exact products per 32-bit lane, |q·a| ≤ 16·32767: they fit.
-                let dots = _mm256_add_epi32(
+                // Four exact products per 32-bit lane, |q·a| ≤ 31·32767: they fit.
+                dots[j] = _mm256_add_epi32(
                     _mm256_madd_epi16(q0, _mm256_loadu_si256(a.add(32 * j).cast())),
                     _mm256_madd_epi16(q1, _mm256_loadu_si256(a.add(32 * j + 16).cast())),
                 );
-                let q = _mm256_cvtepi32_ps(dots);
-                let scale = _mm256_broadcast_ss(&scales[j]);
-                if i == 0 {
-                    a0 = _mm256_fmadd_ps(q, scale, a0);
-                } else {
-                    a1 = _mm256_fmadd_ps(q, scale, a1);
-                }
             }
         }
+        // Σ(q − CENTRE)·a from the codes as stored: CENTRE·Σa, per sub-block, less.
+        let block_sums = _mm256_loadu_si256(x.block_sum.as_ptr().add(8 * s).cast());
+        let centring = _mm256_mullo_epi32(block_sums, _mm256_set1_epi32(K::CENTRE as i32));
+        let sums = _mm256_sub_epi32(sum8(dots), centring);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(scale, xscales), acc);
     }
-    hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), mins))
+    hsum(_mm256_add_ps(acc, mins))
+}
+
+/// Lane `j` the sum of `v[j]`'s eight lanes.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn sum8(v: [__m256i; 8]) -> __m256i {
+    let pairs = [0, 2, 4, 6].map(|i| _mm256_hadd_epi32(v[i], v[i + 1]));
+    // Per 128-bit half, [Σ half of v[0], …, v[3]] and of v[4..8].
+    let (first, last) = (
+        _mm256_hadd_epi32(pairs[0], pairs[1]),
+        _mm256_hadd_epi32(pairs[2], pairs[3]),
+    );
+    _mm256_add_epi32(
+        _mm256_permute2x128_si256::<0x20>(first, last),
+        _mm256_permute2x128_si256::<0x31>(first, last),
+    )
 }
 
 /// `Σ_groups d·sc·scale_x·Σ q·a` over one row of Q6_K super-blocks: each 16-element group's integer dot times its
