@@ -75,10 +75,7 @@ unsafe fn unpack<B: Block>(rows: &[u8], codes: &mut [i16], scale: &mut [f32], mi
     let blocks = rows.len() / B::BYTES;
     assert!(codes.len() == 32 * blocks && scale.len() == blocks && min.len() == blocks);
     for (k, b) in rows.chunks_exact(B::BYTES).enumerate() {
-        let [q0, q1] = B::codes(b);
-        let out = codes.as_mut_ptr().add(32 * k);
-        _mm256_storeu_si256(out.cast(), q0);
-        _mm256_storeu_si256(out.add(16).cast(), q1);
+        store_block(&mut codes[32 * k..], B::codes(b), _mm256_setzero_si256());
         let d = super::blocks::half(b);
         scale[k] = d;
         min[k] = match B::HAS_MIN {
@@ -96,10 +93,8 @@ unsafe fn unpack_k<K: SuperBlock>(rows: &[u8], codes: &mut [i16], scale: &mut [f
     for (s, b) in rows.chunks_exact(K::BYTES).enumerate() {
         let centre = _mm256_set1_epi16(K::CENTRE as i16);
         for p in 0..4 {
-            for (i, [q0, q1]) in K::codes(b, p).into_iter().enumerate() {
-                let out = codes.as_mut_ptr().add(256 * s + 32 * (2 * p + i));
-                _mm256_storeu_si256(out.cast(), _mm256_sub_epi16(q0, centre));
-                _mm256_storeu_si256(out.add(16).cast(), _mm256_sub_epi16(q1, centre));
+            for (i, q) in K::codes(b, p).into_iter().enumerate() {
+                store_block(&mut codes[256 * s + 32 * (2 * p + i)..], q, centre);
             }
         }
         let (scales, mins) = super::blocks::k_scales(b);
@@ -118,11 +113,9 @@ unsafe fn unpack_q6k(rows: &[u8], codes: &mut [i16], scale: &mut [f32], min: &mu
     assert!(codes.len() == 256 * supers && scale.len() == 16 * supers && min.len() == 16 * supers);
     for (s, b) in rows.chunks_exact(Q6K::BYTES).enumerate() {
         for p in 0..4 {
-            for (i, [q0, q1]) in Q6K::centred(b, p).into_iter().enumerate() {
+            for (i, q) in Q6K::centred(b, p).into_iter().enumerate() {
                 // Sub-block 4h + k of `centred`'s pair p = 2h + k / 2 starts at element 32·(2p + i).
-                let out = codes.as_mut_ptr().add(256 * s + 32 * (2 * p + i));
-                _mm256_storeu_si256(out.cast(), q0);
-                _mm256_storeu_si256(out.add(16).cast(), q1);
+                store_block(&mut codes[256 * s + 32 * (2 * p + i)..], q, _mm256_setzero_si256());
             }
         }
         let d = super::blocks::half(&b[208..]);
@@ -131,6 +124,14 @@ unsafe fn unpack_q6k(rows: &[u8], codes: &mut [i16], scale: &mut [f32], min: &mu
             min[16 * s + g] = 0.0;
         }
     }
+}
+
+/// A block's 32 codes (elements 0..16, then 16..32) less `centre` into `out[..32]`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn store_block(out: &mut [i16], [q0, q1]: [__m256i; 2], centre: __m256i) {
+    assert!(out.len() >= 32);
+    _mm256_storeu_si256(out.as_mut_ptr().cast(), _mm256_sub_epi16(q0, centre));
+    _mm256_storeu_si256(out.as_mut_ptr().add(16).cast(), _mm256_sub_epi16(q1, centre));
 }
 
 /// The types these kernels compute (the others keep `simd_x86`'s float32 kernels). Q4_0, Q4_1 and Q8_0 had only
