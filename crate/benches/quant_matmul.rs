@@ -23,8 +23,12 @@ fn half_bytes(v: f32) -> [u8; 2] {
     half::f16::from_f32(v).to_bits().to_le_bytes()
 }
 
-/// Random weights of type `t`: random codes, plausible scales (and minimums).
+/// Random weights of type `t`: random codes, plausible scales (and minimums). Q4_0x8: Q4_0's, interleaved.
 fn weights(t: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8> {
+    if t == GgmlType::Q4_0x8 {
+        let stored = weights(GgmlType::Q4_0, rows, cols, rng);
+        return quant::interleave_q4_0(&QMatrix::new(GgmlType::Q4_0, rows, cols, &stored).unwrap()).unwrap();
+    }
     let blocks = rows * cols / t.block_len();
     let mut out = Vec::with_capacity(blocks * t.block_bytes());
     for _ in 0..blocks {
@@ -64,6 +68,7 @@ fn main() {
     let mut rng = Rng(7);
     let small = [
         GgmlType::Q4_0,
+        GgmlType::Q4_0x8,
         GgmlType::Q4_1,
         GgmlType::Q5_0,
         GgmlType::Q5_1,

@@ -174,12 +174,14 @@ pub struct CpuEngine {
 }
 
 impl CpuEngine {
+    /// An engine over `weights`, its matrices in the layout this CPU's kernels read fastest
+    /// ([`ModelWeights::for_cpu`]).
     pub fn new(cfg: ModelConfig, weights: Arc<ModelWeights>) -> CpuEngine {
         CpuEngine {
             cache: KvCache::new((0..cfg.n_layers).map(|l| cfg.window(l)).collect()),
             ropes: cfg.ropes(),
             cfg,
-            weights,
+            weights: weights.for_cpu(),
         }
     }
 

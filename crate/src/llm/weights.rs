@@ -4,6 +4,8 @@
 //! The loaders look tensors up by role through a [`TensorSource`], so GGUF names (`blk.N.attn_q.weight`), HF
 //! names (`model.layers.N.self_attn.q_proj.weight`) and a Loom transformer `.entity` all feed the same checks.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 
 use super::config::{Arch, ModelConfig};
@@ -35,6 +37,20 @@ impl Matrix {
             cols: self.cols,
             data: &self.data,
         }
+    }
+
+    /// The matrix as the CPU kernels read it fastest: Q4_0 with its rows interleaved by eight where that pays
+    /// ([`quant::interleave_pays`]; a copy of the bytes, in another order), else `None`.
+    fn for_cpu(&self) -> Option<Matrix> {
+        if !quant::interleave_pays(self.ty, self.rows) {
+            return None;
+        }
+        let data = quant::interleave_q4_0(&self.view()).ok()?;
+        Some(Matrix {
+            ty: GgmlType::Q4_0x8,
+            data: Bytes::from(data),
+            ..*self
+        })
     }
 }
 
@@ -85,6 +101,39 @@ pub struct ModelWeights {
 }
 
 impl ModelWeights {
+    /// The weights as the CPU engine reads them: the matrices it multiplies in the layout its kernels read fastest
+    /// ([`Matrix::for_cpu`]); the same weights where none changes. The embedding stays as stored: its rows are looked
+    /// up, and a tied head is read once a token.
+    pub fn for_cpu(self: &Arc<Self>) -> Arc<ModelWeights> {
+        let mut multiplied = self
+            .head
+            .iter()
+            .chain(self.blocks.iter().flat_map(BlockWeights::matrices));
+        if !multiplied.any(|m| quant::interleave_pays(m.ty, m.rows)) {
+            return self.clone();
+        }
+        let keep = |m: &Matrix| m.for_cpu().unwrap_or_else(|| m.clone());
+        Arc::new(ModelWeights {
+            embed: self.embed.clone(),
+            blocks: self
+                .blocks
+                .iter()
+                .map(|b| BlockWeights {
+                    wq: keep(&b.wq),
+                    wk: keep(&b.wk),
+                    wv: keep(&b.wv),
+                    wo: keep(&b.wo),
+                    gate: keep(&b.gate),
+                    up: keep(&b.up),
+                    down: keep(&b.down),
+                    ..b.clone()
+                })
+                .collect(),
+            final_norm: self.final_norm.clone(),
+            head: self.head.as_ref().map(keep),
+        })
+    }
+
     /// The LM head: its own matrix, or the tied embedding.
     pub fn lm_head(&self) -> &Matrix {
         self.head.as_ref().unwrap_or(&self.embed)

@@ -35,6 +35,12 @@ impl<'a> QMatrix<'a> {
             return Err(ty.unsupported());
         }
         let row_bytes = ty.row_bytes(cols)?;
+        if ty == GgmlType::Q4_0x8 && !rows.is_multiple_of(super::interleaved::ROWS) {
+            return Err(LoomError::InvalidInput(format!(
+                "{ty} matrix of {rows} rows: not whole groups of {}",
+                super::interleaved::ROWS
+            )));
+        }
         if rows.checked_mul(row_bytes) != Some(data.len()) {
             return Err(LoomError::InvalidInput(format!(
                 "{ty} matrix [{rows}][{cols}]: {} bytes, not {rows} rows of {row_bytes}",
@@ -44,8 +50,9 @@ impl<'a> QMatrix<'a> {
         Ok(QMatrix { ty, rows, cols, data })
     }
 
-    /// The stored bytes of row `r` (`r < rows`, else this panics like slice indexing).
-    pub fn row(&self, r: usize) -> &'a [u8] {
+    /// The stored bytes of row `r` (`r < rows`, else this panics like slice indexing); for [`GgmlType::Q4_0x8`], a
+    /// row's length of bytes of its group, not the row.
+    fn row(&self, r: usize) -> &'a [u8] {
         let row_bytes = self.cols / self.ty.block_len() * self.ty.block_bytes();
         &self.data[r * row_bytes..(r + 1) * row_bytes]
     }
@@ -59,7 +66,23 @@ impl<'a> QMatrix<'a> {
                 w.rows
             )));
         }
-        super::dequantize(w.ty, w.row(r), out)
+        if out.len() != w.cols {
+            return Err(LoomError::InvalidInput(format!(
+                "row of {} values into {} values",
+                w.cols,
+                out.len()
+            )));
+        }
+        w.row_values(Level::current(), r, out);
+        Ok(())
+    }
+
+    /// Row `r` (`r < rows`) as float32 into `out` (`cols` values), bit-identical to `gguf.quants.dequantize`.
+    fn row_values(&self, level: Level, r: usize, out: &mut [f32]) {
+        match self.ty {
+            GgmlType::Q4_0x8 => super::interleaved::dequantize_row(self.data, self.cols, r, out),
+            ty => dequantize_blocks(level, ty, self.row(r), out),
+        }
     }
 
     /// The same matrix checked again: the fields are public, so it may not come from [`QMatrix::new`].
@@ -117,7 +140,7 @@ pub fn matmul_each(x: &[f32], n: usize, products: &mut [(QMatrix, &mut [f32])]) 
                 false => None,
             },
             (vnni && wants(float_prefill)).then(|| TokensF32::<16>::new(x, n, x.len() / n)),
-            match !vnni && level != Level::Portable && wants(has_16bit_dot) {
+            match !vnni && level != Level::Portable && wants(avx2_prefill) {
                 true => {
                     use super::{prefill::Kernel, simd_x86_prefill::Avx2};
                     super::prefill::Tokens::<8>::new(x, n, x.len() / n, <Avx2 as Kernel<8>>::GROUPS)
@@ -172,10 +195,7 @@ pub fn matmul_each(x: &[f32], n: usize, products: &mut [(QMatrix, &mut [f32])]) 
                 });
                 continue;
             }
-            if let Some(tokens) = tokens8
-                .as_ref()
-                .filter(|_| w.rows > 0 && super::activations::has_16bit_dot(w.ty))
-            {
+            if let Some(tokens) = tokens8.as_ref().filter(|_| w.rows > 0 && avx2_prefill(w.ty)) {
                 use super::{prefill, simd_x86_prefill::Avx2};
                 // SAFETY: Level::Avx2 and Level::Avx512 mean the CPU has AVX2 and FMA; as above otherwise.
                 split_row_runs(w.rows, |first, count| unsafe {
@@ -201,6 +221,12 @@ pub fn matmul_each(x: &[f32], n: usize, products: &mut [(QMatrix, &mut [f32])]) 
         prefill(w, x, n, level, y);
     }
     Ok(())
+}
+
+/// The types of the AVX2 integer prefill: the 16-bit types, and Q4_0x8, whose tile only AVX2 unpacks.
+#[cfg(target_arch = "x86_64")]
+fn avx2_prefill(ty: GgmlType) -> bool {
+    super::activations::has_16bit_dot(ty) || ty == GgmlType::Q4_0x8
 }
 
 /// The float types, whose prefill widens a tile of rows to float32 for sixteen (AVX-512), eight (AVX2) or four
@@ -632,15 +658,18 @@ fn rows_kernel(
             super::simd_wasm::rows_dot_float(w.ty, rows, x, out);
             return;
         }
-        each_row(rows, out, |row| row_dot(level, w.ty, row, x));
-        return;
+        // Q4_0x8's rows are not runs of bytes: the tiles below take them apart.
+        if w.ty != GgmlType::Q4_0x8 {
+            each_row(rows, out, |row| row_dot(level, w.ty, row, x));
+            return;
+        }
     }
     let cols = w.cols;
     let mut tile = vec![0.0; TILE * cols];
     for (i, out) in out.chunks_mut(TILE * n).enumerate() {
         let rows = out.len() / n;
         for (k, values) in tile.chunks_exact_mut(cols).take(rows).enumerate() {
-            dequantize_blocks(level, w.ty, w.row(first + i * TILE + k), values);
+            w.row_values(level, first + i * TILE + k, values);
         }
         if rows < TILE {
             for (t, x) in x.chunks_exact(cols).enumerate() {

@@ -7,6 +7,7 @@
 
 mod activations;
 mod blocks;
+mod interleaved;
 mod matmul;
 #[cfg(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "simd128")))]
 mod prefill;
@@ -26,6 +27,7 @@ mod simd_x86_16;
 mod simd_x86_prefill;
 
 pub use blocks::CodeGroup;
+pub use interleaved::{interleave_pays, interleave_q4_0};
 pub use matmul::{in_pool, matmul, matmul_each, par_chunks, set_simd, set_threads, simd_in_use, QMatrix, Simd};
 
 use crate::error::{LoomError, Result};
@@ -72,6 +74,11 @@ pub enum GgmlType {
     /// byte `j` holds element `2j` in its low nibble and `2j+1` in its high nibble, each a 4-bit two's-complement
     /// `q` (−8..7); value `q·s`.
     LoomQ4_0,
+    /// Q4_0 with its rows interleaved eight at a time, in memory only (no GGUF id; [`interleave_q4_0`] makes it):
+    /// per group of eight rows, per block of 32 columns, the eight f16 scales then four 32-byte vectors, the 16-bit
+    /// lane `2r + t` of vector `m` holding in its nibble `n` row `r`'s code for element `2(4m + n) + t`. The same
+    /// bytes as the stored rows; a matrix of it has whole groups of rows.
+    Q4_0x8,
 }
 
 /// One row of the registry.
@@ -92,13 +99,13 @@ const fn info(id: u32, name: &'static str, block_len: usize, block_bytes: usize)
 }
 
 impl GgmlType {
-    /// Every type: the 34 GGUF types in id order, then [`GgmlType::LoomQ4_0`].
-    pub const ALL: [GgmlType; 35] = {
+    /// Every type: the 34 GGUF types in id order, then [`GgmlType::LoomQ4_0`] and [`GgmlType::Q4_0x8`].
+    pub const ALL: [GgmlType; 36] = {
         use GgmlType::*;
         [
             F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ2_XXS, IQ2_XS, IQ3_XXS,
             IQ1_S, IQ4_NL, IQ3_S, IQ2_S, IQ4_XS, I8, I16, I32, I64, F64, IQ1_M, BF16, TQ1_0, TQ2_0, MXFP4, NVFP4, Q1_0,
-            LoomQ4_0,
+            LoomQ4_0, Q4_0x8,
         ]
     };
 
@@ -147,6 +154,13 @@ impl GgmlType {
                 block_len: 32,
                 block_bytes: 20,
             },
+            // A row's share of its group's bytes, as stored Q4_0.
+            Q4_0x8 => Info {
+                id: None,
+                name: "Q4_0x8",
+                block_len: 32,
+                block_bytes: 18,
+            },
         }
     }
 
@@ -158,7 +172,7 @@ impl GgmlType {
             .ok_or_else(|| LoomError::UnsupportedDType(format!("ggml type id {id}")))
     }
 
-    /// The GGUF id; `None` for [`GgmlType::LoomQ4_0`], which exists only in memory.
+    /// The GGUF id; `None` for [`GgmlType::LoomQ4_0`] and [`GgmlType::Q4_0x8`], which exist only in memory.
     pub fn id(self) -> Option<u32> {
         self.info().id
     }
@@ -183,7 +197,7 @@ impl GgmlType {
         use GgmlType::*;
         matches!(
             self,
-            F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4_K | Q5_K | Q6_K | LoomQ4_0
+            F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4_K | Q5_K | Q6_K | LoomQ4_0 | Q4_0x8
         )
     }
 
@@ -213,10 +227,16 @@ impl std::fmt::Display for GgmlType {
 }
 
 /// Dequantizes whole blocks of type `t` into `out` (`block_len` values per block), bit-identical to
-/// `gguf.quants.dequantize`.
+/// `gguf.quants.dequantize`. Not [`GgmlType::Q4_0x8`], whose blocks are not runs of bytes
+/// ([`QMatrix::dequantize_row`] takes its rows apart).
 pub fn dequantize(t: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<()> {
     if !t.can_compute() {
         return Err(t.unsupported());
+    }
+    if t == GgmlType::Q4_0x8 {
+        return Err(LoomError::InvalidInput(
+            "Q4_0x8 blocks are eight rows interleaved: dequantize a matrix's rows".into(),
+        ));
     }
     let bb = t.block_bytes();
     let blocks = bytes.len() / bb;
@@ -267,7 +287,7 @@ mod tests {
             }
             assert!(t.block_bytes() > 0 && t.block_len() > 0, "{t}");
         }
-        assert_eq!(GgmlType::ALL.iter().filter(|t| t.id().is_none()).count(), 1);
+        assert_eq!(GgmlType::ALL.iter().filter(|t| t.id().is_none()).count(), 2);
         assert!(matches!(GgmlType::from_id(4), Err(LoomError::UnsupportedDType(_))));
         assert_eq!(GgmlType::Q4_K.row_bytes(512).unwrap(), 288);
         assert!(GgmlType::Q4_K.row_bytes(100).is_err());

@@ -127,6 +127,13 @@ impl Tile {
             &mut self.scale[..count * groups],
             &mut self.min[..count * groups],
         );
+        #[cfg(target_arch = "x86_64")]
+        if ty == GgmlType::Q4_0x8 {
+            // SAFETY: on x86-64 the only kernel is AVX2's; `rows` are whole groups (runs start at multiples of 16).
+            super::interleaved::unpack_tile(rows, self.cols, codes, scale);
+            min.fill(0.0);
+            return;
+        }
         if K::unpack(ty, rows, codes, scale, min) {
             return;
         }
