@@ -23,11 +23,19 @@ fn half_bytes(v: f32) -> [u8; 2] {
     half::f16::from_f32(v).to_bits().to_le_bytes()
 }
 
-/// Random weights of type `t`: random codes, plausible scales (and minimums). Q4_0x8: Q4_0's, interleaved.
+/// Random weights of type `t`: random codes, plausible scales (and minimums). Q4_0x8 and Q4_Kx8: Q4_0's and
+/// Q4_K's, interleaved.
 fn weights(t: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8> {
-    if t == GgmlType::Q4_0x8 {
-        let stored = weights(GgmlType::Q4_0, rows, cols, rng);
-        return quant::interleave_q4_0(&QMatrix::new(GgmlType::Q4_0, rows, cols, &stored).unwrap()).unwrap();
+    if t.interleaved() {
+        let stored_type = if t == GgmlType::Q4_0x8 {
+            GgmlType::Q4_0
+        } else {
+            GgmlType::Q4_K
+        };
+        let stored = weights(stored_type, rows, cols, rng);
+        return quant::interleave(&QMatrix::new(stored_type, rows, cols, &stored).unwrap())
+            .unwrap()
+            .1;
     }
     let blocks = rows * cols / t.block_len();
     let mut out = Vec::with_capacity(blocks * t.block_bytes());
@@ -74,6 +82,7 @@ fn main() {
         GgmlType::Q5_1,
         GgmlType::Q8_0,
         GgmlType::Q4_K,
+        GgmlType::Q4_Kx8,
         GgmlType::Q5_K,
         GgmlType::Q6_K,
         GgmlType::F16,

@@ -283,15 +283,7 @@ fn every_path_matches_gguf_py_and_numpy() {
                         .map(|(tok, r)| v.y[tok * v.rows + r])
                         .collect();
                     let w = QMatrix::new(t, rows, v.cols, &bytes).unwrap();
-                    // 37 tokens: the vectors' tokens over and over (two groups of 16 and a remainder).
-                    for n in [1, tokens, 37] {
-                        let x = cycled(&v.x, v.cols, n);
-                        let want = cycled(&want, rows, n);
-                        let mut y = vec![f32::NAN; n * rows];
-                        quant::matmul(&w, &x, n, &mut y).unwrap();
-                        let x16 = sixteen_bit_activations(t, n);
-                        check_matmul(&what(n, times), &values, v.cols, &x, &want, &y, x16);
-                    }
+                    check_token_counts(t, &w, &v, &values, &want, |n| what(n, times));
                 }
             }
         }
@@ -302,75 +294,91 @@ fn every_path_matches_gguf_py_and_numpy() {
     eprintln!("every_path_matches_gguf_py_and_numpy: ran the {paths:?} paths");
 }
 
-/// Q4_0 with its rows interleaved by eight (`Q4_0x8`, which the AVX2 decode kernel reads): each row dequantizes to
-/// gguf-py's values bit for bit, and `matmul` matches numpy as the stored rows do, decode and prefill. The vectors'
-/// rows cycle, so that a group holds different rows; 168 rows split into runs of 32 and a last run of 8 on two
-/// threads, and into prefill tiles of 16 and a last tile of 8.
+/// `matmul` of `w` (of type `t`, or its interleaved type; its rows' values `values`) with the vectors' tokens cycled
+/// to 1, all of them and 37 tokens (two groups of 16 and a remainder), against numpy's `want` (`[tokens][rows]`).
+fn check_token_counts(
+    t: GgmlType,
+    w: &QMatrix,
+    v: &Vectors,
+    values: &[f32],
+    want: &[f32],
+    what: impl Fn(usize) -> String,
+) {
+    let tokens = v.x.len() / v.cols;
+    for n in [1, tokens, 37] {
+        let x = cycled(&v.x, v.cols, n);
+        let want = cycled(want, w.rows, n);
+        let mut y = vec![f32::NAN; n * w.rows];
+        quant::matmul(w, &x, n, &mut y).unwrap();
+        check_matmul(&what(n), values, v.cols, &x, &want, &y, sixteen_bit_activations(t, n));
+    }
+}
+
+/// Q4_0 and Q4_K with their rows interleaved by eight (`Q4_0x8`, `Q4_Kx8`, which the AVX2 decode kernels read): each
+/// row dequantizes to gguf-py's values bit for bit, and `matmul` matches numpy as the stored rows do, decode and
+/// prefill. The vectors' rows cycle, so that a group holds different rows; 24 groups split into runs of 16 or 32
+/// rows and a last run of 8 on two threads, and into prefill tiles of 16 and a last tile of 8.
 fn check_interleaved(what: &str) {
-    for (wide, rows) in [(1, 56), (5, 168)] {
-        let v = widened(&vectors(GgmlType::Q4_0), wide);
-        let stored_rows = v.bytes.len() / v.rows;
-        let bytes: Vec<u8> = (0..rows)
-            .flat_map(|r| v.bytes.chunks_exact(stored_rows).nth(r % v.rows).unwrap())
-            .copied()
-            .collect();
-        let values: Vec<f32> = (0..rows)
-            .flat_map(|r| v.values.chunks_exact(v.cols).nth(r % v.rows).unwrap())
-            .copied()
-            .collect();
-        let stored = QMatrix::new(GgmlType::Q4_0, rows, v.cols, &bytes).unwrap();
-        let interleaved = quant::interleave_q4_0(&stored).unwrap();
-        assert_eq!(interleaved.len(), bytes.len());
-        let w = QMatrix::new(GgmlType::Q4_0x8, rows, v.cols, &interleaved).unwrap();
-        let mut row = vec![0.0; v.cols];
-        for r in 0..rows {
-            w.dequantize_row(r, &mut row).unwrap();
-            let want = &values[r * v.cols..(r + 1) * v.cols];
-            assert!(
-                row.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits()),
-                "Q4_0x8 row {r}, {what}"
-            );
-        }
-        let tokens = v.x.len() / v.cols;
-        // numpy's y [tokens][v.rows] for the cycled rows.
-        let want: Vec<f32> = (0..tokens)
-            .flat_map(|tok| (0..rows).map(move |r| (tok, r % v.rows)))
-            .map(|(tok, r)| v.y[tok * v.rows + r])
-            .collect();
-        for n in [1, tokens, 37] {
-            let x = cycled(&v.x, v.cols, n);
-            let want = cycled(&want, rows, n);
-            let mut y = vec![f32::NAN; n * rows];
-            quant::matmul(&w, &x, n, &mut y).unwrap();
-            let x16 = sixteen_bit_activations(GgmlType::Q4_0, n);
-            let what = format!("Q4_0x8 n = {n}, {rows} rows, columns ×{wide}, {what}");
-            check_matmul(&what, &values, v.cols, &x, &want, &y, x16);
+    for (t, interleaved_type) in [(GgmlType::Q4_0, GgmlType::Q4_0x8), (GgmlType::Q4_K, GgmlType::Q4_Kx8)] {
+        for wide in [1, 5] {
+            let v = widened(&vectors(t), wide);
+            let rows = v.rows * if wide == 1 { 8 } else { 24 };
+            let stored_rows = v.bytes.len() / v.rows;
+            let bytes: Vec<u8> = (0..rows)
+                .flat_map(|r| v.bytes.chunks_exact(stored_rows).nth(r % v.rows).unwrap())
+                .copied()
+                .collect();
+            let values: Vec<f32> = (0..rows)
+                .flat_map(|r| v.values.chunks_exact(v.cols).nth(r % v.rows).unwrap())
+                .copied()
+                .collect();
+            let stored = QMatrix::new(t, rows, v.cols, &bytes).unwrap();
+            let (ty, interleaved) = quant::interleave(&stored).unwrap();
+            assert_eq!(ty, interleaved_type);
+            let w = QMatrix::new(ty, rows, v.cols, &interleaved).unwrap();
+            let mut row = vec![0.0; v.cols];
+            for r in 0..rows {
+                w.dequantize_row(r, &mut row).unwrap();
+                let want = &values[r * v.cols..(r + 1) * v.cols];
+                assert!(
+                    row.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{ty} row {r}, {what}"
+                );
+            }
+            let tokens = v.x.len() / v.cols;
+            // numpy's y [tokens][v.rows] for the cycled rows.
+            let want: Vec<f32> = (0..tokens)
+                .flat_map(|tok| (0..rows).map(move |r| (tok, r % v.rows)))
+                .map(|(tok, r)| v.y[tok * v.rows + r])
+                .collect();
+            check_token_counts(t, &w, &v, &values, &want, |n| {
+                format!("{ty} n = {n}, {rows} rows, columns ×{wide}, {what}")
+            });
         }
     }
 }
 
-/// What Q4_0x8 refuses: a matrix that is not whole groups of eight rows, interleaving another type, and
-/// dequantizing its bytes as blocks (they are not runs of a row's blocks).
+/// What the interleaved types refuse: a matrix that is not whole groups of eight rows, interleaving another type,
+/// and dequantizing their bytes as blocks (they are not runs of a row's blocks).
 #[test]
-fn interleaved_q4_0_refuses_what_it_cannot_hold() {
-    let v = vectors(GgmlType::Q4_0);
+fn interleaved_types_refuse_what_they_cannot_hold() {
     let invalid = |r: loom_wasm::Result<QMatrix>| matches!(r, Err(LoomError::InvalidInput(_)));
-    assert!(invalid(QMatrix::new(GgmlType::Q4_0x8, v.rows, v.cols, &v.bytes)));
-    let stored = QMatrix::new(GgmlType::Q4_0, v.rows, v.cols, &v.bytes).unwrap();
-    assert!(matches!(
-        quant::interleave_q4_0(&stored),
-        Err(LoomError::InvalidInput(_))
-    ));
+    for (t, interleaved) in [(GgmlType::Q4_0, GgmlType::Q4_0x8), (GgmlType::Q4_K, GgmlType::Q4_Kx8)] {
+        let v = vectors(t);
+        assert!(invalid(QMatrix::new(interleaved, v.rows, v.cols, &v.bytes)));
+        let stored = QMatrix::new(t, v.rows, v.cols, &v.bytes).unwrap();
+        assert!(matches!(quant::interleave(&stored), Err(LoomError::InvalidInput(_))));
+        let mut out = vec![0.0; t.block_len()];
+        assert!(matches!(
+            quant::dequantize(interleaved, &v.bytes[..t.block_bytes()], &mut out),
+            Err(LoomError::InvalidInput(_))
+        ));
+    }
     let q4_1 = vectors(GgmlType::Q4_1);
     // Eight rows: the seven, and the first again.
     let eight = [&q4_1.bytes[..], &q4_1.bytes[..q4_1.bytes.len() / q4_1.rows]].concat();
     let q4_1 = QMatrix::new(GgmlType::Q4_1, 8, q4_1.cols, &eight).unwrap();
-    assert!(matches!(quant::interleave_q4_0(&q4_1), Err(LoomError::InvalidInput(_))));
-    let mut out = vec![0.0; 32];
-    assert!(matches!(
-        quant::dequantize(GgmlType::Q4_0x8, &v.bytes[..18], &mut out),
-        Err(LoomError::InvalidInput(_))
-    ));
+    assert!(matches!(quant::interleave(&q4_1), Err(LoomError::InvalidInput(_))));
 }
 
 #[test]

@@ -39,15 +39,15 @@ impl Matrix {
         }
     }
 
-    /// The matrix as the CPU kernels read it fastest: Q4_0 with its rows interleaved by eight where that pays
-    /// ([`quant::interleave_pays`]; a copy of the bytes, in another order), else `None`.
+    /// The matrix as the CPU kernels read it fastest: Q4_0 or Q4_K with its rows interleaved by eight where that
+    /// pays ([`quant::interleave_pays`]; a copy of the bytes, in another order), else `None`.
     fn for_cpu(&self) -> Option<Matrix> {
         if !quant::interleave_pays(self.ty, self.rows) {
             return None;
         }
-        let data = quant::interleave_q4_0(&self.view()).ok()?;
+        let (ty, data) = quant::interleave(&self.view()).ok()?;
         Some(Matrix {
-            ty: GgmlType::Q4_0x8,
+            ty,
             data: Bytes::from(data),
             ..*self
         })

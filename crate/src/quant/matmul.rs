@@ -35,7 +35,7 @@ impl<'a> QMatrix<'a> {
             return Err(ty.unsupported());
         }
         let row_bytes = ty.row_bytes(cols)?;
-        if ty == GgmlType::Q4_0x8 && !rows.is_multiple_of(super::interleaved::ROWS) {
+        if ty.interleaved() && !rows.is_multiple_of(super::interleaved::ROWS) {
             return Err(LoomError::InvalidInput(format!(
                 "{ty} matrix of {rows} rows: not whole groups of {}",
                 super::interleaved::ROWS
@@ -50,7 +50,7 @@ impl<'a> QMatrix<'a> {
         Ok(QMatrix { ty, rows, cols, data })
     }
 
-    /// The stored bytes of row `r` (`r < rows`, else this panics like slice indexing); for [`GgmlType::Q4_0x8`], a
+    /// The stored bytes of row `r` (`r < rows`, else this panics like slice indexing); for an interleaved type, a
     /// row's length of bytes of its group, not the row.
     fn row(&self, r: usize) -> &'a [u8] {
         let row_bytes = self.cols / self.ty.block_len() * self.ty.block_bytes();
@@ -80,7 +80,7 @@ impl<'a> QMatrix<'a> {
     /// Row `r` (`r < rows`) as float32 into `out` (`cols` values), bit-identical to `gguf.quants.dequantize`.
     fn row_values(&self, level: Level, r: usize, out: &mut [f32]) {
         match self.ty {
-            GgmlType::Q4_0x8 => super::interleaved::dequantize_row(self.data, self.cols, r, out),
+            ty if ty.interleaved() => super::interleaved::dequantize_row(ty, self.data, self.cols, r, out),
             ty => dequantize_blocks(level, ty, self.row(r), out),
         }
     }
@@ -223,10 +223,10 @@ pub fn matmul_each(x: &[f32], n: usize, products: &mut [(QMatrix, &mut [f32])]) 
     Ok(())
 }
 
-/// The types of the AVX2 integer prefill: the 16-bit types, and Q4_0x8, whose tile only AVX2 unpacks.
+/// The types of the AVX2 integer prefill: the 16-bit types, and the interleaved ones, whose tiles only AVX2 unpacks.
 #[cfg(target_arch = "x86_64")]
 fn avx2_prefill(ty: GgmlType) -> bool {
-    super::activations::has_16bit_dot(ty) || ty == GgmlType::Q4_0x8
+    super::activations::has_16bit_dot(ty) || ty.interleaved()
 }
 
 /// The float types, whose prefill widens a tile of rows to float32 for sixteen (AVX-512), eight (AVX2) or four
@@ -658,8 +658,8 @@ fn rows_kernel(
             super::simd_wasm::rows_dot_float(w.ty, rows, x, out);
             return;
         }
-        // Q4_0x8's rows are not runs of bytes: the tiles below take them apart.
-        if w.ty != GgmlType::Q4_0x8 {
+        // Interleaved rows are not runs of bytes: the tiles below take them apart.
+        if !w.ty.interleaved() {
             each_row(rows, out, |row| row_dot(level, w.ty, row, x));
             return;
         }

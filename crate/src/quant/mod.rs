@@ -27,7 +27,7 @@ mod simd_x86_16;
 mod simd_x86_prefill;
 
 pub use blocks::CodeGroup;
-pub use interleaved::{interleave_pays, interleave_q4_0};
+pub use interleaved::{interleave, interleave_pays};
 pub use matmul::{in_pool, matmul, matmul_each, par_chunks, set_simd, set_threads, simd_in_use, QMatrix, Simd};
 
 use crate::error::{LoomError, Result};
@@ -74,11 +74,16 @@ pub enum GgmlType {
     /// byte `j` holds element `2j` in its low nibble and `2j+1` in its high nibble, each a 4-bit two's-complement
     /// `q` (−8..7); value `q·s`.
     LoomQ4_0,
-    /// Q4_0 with its rows interleaved eight at a time, in memory only (no GGUF id; [`interleave_q4_0`] makes it):
-    /// per group of eight rows, per block of 32 columns, the eight f16 scales then four 32-byte vectors, the 16-bit
-    /// lane `2r + t` of vector `m` holding in its nibble `n` row `r`'s code for element `2(4m + n) + t`. The same
-    /// bytes as the stored rows; a matrix of it has whole groups of rows.
+    /// Q4_0 with its rows interleaved eight at a time, in memory only (no GGUF id; [`interleave`] makes it): per
+    /// group of eight rows, per block of 32 columns, the eight f16 scales then four 32-byte vectors, the 16-bit lane
+    /// `2r + t` of vector `m` holding in its nibble `n` row `r`'s code for element `2(4m + n) + t`. The same bytes as
+    /// the stored rows; a matrix of it has whole groups of rows.
     Q4_0x8,
+    /// Q4_K with its rows interleaved eight at a time, in memory only (no GGUF id; [`interleave`] makes it): per
+    /// group of eight rows, per super-block, the eight `d`, the eight `dmin`, the 6-bit scales and minima as bytes
+    /// (eight rows of a sub-block together), then each sub-block's codes as [`GgmlType::Q4_0x8`] holds a block's:
+    /// 1184 bytes, 148 a row. A matrix of it has whole groups of rows.
+    Q4_Kx8,
 }
 
 /// One row of the registry.
@@ -99,13 +104,14 @@ const fn info(id: u32, name: &'static str, block_len: usize, block_bytes: usize)
 }
 
 impl GgmlType {
-    /// Every type: the 34 GGUF types in id order, then [`GgmlType::LoomQ4_0`] and [`GgmlType::Q4_0x8`].
-    pub const ALL: [GgmlType; 36] = {
+    /// Every type: the 34 GGUF types in id order, then the in-memory ones: [`GgmlType::LoomQ4_0`],
+    /// [`GgmlType::Q4_0x8`] and [`GgmlType::Q4_Kx8`].
+    pub const ALL: [GgmlType; 37] = {
         use GgmlType::*;
         [
             F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ2_XXS, IQ2_XS, IQ3_XXS,
             IQ1_S, IQ4_NL, IQ3_S, IQ2_S, IQ4_XS, I8, I16, I32, I64, F64, IQ1_M, BF16, TQ1_0, TQ2_0, MXFP4, NVFP4, Q1_0,
-            LoomQ4_0, Q4_0x8,
+            LoomQ4_0, Q4_0x8, Q4_Kx8,
         ]
     };
 
@@ -161,6 +167,12 @@ impl GgmlType {
                 block_len: 32,
                 block_bytes: 18,
             },
+            Q4_Kx8 => Info {
+                id: None,
+                name: "Q4_Kx8",
+                block_len: 256,
+                block_bytes: interleaved::Q4_K_GROUP / interleaved::ROWS,
+            },
         }
     }
 
@@ -172,7 +184,8 @@ impl GgmlType {
             .ok_or_else(|| LoomError::UnsupportedDType(format!("ggml type id {id}")))
     }
 
-    /// The GGUF id; `None` for [`GgmlType::LoomQ4_0`] and [`GgmlType::Q4_0x8`], which exist only in memory.
+    /// The GGUF id; `None` for [`GgmlType::LoomQ4_0`], [`GgmlType::Q4_0x8`] and [`GgmlType::Q4_Kx8`], which exist
+    /// only in memory.
     pub fn id(self) -> Option<u32> {
         self.info().id
     }
@@ -197,8 +210,13 @@ impl GgmlType {
         use GgmlType::*;
         matches!(
             self,
-            F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4_K | Q5_K | Q6_K | LoomQ4_0 | Q4_0x8
+            F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4_K | Q5_K | Q6_K | LoomQ4_0 | Q4_0x8 | Q4_Kx8
         )
+    }
+
+    /// Whether the type's rows are interleaved eight at a time ([`GgmlType::Q4_0x8`], [`GgmlType::Q4_Kx8`]).
+    pub fn interleaved(self) -> bool {
+        matches!(self, GgmlType::Q4_0x8 | GgmlType::Q4_Kx8)
     }
 
     /// Bytes of a row of `cols` elements: `cols` must be a whole number of blocks.
@@ -227,16 +245,16 @@ impl std::fmt::Display for GgmlType {
 }
 
 /// Dequantizes whole blocks of type `t` into `out` (`block_len` values per block), bit-identical to
-/// `gguf.quants.dequantize`. Not [`GgmlType::Q4_0x8`], whose blocks are not runs of bytes
-/// ([`QMatrix::dequantize_row`] takes its rows apart).
+/// `gguf.quants.dequantize`. Not the interleaved types ([`GgmlType::Q4_0x8`], [`GgmlType::Q4_Kx8`]), whose blocks
+/// are not runs of a row's bytes ([`QMatrix::dequantize_row`] takes their rows apart).
 pub fn dequantize(t: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<()> {
     if !t.can_compute() {
         return Err(t.unsupported());
     }
-    if t == GgmlType::Q4_0x8 {
-        return Err(LoomError::InvalidInput(
-            "Q4_0x8 blocks are eight rows interleaved: dequantize a matrix's rows".into(),
-        ));
+    if t.interleaved() {
+        return Err(LoomError::InvalidInput(format!(
+            "{t} blocks are eight rows interleaved: dequantize a matrix's rows"
+        )));
     }
     let bb = t.block_bytes();
     let blocks = bytes.len() / bb;
@@ -287,7 +305,7 @@ mod tests {
             }
             assert!(t.block_bytes() > 0 && t.block_len() > 0, "{t}");
         }
-        assert_eq!(GgmlType::ALL.iter().filter(|t| t.id().is_none()).count(), 2);
+        assert_eq!(GgmlType::ALL.iter().filter(|t| t.id().is_none()).count(), 3);
         assert!(matches!(GgmlType::from_id(4), Err(LoomError::UnsupportedDType(_))));
         assert_eq!(GgmlType::Q4_K.row_bytes(512).unwrap(), 288);
         assert!(GgmlType::Q4_K.row_bytes(100).is_err());

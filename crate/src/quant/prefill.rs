@@ -128,10 +128,9 @@ impl Tile {
             &mut self.min[..count * groups],
         );
         #[cfg(target_arch = "x86_64")]
-        if ty == GgmlType::Q4_0x8 {
+        if ty.interleaved() {
             // SAFETY: on x86-64 the only kernel is AVX2's; `rows` are whole groups (runs start at multiples of 16).
-            super::interleaved::unpack_tile(rows, self.cols, codes, scale);
-            min.fill(0.0);
+            super::interleaved::unpack_tile(ty, rows, self.cols, codes, scale, min);
             return;
         }
         if K::unpack(ty, rows, codes, scale, min) {
@@ -161,7 +160,10 @@ impl Tile {
 
 /// Whether `ty` has a minimum (`min·Σx` per group).
 pub(super) fn has_min(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K)
+    matches!(
+        ty,
+        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q4_Kx8
+    )
 }
 
 /// One architecture's kernel: rows `r..r + 2` of the tile (matrix rows `first + r..`) against the token groups
