@@ -23,14 +23,15 @@ fn half_bytes(v: f32) -> [u8; 2] {
     half::f16::from_f32(v).to_bits().to_le_bytes()
 }
 
-/// Random weights of type `t`: random codes, plausible scales (and minimums). Q4_0x8 and Q4_Kx8: Q4_0's and
-/// Q4_K's, interleaved.
+/// Random weights of type `t`: random codes, plausible scales (and minimums). The interleaved types: those of the
+/// type they come from, interleaved.
 fn weights(t: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8> {
     if t.interleaved() {
-        let stored_type = if t == GgmlType::Q4_0x8 {
-            GgmlType::Q4_0
-        } else {
-            GgmlType::Q4_K
+        let stored_type = match t {
+            GgmlType::Q4_0x8 => GgmlType::Q4_0,
+            GgmlType::Q5_0x8 => GgmlType::Q5_0,
+            GgmlType::Q4_Kx8 => GgmlType::Q4_K,
+            _ => GgmlType::Q5_K,
         };
         let stored = weights(stored_type, rows, cols, rng);
         return quant::interleave(&QMatrix::new(stored_type, rows, cols, &stored).unwrap())
@@ -79,11 +80,13 @@ fn main() {
         GgmlType::Q4_0x8,
         GgmlType::Q4_1,
         GgmlType::Q5_0,
+        GgmlType::Q5_0x8,
         GgmlType::Q5_1,
         GgmlType::Q8_0,
         GgmlType::Q4_K,
         GgmlType::Q4_Kx8,
         GgmlType::Q5_K,
+        GgmlType::Q5_Kx8,
         GgmlType::Q6_K,
         GgmlType::F16,
         GgmlType::BF16,

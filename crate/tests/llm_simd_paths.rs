@@ -48,7 +48,7 @@ fn tiny_llama_on_every_kernel_path() {
 
 /// Gemma 3 270M Q4_K_M, the real file (`LOOM_GEMMA_GGUF`: 253 MB that setup does not fetch; skipped without it): our
 /// greedy continuation of a chat prompt equals llama.cpp's 24 ids (`testdata/gemma3/real-270m-q4_k_m.json`). With
-/// the AVX2 kernels its Q4_0 and Q4_K matrices are read interleaved by eight.
+/// the AVX2 kernels its Q4_K and Q5_0 matrices are read interleaved by eight.
 fn real_gemma3(simd: Simd) {
     let Some(path) = std::env::var_os("LOOM_GEMMA_GGUF") else {
         eprintln!("real_gemma3: skipped, LOOM_GEMMA_GGUF is not set");
@@ -60,7 +60,10 @@ fn real_gemma3(simd: Simd) {
     if quant::simd_in_use() == "avx2" {
         let cpu = model.weights.for_cpu();
         let types: Vec<GgmlType> = cpu.blocks.iter().flat_map(|b| b.matrices()).map(|m| m.ty).collect();
-        assert!(types.contains(&GgmlType::Q4_Kx8), "{types:?}");
+        assert!(
+            types.contains(&GgmlType::Q4_Kx8) && types.contains(&GgmlType::Q5_0x8),
+            "{types:?}"
+        );
     }
     let mut engine = model.cpu_engine();
     let mut got = vec![engine.forward_greedy(&ids(&expected["prompt_ids"])).unwrap()];

@@ -294,6 +294,14 @@ fn every_path_matches_gguf_py_and_numpy() {
     eprintln!("every_path_matches_gguf_py_and_numpy: ran the {paths:?} paths");
 }
 
+/// The types with rows interleaved by eight, and the stored types they come from.
+const INTERLEAVED: [(GgmlType, GgmlType); 4] = [
+    (GgmlType::Q4_0, GgmlType::Q4_0x8),
+    (GgmlType::Q5_0, GgmlType::Q5_0x8),
+    (GgmlType::Q4_K, GgmlType::Q4_Kx8),
+    (GgmlType::Q5_K, GgmlType::Q5_Kx8),
+];
+
 /// `matmul` of `w` (of type `t`, or its interleaved type; its rows' values `values`) with the vectors' tokens cycled
 /// to 1, all of them and 37 tokens (two groups of 16 and a remainder), against numpy's `want` (`[tokens][rows]`).
 fn check_token_counts(
@@ -314,12 +322,12 @@ fn check_token_counts(
     }
 }
 
-/// Q4_0 and Q4_K with their rows interleaved by eight (`Q4_0x8`, `Q4_Kx8`, which the AVX2 decode kernels read): each
-/// row dequantizes to gguf-py's values bit for bit, and `matmul` matches numpy as the stored rows do, decode and
+/// Q4_0, Q5_0, Q4_K and Q5_K with their rows interleaved by eight (`Q4_0x8`, …, which the AVX2 decode kernels
+/// read): each row dequantizes to gguf-py's values bit for bit, and `matmul` matches numpy as the stored rows do, decode and
 /// prefill. The vectors' rows cycle, so that a group holds different rows; 24 groups split into runs of 16 or 32
 /// rows and a last run of 8 on two threads, and into prefill tiles of 16 and a last tile of 8.
 fn check_interleaved(what: &str) {
-    for (t, interleaved_type) in [(GgmlType::Q4_0, GgmlType::Q4_0x8), (GgmlType::Q4_K, GgmlType::Q4_Kx8)] {
+    for (t, interleaved_type) in INTERLEAVED {
         for wide in [1, 5] {
             let v = widened(&vectors(t), wide);
             let rows = v.rows * if wide == 1 { 8 } else { 24 };
@@ -363,7 +371,7 @@ fn check_interleaved(what: &str) {
 #[test]
 fn interleaved_types_refuse_what_they_cannot_hold() {
     let invalid = |r: loom_wasm::Result<QMatrix>| matches!(r, Err(LoomError::InvalidInput(_)));
-    for (t, interleaved) in [(GgmlType::Q4_0, GgmlType::Q4_0x8), (GgmlType::Q4_K, GgmlType::Q4_Kx8)] {
+    for (t, interleaved) in INTERLEAVED {
         let v = vectors(t);
         assert!(invalid(QMatrix::new(interleaved, v.rows, v.cols, &v.bytes)));
         let stored = QMatrix::new(t, v.rows, v.cols, &v.bytes).unwrap();

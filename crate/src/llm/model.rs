@@ -2,7 +2,7 @@
 //! transformer `.entity`. Each becomes the same [`LlmModel`]: config, weights as stored, tokenizer, chat
 //! template and stop ids.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use serde_json::Value;
@@ -43,6 +43,9 @@ pub struct LlmModel {
     pub eos_ids: Vec<u32>,
     /// The tokenizer (with the chat template), when the files carry one.
     pub tokenizer: Option<Arc<Tokenizer>>,
+    /// The weights as CPU engines read them where that differs from `weights` ([`ModelWeights::for_cpu`]): made
+    /// by the first CPU engine, shared by the rest and by the model's clones.
+    cpu_weights: Arc<OnceLock<Arc<ModelWeights>>>,
 }
 
 /// The files of an HF folder, already read (natively memory-mapped; in the browser, the user's files).
@@ -183,6 +186,7 @@ impl LlmModel {
             weights: Arc::new(weights),
             eos_ids,
             tokenizer: Some(Arc::new(Tokenizer::from_gguf(&header)?)),
+            cpu_weights: Arc::default(),
         }
         .checked()
     }
@@ -213,6 +217,7 @@ impl LlmModel {
             weights: Arc::new(weights),
             eos_ids,
             tokenizer,
+            cpu_weights: Arc::default(),
         }
         .checked()
     }
@@ -232,6 +237,7 @@ impl LlmModel {
             // The file names no end-of-reply token and holds no vocabulary: a tokenizer beside it brings both.
             eos_ids: Vec::new(),
             tokenizer: None,
+            cpu_weights: Arc::default(),
         })
     }
 
@@ -258,9 +264,13 @@ impl LlmModel {
         super::entity::write(&self.config, &self.weights, q4)
     }
 
-    /// A CPU engine with an empty KV cache.
+    /// A CPU engine with an empty KV cache, over the weights as CPU engines read them (made once per model).
     pub fn cpu_engine(&self) -> CpuEngine {
-        CpuEngine::new(self.config.clone(), self.weights.clone())
+        let weights = match self.weights.cpu_layout_pays() {
+            true => self.cpu_weights.get_or_init(|| self.weights.for_cpu()).clone(),
+            false => self.weights.clone(),
+        };
+        CpuEngine::new(self.config.clone(), weights)
     }
 
     /// A model from files a person picked (a dropped file or folder): one GGUF; a `.entity` with the folder's

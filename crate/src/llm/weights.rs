@@ -39,8 +39,8 @@ impl Matrix {
         }
     }
 
-    /// The matrix as the CPU kernels read it fastest: Q4_0 or Q4_K with its rows interleaved by eight where that
-    /// pays ([`quant::interleave_pays`]; a copy of the bytes, in another order), else `None`.
+    /// The matrix as the CPU kernels read it fastest: Q4_0, Q5_0, Q4_K or Q5_K with its rows interleaved by eight
+    /// where that pays ([`quant::interleave_pays`]; a copy of the bytes, in another order), else `None`.
     fn for_cpu(&self) -> Option<Matrix> {
         if !quant::interleave_pays(self.ty, self.rows) {
             return None;
@@ -105,11 +105,7 @@ impl ModelWeights {
     /// ([`Matrix::for_cpu`]); the same weights where none changes. The embedding stays as stored: its rows are looked
     /// up, and a tied head is read once a token.
     pub fn for_cpu(self: &Arc<Self>) -> Arc<ModelWeights> {
-        let mut multiplied = self
-            .head
-            .iter()
-            .chain(self.blocks.iter().flat_map(BlockWeights::matrices));
-        if !multiplied.any(|m| quant::interleave_pays(m.ty, m.rows)) {
+        if !self.cpu_layout_pays() {
             return self.clone();
         }
         let keep = |m: &Matrix| m.for_cpu().unwrap_or_else(|| m.clone());
@@ -132,6 +128,15 @@ impl ModelWeights {
             final_norm: self.final_norm.clone(),
             head: self.head.as_ref().map(keep),
         })
+    }
+
+    /// Whether [`ModelWeights::for_cpu`] changes a matrix (on this CPU, now).
+    pub fn cpu_layout_pays(&self) -> bool {
+        let mut multiplied = self
+            .head
+            .iter()
+            .chain(self.blocks.iter().flat_map(BlockWeights::matrices));
+        multiplied.any(|m| quant::interleave_pays(m.ty, m.rows))
     }
 
     /// The LM head: its own matrix, or the tied embedding.

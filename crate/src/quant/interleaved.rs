@@ -6,13 +6,15 @@
 //! multiplies eight rows at once (`vpmaddwd`), and each row's sum stays in its own 32-bit lane, with no shuffles and
 //! no sums across lanes (BENCHMARKS.md).
 //!
-//! The codes of 32 elements of eight rows ("a code block", 128 bytes) are four vectors of 32 bytes: in vector `m`,
-//! 16-bit lane `2r + t` holds in its nibble `n` row `r`'s code for element `2(4m + n) + t`. Per group of eight rows:
-//! - Q4_0x8, per block of 32 columns (144 bytes, eight stored blocks' worth): the eight rows' f16 scales, then the
-//!   code block.
-//! - Q4_Kx8, per super-block of 256 columns (1184 bytes, 32 more than eight stored ones): the eight rows' f16 `d`,
-//!   their f16 `dmin`, the 6-bit sub-block scales as bytes (sub-block `j`'s eight rows at `32 + 8j`), the minima the
-//!   same way (at `96 + 8j`), then the eight sub-blocks' code blocks.
+//! The 4-bit codes of 32 elements of eight rows ("a code block", 128 bytes) are four vectors of 32 bytes: in vector
+//! `m`, 16-bit lane `2r + t` holds in its nibble `n` row `r`'s code for element `2(4m + n) + t`. The 5-bit types keep
+//! each code's bit 4 apart ("a high block", 32 bytes): bit `p` of 16-bit lane `2r + t` is that of element `2p + t` of
+//! row `r`. Per group of eight rows:
+//! - Q4_0x8 (Q5_0x8), per block of 32 columns: the eight rows' f16 scales, then the code block (and the high block):
+//!   144 (176) bytes, eight stored blocks' worth.
+//! - Q4_Kx8 (Q5_Kx8), per super-block of 256 columns: the eight rows' f16 `d`, their f16 `dmin`, the 6-bit sub-block
+//!   scales as bytes (sub-block `j`'s eight rows at `32 + 8j`), the minima the same way (at `96 + 8j`), then each
+//!   sub-block's code block (and high block): 1184 (1440) bytes, 32 more than eight stored super-blocks.
 //!
 //! A group's bytes follow each other, so a run of whole groups of rows is a run of bytes.
 
@@ -24,58 +26,110 @@ use crate::error::{LoomError, Result};
 
 /// Rows in a group.
 pub(super) const ROWS: usize = 8;
-/// Bytes of one block of a Q4_0x8 group: eight stored Q4_0 blocks.
-const Q4_0_GROUP: usize = ROWS * 18;
-/// Bytes of one super-block of a Q4_Kx8 group.
-pub(super) const Q4_K_GROUP: usize = 32 + 2 * 64 + 8 * CODE_BLOCK;
-/// Bytes of a code block: 32 elements of eight rows.
+/// Bytes of a code block (32 elements of eight rows) and of a high block.
 const CODE_BLOCK: usize = 128;
-/// Where a Q4_Kx8 super-block's scales, minima and code blocks start.
+const HIGH_BLOCK: usize = 32;
+/// Where a K-quant group's scales, minima and sub-blocks start.
 const K_SCALES: usize = 32;
 const K_MINS: usize = 96;
 const K_CODES: usize = 160;
+
+/// Where an interleaved type keeps things, per group of eight rows and block of `len` columns (a super-block for the
+/// K-quants).
+#[derive(Clone, Copy)]
+pub(super) struct Geometry {
+    /// Columns per block.
+    len: usize,
+    /// Bytes of a stored block of the type it came from.
+    stored: usize,
+    /// Bytes of a group's block.
+    pub(super) group: usize,
+    /// Whether codes have a fifth bit (a high block after each code block).
+    high: bool,
+    /// Whether the block has sub-blocks with scales and minima (Q4_K, Q5_K).
+    k: bool,
+    /// What the codes are centred on: 8 for 4 bits, 16 for 5.
+    centre: i32,
+}
+
+impl Geometry {
+    /// `ty`'s geometry (`ty` one of the interleaved types).
+    pub(super) const fn of(ty: GgmlType) -> Geometry {
+        let (len, stored, high, k) = match ty {
+            GgmlType::Q4_0x8 => (32, 18, false, false),
+            GgmlType::Q5_0x8 => (32, 22, true, false),
+            GgmlType::Q4_Kx8 => (256, 144, false, true),
+            _ => (256, 176, true, true),
+        };
+        let sub = CODE_BLOCK + if high { HIGH_BLOCK } else { 0 };
+        Geometry {
+            len,
+            stored,
+            group: if k { K_CODES + 8 * sub } else { 16 + sub },
+            high,
+            k,
+            centre: if high { 16 } else { 8 },
+        }
+    }
+
+    /// Where sub-block `j`'s code block starts (its high block follows it).
+    const fn codes(self, j: usize) -> usize {
+        let sub = CODE_BLOCK + if self.high { HIGH_BLOCK } else { 0 };
+        if self.k {
+            K_CODES + sub * j
+        } else {
+            16
+        }
+    }
+}
 
 /// The interleaved type of `ty`, where there is one.
 fn interleaved_type(ty: GgmlType) -> Option<GgmlType> {
     match ty {
         GgmlType::Q4_0 => Some(GgmlType::Q4_0x8),
+        GgmlType::Q5_0 => Some(GgmlType::Q5_0x8),
         GgmlType::Q4_K => Some(GgmlType::Q4_Kx8),
+        GgmlType::Q5_K => Some(GgmlType::Q5_Kx8),
         _ => None,
     }
 }
 
-/// `w` (Q4_0 or Q4_K, its rows a multiple of eight) with its rows interleaved: [`GgmlType::Q4_0x8`] (the same bytes
-/// in another order) or [`GgmlType::Q4_Kx8`], and the bytes.
+/// `w` (Q4_0, Q5_0, Q4_K or Q5_K, its rows a multiple of eight) with its rows interleaved, and the interleaved
+/// type: [`GgmlType::Q4_0x8`] and [`GgmlType::Q5_0x8`] hold the same bytes in another order, [`GgmlType::Q4_Kx8`] and
+/// [`GgmlType::Q5_Kx8`] 4 bytes a row more.
 pub fn interleave(w: &QMatrix) -> Result<(GgmlType, Vec<u8>)> {
     let w = QMatrix::new(w.ty, w.rows, w.cols, w.data)?;
     let ty = interleaved_type(w.ty)
         .filter(|_| w.rows.is_multiple_of(ROWS))
         .ok_or_else(|| {
             LoomError::InvalidInput(format!(
-                "interleaving a {} matrix of {} rows: only Q4_0 and Q4_K in whole groups of {ROWS} rows",
+                "interleaving a {} matrix of {} rows: only Q4_0, Q5_0, Q4_K and Q5_K in whole groups of {ROWS} rows",
                 w.ty, w.rows
             ))
         })?;
-    let groups = w.rows / ROWS;
-    let (stored_block, group_block) = match ty {
-        GgmlType::Q4_0x8 => (18, Q4_0_GROUP),
-        _ => (144, Q4_K_GROUP),
-    };
-    let blocks = w.data.len() / (w.rows * stored_block).max(1);
-    let mut out = vec![0u8; groups * blocks * group_block];
+    let geo = Geometry::of(ty);
+    let blocks = w.cols / geo.len;
+    let mut out = vec![0u8; w.rows / ROWS * blocks * geo.group];
     for (group, stored) in out
-        .chunks_exact_mut(blocks * group_block)
-        .zip(w.data.chunks_exact(ROWS * blocks * stored_block))
+        .chunks_exact_mut((blocks * geo.group).max(1))
+        .zip(w.data.chunks_exact((ROWS * blocks * geo.stored).max(1)))
     {
-        for (k, g) in group.chunks_exact_mut(group_block).enumerate() {
-            let row = |r: usize| &stored[(r * blocks + k) * stored_block..][..stored_block];
+        for (k, g) in group.chunks_exact_mut(geo.group).enumerate() {
+            let row = |r: usize| &stored[(r * blocks + k) * geo.stored..][..geo.stored];
             for r in 0..ROWS {
                 g[2 * r..2 * r + 2].copy_from_slice(&row(r)[..2]);
             }
-            if ty == GgmlType::Q4_0x8 {
-                pack_codes(&mut g[16..], |r, e| q4_0_code(row(r), e));
+            if !geo.k {
+                // Q4_0: nibbles at 2; Q5_0: bit 4 of element e is bit e of the u32 at 2, nibbles at 6.
+                let at = if geo.high { 6 } else { 2 };
+                pack_codes(&mut g[16..], |r, e| q4_0_code(&row(r)[at - 2..], e));
+                if geo.high {
+                    let qh = |r: usize| u32::from_le_bytes(row(r)[2..6].try_into().unwrap());
+                    pack_high(&mut g[16 + CODE_BLOCK..], |r, e| (qh(r) >> e) as u8 & 1);
+                }
                 continue;
             }
+            let qs = if geo.high { 48 } else { 16 };
             for r in 0..ROWS {
                 g[16 + 2 * r..18 + 2 * r].copy_from_slice(&row(r)[2..4]);
                 let (sc, mn) = blocks::k_scale_min(&row(r)[4..16]);
@@ -85,13 +139,27 @@ pub fn interleave(w: &QMatrix) -> Result<(GgmlType, Vec<u8>)> {
                 }
             }
             for j in 0..8 {
-                let codes = &mut g[K_CODES + CODE_BLOCK * j..];
-                // Sub-block j: nibble j % 2 of the 32 bytes at 16 + 32·(j / 2).
-                pack_codes(codes, |r, e| (row(r)[16 + 32 * (j / 2) + e] >> (4 * (j % 2))) & 15);
+                let sub = &mut g[geo.codes(j)..];
+                // Sub-block j: nibble j % 2 of the 32 bytes at qs + 32·(j / 2); Q5_K's bit 4 is bit j of byte 16 + e.
+                pack_codes(sub, |r, e| (row(r)[qs + 32 * (j / 2) + e] >> (4 * (j % 2))) & 15);
+                if geo.high {
+                    pack_high(&mut sub[CODE_BLOCK..], |r, e| (row(r)[16 + e] >> j) & 1);
+                }
             }
         }
     }
     Ok((ty, out))
+}
+
+/// Writes the high block of `bit(row, element)` (bit 4 of 32 elements' codes, eight rows) at the start of `out`.
+fn pack_high(out: &mut [u8], bit: impl Fn(usize, usize) -> u8) {
+    for r in 0..ROWS {
+        for t in 0..2 {
+            let word = (0..16).fold(0u16, |w, p| w | u16::from(bit(r, 2 * p + t)) << p);
+            let at = 2 * (2 * r + t);
+            out[at..at + 2].copy_from_slice(&word.to_le_bytes());
+        }
+    }
 }
 
 /// Element `e`'s code in a stored Q4_0 block: byte `2 + j` holds element `j` in its low nibble, `j + 16` in its high.
@@ -116,15 +184,20 @@ fn pack_codes(out: &mut [u8], code: impl Fn(usize, usize) -> u8) {
     }
 }
 
-/// Row `r`'s code of element `e` in the code block at the start of `g`.
-fn unpacked_code(g: &[u8], r: usize, e: usize) -> u8 {
+/// Row `r`'s code of element `e` in the code block at the start of `g`, with its bit 4 from the high block after it
+/// where `high`.
+fn unpacked_code(g: &[u8], r: usize, e: usize, high: bool) -> u8 {
     let (m, n, t) = (e / 8, e / 2 % 4, e % 2);
-    let at = 32 * m + 2 * (2 * r + t);
-    (u16::from_le_bytes([g[at], g[at + 1]]) >> (4 * n)) as u8 & 15
+    let word = |at: usize| u16::from_le_bytes([g[at], g[at + 1]]);
+    let low = (word(32 * m + 2 * (2 * r + t)) >> (4 * n)) as u8 & 15;
+    match high {
+        true => low | ((word(CODE_BLOCK + 2 * (2 * r + t)) >> (e / 2)) as u8 & 1) << 4,
+        false => low,
+    }
 }
 
-/// Whether a CPU engine should hold a matrix of `ty` with `rows` rows interleaved ([`interleave`]): Q4_0 and Q4_K in
-/// whole groups, where decode runs the AVX2 kernels (AVX-512 keeps its own row kernels, and wasm has no interleaved
+/// Whether a CPU engine should hold a matrix of `ty` with `rows` rows interleaved ([`interleave`]): Q4_0, Q5_0, Q4_K
+/// and Q5_K in whole groups, where decode runs the AVX2 kernels (AVX-512 keeps its own row kernels, and wasm has no interleaved
 /// kernels yet).
 pub fn interleave_pays(ty: GgmlType, rows: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -137,18 +210,16 @@ pub fn interleave_pays(ty: GgmlType, rows: usize) -> bool {
 /// Row `r` of an interleaved matrix's bytes (`cols` columns) into `out`, bit-identical to the stored row's values
 /// (`blocks::dequantize_block`'s arithmetic).
 pub(super) fn dequantize_row(ty: GgmlType, data: &[u8], cols: usize, r: usize, out: &mut [f32]) {
-    let (len, group_block) = match ty {
-        GgmlType::Q4_0x8 => (32, Q4_0_GROUP),
-        _ => (256, Q4_K_GROUP),
-    };
-    let blocks = cols / len;
-    let group = &data[r / ROWS * blocks * group_block..][..blocks * group_block];
+    let geo = Geometry::of(ty);
+    let blocks = cols / geo.len;
+    let group = &data[r / ROWS * blocks * geo.group..][..blocks * geo.group];
     let r = r % ROWS;
-    for (g, out) in group.chunks_exact(group_block).zip(out.chunks_exact_mut(len)) {
+    for (g, out) in group.chunks_exact(geo.group).zip(out.chunks_exact_mut(geo.len)) {
         let d = blocks::half(&g[2 * r..]);
-        if ty == GgmlType::Q4_0x8 {
+        if !geo.k {
+            let centre = geo.centre as f32;
             for (e, v) in out.iter_mut().enumerate() {
-                *v = (f32::from(unpacked_code(&g[16..], r, e)) - 8.0) * d;
+                *v = d * (f32::from(unpacked_code(&g[16..], r, e, geo.high)) - centre);
             }
             continue;
         }
@@ -156,9 +227,9 @@ pub(super) fn dequantize_row(ty: GgmlType, data: &[u8], cols: usize, r: usize, o
         for (j, out) in out.chunks_exact_mut(32).enumerate() {
             let scale = d * f32::from(g[K_SCALES + 8 * j + r]);
             let min = dmin * f32::from(g[K_MINS + 8 * j + r]);
-            let codes = &g[K_CODES + CODE_BLOCK * j..];
+            let codes = &g[geo.codes(j)..];
             for (e, v) in out.iter_mut().enumerate() {
-                *v = scale * f32::from(unpacked_code(codes, r, e)) - min;
+                *v = scale * f32::from(unpacked_code(codes, r, e, geo.high)) - min;
             }
         }
     }
@@ -171,56 +242,54 @@ pub(super) use avx2::{rows_dot_16, unpack_tile};
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{CODE_BLOCK, K_CODES, K_MINS, K_SCALES, Q4_0_GROUP, Q4_K_GROUP, ROWS};
+    use super::{Geometry, CODE_BLOCK, K_MINS, K_SCALES, ROWS};
     use crate::quant::activations::Activations16;
+    use crate::quant::blocks::half;
     use crate::quant::matmul::{prefetch, PREFETCH_BYTES};
     use crate::quant::GgmlType;
 
     /// The dots of whole groups of interleaved rows (`out.len()` rows, a multiple of eight) with `x`. Per block of
-    /// 32 columns, [`code_dot`] of each row's codes as stored (from 0) less `8·Σa` (for `q − 8`): exact integers.
-    /// Q4_0x8: times the eight scales and the activations' scale in one multiply-add. Q4_Kx8: times the sub-block
-    /// scales (still exact) and the activations' scale, with `Σx` times the scales and the minima beside; `d` and
-    /// `dmin` once a super-block.
+    /// 32 columns, [`code_dot`] of each row's codes as stored (from 0) less `centre·Σa`: exact integers. Q4_0x8 and
+    /// Q5_0x8: times the eight scales and the activations' scale in one multiply-add. Q4_Kx8 and Q5_Kx8: times the
+    /// sub-block scales (still exact) and the activations' scale, with `Σx` times the scales and the minima beside;
+    /// `d` and `dmin` once a super-block.
     ///
     /// # Safety
-    /// AVX2, FMA and F16C; `ty` is Q4_0x8 or Q4_Kx8 and `rows` holds `out.len()` of its rows of `x`'s columns.
+    /// AVX2, FMA and F16C; `ty` is an interleaved type and `rows` holds `out.len()` of its rows of `x`'s columns.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(in crate::quant) unsafe fn rows_dot_16(ty: GgmlType, rows: &[u8], x: &Activations16, out: &mut [f32]) {
+        let geo = Geometry::of(ty);
         let blocks = x.scale_sum.len();
         assert!(x.a.len() == 32 * blocks && x.block_sum.len() == blocks && out.len().is_multiple_of(ROWS));
-        let group_bytes = match ty {
-            GgmlType::Q4_0x8 => blocks * Q4_0_GROUP,
-            _ => blocks / 8 * Q4_K_GROUP,
-        };
-        assert!(rows.len() == out.len() / ROWS * group_bytes && (ty == GgmlType::Q4_0x8 || blocks.is_multiple_of(8)));
-        let low = _mm256_set1_epi16(15);
-        // `q − 8` summed over a block of the activations.
-        let centred = |sums: __m256i, k: usize| _mm256_sub_epi32(sums, _mm256_set1_epi32(8 * x.block_sum[k]));
+        let group_bytes = blocks * 32 / geo.len * geo.group;
+        assert!(rows.len() == out.len() / ROWS * group_bytes && (blocks * 32).is_multiple_of(geo.len));
+        // `q − centre` summed over a block of the activations.
+        let centred = |sums: __m256i, k: usize| _mm256_sub_epi32(sums, _mm256_set1_epi32(geo.centre * x.block_sum[k]));
         for (group, out) in rows.chunks_exact(group_bytes).zip(out.chunks_exact_mut(ROWS)) {
             let mut acc = _mm256_setzero_ps();
-            if ty == GgmlType::Q4_0x8 {
+            if !geo.k {
                 for k in 0..blocks {
-                    let b = group.as_ptr().add(k * Q4_0_GROUP);
-                    prefetch(b.wrapping_add(PREFETCH_BYTES), Q4_0_GROUP);
-                    let sums = centred(code_dot(b.add(16), x, k, low), k);
+                    let b = group.as_ptr().add(k * geo.group);
+                    prefetch(b.wrapping_add(PREFETCH_BYTES), geo.group);
+                    let sums = centred(code_dot(b.add(16), geo.high, x, k), k);
                     let d = _mm256_cvtph_ps(_mm_loadu_si128(b.cast()));
                     let scale = _mm256_mul_ps(d, _mm256_set1_ps(x.scale_sum[k][0]));
                     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), scale, acc);
                 }
             } else {
                 for s in 0..blocks / 8 {
-                    let b = group.as_ptr().add(s * Q4_K_GROUP);
-                    prefetch(b.wrapping_add(PREFETCH_BYTES), Q4_K_GROUP);
-                    // Σ sc·Σ(q − 8)·a·xs, Σ sc·Σx and Σ m·Σx over the sub-blocks.
+                    let b = group.as_ptr().add(s * geo.group);
+                    prefetch(b.wrapping_add(PREFETCH_BYTES), geo.group);
+                    // Σ sc·Σ(q − centre)·a·xs, Σ sc·Σx and Σ m·Σx over the sub-blocks.
                     let (mut dots, mut scales, mut mins) =
                         (_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps());
                     for j in 0..8 {
                         let k = 8 * s + j;
-                        let sums = centred(code_dot(b.add(K_CODES + CODE_BLOCK * j), x, k, low), k);
+                        let sums = centred(code_dot(b.add(geo.codes(j)), geo.high, x, k), k);
                         let bytes = |at: usize| _mm256_cvtepu8_epi32(_mm_loadl_epi64(b.add(at + 8 * j).cast()));
                         let (sc, mn) = (bytes(K_SCALES), bytes(K_MINS));
                         let [xs, sx] = x.scale_sum[k];
-                        // Exact: |Σ(q − 8)·a| ≤ 32·8·32767, times a scale < 64.
+                        // Exact: |Σ(q − centre)·a| ≤ 32·16·32767, times a scale < 64.
                         let scaled = _mm256_cvtepi32_ps(_mm256_mullo_epi32(sums, sc));
                         dots = _mm256_fmadd_ps(scaled, _mm256_set1_ps(xs), dots);
                         scales = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sc), _mm256_set1_ps(sx), scales);
@@ -228,8 +297,8 @@ mod avx2 {
                     }
                     let d = _mm256_cvtph_ps(_mm_loadu_si128(b.cast()));
                     let dmin = _mm256_cvtph_ps(_mm_loadu_si128(b.add(16).cast()));
-                    // d·(Σ sc·Σ(q − 8)·a·xs + 8·Σ sc·Σx) − dmin·Σ m·Σx.
-                    let centre = _mm256_fmadd_ps(scales, _mm256_set1_ps(8.0), dots);
+                    // d·(Σ sc·Σ(q − centre)·a·xs + centre·Σ sc·Σx) − dmin·Σ m·Σx.
+                    let centre = _mm256_fmadd_ps(scales, _mm256_set1_ps(geo.centre as f32), dots);
                     acc = _mm256_fmadd_ps(centre, d, acc);
                     acc = _mm256_fnmadd_ps(mins, dmin, acc);
                 }
@@ -238,15 +307,20 @@ mod avx2 {
         }
     }
 
-    /// Eight rows' `Σ q·a` over block `k` of the activations, the codes as stored, from the code block at `codes`:
-    /// sixteen pairwise dots, each of one broadcast pair of activations with that pair of the eight rows.
+    /// Eight rows' `Σ q·a` over block `k` of the activations, the codes as stored, from the code block at `codes`
+    /// (and the high block after it, where `high`): sixteen pairwise dots, each of one broadcast pair of activations
+    /// with that pair of the eight rows.
     #[inline(always)]
-    unsafe fn code_dot(codes: *const u8, x: &Activations16, k: usize, low: __m256i) -> __m256i {
+    unsafe fn code_dot(codes: *const u8, high: bool, x: &Activations16, k: usize) -> __m256i {
         let pairs = x.a.as_ptr().add(32 * k).cast::<i32>();
+        let h = match high {
+            true => _mm256_loadu_si256(codes.add(CODE_BLOCK).cast()),
+            false => _mm256_setzero_si256(),
+        };
         // Two chains of sums, so that each add waits on the one before last.
         let (mut s0, mut s1) = (_mm256_setzero_si256(), _mm256_setzero_si256());
         for m in 0..4 {
-            let q = nibbles(codes.add(32 * m), low);
+            let q = nibbles(codes.add(32 * m), high, h, m);
             for (n, q) in q.into_iter().enumerate() {
                 let a = _mm256_set1_epi32(pairs.add(4 * m + n).read_unaligned());
                 let p = _mm256_madd_epi16(q, a);
@@ -260,11 +334,11 @@ mod avx2 {
     }
 
     /// [`crate::quant::prefill`]'s tile from whole groups of interleaved rows of `cols` columns: each row's codes
-    /// less 8 in order ([`transpose_codes`]), each block's scale, and its minimum plus 8 times its scale (zero for
-    /// Q4_0x8), formed as the portable unpacking forms them.
+    /// less their centre in order ([`transpose_codes`]), each block's scale, and its minimum plus the centre times its
+    /// scale (zero for Q4_0x8 and Q5_0x8), formed as the portable unpacking forms them.
     ///
     /// # Safety
-    /// AVX2, FMA and F16C; `ty` is Q4_0x8 or Q4_Kx8; `rows` holds whole groups of its rows of `cols` columns,
+    /// AVX2, FMA and F16C; `ty` is an interleaved type; `rows` holds whole groups of its rows of `cols` columns,
     /// `codes` their `[rows][cols]`, and `scale` and `min` their `[rows][cols / 32]`.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(in crate::quant) unsafe fn unpack_tile(
@@ -275,57 +349,54 @@ mod avx2 {
         scale: &mut [f32],
         min: &mut [f32],
     ) {
+        let geo = Geometry::of(ty);
         let blocks = cols / 32;
         let count = codes.len() / cols.max(1);
-        let group_bytes = match ty {
-            GgmlType::Q4_0x8 => blocks * Q4_0_GROUP,
-            _ => blocks / 8 * Q4_K_GROUP,
-        };
+        let group_bytes = cols / geo.len * geo.group;
         assert!(count.is_multiple_of(ROWS) && rows.len() == count / ROWS * group_bytes);
         assert!(codes.len() == count * cols && scale.len() == count * blocks && min.len() == scale.len());
         for (g, group) in rows.chunks_exact(group_bytes.max(1)).enumerate() {
             let codes = &mut codes[ROWS * g * cols..];
             let (scale, min) = (&mut scale[ROWS * g * blocks..], &mut min[ROWS * g * blocks..]);
-            if ty == GgmlType::Q4_0x8 {
-                for k in 0..blocks {
-                    let b = group.as_ptr().add(k * Q4_0_GROUP);
-                    transpose_codes(b.add(16), codes, cols, 32 * k);
+            for (i, b) in group.chunks_exact(geo.group).enumerate() {
+                if !geo.k {
+                    transpose_codes(b.as_ptr().add(16), geo, codes, cols, 32 * i);
                     for r in 0..ROWS {
-                        scale[r * blocks + k] = crate::quant::blocks::half(&group[k * Q4_0_GROUP + 2 * r..]);
-                        min[r * blocks + k] = 0.0;
+                        scale[r * blocks + i] = half(&b[2 * r..]);
+                        min[r * blocks + i] = 0.0;
                     }
+                    continue;
                 }
-                continue;
-            }
-            for (s, b) in group.chunks_exact(Q4_K_GROUP).enumerate() {
                 for j in 0..8 {
-                    let k = 8 * s + j;
-                    transpose_codes(b.as_ptr().add(K_CODES + CODE_BLOCK * j), codes, cols, 32 * k);
+                    let k = 8 * i + j;
+                    transpose_codes(b.as_ptr().add(geo.codes(j)), geo, codes, cols, 32 * k);
                     for r in 0..ROWS {
-                        let (d, dmin) = (
-                            crate::quant::blocks::half(&b[2 * r..]),
-                            crate::quant::blocks::half(&b[16 + 2 * r..]),
-                        );
-                        let sc = d * f32::from(b[K_SCALES + 8 * j + r]);
+                        let sc = half(&b[2 * r..]) * f32::from(b[K_SCALES + 8 * j + r]);
                         scale[r * blocks + k] = sc;
-                        min[r * blocks + k] = -(dmin * f32::from(b[K_MINS + 8 * j + r])) + sc * 8.0;
+                        min[r * blocks + k] =
+                            -(half(&b[16 + 2 * r..]) * f32::from(b[K_MINS + 8 * j + r])) + sc * geo.centre as f32;
                     }
                 }
             }
         }
     }
 
-    /// The code block at `p` as eight rows of 32 codes less 8, at `codes[r·cols + at..]`: the sixteen vectors of one
-    /// pair of codes of eight rows (a 32-bit lane a row) transposed into eight rows of sixteen pairs.
+    /// The code block at `p` (with its high block, for a 5-bit `geo`) as eight rows of 32 codes less the centre, at
+    /// `codes[r·cols + at..]`: the sixteen vectors of one pair of codes of eight rows (a 32-bit lane a row)
+    /// transposed into eight rows of sixteen pairs.
     #[inline(always)]
-    unsafe fn transpose_codes(p: *const u8, codes: &mut [i16], cols: usize, at: usize) {
-        let (low, eight) = (_mm256_set1_epi16(15), _mm256_set1_epi16(8));
+    unsafe fn transpose_codes(p: *const u8, geo: Geometry, codes: &mut [i16], cols: usize, at: usize) {
+        let centre = _mm256_set1_epi16(geo.centre as i16);
+        let h = match geo.high {
+            true => _mm256_loadu_si256(p.add(CODE_BLOCK).cast()),
+            false => _mm256_setzero_si256(),
+        };
         // (Loops, not closures: a closure does not inherit the target features, and its intrinsics become calls.)
         let mut pairs = [_mm256_setzero_ps(); 16];
         for m in 0..4 {
-            let q = nibbles(p.add(32 * m), low);
+            let q = nibbles(p.add(32 * m), geo.high, h, m);
             for n in 0..4 {
-                pairs[4 * m + n] = _mm256_castsi256_ps(_mm256_sub_epi16(q[n], eight));
+                pairs[4 * m + n] = _mm256_castsi256_ps(_mm256_sub_epi16(q[n], centre));
             }
         }
         assert!(at + 32 <= cols && codes.len() >= (ROWS - 1) * cols + at + 32);
@@ -338,17 +409,31 @@ mod avx2 {
         }
     }
 
-    /// The 32 bytes at `p` (a vector of a code block) as four vectors of codes, nibble `n` of each 16-bit lane
-    /// in vector `n` (`low`: fifteen in every 16-bit lane).
+    /// Vector `m` of the code block at `p` as four vectors of codes, nibble `n` of each 16-bit lane in vector `n`,
+    /// with bit 4 from the high block `h` where `high` (pair `p = 4m + n` is bit `p` of its lane).
     #[inline(always)]
-    unsafe fn nibbles(p: *const u8, low: __m256i) -> [__m256i; 4] {
+    unsafe fn nibbles(p: *const u8, high: bool, h: __m256i, m: usize) -> [__m256i; 4] {
+        let low = _mm256_set1_epi16(15);
         let v = _mm256_loadu_si256(p.cast());
-        [
+        let mut q = [
             _mm256_and_si256(v, low),
             _mm256_and_si256(_mm256_srli_epi16::<4>(v), low),
             _mm256_and_si256(_mm256_srli_epi16::<8>(v), low),
             _mm256_srli_epi16::<12>(v),
-        ]
+        ];
+        if high {
+            let sixteen = _mm256_set1_epi16(16);
+            for (n, q) in q.iter_mut().enumerate() {
+                // Bit 4m + n of each lane to bit 4.
+                let at = (4 * m + n) as i32 - 4;
+                let bit = match at < 0 {
+                    true => _mm256_sll_epi16(h, _mm_cvtsi32_si128(-at)),
+                    false => _mm256_srl_epi16(h, _mm_cvtsi32_si128(at)),
+                };
+                *q = _mm256_or_si256(*q, _mm256_and_si256(bit, sixteen));
+            }
+        }
+        q
     }
 
     /// Eight vectors of eight 32-bit lanes, transposed: lane `j` of vector `i` goes to lane `i` of vector `j`.

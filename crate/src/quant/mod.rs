@@ -79,11 +79,17 @@ pub enum GgmlType {
     /// `2r + t` of vector `m` holding in its nibble `n` row `r`'s code for element `2(4m + n) + t`. The same bytes as
     /// the stored rows; a matrix of it has whole groups of rows.
     Q4_0x8,
+    /// Q5_0 with its rows interleaved eight at a time, in memory only: [`GgmlType::Q4_0x8`]'s layout with each
+    /// block's fifth bits after its codes (bit `p` of lane `2r + t` that of element `2p + t` of row `r`).
+    Q5_0x8,
     /// Q4_K with its rows interleaved eight at a time, in memory only (no GGUF id; [`interleave`] makes it): per
     /// group of eight rows, per super-block, the eight `d`, the eight `dmin`, the 6-bit scales and minima as bytes
     /// (eight rows of a sub-block together), then each sub-block's codes as [`GgmlType::Q4_0x8`] holds a block's:
     /// 1184 bytes, 148 a row. A matrix of it has whole groups of rows.
     Q4_Kx8,
+    /// Q5_K with its rows interleaved eight at a time, in memory only: [`GgmlType::Q4_Kx8`]'s layout with each
+    /// sub-block's fifth bits after its codes, as [`GgmlType::Q5_0x8`] keeps them (1440 bytes, 180 a row).
+    Q5_Kx8,
 }
 
 /// One row of the registry.
@@ -105,13 +111,13 @@ const fn info(id: u32, name: &'static str, block_len: usize, block_bytes: usize)
 
 impl GgmlType {
     /// Every type: the 34 GGUF types in id order, then the in-memory ones: [`GgmlType::LoomQ4_0`],
-    /// [`GgmlType::Q4_0x8`] and [`GgmlType::Q4_Kx8`].
-    pub const ALL: [GgmlType; 37] = {
+    /// and the interleaved Q4_0x8, Q5_0x8, Q4_Kx8 and Q5_Kx8.
+    pub const ALL: [GgmlType; 39] = {
         use GgmlType::*;
         [
             F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ2_XXS, IQ2_XS, IQ3_XXS,
             IQ1_S, IQ4_NL, IQ3_S, IQ2_S, IQ4_XS, I8, I16, I32, I64, F64, IQ1_M, BF16, TQ1_0, TQ2_0, MXFP4, NVFP4, Q1_0,
-            LoomQ4_0, Q4_0x8, Q4_Kx8,
+            LoomQ4_0, Q4_0x8, Q5_0x8, Q4_Kx8, Q5_Kx8,
         ]
     };
 
@@ -167,11 +173,23 @@ impl GgmlType {
                 block_len: 32,
                 block_bytes: 18,
             },
+            Q5_0x8 => Info {
+                id: None,
+                name: "Q5_0x8",
+                block_len: 32,
+                block_bytes: 22,
+            },
             Q4_Kx8 => Info {
                 id: None,
                 name: "Q4_Kx8",
                 block_len: 256,
-                block_bytes: interleaved::Q4_K_GROUP / interleaved::ROWS,
+                block_bytes: interleaved::Geometry::of(Q4_Kx8).group / interleaved::ROWS,
+            },
+            Q5_Kx8 => Info {
+                id: None,
+                name: "Q5_Kx8",
+                block_len: 256,
+                block_bytes: interleaved::Geometry::of(Q5_Kx8).group / interleaved::ROWS,
             },
         }
     }
@@ -184,8 +202,7 @@ impl GgmlType {
             .ok_or_else(|| LoomError::UnsupportedDType(format!("ggml type id {id}")))
     }
 
-    /// The GGUF id; `None` for [`GgmlType::LoomQ4_0`], [`GgmlType::Q4_0x8`] and [`GgmlType::Q4_Kx8`], which exist
-    /// only in memory.
+    /// The GGUF id; `None` for [`GgmlType::LoomQ4_0`] and the interleaved types, which exist only in memory.
     pub fn id(self) -> Option<u32> {
         self.info().id
     }
@@ -210,13 +227,30 @@ impl GgmlType {
         use GgmlType::*;
         matches!(
             self,
-            F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4_K | Q5_K | Q6_K | LoomQ4_0 | Q4_0x8 | Q4_Kx8
+            F32 | F16
+                | BF16
+                | Q4_0
+                | Q4_1
+                | Q5_0
+                | Q5_1
+                | Q8_0
+                | Q4_K
+                | Q5_K
+                | Q6_K
+                | LoomQ4_0
+                | Q4_0x8
+                | Q5_0x8
+                | Q4_Kx8
+                | Q5_Kx8
         )
     }
 
-    /// Whether the type's rows are interleaved eight at a time ([`GgmlType::Q4_0x8`], [`GgmlType::Q4_Kx8`]).
+    /// Whether the type's rows are interleaved eight at a time ([`interleave`]).
     pub fn interleaved(self) -> bool {
-        matches!(self, GgmlType::Q4_0x8 | GgmlType::Q4_Kx8)
+        matches!(
+            self,
+            GgmlType::Q4_0x8 | GgmlType::Q5_0x8 | GgmlType::Q4_Kx8 | GgmlType::Q5_Kx8
+        )
     }
 
     /// Bytes of a row of `cols` elements: `cols` must be a whole number of blocks.
@@ -245,8 +279,8 @@ impl std::fmt::Display for GgmlType {
 }
 
 /// Dequantizes whole blocks of type `t` into `out` (`block_len` values per block), bit-identical to
-/// `gguf.quants.dequantize`. Not the interleaved types ([`GgmlType::Q4_0x8`], [`GgmlType::Q4_Kx8`]), whose blocks
-/// are not runs of a row's bytes ([`QMatrix::dequantize_row`] takes their rows apart).
+/// `gguf.quants.dequantize`. Not the interleaved types ([`GgmlType::interleaved`]), whose blocks are not runs of a
+/// row's bytes ([`QMatrix::dequantize_row`] takes their rows apart).
 pub fn dequantize(t: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<()> {
     if !t.can_compute() {
         return Err(t.unsupported());
@@ -305,7 +339,7 @@ mod tests {
             }
             assert!(t.block_bytes() > 0 && t.block_len() > 0, "{t}");
         }
-        assert_eq!(GgmlType::ALL.iter().filter(|t| t.id().is_none()).count(), 3);
+        assert_eq!(GgmlType::ALL.iter().filter(|t| t.id().is_none()).count(), 5);
         assert!(matches!(GgmlType::from_id(4), Err(LoomError::UnsupportedDType(_))));
         assert_eq!(GgmlType::Q4_K.row_bytes(512).unwrap(), 288);
         assert!(GgmlType::Q4_K.row_bytes(100).is_err());

@@ -27,7 +27,7 @@ pub(super) unsafe fn rows_dot_16(ty: GgmlType, rows: &[u8], x: &Activations16, o
         GgmlType::Q4_K => each_row(rows, out, |row| dot_k::<Q4K>(row, x)),
         GgmlType::Q5_K => each_row(rows, out, |row| dot_k::<Q5K>(row, x)),
         GgmlType::Q6_K => each_row(rows, out, |row| dot_q6k(row, x)),
-        GgmlType::Q4_0x8 | GgmlType::Q4_Kx8 => super::interleaved::rows_dot_16(ty, rows, x, out),
+        ty if ty.interleaved() => super::interleaved::rows_dot_16(ty, rows, x, out),
         _ => unreachable!("simd_x86_16::rows_dot_16 on {ty}: check has_dot first"),
     }
 }
@@ -149,9 +149,7 @@ pub(super) fn has_dot(ty: GgmlType) -> bool {
             | GgmlType::Q4_K
             | GgmlType::Q5_K
             | GgmlType::Q6_K
-            | GgmlType::Q4_0x8
-            | GgmlType::Q4_Kx8
-    )
+    ) || ty.interleaved()
 }
 
 /// Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0: blocks of 32 with one scale (and minimum) each, the f16 scale first (then the
