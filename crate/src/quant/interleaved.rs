@@ -244,7 +244,6 @@ mod avx2 {
 
     use super::{Geometry, CODE_BLOCK, K_MINS, K_SCALES, ROWS};
     use crate::quant::activations::Activations16;
-    use crate::quant::blocks::half;
     use crate::quant::matmul::{prefetch, PREFETCH_BYTES};
     use crate::quant::GgmlType;
 
@@ -359,22 +358,28 @@ mod avx2 {
             let codes = &mut codes[ROWS * g * cols..];
             let (scale, min) = (&mut scale[ROWS * g * blocks..], &mut min[ROWS * g * blocks..]);
             for (i, b) in group.chunks_exact(geo.group).enumerate() {
+                // The eight `d` (and `dmin`) at once: `vcvtph2ps` is exact, as `blocks::half` is.
+                let (mut d, mut dmin) = ([0f32; ROWS], [0f32; ROWS]);
+                _mm256_storeu_ps(d.as_mut_ptr(), _mm256_cvtph_ps(_mm_loadu_si128(b.as_ptr().cast())));
                 if !geo.k {
                     transpose_codes(b.as_ptr().add(16), geo, codes, cols, 32 * i);
                     for r in 0..ROWS {
-                        scale[r * blocks + i] = half(&b[2 * r..]);
+                        scale[r * blocks + i] = d[r];
                         min[r * blocks + i] = 0.0;
                     }
                     continue;
                 }
+                _mm256_storeu_ps(
+                    dmin.as_mut_ptr(),
+                    _mm256_cvtph_ps(_mm_loadu_si128(b.as_ptr().add(16).cast())),
+                );
                 for j in 0..8 {
                     let k = 8 * i + j;
                     transpose_codes(b.as_ptr().add(geo.codes(j)), geo, codes, cols, 32 * k);
                     for r in 0..ROWS {
-                        let sc = half(&b[2 * r..]) * f32::from(b[K_SCALES + 8 * j + r]);
+                        let sc = d[r] * f32::from(b[K_SCALES + 8 * j + r]);
                         scale[r * blocks + k] = sc;
-                        min[r * blocks + k] =
-                            -(half(&b[16 + 2 * r..]) * f32::from(b[K_MINS + 8 * j + r])) + sc * geo.centre as f32;
+                        min[r * blocks + k] = -(dmin[r] * f32::from(b[K_MINS + 8 * j + r])) + sc * geo.centre as f32;
                     }
                 }
             }
