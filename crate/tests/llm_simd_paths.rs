@@ -33,6 +33,10 @@ fn tiny_llama_on_every_kernel_path() {
                 let cpu = model.weights.for_cpu();
                 let matrices = cpu.blocks.iter().flat_map(|b| b.matrices());
                 assert!(matrices.into_iter().all(|m| m.ty == GgmlType::Q4_0x8));
+                // A Q4_0 head (tied or not) too.
+                if model.weights.lm_head().ty == GgmlType::Q4_0 {
+                    assert_eq!(cpu.lm_head().ty, GgmlType::Q4_0x8);
+                }
                 interleaved = true;
             }
             check_tiny(&model, &format!("{name} ({simd:?})"), set, &prompts);

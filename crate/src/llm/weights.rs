@@ -102,8 +102,9 @@ pub struct ModelWeights {
 
 impl ModelWeights {
     /// The weights as the CPU engine reads them: the matrices it multiplies in the layout its kernels read fastest
-    /// ([`Matrix::for_cpu`]); the same weights where none changes. The embedding stays as stored: its rows are looked
-    /// up, and a tied head is read once a token.
+    /// ([`Matrix::for_cpu`]); the same weights where none changes. The embedding stays as stored, its rows looked up;
+    /// a tied head then becomes a head of its own, the embedding's copy in that layout (read whole every token, where
+    /// the embedding gives a row).
     pub fn for_cpu(self: &Arc<Self>) -> Arc<ModelWeights> {
         if !self.cpu_layout_pays() {
             return self.clone();
@@ -126,16 +127,13 @@ impl ModelWeights {
                 })
                 .collect(),
             final_norm: self.final_norm.clone(),
-            head: self.head.as_ref().map(keep),
+            head: self.lm_head().for_cpu().or_else(|| self.head.clone()),
         })
     }
 
     /// Whether [`ModelWeights::for_cpu`] changes a matrix (on this CPU, now).
     pub fn cpu_layout_pays(&self) -> bool {
-        let mut multiplied = self
-            .head
-            .iter()
-            .chain(self.blocks.iter().flat_map(BlockWeights::matrices));
+        let mut multiplied = std::iter::once(self.lm_head()).chain(self.blocks.iter().flat_map(BlockWeights::matrices));
         multiplied.any(|m| quant::interleave_pays(m.ty, m.rows))
     }
 
