@@ -1,5 +1,5 @@
-//! Q4_0 and Q4_K with their rows interleaved eight at a time ([`GgmlType::Q4_0x8`], [`GgmlType::Q4_Kx8`]), made when
-//! a CPU engine opens a model, for the AVX2 decode kernels (llama.cpp repacks for the same reason,
+//! Q4_0, Q5_0, Q4_K and Q5_K with their rows interleaved eight at a time ([`GgmlType::Q4_0x8`], [`GgmlType::Q5_0x8`],
+//! [`GgmlType::Q4_Kx8`], [`GgmlType::Q5_Kx8`]), made when a CPU engine opens a model, for the AVX2 decode kernels (llama.cpp repacks for the same reason,
 //! `ggml-cpu/repack.cpp`). Stored rows give a kernel one row's 32 codes per load, to be spread into 16-bit lanes by
 //! shuffles and summed across lanes at the end. Here one 32-byte load holds four pairs of codes of each of eight rows,
 //! one pair to a nibble of each 16-bit lane: shifts and masks take the pairs apart, one broadcast pair of activations
@@ -53,7 +53,7 @@ pub(super) struct Geometry {
 }
 
 impl Geometry {
-    /// `ty`'s geometry (`ty` one of the interleaved types).
+    /// `ty`'s geometry (`ty` one of the interleaved types; any other is taken as Q5_Kx8).
     pub(super) const fn of(ty: GgmlType) -> Geometry {
         let (len, stored, high, k) = match ty {
             GgmlType::Q4_0x8 => (32, 18, false, false),
