@@ -1,6 +1,6 @@
 //! tiny-llama's goldens (`../shared/golden`, logits at every position within the tolerances of `llm_util`, and the
-//! greedy ids) on every CPU kernel path this machine has, not only the best one: capped at AVX2 (the 16-bit decode
-//! and integer prefill of CPUs without AVX-512) and portable; with `LOOM_GEMMA_GGUF` set, the real Gemma 3 270M
+//! greedy ids) on every CPU kernel path this machine has, not only the best one: AVX-512 with VNNI and without,
+//! capped at AVX2 (the 16-bit decode and integer prefill of CPUs without AVX-512) and portable; with `LOOM_GEMMA_GGUF` set, the real Gemma 3 270M
 //! Q4_K_M's greedy ids against llama.cpp's too. Its own test binary, since the cap is process-wide.
 
 mod llm_util;
@@ -19,7 +19,7 @@ fn tiny_llama_on_every_kernel_path() {
     let prompts: Vec<Vec<u32>> = expected["prompts"].as_array().unwrap().iter().map(ids).collect();
     let mut paths = Vec::new();
     let mut interleaved = false;
-    for simd in [Simd::Avx512, Simd::Avx2, Simd::None] {
+    for simd in [Simd::All, Simd::Avx512, Simd::Avx2, Simd::None] {
         quant::set_simd(simd);
         paths.push(quant::simd_in_use());
         let mut checked = 0;
@@ -28,8 +28,8 @@ fn tiny_llama_on_every_kernel_path() {
                 continue; // an .entity we write ourselves: crate/tests/llm_entity.rs
             }
             let model = LlmModel::open(&dir.join(set["file"].as_str().unwrap())).unwrap();
-            // With the AVX2 kernels, the CPU engine reads Q4_0 rows interleaved by eight (no file here has Q4_K).
-            if name == "gguf_q4_0" && quant::simd_in_use() == "avx2" {
+            // With SIMD kernels, the CPU engine reads Q4_0 rows interleaved by eight (no file here has Q4_K).
+            if name == "gguf_q4_0" && quant::simd_in_use() != "portable" {
                 let cpu = model.weights.for_cpu();
                 let matrices = cpu.blocks.iter().flat_map(|b| b.matrices());
                 assert!(matrices.into_iter().all(|m| m.ty == GgmlType::Q4_0x8));
@@ -46,13 +46,13 @@ fn tiny_llama_on_every_kernel_path() {
         real_gemma3(simd);
     }
     quant::set_simd(Simd::All);
-    assert_eq!(interleaved, paths.contains(&"avx2"));
+    assert_eq!(interleaved, paths.iter().any(|&p| p != "portable"));
     eprintln!("tiny_llama_on_every_kernel_path: ran the {paths:?} paths");
 }
 
 /// Gemma 3 270M Q4_K_M, the real file (`LOOM_GEMMA_GGUF`: 253 MB that setup does not fetch; skipped without it): our
 /// greedy continuation of a chat prompt equals llama.cpp's 24 ids (`testdata/gemma3/real-270m-q4_k_m.json`). With
-/// the AVX2 kernels its Q4_K and Q5_0 matrices are read interleaved by eight.
+/// SIMD kernels its Q4_K and Q5_0 matrices are read interleaved by eight.
 fn real_gemma3(simd: Simd) {
     let Some(path) = std::env::var_os("LOOM_GEMMA_GGUF") else {
         eprintln!("real_gemma3: skipped, LOOM_GEMMA_GGUF is not set");
@@ -61,7 +61,7 @@ fn real_gemma3(simd: Simd) {
     let expected = json(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/gemma3/real-270m-q4_k_m.json"));
     let model = LlmModel::open(Path::new(&path)).unwrap();
     let want = ids(&expected["greedy_ids"]);
-    if quant::simd_in_use() == "avx2" {
+    if quant::simd_in_use() != "portable" {
         let cpu = model.weights.for_cpu();
         let types: Vec<GgmlType> = cpu.blocks.iter().flat_map(|b| b.matrices()).map(|m| m.ty).collect();
         assert!(

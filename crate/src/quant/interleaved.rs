@@ -1,5 +1,6 @@
 //! Q4_0, Q5_0, Q4_K and Q5_K with their rows interleaved eight at a time ([`GgmlType::Q4_0x8`], [`GgmlType::Q5_0x8`],
-//! [`GgmlType::Q4_Kx8`], [`GgmlType::Q5_Kx8`]), made when a CPU engine opens a model, for the AVX2 decode kernels (llama.cpp repacks for the same reason,
+//! [`GgmlType::Q4_Kx8`], [`GgmlType::Q5_Kx8`]), made when a CPU engine opens a model, for the x86-64 decode kernels
+//! (AVX2; AVX-512 with VNNI, two groups to a vector; llama.cpp repacks for the same reason,
 //! `ggml-cpu/repack.cpp`). Stored rows give a kernel one row's 32 codes per load, to be spread into 16-bit lanes by
 //! shuffles and summed across lanes at the end. Here one 32-byte load holds four pairs of codes of each of eight rows,
 //! one pair to a nibble of each 16-bit lane: shifts and masks take the pairs apart, one broadcast pair of activations
@@ -44,6 +45,8 @@ pub(super) struct Geometry {
     stored: usize,
     /// Bytes of a group's block.
     pub(super) group: usize,
+    /// Bytes of a code block and, for a 5-bit type, its high block.
+    sub: usize,
     /// Whether codes have a fifth bit (a high block after each code block).
     high: bool,
     /// Whether the block has sub-blocks with scales and minima (Q4_K, Q5_K).
@@ -66,6 +69,7 @@ impl Geometry {
             len,
             stored,
             group: if k { K_CODES + 8 * sub } else { 16 + sub },
+            sub,
             high,
             k,
             centre: if high { 16 } else { 8 },
@@ -74,12 +78,16 @@ impl Geometry {
 
     /// Where sub-block `j`'s code block starts (its high block follows it).
     const fn codes(self, j: usize) -> usize {
-        let sub = CODE_BLOCK + if self.high { HIGH_BLOCK } else { 0 };
         if self.k {
-            K_CODES + sub * j
+            K_CODES + self.sub * j
         } else {
             16
         }
+    }
+
+    /// Bytes of a group of eight rows of `cols` columns (whole blocks).
+    const fn group_bytes(self, cols: usize) -> usize {
+        cols / self.len * self.group
     }
 }
 
@@ -109,9 +117,9 @@ pub fn interleave(w: &QMatrix) -> Result<(GgmlType, Vec<u8>)> {
         })?;
     let geo = Geometry::of(ty);
     let blocks = w.cols / geo.len;
-    let mut out = vec![0u8; w.rows / ROWS * blocks * geo.group];
+    let mut out = vec![0u8; w.rows / ROWS * geo.group_bytes(w.cols)];
     for (group, stored) in out
-        .chunks_exact_mut((blocks * geo.group).max(1))
+        .chunks_exact_mut(geo.group_bytes(w.cols).max(1))
         .zip(w.data.chunks_exact((ROWS * blocks * geo.stored).max(1)))
     {
         for (k, g) in group.chunks_exact_mut(geo.group).enumerate() {
@@ -197,22 +205,22 @@ fn unpacked_code(g: &[u8], r: usize, e: usize, high: bool) -> u8 {
 }
 
 /// Whether a CPU engine should hold a matrix of `ty` with `rows` rows interleaved ([`interleave`]): Q4_0, Q5_0, Q4_K
-/// and Q5_K in whole groups, where decode runs the AVX2 kernels (AVX-512 keeps its own row kernels, and wasm has no interleaved
-/// kernels yet).
+/// and Q5_K in whole groups, where decode runs the x86-64 kernels (AVX2, AVX-512; wasm has no interleaved kernels
+/// yet).
 pub fn interleave_pays(ty: GgmlType, rows: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
-    let avx2 = Level::current() == Level::Avx2;
+    let simd = Level::current() != Level::Portable;
     #[cfg(not(target_arch = "x86_64"))]
-    let avx2 = false;
-    avx2 && interleaved_type(ty).is_some() && rows > 0 && rows.is_multiple_of(ROWS)
+    let simd = false;
+    simd && interleaved_type(ty).is_some() && rows > 0 && rows.is_multiple_of(ROWS)
 }
 
 /// Row `r` of an interleaved matrix's bytes (`cols` columns) into `out`, bit-identical to the stored row's values
 /// (`blocks::dequantize_block`'s arithmetic).
 pub(super) fn dequantize_row(ty: GgmlType, data: &[u8], cols: usize, r: usize, out: &mut [f32]) {
     let geo = Geometry::of(ty);
-    let blocks = cols / geo.len;
-    let group = &data[r / ROWS * blocks * geo.group..][..blocks * geo.group];
+    let group_bytes = geo.group_bytes(cols);
+    let group = &data[r / ROWS * group_bytes..][..group_bytes];
     let r = r % ROWS;
     for (g, out) in group.chunks_exact(geo.group).zip(out.chunks_exact_mut(geo.len)) {
         let d = blocks::half(&g[2 * r..]);
@@ -237,6 +245,8 @@ pub(super) fn dequantize_row(ty: GgmlType, data: &[u8], cols: usize, r: usize, o
 
 #[cfg(target_arch = "x86_64")]
 pub(super) use avx2::{rows_dot_16, unpack_tile};
+#[cfg(target_arch = "x86_64")]
+pub(super) use avx512::rows_dot_16 as rows_dot_16_vnni;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
@@ -257,53 +267,94 @@ mod avx2 {
     /// AVX2, FMA and F16C; `ty` is an interleaved type and `rows` holds `out.len()` of its rows of `x`'s columns.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(in crate::quant) unsafe fn rows_dot_16(ty: GgmlType, rows: &[u8], x: &Activations16, out: &mut [f32]) {
-        let geo = Geometry::of(ty);
-        let blocks = x.scale_sum.len();
-        assert!(x.a.len() == 32 * blocks && x.block_sum.len() == blocks && out.len().is_multiple_of(ROWS));
-        let group_bytes = blocks * 32 / geo.len * geo.group;
-        assert!(rows.len() == out.len() / ROWS * group_bytes && (blocks * 32).is_multiple_of(geo.len));
-        // `q − centre` summed over a block of the activations.
-        let centred = |sums: __m256i, k: usize| _mm256_sub_epi32(sums, _mm256_set1_epi32(geo.centre * x.block_sum[k]));
+        let (geo, group_bytes) = checked(ty, rows, x, out.len());
         for (group, out) in rows.chunks_exact(group_bytes).zip(out.chunks_exact_mut(ROWS)) {
-            let mut acc = _mm256_setzero_ps();
-            if !geo.k {
-                for k in 0..blocks {
-                    let b = group.as_ptr().add(k * geo.group);
-                    prefetch(b.wrapping_add(PREFETCH_BYTES), geo.group);
-                    let sums = centred(code_dot(b.add(16), geo.high, x, k), k);
-                    let d = _mm256_cvtph_ps(_mm_loadu_si128(b.cast()));
-                    let scale = _mm256_mul_ps(d, _mm256_set1_ps(x.scale_sum[k][0]));
-                    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), scale, acc);
-                }
-            } else {
-                for s in 0..blocks / 8 {
-                    let b = group.as_ptr().add(s * geo.group);
-                    prefetch(b.wrapping_add(PREFETCH_BYTES), geo.group);
-                    // Σ sc·Σ(q − centre)·a·xs, Σ sc·Σx and Σ m·Σx over the sub-blocks.
-                    let (mut dots, mut scales, mut mins) =
-                        (_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps());
-                    for j in 0..8 {
-                        let k = 8 * s + j;
-                        let sums = centred(code_dot(b.add(geo.codes(j)), geo.high, x, k), k);
-                        let bytes = |at: usize| _mm256_cvtepu8_epi32(_mm_loadl_epi64(b.add(at + 8 * j).cast()));
-                        let (sc, mn) = (bytes(K_SCALES), bytes(K_MINS));
-                        let [xs, sx] = x.scale_sum[k];
-                        // Exact: |Σ(q − centre)·a| ≤ 32·16·32767, times a scale < 64.
-                        let scaled = _mm256_cvtepi32_ps(_mm256_mullo_epi32(sums, sc));
-                        dots = _mm256_fmadd_ps(scaled, _mm256_set1_ps(xs), dots);
-                        scales = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sc), _mm256_set1_ps(sx), scales);
-                        mins = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mn), _mm256_set1_ps(sx), mins);
-                    }
-                    let d = _mm256_cvtph_ps(_mm_loadu_si128(b.cast()));
-                    let dmin = _mm256_cvtph_ps(_mm_loadu_si128(b.add(16).cast()));
-                    // d·(Σ sc·Σ(q − centre)·a·xs + centre·Σ sc·Σx) − dmin·Σ m·Σx.
-                    let centre = _mm256_fmadd_ps(scales, _mm256_set1_ps(geo.centre as f32), dots);
-                    acc = _mm256_fmadd_ps(centre, d, acc);
-                    acc = _mm256_fnmadd_ps(mins, dmin, acc);
-                }
-            }
+            let acc = group_dot(geo, group, x, &Avx2 { high: geo.high, x });
             _mm256_storeu_ps(out.as_mut_ptr(), acc);
         }
+    }
+
+    /// `ty`'s geometry and the bytes of a group of `x`'s columns, checked against `rows` (`count` rows of `ty`).
+    pub(super) fn checked(ty: GgmlType, rows: &[u8], x: &Activations16, count: usize) -> (Geometry, usize) {
+        let geo = Geometry::of(ty);
+        let cols = 32 * x.scale_sum.len();
+        assert!(x.a.len() == cols && x.block_sum.len() == x.scale_sum.len() && count.is_multiple_of(ROWS));
+        let group_bytes = geo.group_bytes(cols);
+        assert!(rows.len() == count / ROWS * group_bytes && cols.is_multiple_of(geo.len));
+        (geo, group_bytes)
+    }
+
+    /// Eight rows' `Σ q·a` over a block of activations, the codes as stored, from a code block (and the high block
+    /// after it, for a 5-bit type).
+    pub(super) trait CodeDot {
+        /// Over block `k`, from the code block at `codes`.
+        ///
+        /// # Safety
+        /// The CPU has the kernel's instructions; `codes` points at a code block (and its high block), `k` is a
+        /// block of the activations.
+        unsafe fn dot(&self, codes: *const u8, k: usize) -> __m256i;
+    }
+
+    pub(super) struct Avx2<'a> {
+        pub(super) high: bool,
+        pub(super) x: &'a Activations16,
+    }
+
+    impl CodeDot for Avx2<'_> {
+        #[inline(always)]
+        unsafe fn dot(&self, codes: *const u8, k: usize) -> __m256i {
+            code_dot(codes, self.high, self.x, k)
+        }
+    }
+
+    /// One group of eight rows (`group`, its blocks of `geo`) dotted with `x`, the eight sums: per block of 32
+    /// columns, `dot`'s integer sums less `centre·Σa`, scaled as [`rows_dot_16`] says.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C and `dot`'s instructions; `group` holds a group of `x`'s columns.
+    #[inline(always)]
+    pub(super) unsafe fn group_dot(geo: Geometry, group: &[u8], x: &Activations16, dot: &impl CodeDot) -> __m256 {
+        // `q − centre` summed over a block of the activations.
+        let centred = |sums: __m256i, k: usize| _mm256_sub_epi32(sums, _mm256_set1_epi32(geo.centre * x.block_sum[k]));
+        let mut acc = _mm256_setzero_ps();
+        if !geo.k {
+            for k in 0..x.scale_sum.len() {
+                let b = group.as_ptr().add(k * geo.group);
+                prefetch(b.wrapping_add(PREFETCH_BYTES), geo.group);
+                let sums = centred(dot.dot(b.add(16), k), k);
+                let d = _mm256_cvtph_ps(_mm_loadu_si128(b.cast()));
+                let scale = _mm256_mul_ps(d, _mm256_set1_ps(x.scale_sum[k][0]));
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), scale, acc);
+            }
+            return acc;
+        }
+        for s in 0..x.scale_sum.len() / 8 {
+            let b = group.as_ptr().add(s * geo.group);
+            prefetch(b.wrapping_add(PREFETCH_BYTES), geo.group);
+            // Σ sc·Σ(q − centre)·a·xs, Σ sc·Σx and Σ m·Σx over the sub-blocks.
+            let (mut dots, mut scales, mut mins) = (_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps());
+            for j in 0..8 {
+                let k = 8 * s + j;
+                let sums = centred(dot.dot(b.add(geo.codes(j)), k), k);
+                let bytes = |at: usize| _mm256_cvtepu8_epi32(_mm_loadl_epi64(b.add(at + 8 * j).cast()));
+                let (sc, mn) = (bytes(K_SCALES), bytes(K_MINS));
+                let [xs, sx] = x.scale_sum[k];
+                // |Σ(q − centre)·a| ≤ 32·16·32767 < 2²⁴ converts exactly, so the product of floats rounds once, as
+                // the conversion of the exact integer product would (one multiply, not `vpmulld`'s two).
+                let sc = _mm256_cvtepi32_ps(sc);
+                let scaled = _mm256_mul_ps(_mm256_cvtepi32_ps(sums), sc);
+                dots = _mm256_fmadd_ps(scaled, _mm256_set1_ps(xs), dots);
+                scales = _mm256_fmadd_ps(sc, _mm256_set1_ps(sx), scales);
+                mins = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mn), _mm256_set1_ps(sx), mins);
+            }
+            let d = _mm256_cvtph_ps(_mm_loadu_si128(b.cast()));
+            let dmin = _mm256_cvtph_ps(_mm_loadu_si128(b.add(16).cast()));
+            // d·(Σ sc·Σ(q − centre)·a·xs + centre·Σ sc·Σx) − dmin·Σ m·Σx.
+            let centre = _mm256_fmadd_ps(scales, _mm256_set1_ps(geo.centre as f32), dots);
+            acc = _mm256_fmadd_ps(centre, d, acc);
+            acc = _mm256_fnmadd_ps(mins, dmin, acc);
+        }
+        acc
     }
 
     /// Eight rows' `Σ q·a` over block `k` of the activations, the codes as stored, from the code block at `codes`
@@ -351,7 +402,7 @@ mod avx2 {
         let geo = Geometry::of(ty);
         let blocks = cols / 32;
         let count = codes.len() / cols.max(1);
-        let group_bytes = cols / geo.len * geo.group;
+        let group_bytes = geo.group_bytes(cols);
         assert!(count.is_multiple_of(ROWS) && rows.len() == count / ROWS * group_bytes);
         assert!(codes.len() == count * cols && scale.len() == count * blocks && min.len() == scale.len());
         for (g, group) in rows.chunks_exact(group_bytes.max(1)).enumerate() {
@@ -474,5 +525,137 @@ mod avx2 {
             _mm256_permute2f128_ps::<0x31>(u[2], u[6]),
             _mm256_permute2f128_ps::<0x31>(u[3], u[7]),
         ]
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::avx2::{checked, group_dot, Avx2};
+    use super::{Geometry, CODE_BLOCK, K_MINS, K_SCALES, ROWS};
+    use crate::quant::activations::Activations16;
+    use crate::quant::matmul::{prefetch, PREFETCH_BYTES};
+    use crate::quant::GgmlType;
+
+    /// [`super::avx2::rows_dot_16`] with 512-bit vectors and VNNI, two groups at a time: a vector holds the same
+    /// 32 bytes of each group's code block, one half each, so that one broadcast pair of activations and one
+    /// `vpdpwssd` serve sixteen rows, and the scaling after each block does too. A last odd group: the AVX2 kernel.
+    ///
+    /// # Safety
+    /// AVX-512 F, BW and VNNI, AVX2, FMA and F16C; `ty` is an interleaved type and `rows` holds `out.len()` of its
+    /// rows of `x`'s columns.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+    pub(in crate::quant) unsafe fn rows_dot_16(ty: GgmlType, rows: &[u8], x: &Activations16, out: &mut [f32]) {
+        let (geo, group_bytes) = checked(ty, rows, x, out.len());
+        let pairs = rows.chunks_exact(2 * group_bytes);
+        let last = pairs.remainder();
+        let out_pairs = out.chunks_exact_mut(2 * ROWS);
+        for (two, out) in pairs.zip(out_pairs) {
+            let acc = pair_dot(geo, two.as_ptr(), two.as_ptr().add(group_bytes), x);
+            _mm512_storeu_ps(out.as_mut_ptr(), acc);
+        }
+        if !last.is_empty() {
+            let acc = group_dot(geo, last, x, &Avx2 { high: geo.high, x });
+            let tail = out.len() - ROWS;
+            _mm256_storeu_ps(out[tail..].as_mut_ptr(), acc);
+        }
+    }
+
+    /// The sixteen sums of the groups at `g0` and `g1`: [`super::avx2::group_dot`]'s arithmetic, `g0`'s rows in the
+    /// low half.
+    #[inline(always)]
+    unsafe fn pair_dot(geo: Geometry, g0: *const u8, g1: *const u8, x: &Activations16) -> __m512 {
+        let centred = |sums: __m512i, k: usize| _mm512_sub_epi32(sums, _mm512_set1_epi32(geo.centre * x.block_sum[k]));
+        // The two groups' eight f16 at `at` as float32.
+        let halves = |at: usize| {
+            let h = _mm256_inserti128_si256::<1>(
+                _mm256_castsi128_si256(_mm_loadu_si128(g0.add(at).cast())),
+                _mm_loadu_si128(g1.add(at).cast()),
+            );
+            _mm512_cvtph_ps(h)
+        };
+        let mut acc = _mm512_setzero_ps();
+        if !geo.k {
+            for k in 0..x.scale_sum.len() {
+                let at = k * geo.group;
+                prefetch(g0.wrapping_add(at + PREFETCH_BYTES), geo.group);
+                prefetch(g1.wrapping_add(at + PREFETCH_BYTES), geo.group);
+                let sums = centred(code_dot(g0.add(at + 16), g1.add(at + 16), geo.high, x, k), k);
+                let scale = _mm512_mul_ps(halves(at), _mm512_set1_ps(x.scale_sum[k][0]));
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), scale, acc);
+            }
+            return acc;
+        }
+        for s in 0..x.scale_sum.len() / 8 {
+            let at = s * geo.group;
+            prefetch(g0.wrapping_add(at + PREFETCH_BYTES), geo.group);
+            prefetch(g1.wrapping_add(at + PREFETCH_BYTES), geo.group);
+            let (mut dots, mut scales, mut mins) = (_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps());
+            for j in 0..8 {
+                let k = 8 * s + j;
+                let codes = at + geo.codes(j);
+                let sums = centred(code_dot(g0.add(codes), g1.add(codes), geo.high, x, k), k);
+                let bytes = |from: usize| {
+                    let (b0, b1) = (g0.add(at + from + 8 * j), g1.add(at + from + 8 * j));
+                    let both = _mm_unpacklo_epi64(_mm_loadl_epi64(b0.cast()), _mm_loadl_epi64(b1.cast()));
+                    _mm512_cvtepu8_epi32(both)
+                };
+                let (sc, mn) = (bytes(K_SCALES), bytes(K_MINS));
+                let [xs, sx] = x.scale_sum[k];
+                let sc = _mm512_cvtepi32_ps(sc);
+                let scaled = _mm512_mul_ps(_mm512_cvtepi32_ps(sums), sc);
+                dots = _mm512_fmadd_ps(scaled, _mm512_set1_ps(xs), dots);
+                scales = _mm512_fmadd_ps(sc, _mm512_set1_ps(sx), scales);
+                mins = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mn), _mm512_set1_ps(sx), mins);
+            }
+            let centre = _mm512_fmadd_ps(scales, _mm512_set1_ps(geo.centre as f32), dots);
+            acc = _mm512_fmadd_ps(centre, halves(at), acc);
+            acc = _mm512_fnmadd_ps(mins, halves(at + 16), acc);
+        }
+        acc
+    }
+
+    /// Sixteen rows' `Σ q·a` over block `k`: the code blocks at `c0` and `c1` (and their high blocks, where `high`),
+    /// a vector of each one's 32 bytes at a time.
+    #[inline(always)]
+    unsafe fn code_dot(c0: *const u8, c1: *const u8, high: bool, x: &Activations16, k: usize) -> __m512i {
+        let both = |at: usize| {
+            _mm512_inserti64x4::<1>(
+                _mm512_castsi256_si512(_mm256_loadu_si256(c0.add(at).cast())),
+                _mm256_loadu_si256(c1.add(at).cast()),
+            )
+        };
+        let pairs = x.a.as_ptr().add(32 * k).cast::<i32>();
+        let h = match high {
+            true => both(CODE_BLOCK),
+            false => _mm512_setzero_si512(),
+        };
+        let (low, sixteen) = (_mm512_set1_epi16(15), _mm512_set1_epi16(16));
+        let (mut s0, mut s1) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+        for m in 0..4 {
+            let v = both(32 * m);
+            let mut q = [
+                _mm512_and_si512(v, low),
+                _mm512_and_si512(_mm512_srli_epi16::<4>(v), low),
+                _mm512_and_si512(_mm512_srli_epi16::<8>(v), low),
+                _mm512_srli_epi16::<12>(v),
+            ];
+            if high {
+                for (n, q) in q.iter_mut().enumerate() {
+                    // Pair 4m + n's bit 4 is bit 4m + n of the lane; bit 4 of the code is clear, so adding 16 sets it.
+                    let set = _mm512_test_epi16_mask(h, _mm512_set1_epi16(1 << (4 * m + n)));
+                    *q = _mm512_mask_add_epi16(*q, set, *q, sixteen);
+                }
+            }
+            for (n, q) in q.into_iter().enumerate() {
+                let a = _mm512_set1_epi32(pairs.add(4 * m + n).read_unaligned());
+                match n % 2 {
+                    0 => s0 = _mm512_dpwssd_epi32(s0, q, a),
+                    _ => s1 = _mm512_dpwssd_epi32(s1, q, a),
+                }
+            }
+        }
+        _mm512_add_epi32(s0, s1)
     }
 }

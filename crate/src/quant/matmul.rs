@@ -129,13 +129,12 @@ pub fn matmul_each(x: &[f32], n: usize, products: &mut [(QMatrix, &mut [f32])]) 
     // float32, eight to a vector.
     #[cfg(target_arch = "x86_64")]
     let (tokens16, tokens32, tokens8, tokens32_8) = {
-        use super::activations::has_16bit_dot;
         use super::prefill::TokensF32;
         use super::simd_avx512_prefill::Tokens16;
         let vnni = vnni(level);
         (
             // SAFETY: `vnni` checked the CPU.
-            match vnni && wants(has_16bit_dot) {
+            match vnni && wants(avx512_prefill) {
                 true => unsafe { Tokens16::new(x, n, x.len() / n) },
                 false => None,
             },
@@ -187,7 +186,7 @@ pub fn matmul_each(x: &[f32], n: usize, products: &mut [(QMatrix, &mut [f32])]) 
             let out = Output::new(y, w.rows);
             let row_bytes = if w.rows > 0 { w.row(0).len() } else { 0 };
             let run = |first: usize, count: usize| &w.data[first * row_bytes..(first + count) * row_bytes];
-            if let Some(tokens) = tokens16.as_ref().filter(|_| w.rows > 0 && has_16bit_dot(level, w.ty)) {
+            if let Some(tokens) = tokens16.as_ref().filter(|_| w.rows > 0 && avx512_prefill(w.ty)) {
                 // SAFETY: `available` checked the CPU and `has_16bit_dot` the type; a run is whole rows of the
                 // tokens' columns, `y` holds `n` tokens of `w.rows`, and each run writes its own rows.
                 split_row_runs(w.rows, |first, count| unsafe {
@@ -223,11 +222,14 @@ pub fn matmul_each(x: &[f32], n: usize, products: &mut [(QMatrix, &mut [f32])]) 
     Ok(())
 }
 
-/// The types of the AVX2 integer prefill: the 16-bit types, and the interleaved ones, whose tiles only AVX2 unpacks.
+/// The types of the AVX2 and AVX-512 integer prefill: the 16-bit types, and the interleaved ones.
 #[cfg(target_arch = "x86_64")]
 fn avx2_prefill(ty: GgmlType) -> bool {
     super::activations::has_16bit_dot(ty) || ty.interleaved()
 }
+
+#[cfg(target_arch = "x86_64")]
+use avx2_prefill as avx512_prefill;
 
 /// The float types, whose prefill widens a tile of rows to float32 for sixteen (AVX-512), eight (AVX2) or four
 /// (wasm) tokens at a time.
@@ -296,7 +298,7 @@ pub fn simd_in_use() -> &'static str {
 
 /// Whether the AVX-512 VNNI prefill kernels run at `level`: the CPU has them and the cap allows them.
 #[cfg(target_arch = "x86_64")]
-fn vnni(level: Level) -> bool {
+pub(super) fn vnni(level: Level) -> bool {
     level == Level::Avx512 && SIMD.load(Ordering::Relaxed) == Simd::All as u8 && super::simd_avx512_prefill::available()
 }
 
@@ -561,6 +563,8 @@ fn has_16bit_dot(level: Level, ty: GgmlType) -> bool {
         Level::Portable => false,
         #[cfg(target_arch = "x86_64")]
         Level::Avx2 => super::simd_x86_16::has_dot(ty),
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx512 => super::activations::has_16bit_dot(ty) || ty.interleaved(),
         #[allow(unreachable_patterns)]
         _ => super::activations::has_16bit_dot(ty),
     }
