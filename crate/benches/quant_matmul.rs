@@ -31,7 +31,8 @@ fn weights(t: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8> {
             GgmlType::Q4_0x8 => GgmlType::Q4_0,
             GgmlType::Q5_0x8 => GgmlType::Q5_0,
             GgmlType::Q4_Kx8 => GgmlType::Q4_K,
-            _ => GgmlType::Q5_K,
+            GgmlType::Q5_Kx8 => GgmlType::Q5_K,
+            _ => GgmlType::Q6_K,
         };
         let stored = weights(stored_type, rows, cols, rng);
         return quant::interleave(&QMatrix::new(stored_type, rows, cols, &stored).unwrap())
@@ -88,6 +89,7 @@ fn main() {
         GgmlType::Q5_K,
         GgmlType::Q5_Kx8,
         GgmlType::Q6_K,
+        GgmlType::Q6_Kx8,
         GgmlType::F16,
         GgmlType::BF16,
         GgmlType::LoomQ4_0,

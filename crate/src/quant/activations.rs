@@ -23,6 +23,9 @@ pub(super) struct Activations16 {
     /// the centre once per super-block (exact), not the centre from each code.
     #[cfg(target_arch = "x86_64")]
     pub(super) block_sum: Vec<i32>,
+    /// Per block, `Σa` over each half of 16 (the interleaved Q6_K kernels' sub-blocks have a scale each).
+    #[cfg(target_arch = "x86_64")]
+    pub(super) half_sum: Vec<[i32; 2]>,
     /// Per block, `8·Σa`: the wasm kernel takes Q4/Q5 codes as stored, from 0, and subtracts this (twice for Q5)
     /// for `q − 8` (`q − 16`).
     #[cfg(target_arch = "wasm32")]
@@ -98,7 +101,11 @@ impl Activations16 {
             #[cfg(target_arch = "wasm32")]
             self.eight_sum.push(8 * a.iter().map(|&a| i32::from(a)).sum::<i32>());
             #[cfg(target_arch = "x86_64")]
-            self.block_sum.push(a.iter().map(|&a| i32::from(a)).sum());
+            {
+                let half = |h: &[i16]| h.iter().map(|&a| i32::from(a)).sum::<i32>();
+                self.half_sum.push([half(&a[..16]), half(&a[16..])]);
+                self.block_sum.push(half(&a[..16]) + half(&a[16..]));
+            }
             self.scale_sum.push([max / 32767.0, block.iter().sum()]);
         }
     }
@@ -118,6 +125,8 @@ impl Activations16 {
             eight_sum: Vec::with_capacity(x.len() / 32),
             #[cfg(target_arch = "x86_64")]
             block_sum: Vec::with_capacity(x.len() / 32),
+            #[cfg(target_arch = "x86_64")]
+            half_sum: Vec::with_capacity(x.len() / 32),
         }
     }
 
@@ -153,11 +162,17 @@ impl Activations16 {
             _mm256_storeu_si256(a.as_mut_ptr().add(16).cast(), pack(q[2], q[3]));
             let sum = _mm256_add_ps(_mm256_add_ps(v[0], v[1]), _mm256_add_ps(v[2], v[3]));
             self.scale_sum.push([max / 32767.0, super::simd_x86::hsum(sum)]);
-            let a_sum = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
-            let a_sum = _mm_add_epi32(_mm256_castsi256_si128(a_sum), _mm256_extracti128_si256::<1>(a_sum));
-            let a_sum = _mm_add_epi32(a_sum, _mm_shuffle_epi32::<0b01_00_11_10>(a_sum));
-            let a_sum = _mm_add_epi32(a_sum, _mm_shuffle_epi32::<0b10_11_00_01>(a_sum));
-            self.block_sum.push(_mm_cvtsi128_si32(a_sum));
+            // Each half's sum: the two halves side by side in 128-bit lanes, then summed within each.
+            let (lo, hi) = (_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+            let a_sum = _mm256_add_epi32(
+                _mm256_permute2x128_si256::<0x20>(lo, hi),
+                _mm256_permute2x128_si256::<0x31>(lo, hi),
+            );
+            let a_sum = _mm256_add_epi32(a_sum, _mm256_shuffle_epi32::<0b01_00_11_10>(a_sum));
+            let a_sum = _mm256_add_epi32(a_sum, _mm256_shuffle_epi32::<0b10_11_00_01>(a_sum));
+            let halves = [_mm256_cvtsi256_si32(a_sum), _mm256_extract_epi32::<4>(a_sum)];
+            self.half_sum.push(halves);
+            self.block_sum.push(halves[0] + halves[1]);
         }
         true
     }
@@ -193,6 +208,7 @@ mod tests {
         assert!(unsafe { got.round_avx2(&x) });
         assert_eq!(got.a, want.a);
         assert_eq!(got.block_sum, want.block_sum);
+        assert_eq!(got.half_sum, want.half_sum);
         assert!(got.a[33..64]
             .iter()
             .zip(1..)

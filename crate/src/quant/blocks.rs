@@ -171,7 +171,7 @@ fn k_code(qs: &[u8], qh: Option<&[u8]>, s: usize, l: usize) -> u8 {
 
 /// Q6_K element `e`'s 6-bit code: half h = e / 128; within it r = e % 128 takes nibble r / 64 of
 /// `ql[64h + r % 64]` and bits 2·(r / 32).. of `qh[32h + r % 32]`.
-fn q6_code(block: &[u8], e: usize) -> u8 {
+pub(super) fn q6_code(block: &[u8], e: usize) -> u8 {
     let (ql, qh) = (&block[..128], &block[128..192]);
     let (h, r) = (e / 128, e % 128);
     let lo = (ql[64 * h + r % 64] >> (4 * (r / 64))) & 0xF;

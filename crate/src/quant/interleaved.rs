@@ -1,5 +1,5 @@
-//! Q4_0, Q5_0, Q4_K and Q5_K with their rows interleaved eight at a time ([`GgmlType::Q4_0x8`], [`GgmlType::Q5_0x8`],
-//! [`GgmlType::Q4_Kx8`], [`GgmlType::Q5_Kx8`]), made when a CPU engine opens a model, for the x86-64 decode kernels
+//! Q4_0, Q5_0, Q4_K, Q5_K and Q6_K with their rows interleaved eight at a time ([`GgmlType::Q4_0x8`],
+//! [`GgmlType::Q5_0x8`], [`GgmlType::Q4_Kx8`], [`GgmlType::Q5_Kx8`], [`GgmlType::Q6_Kx8`]), made when a CPU engine opens a model, for the x86-64 decode kernels
 //! (AVX2; AVX-512 with VNNI, two groups to a vector; llama.cpp repacks for the same reason,
 //! `ggml-cpu/repack.cpp`). Stored rows give a kernel one row's 32 codes per load, to be spread into 16-bit lanes by
 //! shuffles and summed across lanes at the end. Here one 32-byte load holds four pairs of codes of each of eight rows,
@@ -16,6 +16,10 @@
 //! - Q4_Kx8 (Q5_Kx8), per super-block of 256 columns: the eight rows' f16 `d`, their f16 `dmin`, the 6-bit sub-block
 //!   scales as bytes (sub-block `j`'s eight rows at `32 + 8j`), the minima the same way (at `96 + 8j`), then each
 //!   sub-block's code block (and high block): 1184 (1440) bytes, 32 more than eight stored super-blocks.
+//! - Q6_Kx8, per super-block: the eight rows' f16 `d`, the int8 scales of the sixteen sub-blocks of 16 (sub-block
+//!   `s`'s eight rows at `16 + 8s`), then per 32 columns the code block of the low four bits and a 64-byte high
+//!   block of bits 4 and 5 (bits `2i..` of lane `2r + t` of its vector `v` those of element `2(8v + i) + t`): 1680
+//!   bytes, as stored. Its kernels sum each half block apart, for its scale.
 //!
 //! A group's bytes follow each other, so a run of whole groups of rows is a run of bytes.
 
@@ -34,6 +38,9 @@ const HIGH_BLOCK: usize = 32;
 const K_SCALES: usize = 32;
 const K_MINS: usize = 96;
 const K_CODES: usize = 160;
+/// Where a Q6_Kx8 group's int8 scales (sixteen sub-blocks of 16) and codes start.
+const Q6_SCALES: usize = 16;
+const Q6_CODES: usize = 144;
 
 /// Where an interleaved type keeps things, per group of eight rows and block of `len` columns (a super-block for the
 /// K-quants).
@@ -45,43 +52,61 @@ pub(super) struct Geometry {
     stored: usize,
     /// Bytes of a group's block.
     pub(super) group: usize,
-    /// Bytes of a code block and, for a 5-bit type, its high block.
+    /// Bytes of a code block and, for a 5- or 6-bit type, its high block.
     sub: usize,
     /// Whether codes have a fifth bit (a high block after each code block).
     high: bool,
-    /// Whether the block has sub-blocks with scales and minima (Q4_K, Q5_K).
+    /// Whether codes have two high bits (Q6_Kx8: a 64-byte high block after each code block).
+    six: bool,
+    /// Whether the block has sub-blocks with scales (and minima: Q4_K, Q5_K).
     k: bool,
-    /// What the codes are centred on: 8 for 4 bits, 16 for 5.
+    /// What the codes are centred on: 8 for 4 bits, 16 for 5, 32 for 6.
     centre: i32,
 }
 
 impl Geometry {
-    /// `ty`'s geometry (`ty` one of the interleaved types; any other is taken as Q5_Kx8).
+    /// `ty`'s geometry (`ty` one of the interleaved types; any other is taken as Q6_Kx8).
     pub(super) const fn of(ty: GgmlType) -> Geometry {
-        let (len, stored, high, k) = match ty {
-            GgmlType::Q4_0x8 => (32, 18, false, false),
-            GgmlType::Q5_0x8 => (32, 22, true, false),
-            GgmlType::Q4_Kx8 => (256, 144, false, true),
-            _ => (256, 176, true, true),
+        let (len, stored, high, six, k) = match ty {
+            GgmlType::Q4_0x8 => (32, 18, false, false, false),
+            GgmlType::Q5_0x8 => (32, 22, true, false, false),
+            GgmlType::Q4_Kx8 => (256, 144, false, false, true),
+            GgmlType::Q5_Kx8 => (256, 176, true, false, true),
+            _ => (256, 210, false, true, true),
         };
-        let sub = CODE_BLOCK + if high { HIGH_BLOCK } else { 0 };
+        let sub = CODE_BLOCK
+            + if high {
+                HIGH_BLOCK
+            } else if six {
+                2 * HIGH_BLOCK
+            } else {
+                0
+            };
+        let first = if six { Q6_CODES } else { K_CODES };
         Geometry {
             len,
             stored,
-            group: if k { K_CODES + 8 * sub } else { 16 + sub },
+            group: if k { first + 8 * sub } else { 16 + sub },
             sub,
             high,
+            six,
             k,
-            centre: if high { 16 } else { 8 },
+            centre: if six {
+                32
+            } else if high {
+                16
+            } else {
+                8
+            },
         }
     }
 
     /// Where sub-block `j`'s code block starts (its high block follows it).
     const fn codes(self, j: usize) -> usize {
-        if self.k {
-            K_CODES + self.sub * j
-        } else {
-            16
+        match (self.k, self.six) {
+            (true, true) => Q6_CODES + self.sub * j,
+            (true, false) => K_CODES + self.sub * j,
+            _ => 16,
         }
     }
 
@@ -98,20 +123,21 @@ fn interleaved_type(ty: GgmlType) -> Option<GgmlType> {
         GgmlType::Q5_0 => Some(GgmlType::Q5_0x8),
         GgmlType::Q4_K => Some(GgmlType::Q4_Kx8),
         GgmlType::Q5_K => Some(GgmlType::Q5_Kx8),
+        GgmlType::Q6_K => Some(GgmlType::Q6_Kx8),
         _ => None,
     }
 }
 
-/// `w` (Q4_0, Q5_0, Q4_K or Q5_K, its rows a multiple of eight) with its rows interleaved, and the interleaved
-/// type: [`GgmlType::Q4_0x8`] and [`GgmlType::Q5_0x8`] hold the same bytes in another order, [`GgmlType::Q4_Kx8`] and
-/// [`GgmlType::Q5_Kx8`] 4 bytes a row more.
+/// `w` (Q4_0, Q5_0, Q4_K, Q5_K or Q6_K, its rows a multiple of eight) with its rows interleaved, and the interleaved
+/// type: [`GgmlType::Q4_0x8`], [`GgmlType::Q5_0x8`] and [`GgmlType::Q6_Kx8`] hold the same bytes in another order,
+/// [`GgmlType::Q4_Kx8`] and [`GgmlType::Q5_Kx8`] 4 bytes a row more.
 pub fn interleave(w: &QMatrix) -> Result<(GgmlType, Vec<u8>)> {
     let w = QMatrix::new(w.ty, w.rows, w.cols, w.data)?;
     let ty = interleaved_type(w.ty)
         .filter(|_| w.rows.is_multiple_of(ROWS))
         .ok_or_else(|| {
             LoomError::InvalidInput(format!(
-                "interleaving a {} matrix of {} rows: only Q4_0, Q5_0, Q4_K and Q5_K in whole groups of {ROWS} rows",
+                "interleaving a {} matrix of {} rows: only Q4_0, Q5_0, Q4_K, Q5_K and Q6_K in whole groups of {ROWS} rows",
                 w.ty, w.rows
             ))
         })?;
@@ -134,6 +160,21 @@ pub fn interleave(w: &QMatrix) -> Result<(GgmlType, Vec<u8>)> {
                 if geo.high {
                     let qh = |r: usize| u32::from_le_bytes(row(r)[2..6].try_into().unwrap());
                     pack_high(&mut g[16 + CODE_BLOCK..], |r, e| (qh(r) >> e) as u8 & 1);
+                }
+                continue;
+            }
+            if geo.six {
+                // Stored Q6_K: codes (ql, qh) at 0, int8 scales at 192, d at 208.
+                for r in 0..ROWS {
+                    g[2 * r..2 * r + 2].copy_from_slice(&row(r)[208..210]);
+                    for s in 0..16 {
+                        g[Q6_SCALES + 8 * s + r] = row(r)[192 + s];
+                    }
+                }
+                for j in 0..8 {
+                    let sub = &mut g[geo.codes(j)..];
+                    pack_codes(sub, |r, e| blocks::q6_code(row(r), 32 * j + e) & 15);
+                    pack_high2(&mut sub[CODE_BLOCK..], |r, e| blocks::q6_code(row(r), 32 * j + e) >> 4);
                 }
                 continue;
             }
@@ -170,6 +211,19 @@ fn pack_high(out: &mut [u8], bit: impl Fn(usize, usize) -> u8) {
     }
 }
 
+/// Writes the high block of the two bits `bits(row, element)` (bits 4 and 5 of 32 elements' codes, eight rows) at the
+/// start of `out`: two vectors of 32 bytes, in vector `v` bits `2i..2i + 2` of 16-bit lane `2r + t` those of element
+/// `2(8v + i) + t` of row `r`.
+fn pack_high2(out: &mut [u8], bits: impl Fn(usize, usize) -> u8) {
+    for r in 0..ROWS {
+        for (v, t) in (0..2).flat_map(|v| [(v, 0), (v, 1)]) {
+            let word = (0..8).fold(0u16, |w, i| w | u16::from(bits(r, 2 * (8 * v + i) + t)) << (2 * i));
+            let at = 32 * v + 2 * (2 * r + t);
+            out[at..at + 2].copy_from_slice(&word.to_le_bytes());
+        }
+    }
+}
+
 /// Element `e`'s code in a stored Q4_0 block: byte `2 + j` holds element `j` in its low nibble, `j + 16` in its high.
 fn q4_0_code(block: &[u8], e: usize) -> u8 {
     match e < 16 {
@@ -192,20 +246,21 @@ fn pack_codes(out: &mut [u8], code: impl Fn(usize, usize) -> u8) {
     }
 }
 
-/// Row `r`'s code of element `e` in the code block at the start of `g`, with its bit 4 from the high block after it
-/// where `high`.
-fn unpacked_code(g: &[u8], r: usize, e: usize, high: bool) -> u8 {
-    let (m, n, t) = (e / 8, e / 2 % 4, e % 2);
+/// Row `r`'s code of element `e` in the code block at the start of `g`, with its high bits from the high block after
+/// it for a 5- or 6-bit `geo`.
+fn unpacked_code(g: &[u8], r: usize, e: usize, geo: Geometry) -> u8 {
+    let (m, n, t, p) = (e / 8, e / 2 % 4, e % 2, e / 2);
     let word = |at: usize| u16::from_le_bytes([g[at], g[at + 1]]);
     let low = (word(32 * m + 2 * (2 * r + t)) >> (4 * n)) as u8 & 15;
-    match high {
-        true => low | ((word(CODE_BLOCK + 2 * (2 * r + t)) >> (e / 2)) as u8 & 1) << 4,
-        false => low,
+    match (geo.high, geo.six) {
+        (true, _) => low | ((word(CODE_BLOCK + 2 * (2 * r + t)) >> p) as u8 & 1) << 4,
+        (_, true) => low | ((word(CODE_BLOCK + 32 * (p / 8) + 2 * (2 * r + t)) >> (2 * (p % 8))) as u8 & 3) << 4,
+        _ => low,
     }
 }
 
-/// Whether a CPU engine should hold a matrix of `ty` with `rows` rows interleaved ([`interleave`]): Q4_0, Q5_0, Q4_K
-/// and Q5_K in whole groups, where decode runs the x86-64 kernels (AVX2, AVX-512; wasm has no interleaved kernels
+/// Whether a CPU engine should hold a matrix of `ty` with `rows` rows interleaved ([`interleave`]): Q4_0, Q5_0, Q4_K,
+/// Q5_K and Q6_K in whole groups, where decode runs the x86-64 kernels (AVX2, AVX-512; wasm has no interleaved kernels
 /// yet).
 pub fn interleave_pays(ty: GgmlType, rows: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -227,7 +282,17 @@ pub(super) fn dequantize_row(ty: GgmlType, data: &[u8], cols: usize, r: usize, o
         if !geo.k {
             let centre = geo.centre as f32;
             for (e, v) in out.iter_mut().enumerate() {
-                *v = d * (f32::from(unpacked_code(&g[16..], r, e, geo.high)) - centre);
+                *v = d * (f32::from(unpacked_code(&g[16..], r, e, geo)) - centre);
+            }
+            continue;
+        }
+        if geo.six {
+            // As `blocks::dequantize_block`: d·scale·(q − 32).
+            for (e, v) in out.iter_mut().enumerate() {
+                let (j, l) = (e / 32, e % 32);
+                let scale = f32::from(g[Q6_SCALES + 8 * (e / 16) + r] as i8);
+                let q = i16::from(unpacked_code(&g[geo.codes(j)..], r, l, geo)) - 32;
+                *v = d * scale * f32::from(q);
             }
             continue;
         }
@@ -237,7 +302,7 @@ pub(super) fn dequantize_row(ty: GgmlType, data: &[u8], cols: usize, r: usize, o
             let min = dmin * f32::from(g[K_MINS + 8 * j + r]);
             let codes = &g[geo.codes(j)..];
             for (e, v) in out.iter_mut().enumerate() {
-                *v = scale * f32::from(unpacked_code(codes, r, e, geo.high)) - min;
+                *v = scale * f32::from(unpacked_code(codes, r, e, geo)) - min;
             }
         }
     }
@@ -252,7 +317,7 @@ pub(super) use avx512::rows_dot_16 as rows_dot_16_vnni;
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{Geometry, CODE_BLOCK, K_MINS, K_SCALES, ROWS};
+    use super::{Geometry, CODE_BLOCK, HIGH_BLOCK, K_MINS, K_SCALES, Q6_SCALES, ROWS};
     use crate::quant::activations::Activations16;
     use crate::quant::matmul::{prefetch, PREFETCH_BYTES};
     use crate::quant::GgmlType;
@@ -261,7 +326,8 @@ mod avx2 {
     /// 32 columns, [`code_dot`] of each row's codes as stored (from 0) less `centre·Σa`: exact integers. Q4_0x8 and
     /// Q5_0x8: times the eight scales and the activations' scale in one multiply-add. Q4_Kx8 and Q5_Kx8: times the
     /// sub-block scales (still exact) and the activations' scale, with `Σx` times the scales and the minima beside;
-    /// `d` and `dmin` once a super-block.
+    /// `d` and `dmin` once a super-block. Q6_Kx8: each half block (16 columns) less `32·Σa` times its int8 scale,
+    /// then the activations' scale; `d` once a super-block.
     ///
     /// # Safety
     /// AVX2, FMA and F16C; `ty` is an interleaved type and `rows` holds `out.len()` of its rows of `x`'s columns.
@@ -269,7 +335,7 @@ mod avx2 {
     pub(in crate::quant) unsafe fn rows_dot_16(ty: GgmlType, rows: &[u8], x: &Activations16, out: &mut [f32]) {
         let (geo, group_bytes) = checked(ty, rows, x, out.len());
         for (group, out) in rows.chunks_exact(group_bytes).zip(out.chunks_exact_mut(ROWS)) {
-            let acc = group_dot(geo, group, x, &Avx2 { high: geo.high, x });
+            let acc = group_dot(geo, group, x, &Avx2 { geo, x });
             _mm256_storeu_ps(out.as_mut_ptr(), acc);
         }
     }
@@ -285,25 +351,25 @@ mod avx2 {
     }
 
     /// Eight rows' `Σ q·a` over a block of activations, the codes as stored, from a code block (and the high block
-    /// after it, for a 5-bit type).
+    /// after it, for a 5- or 6-bit type): the sums over its first 16 columns and over its last 16.
     pub(super) trait CodeDot {
         /// Over block `k`, from the code block at `codes`.
         ///
         /// # Safety
         /// The CPU has the kernel's instructions; `codes` points at a code block (and its high block), `k` is a
         /// block of the activations.
-        unsafe fn dot(&self, codes: *const u8, k: usize) -> __m256i;
+        unsafe fn dot(&self, codes: *const u8, k: usize) -> [__m256i; 2];
     }
 
     pub(super) struct Avx2<'a> {
-        pub(super) high: bool,
+        pub(super) geo: Geometry,
         pub(super) x: &'a Activations16,
     }
 
     impl CodeDot for Avx2<'_> {
         #[inline(always)]
-        unsafe fn dot(&self, codes: *const u8, k: usize) -> __m256i {
-            code_dot(codes, self.high, self.x, k)
+        unsafe fn dot(&self, codes: *const u8, k: usize) -> [__m256i; 2] {
+            code_dot(codes, self.geo, self.x, k)
         }
     }
 
@@ -315,8 +381,33 @@ mod avx2 {
     #[inline(always)]
     pub(super) unsafe fn group_dot(geo: Geometry, group: &[u8], x: &Activations16, dot: &impl CodeDot) -> __m256 {
         // `q − centre` summed over a block of the activations.
-        let centred = |sums: __m256i, k: usize| _mm256_sub_epi32(sums, _mm256_set1_epi32(geo.centre * x.block_sum[k]));
+        let centred = |[lo, hi]: [__m256i; 2], k: usize| {
+            _mm256_sub_epi32(_mm256_add_epi32(lo, hi), _mm256_set1_epi32(geo.centre * x.block_sum[k]))
+        };
         let mut acc = _mm256_setzero_ps();
+        if geo.six {
+            for s in 0..x.scale_sum.len() / 8 {
+                let b = group.as_ptr().add(s * geo.group);
+                prefetch(b.wrapping_add(PREFETCH_BYTES), geo.group);
+                let mut dots = _mm256_setzero_ps();
+                for j in 0..8 {
+                    let k = 8 * s + j;
+                    let [lo, hi] = dot.dot(b.add(geo.codes(j)), k);
+                    let [a_lo, a_hi] = x.half_sum[k];
+                    // Exact, |Σ(q − 32)·a| ≤ 16·32·32767 < 2²⁴ over a half, and so is its conversion.
+                    let lo = _mm256_cvtepi32_ps(_mm256_sub_epi32(lo, _mm256_set1_epi32(32 * a_lo)));
+                    let hi = _mm256_cvtepi32_ps(_mm256_sub_epi32(hi, _mm256_set1_epi32(32 * a_hi)));
+                    let scale = |h: usize| {
+                        let bytes = _mm_loadl_epi64(b.add(Q6_SCALES + 8 * (2 * j + h)).cast());
+                        _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes))
+                    };
+                    let scaled = _mm256_fmadd_ps(lo, scale(0), _mm256_mul_ps(hi, scale(1)));
+                    dots = _mm256_fmadd_ps(scaled, _mm256_set1_ps(x.scale_sum[k][0]), dots);
+                }
+                acc = _mm256_fmadd_ps(dots, _mm256_cvtph_ps(_mm_loadu_si128(b.cast())), acc);
+            }
+            return acc;
+        }
         if !geo.k {
             for k in 0..x.scale_sum.len() {
                 let b = group.as_ptr().add(k * geo.group);
@@ -358,29 +449,33 @@ mod avx2 {
     }
 
     /// Eight rows' `Σ q·a` over block `k` of the activations, the codes as stored, from the code block at `codes`
-    /// (and the high block after it, where `high`): sixteen pairwise dots, each of one broadcast pair of activations
-    /// with that pair of the eight rows.
+    /// (and the high block after it, for a 5- or 6-bit `geo`): sixteen pairwise dots, each of one broadcast pair of
+    /// activations with that pair of the eight rows; the first 16 columns' and the last 16's apart.
     #[inline(always)]
-    unsafe fn code_dot(codes: *const u8, high: bool, x: &Activations16, k: usize) -> __m256i {
+    unsafe fn code_dot(codes: *const u8, geo: Geometry, x: &Activations16, k: usize) -> [__m256i; 2] {
         let pairs = x.a.as_ptr().add(32 * k).cast::<i32>();
-        let h = match high {
-            true => _mm256_loadu_si256(codes.add(CODE_BLOCK).cast()),
-            false => _mm256_setzero_si256(),
-        };
-        // Two chains of sums, so that each add waits on the one before last.
-        let (mut s0, mut s1) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+        let h = high_block(codes, geo);
+        // Two chains of sums (vectors 0 and 1 hold the first 16 columns), so that each add waits on the one before last.
+        let mut s = [_mm256_setzero_si256(); 2];
         for m in 0..4 {
-            let q = nibbles(codes.add(32 * m), high, h, m);
+            let q = nibbles(codes.add(32 * m), geo, h, m);
             for (n, q) in q.into_iter().enumerate() {
                 let a = _mm256_set1_epi32(pairs.add(4 * m + n).read_unaligned());
-                let p = _mm256_madd_epi16(q, a);
-                match n % 2 {
-                    0 => s0 = _mm256_add_epi32(s0, p),
-                    _ => s1 = _mm256_add_epi32(s1, p),
-                }
+                s[m / 2] = _mm256_add_epi32(s[m / 2], _mm256_madd_epi16(q, a));
             }
         }
-        _mm256_add_epi32(s0, s1)
+        s
+    }
+
+    /// The high block after the code block at `codes`: one vector for a 5-bit `geo`, two for a 6-bit one.
+    #[inline(always)]
+    unsafe fn high_block(codes: *const u8, geo: Geometry) -> [__m256i; 2] {
+        let load = |at: usize| _mm256_loadu_si256(codes.add(at).cast());
+        match (geo.high, geo.six) {
+            (true, _) => [load(CODE_BLOCK), _mm256_setzero_si256()],
+            (_, true) => [load(CODE_BLOCK), load(CODE_BLOCK + HIGH_BLOCK)],
+            _ => [_mm256_setzero_si256(); 2],
+        }
     }
 
     /// [`crate::quant::prefill`]'s tile from whole groups of interleaved rows of `cols` columns: each row's codes
@@ -389,7 +484,8 @@ mod avx2 {
     ///
     /// # Safety
     /// AVX2, FMA and F16C; `ty` is an interleaved type; `rows` holds whole groups of its rows of `cols` columns,
-    /// `codes` their `[rows][cols]`, and `scale` and `min` their `[rows][cols / 32]`.
+    /// `codes` their `[rows][cols]`, and `scale` and `min` their `[rows][cols / 32]` (`[rows][cols / 16]` for
+    /// Q6_Kx8).
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(in crate::quant) unsafe fn unpack_tile(
         ty: GgmlType,
@@ -400,7 +496,9 @@ mod avx2 {
         min: &mut [f32],
     ) {
         let geo = Geometry::of(ty);
-        let blocks = cols / 32;
+        // Scales a row: a block of 32 has one, or two for Q6_Kx8.
+        let per = if geo.six { 2 } else { 1 };
+        let blocks = per * cols / 32;
         let count = codes.len() / cols.max(1);
         let group_bytes = geo.group_bytes(cols);
         assert!(count.is_multiple_of(ROWS) && rows.len() == count / ROWS * group_bytes);
@@ -412,6 +510,19 @@ mod avx2 {
                 // The eight `d` (and `dmin`) at once: `vcvtph2ps` is exact, as `blocks::half` is.
                 let (mut d, mut dmin) = ([0f32; ROWS], [0f32; ROWS]);
                 _mm256_storeu_ps(d.as_mut_ptr(), _mm256_cvtph_ps(_mm_loadu_si128(b.as_ptr().cast())));
+                if geo.six {
+                    for j in 0..8 {
+                        transpose_codes(b.as_ptr().add(geo.codes(j)), geo, codes, cols, 256 * i + 32 * j);
+                    }
+                    // As `blocks::block_codes` forms a group: d·scale, no minimum.
+                    for (sub, scales) in b[Q6_SCALES..Q6_SCALES + 128].chunks_exact(ROWS).enumerate() {
+                        for r in 0..ROWS {
+                            scale[r * blocks + 16 * i + sub] = d[r] * f32::from(scales[r] as i8);
+                            min[r * blocks + 16 * i + sub] = 0.0;
+                        }
+                    }
+                    continue;
+                }
                 if !geo.k {
                     transpose_codes(b.as_ptr().add(16), geo, codes, cols, 32 * i);
                     for r in 0..ROWS {
@@ -437,20 +548,17 @@ mod avx2 {
         }
     }
 
-    /// The code block at `p` (with its high block, for a 5-bit `geo`) as eight rows of 32 codes less the centre, at
+    /// The code block at `p` (with its high block, for a 5- or 6-bit `geo`) as eight rows of 32 codes less the centre, at
     /// `codes[r·cols + at..]`: the sixteen vectors of one pair of codes of eight rows (a 32-bit lane a row)
     /// transposed into eight rows of sixteen pairs.
     #[inline(always)]
     unsafe fn transpose_codes(p: *const u8, geo: Geometry, codes: &mut [i16], cols: usize, at: usize) {
         let centre = _mm256_set1_epi16(geo.centre as i16);
-        let h = match geo.high {
-            true => _mm256_loadu_si256(p.add(CODE_BLOCK).cast()),
-            false => _mm256_setzero_si256(),
-        };
+        let h = high_block(p, geo);
         // (Loops, not closures: a closure does not inherit the target features, and its intrinsics become calls.)
         let mut pairs = [_mm256_setzero_ps(); 16];
         for m in 0..4 {
-            let q = nibbles(p.add(32 * m), geo.high, h, m);
+            let q = nibbles(p.add(32 * m), geo, h, m);
             for n in 0..4 {
                 pairs[4 * m + n] = _mm256_castsi256_ps(_mm256_sub_epi16(q[n], centre));
             }
@@ -466,9 +574,10 @@ mod avx2 {
     }
 
     /// Vector `m` of the code block at `p` as four vectors of codes, nibble `n` of each 16-bit lane in vector `n`,
-    /// with bit 4 from the high block `h` where `high` (pair `p = 4m + n` is bit `p` of its lane).
+    /// with bit 4 from the high block `h` for a 5-bit `geo` (pair `p = 4m + n` is bit `p` of its lane), bits 4 and 5
+    /// for a 6-bit one (bits `2i..` of vector `p / 8`, `i = p % 8`).
     #[inline(always)]
-    unsafe fn nibbles(p: *const u8, high: bool, h: __m256i, m: usize) -> [__m256i; 4] {
+    unsafe fn nibbles(p: *const u8, geo: Geometry, h: [__m256i; 2], m: usize) -> [__m256i; 4] {
         let low = _mm256_set1_epi16(15);
         let v = _mm256_loadu_si256(p.cast());
         let mut q = [
@@ -477,16 +586,22 @@ mod avx2 {
             _mm256_and_si256(_mm256_srli_epi16::<8>(v), low),
             _mm256_srli_epi16::<12>(v),
         ];
-        if high {
-            let sixteen = _mm256_set1_epi16(16);
+        if geo.high || geo.six {
+            let (v, mask) = match geo.six {
+                true => (h[m / 2], _mm256_set1_epi16(0x30)),
+                false => (h[0], _mm256_set1_epi16(16)),
+            };
             for (n, q) in q.iter_mut().enumerate() {
-                // Bit 4m + n of each lane to bit 4.
-                let at = (4 * m + n) as i32 - 4;
-                let bit = match at < 0 {
-                    true => _mm256_sll_epi16(h, _mm_cvtsi32_si128(-at)),
-                    false => _mm256_srl_epi16(h, _mm_cvtsi32_si128(at)),
+                // Bit 4m + n (bits 2i, 2i + 1) of each lane to bit 4 (bits 4 and 5).
+                let at = match geo.six {
+                    true => 2 * (4 * (m % 2) + n) as i32 - 4,
+                    false => (4 * m + n) as i32 - 4,
                 };
-                *q = _mm256_or_si256(*q, _mm256_and_si256(bit, sixteen));
+                let bits = match at < 0 {
+                    true => _mm256_sll_epi16(v, _mm_cvtsi32_si128(-at)),
+                    false => _mm256_srl_epi16(v, _mm_cvtsi32_si128(at)),
+                };
+                *q = _mm256_or_si256(*q, _mm256_and_si256(bits, mask));
             }
         }
         q
@@ -533,7 +648,7 @@ mod avx512 {
     use std::arch::x86_64::*;
 
     use super::avx2::{checked, group_dot, Avx2};
-    use super::{Geometry, CODE_BLOCK, K_MINS, K_SCALES, ROWS};
+    use super::{Geometry, CODE_BLOCK, HIGH_BLOCK, K_MINS, K_SCALES, Q6_SCALES, ROWS};
     use crate::quant::activations::Activations16;
     use crate::quant::matmul::{prefetch, PREFETCH_BYTES};
     use crate::quant::GgmlType;
@@ -556,7 +671,7 @@ mod avx512 {
             _mm512_storeu_ps(out.as_mut_ptr(), acc);
         }
         if !last.is_empty() {
-            let acc = group_dot(geo, last, x, &Avx2 { high: geo.high, x });
+            let acc = group_dot(geo, last, x, &Avx2 { geo, x });
             let tail = out.len() - ROWS;
             _mm256_storeu_ps(out[tail..].as_mut_ptr(), acc);
         }
@@ -566,7 +681,9 @@ mod avx512 {
     /// low half.
     #[inline(always)]
     unsafe fn pair_dot(geo: Geometry, g0: *const u8, g1: *const u8, x: &Activations16) -> __m512 {
-        let centred = |sums: __m512i, k: usize| _mm512_sub_epi32(sums, _mm512_set1_epi32(geo.centre * x.block_sum[k]));
+        let centred = |[lo, hi]: [__m512i; 2], k: usize| {
+            _mm512_sub_epi32(_mm512_add_epi32(lo, hi), _mm512_set1_epi32(geo.centre * x.block_sum[k]))
+        };
         // The two groups' eight f16 at `at` as float32.
         let halves = |at: usize| {
             let h = _mm256_inserti128_si256::<1>(
@@ -575,13 +692,42 @@ mod avx512 {
             );
             _mm512_cvtph_ps(h)
         };
+        // The two groups' eight bytes at `at` (int8 scales where `signed`) as 32-bit integers.
+        let bytes = |at: usize, signed: bool| {
+            let both = _mm_unpacklo_epi64(_mm_loadl_epi64(g0.add(at).cast()), _mm_loadl_epi64(g1.add(at).cast()));
+            match signed {
+                true => _mm512_cvtepi8_epi32(both),
+                false => _mm512_cvtepu8_epi32(both),
+            }
+        };
         let mut acc = _mm512_setzero_ps();
+        if geo.six {
+            for s in 0..x.scale_sum.len() / 8 {
+                let at = s * geo.group;
+                prefetch(g0.wrapping_add(at + PREFETCH_BYTES), geo.group);
+                prefetch(g1.wrapping_add(at + PREFETCH_BYTES), geo.group);
+                let mut dots = _mm512_setzero_ps();
+                for j in 0..8 {
+                    let k = 8 * s + j;
+                    let codes = at + geo.codes(j);
+                    let [lo, hi] = code_dot(g0.add(codes), g1.add(codes), geo, x, k);
+                    let [a_lo, a_hi] = x.half_sum[k];
+                    let lo = _mm512_cvtepi32_ps(_mm512_sub_epi32(lo, _mm512_set1_epi32(32 * a_lo)));
+                    let hi = _mm512_cvtepi32_ps(_mm512_sub_epi32(hi, _mm512_set1_epi32(32 * a_hi)));
+                    let scale = |h: usize| _mm512_cvtepi32_ps(bytes(at + Q6_SCALES + 8 * (2 * j + h), true));
+                    let scaled = _mm512_fmadd_ps(lo, scale(0), _mm512_mul_ps(hi, scale(1)));
+                    dots = _mm512_fmadd_ps(scaled, _mm512_set1_ps(x.scale_sum[k][0]), dots);
+                }
+                acc = _mm512_fmadd_ps(dots, halves(at), acc);
+            }
+            return acc;
+        }
         if !geo.k {
             for k in 0..x.scale_sum.len() {
                 let at = k * geo.group;
                 prefetch(g0.wrapping_add(at + PREFETCH_BYTES), geo.group);
                 prefetch(g1.wrapping_add(at + PREFETCH_BYTES), geo.group);
-                let sums = centred(code_dot(g0.add(at + 16), g1.add(at + 16), geo.high, x, k), k);
+                let sums = centred(code_dot(g0.add(at + 16), g1.add(at + 16), geo, x, k), k);
                 let scale = _mm512_mul_ps(halves(at), _mm512_set1_ps(x.scale_sum[k][0]));
                 acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), scale, acc);
             }
@@ -595,13 +741,8 @@ mod avx512 {
             for j in 0..8 {
                 let k = 8 * s + j;
                 let codes = at + geo.codes(j);
-                let sums = centred(code_dot(g0.add(codes), g1.add(codes), geo.high, x, k), k);
-                let bytes = |from: usize| {
-                    let (b0, b1) = (g0.add(at + from + 8 * j), g1.add(at + from + 8 * j));
-                    let both = _mm_unpacklo_epi64(_mm_loadl_epi64(b0.cast()), _mm_loadl_epi64(b1.cast()));
-                    _mm512_cvtepu8_epi32(both)
-                };
-                let (sc, mn) = (bytes(K_SCALES), bytes(K_MINS));
+                let sums = centred(code_dot(g0.add(codes), g1.add(codes), geo, x, k), k);
+                let (sc, mn) = (bytes(at + K_SCALES + 8 * j, false), bytes(at + K_MINS + 8 * j, false));
                 let [xs, sx] = x.scale_sum[k];
                 let sc = _mm512_cvtepi32_ps(sc);
                 let scaled = _mm512_mul_ps(_mm512_cvtepi32_ps(sums), sc);
@@ -616,10 +757,10 @@ mod avx512 {
         acc
     }
 
-    /// Sixteen rows' `Σ q·a` over block `k`: the code blocks at `c0` and `c1` (and their high blocks, where `high`),
-    /// a vector of each one's 32 bytes at a time.
+    /// Sixteen rows' `Σ q·a` over block `k`: the code blocks at `c0` and `c1` (and their high blocks, for a 5- or
+    /// 6-bit `geo`), a vector of each one's 32 bytes at a time; the first 16 columns' and the last 16's apart.
     #[inline(always)]
-    unsafe fn code_dot(c0: *const u8, c1: *const u8, high: bool, x: &Activations16, k: usize) -> __m512i {
+    unsafe fn code_dot(c0: *const u8, c1: *const u8, geo: Geometry, x: &Activations16, k: usize) -> [__m512i; 2] {
         let both = |at: usize| {
             _mm512_inserti64x4::<1>(
                 _mm512_castsi256_si512(_mm256_loadu_si256(c0.add(at).cast())),
@@ -627,12 +768,13 @@ mod avx512 {
             )
         };
         let pairs = x.a.as_ptr().add(32 * k).cast::<i32>();
-        let h = match high {
-            true => both(CODE_BLOCK),
-            false => _mm512_setzero_si512(),
+        let h = match (geo.high, geo.six) {
+            (true, _) => [both(CODE_BLOCK), _mm512_setzero_si512()],
+            (_, true) => [both(CODE_BLOCK), both(CODE_BLOCK + HIGH_BLOCK)],
+            _ => [_mm512_setzero_si512(); 2],
         };
-        let (low, sixteen) = (_mm512_set1_epi16(15), _mm512_set1_epi16(16));
-        let (mut s0, mut s1) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+        let (low, sixteen, bits45) = (_mm512_set1_epi16(15), _mm512_set1_epi16(16), _mm512_set1_epi16(0x30));
+        let mut s = [_mm512_setzero_si512(); 2];
         for m in 0..4 {
             let v = both(32 * m);
             let mut q = [
@@ -641,21 +783,30 @@ mod avx512 {
                 _mm512_and_si512(_mm512_srli_epi16::<8>(v), low),
                 _mm512_srli_epi16::<12>(v),
             ];
-            if high {
+            if geo.high {
                 for (n, q) in q.iter_mut().enumerate() {
                     // Pair 4m + n's bit 4 is bit 4m + n of the lane; bit 4 of the code is clear, so adding 16 sets it.
-                    let set = _mm512_test_epi16_mask(h, _mm512_set1_epi16(1 << (4 * m + n)));
+                    let set = _mm512_test_epi16_mask(h[0], _mm512_set1_epi16(1 << (4 * m + n)));
                     *q = _mm512_mask_add_epi16(*q, set, *q, sixteen);
+                }
+            }
+            if geo.six {
+                for (n, q) in q.iter_mut().enumerate() {
+                    // Pair 4m + n's bits 4 and 5 are bits 2i, 2i + 1 of vector m / 2 (i = 4(m % 2) + n): to 4 and 5,
+                    // or'ed in as `q | (bits & 0x30)` by one ternary-logic operation.
+                    let at = 2 * (4 * (m % 2) + n) as i32 - 4;
+                    let bits = match at < 0 {
+                        true => _mm512_sll_epi16(h[m / 2], _mm_cvtsi32_si128(-at)),
+                        false => _mm512_srl_epi16(h[m / 2], _mm_cvtsi32_si128(at)),
+                    };
+                    *q = _mm512_ternarylogic_epi32::<0xF8>(*q, bits, bits45);
                 }
             }
             for (n, q) in q.into_iter().enumerate() {
                 let a = _mm512_set1_epi32(pairs.add(4 * m + n).read_unaligned());
-                match n % 2 {
-                    0 => s0 = _mm512_dpwssd_epi32(s0, q, a),
-                    _ => s1 = _mm512_dpwssd_epi32(s1, q, a),
-                }
+                s[m / 2] = _mm512_dpwssd_epi32(s[m / 2], q, a);
             }
         }
-        _mm512_add_epi32(s0, s1)
+        s
     }
 }

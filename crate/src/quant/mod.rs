@@ -90,6 +90,11 @@ pub enum GgmlType {
     /// Q5_K with its rows interleaved eight at a time, in memory only: [`GgmlType::Q4_Kx8`]'s layout with each
     /// sub-block's fifth bits after its codes, as [`GgmlType::Q5_0x8`] keeps them (1440 bytes, 180 a row).
     Q5_Kx8,
+    /// Q6_K with its rows interleaved eight at a time, in memory only: per group of eight rows, per super-block, the
+    /// eight `d`, the int8 scales (eight rows of a sixteen-element sub-block together), then per 32 elements the low
+    /// four bits of the codes as [`GgmlType::Q4_0x8`] holds a block's and their two high bits (1680 bytes, 210 a row,
+    /// as stored).
+    Q6_Kx8,
 }
 
 /// One row of the registry.
@@ -111,13 +116,13 @@ const fn info(id: u32, name: &'static str, block_len: usize, block_bytes: usize)
 
 impl GgmlType {
     /// Every type: the 34 GGUF types in id order, then the in-memory ones: [`GgmlType::LoomQ4_0`],
-    /// and the interleaved Q4_0x8, Q5_0x8, Q4_Kx8 and Q5_Kx8.
-    pub const ALL: [GgmlType; 39] = {
+    /// and the interleaved Q4_0x8, Q5_0x8, Q4_Kx8, Q5_Kx8 and Q6_Kx8.
+    pub const ALL: [GgmlType; 40] = {
         use GgmlType::*;
         [
             F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ2_XXS, IQ2_XS, IQ3_XXS,
             IQ1_S, IQ4_NL, IQ3_S, IQ2_S, IQ4_XS, I8, I16, I32, I64, F64, IQ1_M, BF16, TQ1_0, TQ2_0, MXFP4, NVFP4, Q1_0,
-            LoomQ4_0, Q4_0x8, Q5_0x8, Q4_Kx8, Q5_Kx8,
+            LoomQ4_0, Q4_0x8, Q5_0x8, Q4_Kx8, Q5_Kx8, Q6_Kx8,
         ]
     };
 
@@ -191,6 +196,12 @@ impl GgmlType {
                 block_len: 256,
                 block_bytes: interleaved::Geometry::of(Q5_Kx8).group / interleaved::ROWS,
             },
+            Q6_Kx8 => Info {
+                id: None,
+                name: "Q6_Kx8",
+                block_len: 256,
+                block_bytes: interleaved::Geometry::of(Q6_Kx8).group / interleaved::ROWS,
+            },
         }
     }
 
@@ -242,6 +253,7 @@ impl GgmlType {
                 | Q5_0x8
                 | Q4_Kx8
                 | Q5_Kx8
+                | Q6_Kx8
         )
     }
 
@@ -249,7 +261,7 @@ impl GgmlType {
     pub fn interleaved(self) -> bool {
         matches!(
             self,
-            GgmlType::Q4_0x8 | GgmlType::Q5_0x8 | GgmlType::Q4_Kx8 | GgmlType::Q5_Kx8
+            GgmlType::Q4_0x8 | GgmlType::Q5_0x8 | GgmlType::Q4_Kx8 | GgmlType::Q5_Kx8 | GgmlType::Q6_Kx8
         )
     }
 

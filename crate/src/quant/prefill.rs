@@ -68,7 +68,7 @@ pub(super) const TILE_ROWS: usize = 16;
 /// 32·128, so 16 products of at most 32767 in magnitude fit a 32-bit sum where 32 might not), 32 for the rest.
 pub(super) fn group_len(ty: GgmlType) -> usize {
     match ty {
-        GgmlType::Q6_K => 16,
+        GgmlType::Q6_K | GgmlType::Q6_Kx8 => 16,
         _ => 32,
     }
 }
