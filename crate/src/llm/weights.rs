@@ -39,7 +39,7 @@ impl Matrix {
         }
     }
 
-    /// The matrix as the CPU kernels read it fastest: Q4_0, Q5_0, Q8_0, Q4_K, Q5_K or Q6_K with its rows interleaved by eight
+    /// The matrix as the CPU kernels read it fastest: Q4_0, Q5_0, Q4_K, Q5_K or Q6_K with its rows interleaved by eight
     /// where that pays ([`quant::interleave_pays`]; a copy of the bytes, in another order), else `None`.
     fn for_cpu(&self) -> Option<Matrix> {
         if !quant::interleave_pays(self.ty, self.rows) {

@@ -1,5 +1,5 @@
-//! Q4_0, Q5_0, Q8_0, Q4_K, Q5_K and Q6_K with their rows interleaved eight at a time ([`GgmlType::Q4_0x8`],
-//! [`GgmlType::Q5_0x8`], [`GgmlType::Q8_0x8`], [`GgmlType::Q4_Kx8`], [`GgmlType::Q5_Kx8`], [`GgmlType::Q6_Kx8`]), made when a CPU engine opens a model, for the x86-64 decode kernels
+//! Q4_0, Q5_0, Q4_K, Q5_K and Q6_K with their rows interleaved eight at a time ([`GgmlType::Q4_0x8`],
+//! [`GgmlType::Q5_0x8`], [`GgmlType::Q4_Kx8`], [`GgmlType::Q5_Kx8`], [`GgmlType::Q6_Kx8`]), made when a CPU engine opens a model, for the x86-64 decode kernels
 //! (AVX2; AVX-512 with VNNI, two groups to a vector; llama.cpp repacks for the same reason,
 //! `ggml-cpu/repack.cpp`). Stored rows give a kernel one row's 32 codes per load, to be spread into 16-bit lanes by
 //! shuffles and summed across lanes at the end. Here one 32-byte load holds four pairs of codes of each of eight rows,
@@ -13,8 +13,6 @@
 //! row `r`. Per group of eight rows:
 //! - Q4_0x8 (Q5_0x8), per block of 32 columns: the eight rows' f16 scales, then the code block (and the high block):
 //!   144 (176) bytes, eight stored blocks' worth.
-//! - Q8_0x8, per block of 32 columns: the eight rows' f16 scales, then eight vectors of 32 bytes whose 16-bit lane
-//!   `2r + t` holds row `r`'s signed codes for pairs `2w` (low byte) and `2w + 1` (high byte) in vector `w`: 272 bytes.
 //! - Q4_Kx8 (Q5_Kx8), per super-block of 256 columns: the eight rows' f16 `d`, their f16 `dmin`, the 6-bit sub-block
 //!   scales as bytes (sub-block `j`'s eight rows at `32 + 8j`), the minima the same way (at `96 + 8j`), then each
 //!   sub-block's code block (and high block): 1184 (1440) bytes, 32 more than eight stored super-blocks.
@@ -288,8 +286,8 @@ fn unpacked_code(g: &[u8], r: usize, e: usize, geo: Geometry) -> i16 {
     }
 }
 
-/// Whether a CPU engine should hold a matrix of `ty` with `rows` rows interleaved ([`interleave`]): Q4_0, Q5_0, Q8_0,
-/// Q4_K, Q5_K and Q6_K in whole groups, where decode runs the x86-64 kernels (AVX2, AVX-512; wasm has no interleaved kernels
+/// Whether a CPU engine should hold a matrix of `ty` with `rows` rows interleaved ([`interleave`]): Q4_0, Q5_0, Q4_K,
+/// Q5_K and Q6_K in whole groups, where decode runs the x86-64 kernels (AVX2, AVX-512; wasm has no interleaved kernels
 /// yet).
 pub fn interleave_pays(ty: GgmlType, rows: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
