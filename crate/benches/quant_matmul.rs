@@ -32,8 +32,7 @@ fn weights(t: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8> {
             GgmlType::Q5_0x8 => GgmlType::Q5_0,
             GgmlType::Q4_Kx8 => GgmlType::Q4_K,
             GgmlType::Q5_Kx8 => GgmlType::Q5_K,
-            GgmlType::Q6_Kx8 => GgmlType::Q6_K,
-            _ => GgmlType::Q8_0,
+            _ => GgmlType::Q6_K,
         };
         let stored = weights(stored_type, rows, cols, rng);
         return quant::interleave(&QMatrix::new(stored_type, rows, cols, &stored).unwrap())
@@ -85,7 +84,6 @@ fn main() {
         GgmlType::Q5_0x8,
         GgmlType::Q5_1,
         GgmlType::Q8_0,
-        GgmlType::Q8_0x8,
         GgmlType::Q4_K,
         GgmlType::Q4_Kx8,
         GgmlType::Q5_K,

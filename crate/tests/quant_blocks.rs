@@ -295,13 +295,12 @@ fn every_path_matches_gguf_py_and_numpy() {
 }
 
 /// The types with rows interleaved by eight, and the stored types they come from.
-const INTERLEAVED: [(GgmlType, GgmlType); 6] = [
+const INTERLEAVED: [(GgmlType, GgmlType); 5] = [
     (GgmlType::Q4_0, GgmlType::Q4_0x8),
     (GgmlType::Q5_0, GgmlType::Q5_0x8),
     (GgmlType::Q4_K, GgmlType::Q4_Kx8),
     (GgmlType::Q5_K, GgmlType::Q5_Kx8),
     (GgmlType::Q6_K, GgmlType::Q6_Kx8),
-    (GgmlType::Q8_0, GgmlType::Q8_0x8),
 ];
 
 /// `matmul` of `w` (of type `t`, or its interleaved type; its rows' values `values`) with the vectors' tokens cycled

@@ -58,32 +58,30 @@ pub(super) struct Geometry {
     high: bool,
     /// Whether codes have two high bits (Q6_Kx8: a 64-byte high block after each code block).
     six: bool,
-    /// Whether codes are signed bytes (Q8_0x8: a code block of 256 bytes, eight vectors of two codes a lane).
-    eight: bool,
     /// Whether the block has sub-blocks with scales (and minima: Q4_K, Q5_K).
     k: bool,
-    /// What the codes are centred on: 8 for 4 bits, 16 for 5, 32 for 6, 0 for signed bytes.
+    /// What the codes are centred on: 8 for 4 bits, 16 for 5, 32 for 6.
     centre: i32,
 }
 
 impl Geometry {
-    /// `ty`'s geometry (`ty` one of the interleaved types; any other is taken as Q8_0x8).
+    /// `ty`'s geometry (`ty` one of the interleaved types; any other is taken as Q6_Kx8).
     pub(super) const fn of(ty: GgmlType) -> Geometry {
         let (len, stored, high, six, k) = match ty {
             GgmlType::Q4_0x8 => (32, 18, false, false, false),
             GgmlType::Q5_0x8 => (32, 22, true, false, false),
             GgmlType::Q4_Kx8 => (256, 144, false, false, true),
             GgmlType::Q5_Kx8 => (256, 176, true, false, true),
-            GgmlType::Q6_Kx8 => (256, 210, false, true, true),
-            _ => (32, 34, false, false, false),
+            _ => (256, 210, false, true, true),
         };
-        let eight = stored == 34;
-        let (sub, centre) = match (high, six, eight) {
-            (true, _, _) => (CODE_BLOCK + HIGH_BLOCK, 16),
-            (_, true, _) => (CODE_BLOCK + 2 * HIGH_BLOCK, 32),
-            (_, _, true) => (2 * CODE_BLOCK, 0),
-            _ => (CODE_BLOCK, 8),
-        };
+        let sub = CODE_BLOCK
+            + if high {
+                HIGH_BLOCK
+            } else if six {
+                2 * HIGH_BLOCK
+            } else {
+                0
+            };
         let first = if six { Q6_CODES } else { K_CODES };
         Geometry {
             len,
@@ -92,19 +90,14 @@ impl Geometry {
             sub,
             high,
             six,
-            eight,
             k,
-            centre,
-        }
-    }
-
-    /// Where vector `m` of a code block starts (pairs `4m..4m + 4`): 32 bytes each, or 64 for byte codes.
-    #[cfg(target_arch = "x86_64")]
-    const fn vector(self, m: usize) -> usize {
-        if self.eight {
-            64 * m
-        } else {
-            32 * m
+            centre: if six {
+                32
+            } else if high {
+                16
+            } else {
+                8
+            },
         }
     }
 
@@ -131,14 +124,12 @@ fn interleaved_type(ty: GgmlType) -> Option<GgmlType> {
         GgmlType::Q4_K => Some(GgmlType::Q4_Kx8),
         GgmlType::Q5_K => Some(GgmlType::Q5_Kx8),
         GgmlType::Q6_K => Some(GgmlType::Q6_Kx8),
-        GgmlType::Q8_0 => Some(GgmlType::Q8_0x8),
         _ => None,
     }
 }
 
-/// `w` (Q4_0, Q5_0, Q8_0, Q4_K, Q5_K or Q6_K, its rows a multiple of eight) with its rows interleaved, and the
-/// interleaved type: [`GgmlType::Q4_0x8`], [`GgmlType::Q5_0x8`], [`GgmlType::Q8_0x8`] and [`GgmlType::Q6_Kx8`] hold
-/// the same bytes in another order,
+/// `w` (Q4_0, Q5_0, Q4_K, Q5_K or Q6_K, its rows a multiple of eight) with its rows interleaved, and the interleaved
+/// type: [`GgmlType::Q4_0x8`], [`GgmlType::Q5_0x8`] and [`GgmlType::Q6_Kx8`] hold the same bytes in another order,
 /// [`GgmlType::Q4_Kx8`] and [`GgmlType::Q5_Kx8`] 4 bytes a row more.
 pub fn interleave(w: &QMatrix) -> Result<(GgmlType, Vec<u8>)> {
     let w = QMatrix::new(w.ty, w.rows, w.cols, w.data)?;
@@ -146,7 +137,7 @@ pub fn interleave(w: &QMatrix) -> Result<(GgmlType, Vec<u8>)> {
         .filter(|_| w.rows.is_multiple_of(ROWS))
         .ok_or_else(|| {
             LoomError::InvalidInput(format!(
-                "interleaving a {} matrix of {} rows: only Q4_0, Q5_0, Q8_0, Q4_K, Q5_K and Q6_K in whole groups of {ROWS} rows",
+                "interleaving a {} matrix of {} rows: only Q4_0, Q5_0, Q4_K, Q5_K and Q6_K in whole groups of {ROWS} rows",
                 w.ty, w.rows
             ))
         })?;
@@ -161,10 +152,6 @@ pub fn interleave(w: &QMatrix) -> Result<(GgmlType, Vec<u8>)> {
             let row = |r: usize| &stored[(r * blocks + k) * geo.stored..][..geo.stored];
             for r in 0..ROWS {
                 g[2 * r..2 * r + 2].copy_from_slice(&row(r)[..2]);
-            }
-            if geo.eight {
-                pack_bytes(&mut g[16..], |r, e| row(r)[2 + e]);
-                continue;
             }
             if !geo.k {
                 // Q4_0: nibbles at 2; Q5_0: bit 4 of element e is bit e of the u32 at 2, nibbles at 6.
@@ -237,17 +224,6 @@ fn pack_high2(out: &mut [u8], bits: impl Fn(usize, usize) -> u8) {
     }
 }
 
-/// Writes the code block of the bytes `code(row, element)` (32 elements of eight rows) at the start of `out`.
-fn pack_bytes(out: &mut [u8], code: impl Fn(usize, usize) -> u8) {
-    for r in 0..ROWS {
-        for (w, t) in (0..8).flat_map(|w| [(w, 0), (w, 1)]) {
-            let at = 32 * w + 2 * (2 * r + t);
-            out[at] = code(r, 4 * w + t);
-            out[at + 1] = code(r, 4 * w + 2 + t);
-        }
-    }
-}
-
 /// Element `e`'s code in a stored Q4_0 block: byte `2 + j` holds element `j` in its low nibble, `j + 16` in its high.
 fn q4_0_code(block: &[u8], e: usize) -> u8 {
     match e < 16 {
@@ -271,17 +247,14 @@ fn pack_codes(out: &mut [u8], code: impl Fn(usize, usize) -> u8) {
 }
 
 /// Row `r`'s code of element `e` in the code block at the start of `g`, with its high bits from the high block after
-/// it for a 5- or 6-bit `geo`; a signed byte for Q8_0x8.
-fn unpacked_code(g: &[u8], r: usize, e: usize, geo: Geometry) -> i16 {
+/// it for a 5- or 6-bit `geo`.
+fn unpacked_code(g: &[u8], r: usize, e: usize, geo: Geometry) -> u8 {
     let (m, n, t, p) = (e / 8, e / 2 % 4, e % 2, e / 2);
-    if geo.eight {
-        return i16::from(g[32 * (p / 2) + 2 * (2 * r + t) + p % 2] as i8);
-    }
     let word = |at: usize| u16::from_le_bytes([g[at], g[at + 1]]);
-    let low = (word(32 * m + 2 * (2 * r + t)) >> (4 * n)) as i16 & 15;
+    let low = (word(32 * m + 2 * (2 * r + t)) >> (4 * n)) as u8 & 15;
     match (geo.high, geo.six) {
-        (true, _) => low | ((word(CODE_BLOCK + 2 * (2 * r + t)) >> p) as i16 & 1) << 4,
-        (_, true) => low | ((word(CODE_BLOCK + 32 * (p / 8) + 2 * (2 * r + t)) >> (2 * (p % 8))) as i16 & 3) << 4,
+        (true, _) => low | ((word(CODE_BLOCK + 2 * (2 * r + t)) >> p) as u8 & 1) << 4,
+        (_, true) => low | ((word(CODE_BLOCK + 32 * (p / 8) + 2 * (2 * r + t)) >> (2 * (p % 8))) as u8 & 3) << 4,
         _ => low,
     }
 }
@@ -318,7 +291,7 @@ pub(super) fn dequantize_row(ty: GgmlType, data: &[u8], cols: usize, r: usize, o
             for (e, v) in out.iter_mut().enumerate() {
                 let (j, l) = (e / 32, e % 32);
                 let scale = f32::from(g[Q6_SCALES + 8 * (e / 16) + r] as i8);
-                let q = unpacked_code(&g[geo.codes(j)..], r, l, geo) - 32;
+                let q = i16::from(unpacked_code(&g[geo.codes(j)..], r, l, geo)) - 32;
                 *v = d * scale * f32::from(q);
             }
             continue;
@@ -485,7 +458,7 @@ mod avx2 {
         // Two chains of sums (vectors 0 and 1 hold the first 16 columns), so that each add waits on the one before last.
         let mut s = [_mm256_setzero_si256(); 2];
         for m in 0..4 {
-            let q = nibbles(codes, geo, h, m);
+            let q = nibbles(codes.add(32 * m), geo, h, m);
             for (n, q) in q.into_iter().enumerate() {
                 let a = _mm256_set1_epi32(pairs.add(4 * m + n).read_unaligned());
                 s[m / 2] = _mm256_add_epi32(s[m / 2], _mm256_madd_epi16(q, a));
@@ -585,7 +558,7 @@ mod avx2 {
         // (Loops, not closures: a closure does not inherit the target features, and its intrinsics become calls.)
         let mut pairs = [_mm256_setzero_ps(); 16];
         for m in 0..4 {
-            let q = nibbles(p, geo, h, m);
+            let q = nibbles(p.add(32 * m), geo, h, m);
             for n in 0..4 {
                 pairs[4 * m + n] = _mm256_castsi256_ps(_mm256_sub_epi16(q[n], centre));
             }
@@ -600,24 +573,11 @@ mod avx2 {
         }
     }
 
-    /// Vector `m` of the code block at `codes` as four vectors of codes (pairs `4m..4m + 4`): nibble `n` of each
-    /// 16-bit lane in vector `n` (Q8_0x8: the low and high bytes of vectors `2m` and `2m + 1`),
+    /// Vector `m` of the code block at `p` as four vectors of codes, nibble `n` of each 16-bit lane in vector `n`,
     /// with bit 4 from the high block `h` for a 5-bit `geo` (pair `p = 4m + n` is bit `p` of its lane), bits 4 and 5
     /// for a 6-bit one (bits `2i..` of vector `p / 8`, `i = p % 8`).
     #[inline(always)]
-    unsafe fn nibbles(codes: *const u8, geo: Geometry, h: [__m256i; 2], m: usize) -> [__m256i; 4] {
-        let p = codes.add(geo.vector(m));
-        if geo.eight {
-            // Two vectors, two pairs to a lane as signed bytes: the low bytes sign-extended in place, then the high.
-            let v = [_mm256_loadu_si256(p.cast()), _mm256_loadu_si256(p.add(32).cast())];
-            let low = |v: __m256i| _mm256_srai_epi16::<8>(_mm256_slli_epi16::<8>(v));
-            return [
-                low(v[0]),
-                _mm256_srai_epi16::<8>(v[0]),
-                low(v[1]),
-                _mm256_srai_epi16::<8>(v[1]),
-            ];
-        }
+    unsafe fn nibbles(p: *const u8, geo: Geometry, h: [__m256i; 2], m: usize) -> [__m256i; 4] {
         let low = _mm256_set1_epi16(15);
         let v = _mm256_loadu_si256(p.cast());
         let mut q = [
@@ -816,21 +776,13 @@ mod avx512 {
         let (low, sixteen, bits45) = (_mm512_set1_epi16(15), _mm512_set1_epi16(16), _mm512_set1_epi16(0x30));
         let mut s = [_mm512_setzero_si512(); 2];
         for m in 0..4 {
-            let v = both(geo.vector(m));
-            let mut q = match geo.eight {
-                // Signed bytes, two pairs to a lane (two vectors): the low bytes sign-extended in place, then the high.
-                true => {
-                    let w = both(geo.vector(m) + 32);
-                    let low = |v: __m512i| _mm512_srai_epi16::<8>(_mm512_slli_epi16::<8>(v));
-                    [low(v), _mm512_srai_epi16::<8>(v), low(w), _mm512_srai_epi16::<8>(w)]
-                }
-                false => [
-                    _mm512_and_si512(v, low),
-                    _mm512_and_si512(_mm512_srli_epi16::<4>(v), low),
-                    _mm512_and_si512(_mm512_srli_epi16::<8>(v), low),
-                    _mm512_srli_epi16::<12>(v),
-                ],
-            };
+            let v = both(32 * m);
+            let mut q = [
+                _mm512_and_si512(v, low),
+                _mm512_and_si512(_mm512_srli_epi16::<4>(v), low),
+                _mm512_and_si512(_mm512_srli_epi16::<8>(v), low),
+                _mm512_srli_epi16::<12>(v),
+            ];
             if geo.high {
                 for (n, q) in q.iter_mut().enumerate() {
                     // Pair 4m + n's bit 4 is bit 4m + n of the lane; bit 4 of the code is clear, so adding 16 sets it.

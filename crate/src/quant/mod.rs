@@ -95,10 +95,6 @@ pub enum GgmlType {
     /// four bits of the codes as [`GgmlType::Q4_0x8`] holds a block's and their two high bits (1680 bytes, 210 a row,
     /// as stored).
     Q6_Kx8,
-    /// Q8_0 with its rows interleaved eight at a time, in memory only: per group of eight rows, per block of 32
-    /// columns, the eight f16 scales then eight 32-byte vectors, the 16-bit lane `2r + t` of vector `w` holding row
-    /// `r`'s codes for elements `4w + t` (low byte) and `4w + 2 + t` (high byte). The same bytes as the stored rows.
-    Q8_0x8,
 }
 
 /// One row of the registry.
@@ -120,13 +116,13 @@ const fn info(id: u32, name: &'static str, block_len: usize, block_bytes: usize)
 
 impl GgmlType {
     /// Every type: the 34 GGUF types in id order, then the in-memory ones: [`GgmlType::LoomQ4_0`],
-    /// and the interleaved Q4_0x8, Q5_0x8, Q4_Kx8, Q5_Kx8, Q6_Kx8 and Q8_0x8.
-    pub const ALL: [GgmlType; 41] = {
+    /// and the interleaved Q4_0x8, Q5_0x8, Q4_Kx8, Q5_Kx8 and Q6_Kx8.
+    pub const ALL: [GgmlType; 40] = {
         use GgmlType::*;
         [
             F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ2_XXS, IQ2_XS, IQ3_XXS,
             IQ1_S, IQ4_NL, IQ3_S, IQ2_S, IQ4_XS, I8, I16, I32, I64, F64, IQ1_M, BF16, TQ1_0, TQ2_0, MXFP4, NVFP4, Q1_0,
-            LoomQ4_0, Q4_0x8, Q5_0x8, Q4_Kx8, Q5_Kx8, Q6_Kx8, Q8_0x8,
+            LoomQ4_0, Q4_0x8, Q5_0x8, Q4_Kx8, Q5_Kx8, Q6_Kx8,
         ]
     };
 
@@ -206,12 +202,6 @@ impl GgmlType {
                 block_len: 256,
                 block_bytes: interleaved::Geometry::of(Q6_Kx8).group / interleaved::ROWS,
             },
-            Q8_0x8 => Info {
-                id: None,
-                name: "Q8_0x8",
-                block_len: 32,
-                block_bytes: 34,
-            },
         }
     }
 
@@ -264,7 +254,6 @@ impl GgmlType {
                 | Q4_Kx8
                 | Q5_Kx8
                 | Q6_Kx8
-                | Q8_0x8
         )
     }
 
@@ -272,12 +261,7 @@ impl GgmlType {
     pub fn interleaved(self) -> bool {
         matches!(
             self,
-            GgmlType::Q4_0x8
-                | GgmlType::Q5_0x8
-                | GgmlType::Q4_Kx8
-                | GgmlType::Q5_Kx8
-                | GgmlType::Q6_Kx8
-                | GgmlType::Q8_0x8
+            GgmlType::Q4_0x8 | GgmlType::Q5_0x8 | GgmlType::Q4_Kx8 | GgmlType::Q5_Kx8 | GgmlType::Q6_Kx8
         )
     }
 
