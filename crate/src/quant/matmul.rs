@@ -134,12 +134,12 @@ pub fn matmul_each(x: &[f32], n: usize, products: &mut [(QMatrix, &mut [f32])]) 
         let vnni = vnni(level);
         (
             // SAFETY: `vnni` checked the CPU.
-            match vnni && wants(avx512_prefill) {
+            match vnni && wants(integer_prefill) {
                 true => unsafe { Tokens16::new(x, n, x.len() / n) },
                 false => None,
             },
             (vnni && wants(float_prefill)).then(|| TokensF32::<16>::new(x, n, x.len() / n)),
-            match !vnni && level != Level::Portable && wants(avx2_prefill) {
+            match !vnni && level != Level::Portable && wants(integer_prefill) {
                 true => {
                     use super::{prefill::Kernel, simd_x86_prefill::Avx2};
                     super::prefill::Tokens::<8>::new(x, n, x.len() / n, <Avx2 as Kernel<8>>::GROUPS)
@@ -186,15 +186,15 @@ pub fn matmul_each(x: &[f32], n: usize, products: &mut [(QMatrix, &mut [f32])]) 
             let out = Output::new(y, w.rows);
             let row_bytes = if w.rows > 0 { w.row(0).len() } else { 0 };
             let run = |first: usize, count: usize| &w.data[first * row_bytes..(first + count) * row_bytes];
-            if let Some(tokens) = tokens16.as_ref().filter(|_| w.rows > 0 && avx512_prefill(w.ty)) {
-                // SAFETY: `available` checked the CPU and `has_16bit_dot` the type; a run is whole rows of the
+            if let Some(tokens) = tokens16.as_ref().filter(|_| w.rows > 0 && integer_prefill(w.ty)) {
+                // SAFETY: `available` checked the CPU and `integer_prefill` the type; a run is whole rows of the
                 // tokens' columns, `y` holds `n` tokens of `w.rows`, and each run writes its own rows.
                 split_row_runs(w.rows, |first, count| unsafe {
                     rows(w.ty, run(first, count), first, tokens, out)
                 });
                 continue;
             }
-            if let Some(tokens) = tokens8.as_ref().filter(|_| w.rows > 0 && avx2_prefill(w.ty)) {
+            if let Some(tokens) = tokens8.as_ref().filter(|_| w.rows > 0 && integer_prefill(w.ty)) {
                 use super::{prefill, simd_x86_prefill::Avx2};
                 // SAFETY: Level::Avx2 and Level::Avx512 mean the CPU has AVX2 and FMA; as above otherwise.
                 split_row_runs(w.rows, |first, count| unsafe {
@@ -224,12 +224,9 @@ pub fn matmul_each(x: &[f32], n: usize, products: &mut [(QMatrix, &mut [f32])]) 
 
 /// The types of the AVX2 and AVX-512 integer prefill: the 16-bit types, and the interleaved ones.
 #[cfg(target_arch = "x86_64")]
-fn avx2_prefill(ty: GgmlType) -> bool {
+fn integer_prefill(ty: GgmlType) -> bool {
     super::activations::has_16bit_dot(ty) || ty.interleaved()
 }
-
-#[cfg(target_arch = "x86_64")]
-use avx2_prefill as avx512_prefill;
 
 /// The float types, whose prefill widens a tile of rows to float32 for sixteen (AVX-512), eight (AVX2) or four
 /// (wasm) tokens at a time.

@@ -351,7 +351,7 @@ mod tests {
             }
             assert!(t.block_bytes() > 0 && t.block_len() > 0, "{t}");
         }
-        assert_eq!(GgmlType::ALL.iter().filter(|t| t.id().is_none()).count(), 5);
+        assert_eq!(GgmlType::ALL.iter().filter(|t| t.id().is_none()).count(), 6);
         assert!(matches!(GgmlType::from_id(4), Err(LoomError::UnsupportedDType(_))));
         assert_eq!(GgmlType::Q4_K.row_bytes(512).unwrap(), 288);
         assert!(GgmlType::Q4_K.row_bytes(100).is_err());
