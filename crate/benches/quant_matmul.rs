@@ -29,7 +29,9 @@ fn weights(t: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8> {
     if t.interleaved() {
         let stored_type = match t {
             GgmlType::Q4_0x8 => GgmlType::Q4_0,
+            GgmlType::Q4_1x8 => GgmlType::Q4_1,
             GgmlType::Q5_0x8 => GgmlType::Q5_0,
+            GgmlType::Q5_1x8 => GgmlType::Q5_1,
             GgmlType::Q4_Kx8 => GgmlType::Q4_K,
             GgmlType::Q5_Kx8 => GgmlType::Q5_K,
             _ => GgmlType::Q6_K,
@@ -80,9 +82,11 @@ fn main() {
         GgmlType::Q4_0,
         GgmlType::Q4_0x8,
         GgmlType::Q4_1,
+        GgmlType::Q4_1x8,
         GgmlType::Q5_0,
         GgmlType::Q5_0x8,
         GgmlType::Q5_1,
+        GgmlType::Q5_1x8,
         GgmlType::Q8_0,
         GgmlType::Q4_K,
         GgmlType::Q4_Kx8,

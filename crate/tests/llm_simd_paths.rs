@@ -28,14 +28,20 @@ fn tiny_llama_on_every_kernel_path() {
                 continue; // an .entity we write ourselves: crate/tests/llm_entity.rs
             }
             let model = LlmModel::open(&dir.join(set["file"].as_str().unwrap())).unwrap();
-            // With SIMD kernels, the CPU engine reads Q4_0 rows interleaved by eight (no file here has Q4_K).
-            if name == "gguf_q4_0" && quant::simd_in_use() != "portable" {
+            // With SIMD kernels, the CPU engine reads Q4_0 and Q4_1 rows interleaved by eight (no file here has
+            // Q4_K).
+            let stored_and_interleaved = match name.as_str() {
+                "gguf_q4_0" => Some((GgmlType::Q4_0, GgmlType::Q4_0x8)),
+                "gguf_q4_1" => Some((GgmlType::Q4_1, GgmlType::Q4_1x8)),
+                _ => None,
+            };
+            if let Some((stored, want)) = stored_and_interleaved.filter(|_| quant::simd_in_use() != "portable") {
                 let cpu = model.weights.for_cpu();
                 let matrices = cpu.blocks.iter().flat_map(|b| b.matrices());
-                assert!(matrices.into_iter().all(|m| m.ty == GgmlType::Q4_0x8));
-                // A Q4_0 head (tied or not) too.
-                if model.weights.lm_head().ty == GgmlType::Q4_0 {
-                    assert_eq!(cpu.lm_head().ty, GgmlType::Q4_0x8);
+                assert!(matrices.into_iter().all(|m| m.ty == want), "{name}");
+                // A head of that type (tied or not) too.
+                if model.weights.lm_head().ty == stored {
+                    assert_eq!(cpu.lm_head().ty, want);
                 }
                 interleaved = true;
             }

@@ -295,9 +295,11 @@ fn every_path_matches_gguf_py_and_numpy() {
 }
 
 /// The types with rows interleaved by eight, and the stored types they come from.
-const INTERLEAVED: [(GgmlType, GgmlType); 5] = [
+const INTERLEAVED: [(GgmlType, GgmlType); 7] = [
     (GgmlType::Q4_0, GgmlType::Q4_0x8),
+    (GgmlType::Q4_1, GgmlType::Q4_1x8),
     (GgmlType::Q5_0, GgmlType::Q5_0x8),
+    (GgmlType::Q5_1, GgmlType::Q5_1x8),
     (GgmlType::Q4_K, GgmlType::Q4_Kx8),
     (GgmlType::Q5_K, GgmlType::Q5_Kx8),
     (GgmlType::Q6_K, GgmlType::Q6_Kx8),
@@ -383,11 +385,11 @@ fn interleaved_types_refuse_what_they_cannot_hold() {
             Err(LoomError::InvalidInput(_))
         ));
     }
-    let q4_1 = vectors(GgmlType::Q4_1);
+    let q8_0 = vectors(GgmlType::Q8_0);
     // Eight rows: the seven, and the first again.
-    let eight = [&q4_1.bytes[..], &q4_1.bytes[..q4_1.bytes.len() / q4_1.rows]].concat();
-    let q4_1 = QMatrix::new(GgmlType::Q4_1, 8, q4_1.cols, &eight).unwrap();
-    assert!(matches!(quant::interleave(&q4_1), Err(LoomError::InvalidInput(_))));
+    let eight = [&q8_0.bytes[..], &q8_0.bytes[..q8_0.bytes.len() / q8_0.rows]].concat();
+    let q8_0 = QMatrix::new(GgmlType::Q8_0, 8, q8_0.cols, &eight).unwrap();
+    assert!(matches!(quant::interleave(&q8_0), Err(LoomError::InvalidInput(_))));
 }
 
 #[test]

@@ -1,5 +1,6 @@
-//! Q4_0, Q5_0, Q4_K, Q5_K and Q6_K with their rows interleaved eight at a time ([`GgmlType::Q4_0x8`],
-//! [`GgmlType::Q5_0x8`], [`GgmlType::Q4_Kx8`], [`GgmlType::Q5_Kx8`], [`GgmlType::Q6_Kx8`]), made when a CPU engine opens a model, for the x86-64 decode kernels
+//! Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K with their rows interleaved eight at a time ([`GgmlType::Q4_0x8`],
+//! [`GgmlType::Q4_1x8`], [`GgmlType::Q5_0x8`], [`GgmlType::Q5_1x8`], [`GgmlType::Q4_Kx8`], [`GgmlType::Q5_Kx8`],
+//! [`GgmlType::Q6_Kx8`]), made when a CPU engine opens a model, for the x86-64 decode kernels
 //! (AVX2; AVX-512 with VNNI, two groups to a vector; llama.cpp repacks for the same reason,
 //! `ggml-cpu/repack.cpp`). Stored rows give a kernel one row's 32 codes per load, to be spread into 16-bit lanes by
 //! shuffles and summed across lanes at the end. Here one 32-byte load holds four pairs of codes of each of eight rows,
@@ -12,7 +13,8 @@
 //! each code's bit 4 apart ("a high block", 32 bytes): bit `p` of 16-bit lane `2r + t` is that of element `2p + t` of
 //! row `r`. Per group of eight rows:
 //! - Q4_0x8 (Q5_0x8), per block of 32 columns: the eight rows' f16 scales, then the code block (and the high block):
-//!   144 (176) bytes, eight stored blocks' worth.
+//!   144 (176) bytes, eight stored blocks' worth. Q4_1x8 (Q5_1x8): the eight f16 minima between the scales and the
+//!   code block, 160 (192) bytes.
 //! - Q4_Kx8 (Q5_Kx8), per super-block of 256 columns: the eight rows' f16 `d`, their f16 `dmin`, the 6-bit sub-block
 //!   scales as bytes (sub-block `j`'s eight rows at `32 + 8j`), the minima the same way (at `96 + 8j`), then each
 //!   sub-block's code block (and high block): 1184 (1440) bytes, 32 more than eight stored super-blocks.
@@ -60,6 +62,8 @@ pub(super) struct Geometry {
     six: bool,
     /// Whether the block has sub-blocks with scales (and minima: Q4_K, Q5_K).
     k: bool,
+    /// Whether a block of 32 has a minimum (Q4_1, Q5_1: the eight rows' f16 minima after their scales).
+    min: bool,
     /// What the codes are centred on: 8 for 4 bits, 16 for 5, 32 for 6.
     centre: i32,
 }
@@ -67,12 +71,14 @@ pub(super) struct Geometry {
 impl Geometry {
     /// `ty`'s geometry (`ty` one of the interleaved types; any other is taken as Q6_Kx8).
     pub(super) const fn of(ty: GgmlType) -> Geometry {
-        let (len, stored, high, six, k) = match ty {
-            GgmlType::Q4_0x8 => (32, 18, false, false, false),
-            GgmlType::Q5_0x8 => (32, 22, true, false, false),
-            GgmlType::Q4_Kx8 => (256, 144, false, false, true),
-            GgmlType::Q5_Kx8 => (256, 176, true, false, true),
-            _ => (256, 210, false, true, true),
+        let (len, stored, high, six, k, min) = match ty {
+            GgmlType::Q4_0x8 => (32, 18, false, false, false, false),
+            GgmlType::Q4_1x8 => (32, 20, false, false, false, true),
+            GgmlType::Q5_0x8 => (32, 22, true, false, false, false),
+            GgmlType::Q5_1x8 => (32, 24, true, false, false, true),
+            GgmlType::Q4_Kx8 => (256, 144, false, false, true, false),
+            GgmlType::Q5_Kx8 => (256, 176, true, false, true, false),
+            _ => (256, 210, false, true, true, false),
         };
         let sub = CODE_BLOCK
             + if high {
@@ -86,11 +92,16 @@ impl Geometry {
         Geometry {
             len,
             stored,
-            group: if k { first + 8 * sub } else { 16 + sub },
+            group: if k {
+                first + 8 * sub
+            } else {
+                16 * (1 + min as usize) + sub
+            },
             sub,
             high,
             six,
             k,
+            min,
             centre: if six {
                 32
             } else if high {
@@ -106,7 +117,7 @@ impl Geometry {
         match (self.k, self.six) {
             (true, true) => Q6_CODES + self.sub * j,
             (true, false) => K_CODES + self.sub * j,
-            _ => 16,
+            _ => 16 * (1 + self.min as usize),
         }
     }
 
@@ -120,7 +131,9 @@ impl Geometry {
 fn interleaved_type(ty: GgmlType) -> Option<GgmlType> {
     match ty {
         GgmlType::Q4_0 => Some(GgmlType::Q4_0x8),
+        GgmlType::Q4_1 => Some(GgmlType::Q4_1x8),
         GgmlType::Q5_0 => Some(GgmlType::Q5_0x8),
+        GgmlType::Q5_1 => Some(GgmlType::Q5_1x8),
         GgmlType::Q4_K => Some(GgmlType::Q4_Kx8),
         GgmlType::Q5_K => Some(GgmlType::Q5_Kx8),
         GgmlType::Q6_K => Some(GgmlType::Q6_Kx8),
@@ -128,16 +141,17 @@ fn interleaved_type(ty: GgmlType) -> Option<GgmlType> {
     }
 }
 
-/// `w` (Q4_0, Q5_0, Q4_K, Q5_K or Q6_K, its rows a multiple of eight) with its rows interleaved, and the interleaved
-/// type: [`GgmlType::Q4_0x8`], [`GgmlType::Q5_0x8`] and [`GgmlType::Q6_Kx8`] hold the same bytes in another order,
-/// [`GgmlType::Q4_Kx8`] and [`GgmlType::Q5_Kx8`] 4 bytes a row more.
+/// `w` (Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K or Q6_K, its rows a multiple of eight) with its rows interleaved, and the
+/// interleaved type: [`GgmlType::Q4_Kx8`] and [`GgmlType::Q5_Kx8`] hold 4 bytes a row more, the others the same bytes
+/// in another order.
 pub fn interleave(w: &QMatrix) -> Result<(GgmlType, Vec<u8>)> {
     let w = QMatrix::new(w.ty, w.rows, w.cols, w.data)?;
     let ty = interleaved_type(w.ty)
         .filter(|_| w.rows.is_multiple_of(ROWS))
         .ok_or_else(|| {
             LoomError::InvalidInput(format!(
-                "interleaving a {} matrix of {} rows: only Q4_0, Q5_0, Q4_K, Q5_K and Q6_K in whole groups of {ROWS} rows",
+                "interleaving a {} matrix of {} rows: only Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K in whole groups of \
+                 {ROWS} rows",
                 w.ty, w.rows
             ))
         })?;
@@ -154,12 +168,20 @@ pub fn interleave(w: &QMatrix) -> Result<(GgmlType, Vec<u8>)> {
                 g[2 * r..2 * r + 2].copy_from_slice(&row(r)[..2]);
             }
             if !geo.k {
-                // Q4_0: nibbles at 2; Q5_0: bit 4 of element e is bit e of the u32 at 2, nibbles at 6.
-                let at = if geo.high { 6 } else { 2 };
-                pack_codes(&mut g[16..], |r, e| q4_0_code(&row(r)[at - 2..], e));
+                // d at 0 (Q4_1, Q5_1: m at 2), then Q4_0's nibbles, or Q5_0's u32 whose bit e is element e's bit 4
+                // and then its nibbles.
+                let scales = if geo.min { 4 } else { 2 };
+                if geo.min {
+                    for r in 0..ROWS {
+                        g[16 + 2 * r..18 + 2 * r].copy_from_slice(&row(r)[2..4]);
+                    }
+                }
+                let at = scales + if geo.high { 4 } else { 0 };
+                let codes = geo.codes(0);
+                pack_codes(&mut g[codes..], |r, e| nibble(&row(r)[at..], e));
                 if geo.high {
-                    let qh = |r: usize| u32::from_le_bytes(row(r)[2..6].try_into().unwrap());
-                    pack_high(&mut g[16 + CODE_BLOCK..], |r, e| (qh(r) >> e) as u8 & 1);
+                    let qh = |r: usize| u32::from_le_bytes(row(r)[scales..scales + 4].try_into().unwrap());
+                    pack_high(&mut g[codes + CODE_BLOCK..], |r, e| (qh(r) >> e) as u8 & 1);
                 }
                 continue;
             }
@@ -224,11 +246,12 @@ fn pack_high2(out: &mut [u8], bits: impl Fn(usize, usize) -> u8) {
     }
 }
 
-/// Element `e`'s code in a stored Q4_0 block: byte `2 + j` holds element `j` in its low nibble, `j + 16` in its high.
-fn q4_0_code(block: &[u8], e: usize) -> u8 {
+/// Element `e`'s code (its low four bits) in the 16 bytes of a stored block's nibbles: byte `j` holds element `j`
+/// in its low nibble, `j + 16` in its high.
+fn nibble(qs: &[u8], e: usize) -> u8 {
     match e < 16 {
-        true => block[2 + e] & 15,
-        false => block[2 + e - 16] >> 4,
+        true => qs[e] & 15,
+        false => qs[e - 16] >> 4,
     }
 }
 
@@ -259,9 +282,9 @@ fn unpacked_code(g: &[u8], r: usize, e: usize, geo: Geometry) -> u8 {
     }
 }
 
-/// Whether a CPU engine should hold a matrix of `ty` with `rows` rows interleaved ([`interleave`]): Q4_0, Q5_0, Q4_K,
-/// Q5_K and Q6_K in whole groups, where decode runs the x86-64 kernels (AVX2, AVX-512; wasm has no interleaved kernels
-/// yet).
+/// Whether a CPU engine should hold a matrix of `ty` with `rows` rows interleaved ([`interleave`]): the types
+/// [`interleave`] takes, in whole groups, where decode runs the x86-64 kernels (AVX2, AVX-512; wasm has no interleaved
+/// kernels yet).
 pub fn interleave_pays(ty: GgmlType, rows: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
     let simd = Level::current() != Level::Portable;
@@ -280,9 +303,17 @@ pub(super) fn dequantize_row(ty: GgmlType, data: &[u8], cols: usize, r: usize, o
     for (g, out) in group.chunks_exact(geo.group).zip(out.chunks_exact_mut(geo.len)) {
         let d = blocks::half(&g[2 * r..]);
         if !geo.k {
-            let centre = geo.centre as f32;
-            for (e, v) in out.iter_mut().enumerate() {
-                *v = d * (f32::from(unpacked_code(&g[16..], r, e, geo)) - centre);
+            let codes = &g[geo.codes(0)..];
+            let code = |e: usize| f32::from(unpacked_code(codes, r, e, geo));
+            if geo.min {
+                // As `blocks::dequantize_block`: d·q + m.
+                let m = blocks::half(&g[16 + 2 * r..]);
+                out.iter_mut().enumerate().for_each(|(e, v)| *v = d * code(e) + m);
+            } else {
+                let centre = geo.centre as f32;
+                out.iter_mut()
+                    .enumerate()
+                    .for_each(|(e, v)| *v = d * (code(e) - centre));
             }
             continue;
         }
@@ -324,7 +355,8 @@ mod avx2 {
 
     /// The dots of whole groups of interleaved rows (`out.len()` rows, a multiple of eight) with `x`. Per block of
     /// 32 columns, [`code_dot`] of each row's codes as stored (from 0) less `centre·Σa`: exact integers. Q4_0x8 and
-    /// Q5_0x8: times the eight scales and the activations' scale in one multiply-add. Q4_Kx8 and Q5_Kx8: times the
+    /// Q5_0x8: times the eight scales and the activations' scale in one multiply-add; Q4_1x8 and Q5_1x8 add the
+    /// minima plus the centre times the scales, times `Σx`. Q4_Kx8 and Q5_Kx8: times the
     /// sub-block scales (still exact) and the activations' scale, with `Σx` times the scales and the minima beside;
     /// `d` and `dmin` once a super-block. Q6_Kx8: each half block (16 columns) less `32·Σa` times its int8 scale,
     /// then the activations' scale; `d` once a super-block.
@@ -412,10 +444,16 @@ mod avx2 {
             for k in 0..x.scale_sum.len() {
                 let b = group.as_ptr().add(k * geo.group);
                 prefetch(b.wrapping_add(PREFETCH_BYTES), geo.group);
-                let sums = centred(dot.dot(b.add(16), k), k);
+                let sums = centred(dot.dot(b.add(geo.codes(0)), k), k);
                 let d = _mm256_cvtph_ps(_mm_loadu_si128(b.cast()));
-                let scale = _mm256_mul_ps(d, _mm256_set1_ps(x.scale_sum[k][0]));
-                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), scale, acc);
+                let [xs, sx] = x.scale_sum[k];
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(d, _mm256_set1_ps(xs)), acc);
+                if geo.min {
+                    // The centred codes' minimum, m + centre·d (the product exact), times Σx.
+                    let m = _mm256_cvtph_ps(_mm_loadu_si128(b.add(16).cast()));
+                    let min = _mm256_fmadd_ps(d, _mm256_set1_ps(geo.centre as f32), m);
+                    acc = _mm256_fmadd_ps(min, _mm256_set1_ps(sx), acc);
+                }
             }
             return acc;
         }
@@ -523,18 +561,25 @@ mod avx2 {
                     }
                     continue;
                 }
+                // The eight `dmin` (Q4_1x8, Q5_1x8: `m`) after the eight `d`.
+                if geo.k || geo.min {
+                    _mm256_storeu_ps(
+                        dmin.as_mut_ptr(),
+                        _mm256_cvtph_ps(_mm_loadu_si128(b.as_ptr().add(16).cast())),
+                    );
+                }
                 if !geo.k {
-                    transpose_codes(b.as_ptr().add(16), geo, codes, cols, 32 * i);
+                    transpose_codes(b.as_ptr().add(geo.codes(0)), geo, codes, cols, 32 * i);
                     for r in 0..ROWS {
                         scale[r * blocks + i] = d[r];
-                        min[r * blocks + i] = 0.0;
+                        // As the portable unpacking: the minimum plus the centre times the scale.
+                        min[r * blocks + i] = match geo.min {
+                            true => dmin[r] + d[r] * geo.centre as f32,
+                            false => 0.0,
+                        };
                     }
                     continue;
                 }
-                _mm256_storeu_ps(
-                    dmin.as_mut_ptr(),
-                    _mm256_cvtph_ps(_mm_loadu_si128(b.as_ptr().add(16).cast())),
-                );
                 for j in 0..8 {
                     let k = 8 * i + j;
                     transpose_codes(b.as_ptr().add(geo.codes(j)), geo, codes, cols, 32 * k);
@@ -727,9 +772,15 @@ mod avx512 {
                 let at = k * geo.group;
                 prefetch(g0.wrapping_add(at + PREFETCH_BYTES), geo.group);
                 prefetch(g1.wrapping_add(at + PREFETCH_BYTES), geo.group);
-                let sums = centred(code_dot(g0.add(at + 16), g1.add(at + 16), geo, x, k), k);
-                let scale = _mm512_mul_ps(halves(at), _mm512_set1_ps(x.scale_sum[k][0]));
-                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), scale, acc);
+                let codes = at + geo.codes(0);
+                let sums = centred(code_dot(g0.add(codes), g1.add(codes), geo, x, k), k);
+                let d = halves(at);
+                let [xs, sx] = x.scale_sum[k];
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_mul_ps(d, _mm512_set1_ps(xs)), acc);
+                if geo.min {
+                    let min = _mm512_fmadd_ps(d, _mm512_set1_ps(geo.centre as f32), halves(at + 16));
+                    acc = _mm512_fmadd_ps(min, _mm512_set1_ps(sx), acc);
+                }
             }
             return acc;
         }

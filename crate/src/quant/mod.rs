@@ -79,9 +79,15 @@ pub enum GgmlType {
     /// `2r + t` of vector `m` holding in its nibble `n` row `r`'s code for element `2(4m + n) + t`. The same bytes as
     /// the stored rows; a matrix of it has whole groups of rows.
     Q4_0x8,
+    /// Q4_1 with its rows interleaved eight at a time, in memory only: [`GgmlType::Q4_0x8`]'s layout with the eight
+    /// f16 minima after the eight scales (the same bytes as the stored rows).
+    Q4_1x8,
     /// Q5_0 with its rows interleaved eight at a time, in memory only: [`GgmlType::Q4_0x8`]'s layout with each
     /// block's fifth bits after its codes (bit `p` of lane `2r + t` that of element `2p + t` of row `r`).
     Q5_0x8,
+    /// Q5_1 with its rows interleaved eight at a time, in memory only: [`GgmlType::Q5_0x8`]'s layout with the eight
+    /// f16 minima after the eight scales.
+    Q5_1x8,
     /// Q4_K with its rows interleaved eight at a time, in memory only (no GGUF id; [`interleave`] makes it): per
     /// group of eight rows, per super-block, the eight `d`, the eight `dmin`, the 6-bit scales and minima as bytes
     /// (eight rows of a sub-block together), then each sub-block's codes as [`GgmlType::Q4_0x8`] holds a block's:
@@ -116,13 +122,13 @@ const fn info(id: u32, name: &'static str, block_len: usize, block_bytes: usize)
 
 impl GgmlType {
     /// Every type: the 34 GGUF types in id order, then the in-memory ones: [`GgmlType::LoomQ4_0`],
-    /// and the interleaved Q4_0x8, Q5_0x8, Q4_Kx8, Q5_Kx8 and Q6_Kx8.
-    pub const ALL: [GgmlType; 40] = {
+    /// and the interleaved Q4_0x8, Q4_1x8, Q5_0x8, Q5_1x8, Q4_Kx8, Q5_Kx8 and Q6_Kx8.
+    pub const ALL: [GgmlType; 42] = {
         use GgmlType::*;
         [
             F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ2_XXS, IQ2_XS, IQ3_XXS,
             IQ1_S, IQ4_NL, IQ3_S, IQ2_S, IQ4_XS, I8, I16, I32, I64, F64, IQ1_M, BF16, TQ1_0, TQ2_0, MXFP4, NVFP4, Q1_0,
-            LoomQ4_0, Q4_0x8, Q5_0x8, Q4_Kx8, Q5_Kx8, Q6_Kx8,
+            LoomQ4_0, Q4_0x8, Q4_1x8, Q5_0x8, Q5_1x8, Q4_Kx8, Q5_Kx8, Q6_Kx8,
         ]
     };
 
@@ -178,11 +184,23 @@ impl GgmlType {
                 block_len: 32,
                 block_bytes: 18,
             },
+            Q4_1x8 => Info {
+                id: None,
+                name: "Q4_1x8",
+                block_len: 32,
+                block_bytes: 20,
+            },
             Q5_0x8 => Info {
                 id: None,
                 name: "Q5_0x8",
                 block_len: 32,
                 block_bytes: 22,
+            },
+            Q5_1x8 => Info {
+                id: None,
+                name: "Q5_1x8",
+                block_len: 32,
+                block_bytes: 24,
             },
             Q4_Kx8 => Info {
                 id: None,
@@ -250,7 +268,9 @@ impl GgmlType {
                 | Q6_K
                 | LoomQ4_0
                 | Q4_0x8
+                | Q4_1x8
                 | Q5_0x8
+                | Q5_1x8
                 | Q4_Kx8
                 | Q5_Kx8
                 | Q6_Kx8
@@ -261,7 +281,13 @@ impl GgmlType {
     pub fn interleaved(self) -> bool {
         matches!(
             self,
-            GgmlType::Q4_0x8 | GgmlType::Q5_0x8 | GgmlType::Q4_Kx8 | GgmlType::Q5_Kx8 | GgmlType::Q6_Kx8
+            GgmlType::Q4_0x8
+                | GgmlType::Q4_1x8
+                | GgmlType::Q5_0x8
+                | GgmlType::Q5_1x8
+                | GgmlType::Q4_Kx8
+                | GgmlType::Q5_Kx8
+                | GgmlType::Q6_Kx8
         )
     }
 
@@ -351,7 +377,7 @@ mod tests {
             }
             assert!(t.block_bytes() > 0 && t.block_len() > 0, "{t}");
         }
-        assert_eq!(GgmlType::ALL.iter().filter(|t| t.id().is_none()).count(), 6);
+        assert_eq!(GgmlType::ALL.iter().filter(|t| t.id().is_none()).count(), 8);
         assert!(matches!(GgmlType::from_id(4), Err(LoomError::UnsupportedDType(_))));
         assert_eq!(GgmlType::Q4_K.row_bytes(512).unwrap(), 288);
         assert!(GgmlType::Q4_K.row_bytes(100).is_err());

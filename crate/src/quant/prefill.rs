@@ -162,7 +162,14 @@ impl Tile {
 pub(super) fn has_min(ty: GgmlType) -> bool {
     matches!(
         ty,
-        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q4_Kx8 | GgmlType::Q5_Kx8
+        GgmlType::Q4_1
+            | GgmlType::Q5_1
+            | GgmlType::Q4_K
+            | GgmlType::Q5_K
+            | GgmlType::Q4_1x8
+            | GgmlType::Q5_1x8
+            | GgmlType::Q4_Kx8
+            | GgmlType::Q5_Kx8
     )
 }
 
