@@ -293,9 +293,10 @@ pub fn simd_in_use() -> &'static str {
     }
 }
 
-/// Whether the AVX-512 VNNI prefill kernels run at `level`: the CPU has them and the cap allows them.
+/// Whether the AVX-512 VNNI kernels (prefill, and the interleaved decode) run at `level`: the CPU has them and the
+/// cap allows them.
 #[cfg(target_arch = "x86_64")]
-pub(super) fn vnni(level: Level) -> bool {
+fn vnni(level: Level) -> bool {
     level == Level::Avx512 && SIMD.load(Ordering::Relaxed) == Simd::All as u8 && super::simd_avx512_prefill::available()
 }
 
@@ -533,9 +534,11 @@ fn decode_16(
     x: &[f32],
 ) -> Option<(Activations16, Kernel16)> {
     let kernel: Kernel16 = match level {
+        // SAFETY (all): the caller's, which `Level::current` (and `vnni`) checked.
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx512 if vnni(level) => super::simd_avx512::rows_dot_16_vnni,
         #[cfg(target_arch = "x86_64")]
         Level::Avx512 => super::simd_avx512::rows_dot_16,
-        // SAFETY (both): the caller's, which `Level::current` checked.
         #[cfg(target_arch = "x86_64")]
         Level::Avx2 => super::simd_x86_16::rows_dot_16,
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]

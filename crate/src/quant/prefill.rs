@@ -120,6 +120,11 @@ impl Tile {
     /// # Safety
     /// The CPU has `K`'s instructions.
     unsafe fn unpack<const L: usize, K: Kernel<L>>(&mut self, ty: GgmlType, rows: &[u8], row_bytes: usize) {
+        // SAFETY: on x86-64 every kernel needs AVX2 at least; `rows` are whole groups (runs start at multiples of 16).
+        #[cfg(target_arch = "x86_64")]
+        if self.unpack_interleaved(ty, rows, row_bytes) {
+            return;
+        }
         let count = rows.len() / row_bytes;
         let groups = self.cols / self.group;
         let (codes, scale, min) = (
@@ -127,12 +132,6 @@ impl Tile {
             &mut self.scale[..count * groups],
             &mut self.min[..count * groups],
         );
-        #[cfg(target_arch = "x86_64")]
-        if ty.interleaved() {
-            // SAFETY: on x86-64 the only kernel is AVX2's; `rows` are whole groups (runs start at multiples of 16).
-            super::interleaved::unpack_tile(ty, rows, self.cols, codes, scale, min);
-            return;
-        }
         if K::unpack(ty, rows, codes, scale, min) {
             return;
         }
@@ -155,6 +154,26 @@ impl Tile {
                 self.min[r * groups + i] = g.min + g.scale * c as f32;
             }
         }
+    }
+
+    /// Unpacks `rows` (whole groups of rows of an interleaved `ty`) with the AVX2 transposition; false for the other
+    /// types.
+    ///
+    /// # Safety
+    /// The CPU has AVX2, FMA and F16C.
+    #[cfg(target_arch = "x86_64")]
+    pub(super) unsafe fn unpack_interleaved(&mut self, ty: GgmlType, rows: &[u8], row_bytes: usize) -> bool {
+        if !ty.interleaved() {
+            return false;
+        }
+        let (count, groups) = (rows.len() / row_bytes, self.cols / self.group);
+        let (codes, scale, min) = (
+            &mut self.codes[..count * self.cols],
+            &mut self.scale[..count * groups],
+            &mut self.min[..count * groups],
+        );
+        super::interleaved::unpack_tile(ty, rows, self.cols, codes, scale, min);
+        true
     }
 }
 

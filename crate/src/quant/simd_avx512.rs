@@ -31,12 +31,20 @@ pub(super) unsafe fn rows_dot_16(ty: GgmlType, rows: &[u8], x: &Activations16, o
         GgmlType::Q4_K => each_row(rows, out, |row| dot_k::<Q4K>(row, x)),
         GgmlType::Q5_K => each_row(rows, out, |row| dot_k::<Q5K>(row, x)),
         GgmlType::Q6_K => each_row(rows, out, |row| dot_k::<Q6K>(row, x)),
-        // SAFETY: `vnni` checked the CPU.
-        ty if ty.interleaved() && super::matmul::vnni(super::matmul::Level::Avx512) => {
-            super::interleaved::rows_dot_16_vnni(ty, rows, x, out)
-        }
         ty if ty.interleaved() => super::interleaved::rows_dot_16(ty, rows, x, out),
         _ => unreachable!("rows_dot_16 on {ty}: check has_16bit_dot first"),
+    }
+}
+
+/// [`rows_dot_16`] where the CPU has AVX-512 VNNI too: the interleaved types take two groups to a vector.
+///
+/// # Safety
+/// [`available`] is true, the CPU has AVX-512 VNNI, and `x` holds at least a row's blocks.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+pub(super) unsafe fn rows_dot_16_vnni(ty: GgmlType, rows: &[u8], x: &Activations16, out: &mut [f32]) {
+    match ty {
+        ty if ty.interleaved() => super::interleaved::rows_dot_16_vnni(ty, rows, x, out),
+        _ => rows_dot_16(ty, rows, x, out),
     }
 }
 

@@ -123,17 +123,10 @@ unsafe fn round_group(x: &[f32], cols: usize, a: &mut [i16], scale: &mut [f32], 
 /// [`available`] is true, and `ty` is one of [`super::activations::has_16bit_dot`]'s types.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
 unsafe fn unpack(tile: &mut Tile, ty: GgmlType, rows: &[u8], row_bytes: usize) {
-    let groups = tile.cols / tile.group;
-    if ty.interleaved() {
-        let count = rows.len() / row_bytes;
-        let (codes, scale, min) = (
-            &mut tile.codes[..count * tile.cols],
-            &mut tile.scale[..count * groups],
-            &mut tile.min[..count * groups],
-        );
-        super::interleaved::unpack_tile(ty, rows, tile.cols, codes, scale, min);
+    if tile.unpack_interleaved(ty, rows, row_bytes) {
         return;
     }
+    let groups = tile.cols / tile.group;
     for (r, row) in rows.chunks_exact(row_bytes).enumerate() {
         let codes = &mut tile.codes[r * tile.cols..(r + 1) * tile.cols];
         let scale = &mut tile.scale[r * groups..(r + 1) * groups];
