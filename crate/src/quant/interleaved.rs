@@ -158,113 +158,172 @@ pub fn interleave(w: &QMatrix) -> Result<(GgmlType, Vec<u8>)> {
     let geo = Geometry::of(ty);
     let blocks = w.cols / geo.len;
     let mut out = vec![0u8; w.rows / ROWS * geo.group_bytes(w.cols)];
-    for (group, stored) in out
-        .chunks_exact_mut(geo.group_bytes(w.cols).max(1))
-        .zip(w.data.chunks_exact((ROWS * blocks * geo.stored).max(1)))
-    {
+    let (group_bytes, stored_bytes) = (geo.group_bytes(w.cols).max(1), (ROWS * blocks * geo.stored).max(1));
+    let one_group = |(group, stored): (&mut [u8], &[u8])| {
         for (k, g) in group.chunks_exact_mut(geo.group).enumerate() {
-            let row = |r: usize| &stored[(r * blocks + k) * geo.stored..][..geo.stored];
-            for r in 0..ROWS {
-                g[2 * r..2 * r + 2].copy_from_slice(&row(r)[..2]);
-            }
-            if !geo.k {
-                // d at 0 (Q4_1, Q5_1: m at 2), then Q4_0's nibbles, or Q5_0's u32 whose bit e is element e's bit 4
-                // and then its nibbles.
-                let scales = if geo.min { 4 } else { 2 };
-                if geo.min {
-                    for r in 0..ROWS {
-                        g[16 + 2 * r..18 + 2 * r].copy_from_slice(&row(r)[2..4]);
-                    }
-                }
-                let at = scales + if geo.high { 4 } else { 0 };
-                let codes = geo.codes(0);
-                pack_codes(&mut g[codes..], |r, e| nibble(&row(r)[at..], e));
-                if geo.high {
-                    let qh = |r: usize| u32::from_le_bytes(row(r)[scales..scales + 4].try_into().unwrap());
-                    pack_high(&mut g[codes + CODE_BLOCK..], |r, e| (qh(r) >> e) as u8 & 1);
-                }
-                continue;
-            }
-            if geo.six {
-                // Stored Q6_K: codes (ql, qh) at 0, int8 scales at 192, d at 208.
-                for r in 0..ROWS {
-                    g[2 * r..2 * r + 2].copy_from_slice(&row(r)[208..210]);
-                    for s in 0..16 {
-                        g[Q6_SCALES + 8 * s + r] = row(r)[192 + s];
-                    }
-                }
-                for j in 0..8 {
-                    let sub = &mut g[geo.codes(j)..];
-                    pack_codes(sub, |r, e| blocks::q6_code(row(r), 32 * j + e) & 15);
-                    pack_high2(&mut sub[CODE_BLOCK..], |r, e| blocks::q6_code(row(r), 32 * j + e) >> 4);
-                }
-                continue;
-            }
-            let qs = if geo.high { 48 } else { 16 };
-            for r in 0..ROWS {
-                g[16 + 2 * r..18 + 2 * r].copy_from_slice(&row(r)[2..4]);
-                let (sc, mn) = blocks::k_scale_min(&row(r)[4..16]);
-                for j in 0..8 {
-                    g[K_SCALES + 8 * j + r] = sc[j];
-                    g[K_MINS + 8 * j + r] = mn[j];
-                }
-            }
-            for j in 0..8 {
-                let sub = &mut g[geo.codes(j)..];
-                // Sub-block j: nibble j % 2 of the 32 bytes at qs + 32·(j / 2); Q5_K's bit 4 is bit j of byte 16 + e.
-                pack_codes(sub, |r, e| (row(r)[qs + 32 * (j / 2) + e] >> (4 * (j % 2))) & 15);
-                if geo.high {
-                    pack_high(&mut sub[CODE_BLOCK..], |r, e| (row(r)[16 + e] >> j) & 1);
-                }
-            }
+            let rows: [&[u8]; ROWS] = std::array::from_fn(|r| &stored[(r * blocks + k) * geo.stored..][..geo.stored]);
+            interleave_block(geo, rows, g);
         }
+    };
+    // Natively the groups are split across the kernels' pool: a model's weights are repacked when it opens.
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        use rayon::prelude::*;
+        let groups = out
+            .par_chunks_exact_mut(group_bytes)
+            .zip(w.data.par_chunks_exact(stored_bytes));
+        super::matmul::install(|| groups.for_each(one_group));
     }
+    #[cfg(target_arch = "wasm32")]
+    out.chunks_exact_mut(group_bytes)
+        .zip(w.data.chunks_exact(stored_bytes))
+        .for_each(one_group);
     Ok((ty, out))
 }
 
-/// Writes the high block of `bit(row, element)` (bit 4 of 32 elements' codes, eight rows) at the start of `out`.
-fn pack_high(out: &mut [u8], bit: impl Fn(usize, usize) -> u8) {
-    for r in 0..ROWS {
+/// A group's block `g` from the eight rows' stored blocks `rows`.
+fn interleave_block(geo: Geometry, rows: [&[u8]; ROWS], g: &mut [u8]) {
+    for (r, row) in rows.iter().enumerate() {
+        g[2 * r..2 * r + 2].copy_from_slice(&row[..2]);
+    }
+    // Each row's 32 codes (their low four bits) of one block or sub-block, and their high bits.
+    let mut low = [[0u8; 32]; ROWS];
+    let mut high = [[0u8; 32]; ROWS];
+    if !geo.k {
+        // d at 0 (Q4_1, Q5_1: m at 2), then Q4_0's nibbles, or Q5_0's u32 whose bit e is element e's bit 4 and then
+        // its nibbles.
+        let scales = if geo.min { 4 } else { 2 };
+        let at = scales + if geo.high { 4 } else { 0 };
+        for (r, row) in rows.iter().enumerate() {
+            if geo.min {
+                g[16 + 2 * r..18 + 2 * r].copy_from_slice(&row[2..4]);
+            }
+            nibbles(&row[at..at + 16], &mut low[r]);
+            if geo.high {
+                let qh = u32::from_le_bytes(row[scales..scales + 4].try_into().unwrap());
+                high[r] = std::array::from_fn(|e| (qh >> e) as u8 & 1);
+            }
+        }
+        let codes = geo.codes(0);
+        pack_codes(&mut g[codes..], &low);
+        if geo.high {
+            pack_high(&mut g[codes + CODE_BLOCK..], &high);
+        }
+        return;
+    }
+    if geo.six {
+        // Stored Q6_K: codes (ql, qh) at 0, int8 scales at 192, d at 208.
+        for (r, row) in rows.iter().enumerate() {
+            g[2 * r..2 * r + 2].copy_from_slice(&row[208..210]);
+            for s in 0..16 {
+                g[Q6_SCALES + 8 * s + r] = row[192 + s];
+            }
+        }
+        for j in 0..8 {
+            // As `blocks::q6_code`: elements 32j.. are a nibble of 32 bytes of ql and two bits of 32 bytes of qh.
+            let (h, quarter) = (j / 4, j % 4);
+            let (ql, qh) = (64 * h + 32 * (quarter % 2), 128 + 32 * h);
+            for (r, row) in rows.iter().enumerate() {
+                let ql: &[u8; 32] = row[ql..ql + 32].try_into().unwrap();
+                let qh: &[u8; 32] = row[qh..qh + 32].try_into().unwrap();
+                low[r] = ql.map(|b| (b >> (4 * (quarter / 2))) & 15);
+                high[r] = qh.map(|b| (b >> (2 * quarter)) & 3);
+            }
+            let sub = &mut g[geo.codes(j)..];
+            pack_codes(sub, &low);
+            pack_high2(&mut sub[CODE_BLOCK..], &high);
+        }
+        return;
+    }
+    let qs = if geo.high { 48 } else { 16 };
+    for (r, row) in rows.iter().enumerate() {
+        g[16 + 2 * r..18 + 2 * r].copy_from_slice(&row[2..4]);
+        let (sc, mn) = blocks::k_scale_min(&row[4..16]);
+        for j in 0..8 {
+            g[K_SCALES + 8 * j + r] = sc[j];
+            g[K_MINS + 8 * j + r] = mn[j];
+        }
+    }
+    for j in 0..8 {
+        // Sub-block j: nibble j % 2 of the 32 bytes at qs + 32·(j / 2); Q5_K's bit 4 is bit j of byte 16 + e.
+        let at = qs + 32 * (j / 2);
+        for (r, row) in rows.iter().enumerate() {
+            let bytes: &[u8; 32] = row[at..at + 32].try_into().unwrap();
+            low[r] = bytes.map(|b| (b >> (4 * (j % 2))) & 15);
+            if geo.high {
+                let bits: &[u8; 32] = row[16..48].try_into().unwrap();
+                high[r] = bits.map(|b| (b >> j) & 1);
+            }
+        }
+        let sub = &mut g[geo.codes(j)..];
+        pack_codes(sub, &low);
+        if geo.high {
+            pack_high(&mut sub[CODE_BLOCK..], &high);
+        }
+    }
+}
+
+/// The 32 codes of a stored block's 16 bytes of nibbles into `codes`: byte `j` holds element `j` in its low nibble,
+/// `j + 16` in its high.
+fn nibbles(qs: &[u8], codes: &mut [u8; 32]) {
+    for (j, &b) in qs.iter().enumerate().take(16) {
+        codes[j] = b & 15;
+        codes[j + 16] = b >> 4;
+    }
+}
+
+/// Writes the high block of `bits` (bit 4 of each row's 32 codes) at the start of `out`.
+fn pack_high(out: &mut [u8], bits: &[[u8; 32]; ROWS]) {
+    for (r, bits) in bits.iter().enumerate() {
         for t in 0..2 {
-            let word = (0..16).fold(0u16, |w, p| w | u16::from(bit(r, 2 * p + t)) << p);
+            let mut word = 0u16;
+            // Elements 8q..8q + 8, a byte each: pairs 4q..4q + 4's bits gathered by two shifts, as `pack_codes` does.
+            for q in 0..4 {
+                let v = u64::from_le_bytes(bits[8 * q..8 * q + 8].try_into().unwrap());
+                let x = (v >> (8 * t)) & 0x0001_0001_0001_0001;
+                let x = (x | x >> 15) & 0x0000_0003_0000_0003;
+                word |= (((x | x >> 30) & 0xF) as u16) << (4 * q);
+            }
             let at = 2 * (2 * r + t);
             out[at..at + 2].copy_from_slice(&word.to_le_bytes());
         }
     }
 }
 
-/// Writes the high block of the two bits `bits(row, element)` (bits 4 and 5 of 32 elements' codes, eight rows) at the
-/// start of `out`: two vectors of 32 bytes, in vector `v` bits `2i..2i + 2` of 16-bit lane `2r + t` those of element
-/// `2(8v + i) + t` of row `r`.
-fn pack_high2(out: &mut [u8], bits: impl Fn(usize, usize) -> u8) {
-    for r in 0..ROWS {
+/// Writes the high block of `bits` (bits 4 and 5 of each row's 32 codes, as 0..3) at the start of `out`: two
+/// vectors of 32 bytes, in vector `v` bits `2i..2i + 2` of 16-bit lane `2r + t` those of element `2(8v + i) + t` of
+/// row `r`.
+fn pack_high2(out: &mut [u8], bits: &[[u8; 32]; ROWS]) {
+    for (r, bits) in bits.iter().enumerate() {
         for (v, t) in (0..2).flat_map(|v| [(v, 0), (v, 1)]) {
-            let word = (0..8).fold(0u16, |w, i| w | u16::from(bits(r, 2 * (8 * v + i) + t)) << (2 * i));
+            let mut word = 0u16;
+            // Elements 16v + 8q.., a byte each: pairs 8v + 4q..'s two bits gathered by two shifts.
+            for q in 0..2 {
+                let at = 16 * v + 8 * q;
+                let x = (u64::from_le_bytes(bits[at..at + 8].try_into().unwrap()) >> (8 * t)) & 0x0003_0003_0003_0003;
+                let x = (x | x >> 14) & 0x0000_000F_0000_000F;
+                word |= (((x | x >> 28) & 0xFF) as u16) << (8 * q);
+            }
             let at = 32 * v + 2 * (2 * r + t);
             out[at..at + 2].copy_from_slice(&word.to_le_bytes());
         }
     }
 }
 
-/// Element `e`'s code (its low four bits) in the 16 bytes of a stored block's nibbles: byte `j` holds element `j`
-/// in its low nibble, `j + 16` in its high.
-fn nibble(qs: &[u8], e: usize) -> u8 {
-    match e < 16 {
-        true => qs[e] & 15,
-        false => qs[e - 16] >> 4,
-    }
-}
-
-/// Writes the code block of `code(row, element)` (32 elements of eight rows) at the start of `out`.
-fn pack_codes(out: &mut [u8], code: impl Fn(usize, usize) -> u8) {
-    for r in 0..ROWS {
-        for (m, t) in (0..4).flat_map(|m| [(m, 0), (m, 1)]) {
-            let mut word = 0u16;
-            for n in 0..4 {
-                word |= u16::from(code(r, 2 * (4 * m + n) + t)) << (4 * n);
+/// Writes the code block of `codes` (each row's 32 codes, their low four bits) at the start of `out`.
+fn pack_codes(out: &mut [u8], codes: &[[u8; 32]; ROWS]) {
+    for (r, codes) in codes.iter().enumerate() {
+        for m in 0..4 {
+            // Elements 8m..8m + 8, a byte each: the even ones' nibbles (t = 0), then the odd ones', gathered into a
+            // 16-bit word by two shifts.
+            let v = u64::from_le_bytes(codes[8 * m..8 * m + 8].try_into().unwrap());
+            for t in 0..2 {
+                let x = (v >> (8 * t)) & 0x000F_000F_000F_000F;
+                let x = (x | x >> 12) & 0x0000_00FF_0000_00FF;
+                let word = (x | x >> 24) as u16;
+                let at = 32 * m + 2 * (2 * r + t);
+                out[at..at + 2].copy_from_slice(&word.to_le_bytes());
             }
-            let at = 32 * m + 2 * (2 * r + t);
-            out[at..at + 2].copy_from_slice(&word.to_le_bytes());
         }
     }
 }

@@ -379,7 +379,7 @@ mod pool {
     }
 
     /// Runs `f` in the configured pool.
-    pub(super) fn install<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    pub(in crate::quant) fn install<R: Send>(f: impl FnOnce() -> R + Send) -> R {
         let pool = POOL.read().unwrap_or_else(|e| e.into_inner()).clone();
         match pool {
             Some(pool) => pool.install(f),
@@ -388,6 +388,8 @@ mod pool {
     }
 }
 
+#[cfg(not(target_arch = "wasm32"))]
+pub(super) use pool::install;
 #[cfg(not(target_arch = "wasm32"))]
 pub use pool::{in_pool, set_threads};
 
