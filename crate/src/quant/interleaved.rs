@@ -56,6 +56,8 @@ pub(super) struct Geometry {
     pub(super) group: usize,
     /// Bytes of a code block and, for a 5- or 6-bit type, its high block.
     sub: usize,
+    /// Where the first code block starts: after the scales (and minima) of the eight rows.
+    first: usize,
     /// Whether codes have a fifth bit (a high block after each code block).
     high: bool,
     /// Whether codes have two high bits (Q6_Kx8: a 64-byte high block after each code block).
@@ -88,16 +90,18 @@ impl Geometry {
             } else {
                 0
             };
-        let first = if six { Q6_CODES } else { K_CODES };
+        let first = match (six, k) {
+            (true, _) => Q6_CODES,
+            (_, true) => K_CODES,
+            // The eight f16 scales, and the eight minima where there are.
+            _ => 16 * (1 + min as usize),
+        };
         Geometry {
             len,
             stored,
-            group: if k {
-                first + 8 * sub
-            } else {
-                16 * (1 + min as usize) + sub
-            },
+            group: first + if k { 8 * sub } else { sub },
             sub,
+            first,
             high,
             six,
             k,
@@ -114,11 +118,7 @@ impl Geometry {
 
     /// Where sub-block `j`'s code block starts (its high block follows it).
     const fn codes(self, j: usize) -> usize {
-        match (self.k, self.six) {
-            (true, true) => Q6_CODES + self.sub * j,
-            (true, false) => K_CODES + self.sub * j,
-            _ => 16 * (1 + self.min as usize),
-        }
+        self.first + self.sub * j
     }
 
     /// Bytes of a group of eight rows of `cols` columns (whole blocks).
@@ -183,8 +183,10 @@ pub fn interleave(w: &QMatrix) -> Result<(GgmlType, Vec<u8>)> {
 
 /// A group's block `g` from the eight rows' stored blocks `rows`.
 fn interleave_block(geo: Geometry, rows: [&[u8]; ROWS], g: &mut [u8]) {
+    // Each row's f16 `d`: first in a stored block, last in Q6_K's.
+    let d = if geo.six { 208 } else { 0 };
     for (r, row) in rows.iter().enumerate() {
-        g[2 * r..2 * r + 2].copy_from_slice(&row[..2]);
+        g[2 * r..2 * r + 2].copy_from_slice(&row[d..d + 2]);
     }
     // Each row's 32 codes (their low four bits) of one block or sub-block, and their high bits.
     let mut low = [[0u8; 32]; ROWS];
@@ -212,9 +214,8 @@ fn interleave_block(geo: Geometry, rows: [&[u8]; ROWS], g: &mut [u8]) {
         return;
     }
     if geo.six {
-        // Stored Q6_K: codes (ql, qh) at 0, int8 scales at 192, d at 208.
+        // Stored Q6_K: codes (ql, qh) at 0, int8 scales at 192 (d at 208).
         for (r, row) in rows.iter().enumerate() {
-            g[2 * r..2 * r + 2].copy_from_slice(&row[208..210]);
             for s in 0..16 {
                 g[Q6_SCALES + 8 * s + r] = row[192 + s];
             }
